@@ -1,0 +1,30 @@
+"""What happened: every event steward records, the envelope and the codec."""
+
+from steward.events.base import UPCASTERS, Event, Recorded, event_id, type_name
+from steward.events.codec import (
+    AnyEvent,
+    decode,
+    encode,
+    from_json,
+    recorded_from_json,
+    recorded_to_json,
+    to_json,
+)
+from steward.events.run import *  # noqa: F403
+from steward.events.run import __all__ as _run_all
+
+__all__ = [
+    "UPCASTERS",
+    "AnyEvent",
+    "Event",
+    "Recorded",
+    "decode",
+    "encode",
+    "event_id",
+    "from_json",
+    "recorded_from_json",
+    "recorded_to_json",
+    "to_json",
+    "type_name",
+    *_run_all,
+]

@@ -1,0 +1,89 @@
+"""Encode events to msgpack for storage and JSON for export, and back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from steward.errors import LogReadError
+from steward.events.base import UPCASTERS, Event, Recorded
+from steward.events.run import RunEvent
+
+AnyEvent = RunEvent
+
+_mp_encoder = msgspec.msgpack.Encoder()
+_mp_decoder: msgspec.msgpack.Decoder[AnyEvent] = msgspec.msgpack.Decoder(AnyEvent)
+_json_encoder = msgspec.json.Encoder()
+_json_decoder: msgspec.json.Decoder[AnyEvent] = msgspec.json.Decoder(AnyEvent)
+_raw_decoder = msgspec.msgpack.Decoder(dict[str, Any])
+
+
+def encode(event: Event) -> bytes:
+    """The msgpack bytes an event is stored as."""
+    return _mp_encoder.encode(event)
+
+
+def decode(data: bytes) -> AnyEvent:
+    """Decode stored bytes, upcasting an old shape when its tag asks for it."""
+    try:
+        return _mp_decoder.decode(data)
+    except msgspec.ValidationError as e:
+        raw = _raw_decoder.decode(data)
+        upcast = UPCASTERS.get(str(raw.get("type")))
+        if upcast is None:
+            raise LogReadError(f"cannot decode stored event: {e}") from e
+        return msgspec.convert(upcast(raw), AnyEvent)
+
+
+def to_json(event: Event) -> bytes:
+    return _json_encoder.encode(event)
+
+
+def from_json(data: bytes | str) -> AnyEvent:
+    return _json_decoder.decode(data)
+
+
+class RecordedJson(msgspec.Struct, kw_only=True):
+    """The JSON-lines export shape of a recorded event."""
+
+    id: str
+    stream: str
+    version: int
+    position: int
+    at: float
+    correlation_id: str | None
+    causation_id: str | None
+    event: AnyEvent
+
+
+_line_decoder = msgspec.json.Decoder(RecordedJson)
+
+
+def recorded_to_json(r: Recorded) -> bytes:
+    """One JSON line (without the newline) for an export."""
+    return _json_encoder.encode(
+        RecordedJson(
+            id=r.id,
+            stream=r.stream,
+            version=r.version,
+            position=r.position,
+            at=r.at,
+            correlation_id=r.correlation_id,
+            causation_id=r.causation_id,
+            event=r.event,  # type: ignore[arg-type]
+        )
+    )
+
+
+def recorded_from_json(line: bytes | str) -> Recorded:
+    j = _line_decoder.decode(line)
+    return Recorded(
+        stream=j.stream,
+        version=j.version,
+        position=j.position,
+        at=j.at,
+        event=j.event,
+        correlation_id=j.correlation_id,
+        causation_id=j.causation_id,
+    )

@@ -1,0 +1,376 @@
+"""The events of a run actor: what arrives (inputs) and what it decides.
+
+A run's stream is ``run.<run_id>``. Inputs carry everything non-deterministic a
+decision may depend on (model replies, tool results, the time they arrived);
+decisions are derived from inputs and state alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from steward.events.base import Event
+
+__all__ = [
+    "ApprovalDecided",
+    "ApprovalRequested",
+    "CancelRequested",
+    "ChatMessage",
+    "DecisionRecorded",
+    "INPUT_TYPES",
+    "LlmFailed",
+    "LlmRequested",
+    "LlmResponded",
+    "MessageSent",
+    "ModelReplied",
+    "NoteRecorded",
+    "OutputUpdated",
+    "RunCancelled",
+    "RunCompleted",
+    "RunCreated",
+    "RunDecision",
+    "RunEvent",
+    "RunFailed",
+    "RunInput",
+    "RunResumed",
+    "RunSettings",
+    "RunSlept",
+    "RunStarted",
+    "RunStatus",
+    "SubagentFinished",
+    "SubagentResult",
+    "SubagentSpec",
+    "SubagentsSpawned",
+    "SystemNoteAdded",
+    "TERMINAL",
+    "ToolCall",
+    "ToolRequested",
+    "ToolResulted",
+    "ToolSpec",
+    "Usage",
+    "WakeDue",
+]
+
+RunStatus = Literal["pending", "running", "waiting", "completed", "failed", "cancelled"]
+TERMINAL: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
+
+
+class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """A tool as the model sees it, recorded once when a run starts."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = {}
+    requires_approval: bool = False
+    max_retries: int | None = None
+
+
+class ChatMessage(msgspec.Struct, frozen=True, kw_only=True):
+    """One message of the conversation a run answers."""
+
+    role: Literal["user", "assistant", "system"]
+    content: str
+
+
+class RunSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything a run's prompts and limits depend on, fixed when it starts.
+
+    Recording these once lets replay rebuild every prompt exactly, even after
+    the configuration changed, without storing any prompt.
+    """
+
+    model: str = "scripted"
+    system_prompt: str = ""
+    protocol: Literal["json", "native"] = "json"
+    tools: tuple[ToolSpec, ...] = ()
+    temperature: float | None = None
+    max_tokens: int | None = None
+    max_iterations: int = 20
+    transcript_limit: int = 50
+    transcript_token_limit: int = 1200
+    max_json_retries: int = 1
+    max_tool_retries: int = 1
+    max_tool_call_rounds: int = 10
+    planning_gate: bool = True
+    subagent_conversation_limit: int = 40
+
+
+class Usage(msgspec.Struct, frozen=True, kw_only=True):
+    """Tokens one model call used."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
+    """A native tool call the model asked for."""
+
+    id: str
+    name: str
+    args: dict[str, Any] = {}
+
+
+class SubagentSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """A child run a parent asked for."""
+
+    run_id: str
+    input_text: str
+    profile: str | None = None
+    allowed_tools: tuple[str, ...] | None = None
+
+
+class SubagentResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What a finished child run handed back to its parent."""
+
+    run_id: str
+    status: str
+    output: str
+
+
+# -- inputs -------------------------------------------------------------------
+
+
+class RunCreated(Event, frozen=True, kw_only=True):
+    """A run was asked for (an inbound message, an operator, a parent run)."""
+
+    run_id: str
+    input_text: str
+    settings: RunSettings
+    conversation: tuple[ChatMessage, ...] = ()
+    input_json: Any = None
+    agent_id: str | None = None
+    channel_id: str | None = None
+    user_id: str | None = None
+    context_id: str | None = None
+    parent_run_id: str | None = None
+    root_run_id: str | None = None
+    kind: Literal["coordinator", "subagent"] = "coordinator"
+    profile: str | None = None
+    allowed_tools: tuple[str, ...] | None = None
+    at: float = 0.0
+
+
+class LlmResponded(Event, frozen=True, kw_only=True):
+    """The model answered request ``request_id``."""
+
+    request_id: str
+    text: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: Usage = Usage()
+    at: float = 0.0
+
+
+class LlmFailed(Event, frozen=True, kw_only=True):
+    """The model call ``request_id`` failed for good (after its retries)."""
+
+    request_id: str
+    kind: str
+    message: str
+    at: float = 0.0
+
+
+class ToolResulted(Event, frozen=True, kw_only=True):
+    """Tool call ``request_id`` finished, well or badly."""
+
+    request_id: str
+    ok: bool
+    output: str = ""
+    error: str | None = None
+    retryable: bool = True
+    truncated: bool = False
+    at: float = 0.0
+
+
+class WakeDue(Event, frozen=True, kw_only=True):
+    """Timer ``timer_id`` came due."""
+
+    timer_id: str
+    at: float = 0.0
+
+
+class SubagentFinished(Event, frozen=True, kw_only=True):
+    """A child run reached a terminal state."""
+
+    result: SubagentResult
+    at: float = 0.0
+
+
+class CancelRequested(Event, frozen=True, kw_only=True):
+    """Someone asked the run to stop."""
+
+    reason: str = "cancelled by operator"
+    at: float = 0.0
+
+
+class ApprovalDecided(Event, frozen=True, kw_only=True):
+    """A person approved or denied a tool call that needed approval."""
+
+    request_id: str
+    approved: bool
+    reason: str = ""
+    at: float = 0.0
+
+
+# -- decisions ----------------------------------------------------------------
+
+
+class RunStarted(Event, frozen=True, kw_only=True):
+    """The run moved from pending to running."""
+
+
+class LlmRequested(Event, frozen=True, kw_only=True):
+    """Ask the model; the prompt is rebuilt from state, only its hash is kept."""
+
+    request_id: str
+    iteration: int
+    prompt_hash: str
+    priority: Literal["interactive", "subagent"] = "interactive"
+
+
+class ToolRequested(Event, frozen=True, kw_only=True):
+    """Run tool ``name`` with ``args``; ``attempt`` counts from 1."""
+
+    request_id: str
+    name: str
+    args: dict[str, Any] = {}
+    attempt: int = 1
+    call_id: str | None = None
+    timeout: float | None = None
+
+
+class ApprovalRequested(Event, frozen=True, kw_only=True):
+    """A tool call needs a person's approval; the run waits for it."""
+
+    request_id: str
+    name: str
+    args: dict[str, Any] = {}
+    call_id: str | None = None
+
+
+class ModelReplied(Event, frozen=True, kw_only=True):
+    """What the run made of the model's reply, kept in its transcript."""
+
+    command: str
+    detail: str = ""
+
+
+class SystemNoteAdded(Event, frozen=True, kw_only=True):
+    """The runtime told the model something (planning gate, JSON correction)."""
+
+    reason: Literal[
+        "planning_gate", "invalid_json", "unknown_command", "tool_error", "approval"
+    ]
+    content: str
+
+
+class NoteRecorded(Event, frozen=True, kw_only=True):
+    """The model recorded a structured note (requirements, plan, ...)."""
+
+    category: str
+    content: str
+
+
+class DecisionRecorded(Event, frozen=True, kw_only=True):
+    """The model recorded a decision."""
+
+    content: str
+    importance: str | None = None
+
+
+class OutputUpdated(Event, frozen=True, kw_only=True):
+    """The output buffer changed (``replace`` or ``append``)."""
+
+    text: str
+    mode: Literal["replace", "append"] = "replace"
+
+
+class MessageSent(Event, frozen=True, kw_only=True):
+    """The run sent a message to the user."""
+
+    text: str
+
+
+class SubagentsSpawned(Event, frozen=True, kw_only=True):
+    """Child runs were asked for; the parent waits for all of them."""
+
+    children: tuple[SubagentSpec, ...]
+
+
+class RunSlept(Event, frozen=True, kw_only=True):
+    """The run waits until ``wake_at`` (epoch seconds)."""
+
+    timer_id: str
+    wake_at: float
+    reason: str = ""
+    cron: str | None = None
+
+
+class RunResumed(Event, frozen=True, kw_only=True):
+    """The run went from waiting back to running."""
+
+    reason: str
+
+
+class RunCompleted(Event, frozen=True, kw_only=True):
+    """The run finished with ``output``."""
+
+    output: str
+    reason: str = "finish"
+
+
+class RunFailed(Event, frozen=True, kw_only=True):
+    """The run failed; ``reason`` says why in a sentence."""
+
+    reason: str
+    children: tuple[str, ...] = ()
+
+
+class RunCancelled(Event, frozen=True, kw_only=True):
+    """The run was cancelled; ``children`` still running are cancelled too."""
+
+    reason: str
+    children: tuple[str, ...] = ()
+
+
+RunInput = (
+    RunCreated
+    | LlmResponded
+    | LlmFailed
+    | ToolResulted
+    | WakeDue
+    | SubagentFinished
+    | CancelRequested
+    | ApprovalDecided
+)
+RunDecision = (
+    RunStarted
+    | LlmRequested
+    | ToolRequested
+    | ApprovalRequested
+    | ModelReplied
+    | SystemNoteAdded
+    | NoteRecorded
+    | DecisionRecorded
+    | OutputUpdated
+    | MessageSent
+    | SubagentsSpawned
+    | RunSlept
+    | RunResumed
+    | RunCompleted
+    | RunFailed
+    | RunCancelled
+)
+RunEvent = RunInput | RunDecision
+
+INPUT_TYPES: tuple[type[Event], ...] = (
+    RunCreated,
+    LlmResponded,
+    LlmFailed,
+    ToolResulted,
+    WakeDue,
+    SubagentFinished,
+    CancelRequested,
+    ApprovalDecided,
+)
