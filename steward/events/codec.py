@@ -33,7 +33,8 @@ def decode(data: bytes) -> AnyEvent:
         upcast = UPCASTERS.get(str(raw.get("type")))
         if upcast is None:
             raise LogReadError(f"cannot decode stored event: {e}") from e
-        return msgspec.convert(upcast(raw), AnyEvent)
+        event: AnyEvent = msgspec.convert(upcast(raw), AnyEvent)
+        return event
 
 
 def to_json(event: Event) -> bytes:

@@ -24,7 +24,6 @@ __all__ = [
     "LlmRequested",
     "LlmResponded",
     "MessageSent",
-    "ModelReplied",
     "NoteRecorded",
     "OutputUpdated",
     "RunCancelled",
@@ -67,11 +66,25 @@ class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
     max_retries: int | None = None
 
 
-class ChatMessage(msgspec.Struct, frozen=True, kw_only=True):
-    """One message of the conversation a run answers."""
+class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
+    """A native tool call the model asked for."""
 
-    role: Literal["user", "assistant", "system"]
+    id: str
+    name: str
+    args: dict[str, Any] = {}
+
+
+class ChatMessage(msgspec.Struct, frozen=True, kw_only=True):
+    """One message of a conversation or of a run's transcript.
+
+    ``tool_calls`` is set on an assistant message that asked for native tool
+    calls; ``tool_call_id`` on the ``tool`` message that answers one.
+    """
+
+    role: Literal["user", "assistant", "system", "tool"]
     content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
 
 
 class RunSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -102,14 +115,6 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True):
 
     input_tokens: int = 0
     output_tokens: int = 0
-
-
-class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
-    """A native tool call the model asked for."""
-
-    id: str
-    name: str
-    args: dict[str, Any] = {}
 
 
 class SubagentSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -249,20 +254,13 @@ class ApprovalRequested(Event, frozen=True, kw_only=True):
     call_id: str | None = None
 
 
-class ModelReplied(Event, frozen=True, kw_only=True):
-    """What the run made of the model's reply, kept in its transcript."""
-
-    command: str
-    detail: str = ""
-
-
 class SystemNoteAdded(Event, frozen=True, kw_only=True):
     """The runtime told the model something (planning gate, JSON correction)."""
 
-    reason: Literal[
-        "planning_gate", "invalid_json", "unknown_command", "tool_error", "approval"
-    ]
+    reason: Literal["planning_gate", "invalid_command", "tool_error"]
     content: str
+    call_id: str | None = None
+    tool: str | None = None
 
 
 class NoteRecorded(Event, frozen=True, kw_only=True):
@@ -324,7 +322,6 @@ class RunFailed(Event, frozen=True, kw_only=True):
     """The run failed; ``reason`` says why in a sentence."""
 
     reason: str
-    children: tuple[str, ...] = ()
 
 
 class RunCancelled(Event, frozen=True, kw_only=True):
@@ -349,7 +346,6 @@ RunDecision = (
     | LlmRequested
     | ToolRequested
     | ApprovalRequested
-    | ModelReplied
     | SystemNoteAdded
     | NoteRecorded
     | DecisionRecorded

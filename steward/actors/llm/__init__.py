@@ -1,0 +1,57 @@
+"""Model providers: the normalized stream contract, the registry, the scripted model.
+
+``make_provider(name, config)`` builds a registered provider; ``collect`` drains
+its stream into one ``ResultEvent`` and enforces the contract.
+"""
+
+from steward.actors.llm.base import (
+    AssistantDelta,
+    Provider,
+    RequestInfo,
+    ResultEvent,
+    StreamEvent,
+    SystemEvent,
+    ToolResultEvent,
+    ToolUseEvent,
+    UsageEvent,
+    collect,
+)
+from steward.actors.llm.registry import (
+    PROVIDERS,
+    ProviderFactory,
+    UnknownProviderError,
+    make_provider,
+)
+from steward.actors.llm.scripted import (
+    Reply,
+    ReplyError,
+    ReplyFn,
+    Script,
+    ScriptedProvider,
+    estimate_usage,
+    load_script,
+)
+
+__all__ = [
+    "PROVIDERS",
+    "AssistantDelta",
+    "Provider",
+    "ProviderFactory",
+    "Reply",
+    "ReplyError",
+    "ReplyFn",
+    "RequestInfo",
+    "ResultEvent",
+    "Script",
+    "ScriptedProvider",
+    "StreamEvent",
+    "SystemEvent",
+    "ToolResultEvent",
+    "ToolUseEvent",
+    "UnknownProviderError",
+    "UsageEvent",
+    "collect",
+    "estimate_usage",
+    "load_script",
+    "make_provider",
+]

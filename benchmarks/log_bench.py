@@ -1,0 +1,314 @@
+"""The embedded event log: appends per second, commit latency, and replay speed.
+
+Targets:
+
+- appends: DESIGN.md section 8 wants the log to append "faster than any Python
+  event store we know". Those (the ``eventsourcing`` library's SQLite recorder,
+  for one) write with blocking ``sqlite3``, one transaction per append, which
+  stalls the event loop for every commit. That store is measured here, on the
+  same machine and moment, with the same events and durability, and is the
+  target: steward must be at least as fast without ever blocking the loop;
+- latency: section 8 wants a step "measured in microseconds, not
+  milliseconds", so one lone commit, and its delivery to a subscriber, must
+  each stay under a millisecond;
+- replay (read + decode + fold) >= 300,000 events/s: section 8 asks that replay
+  "reads and folds hundreds of thousands of events per second".
+
+Everything runs on temporary files with a warm OS cache (a replay right after
+a restart, on a cold disk, is bound by the disk instead).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import sqlite3
+import statistics
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from benchmarks.common import Figure, Measure, Stopwatch, median_rate, median_rates
+from steward import events
+from steward.bus import SqliteEventLog
+from steward.bus.sqlite import Synchronous
+
+WRITERS = 100
+REPLAY_EVENTS = 100_000
+RUN_LENGTH = 50  # events per run stream in the replay log
+REPLAY_PAGE = 1_000
+
+_files = itertools.count()
+
+
+def step_events(run: int, step: int) -> list[events.Event]:
+    """Five events of one run step, shaped like a real tool-using run's."""
+    request = f"run-{run}/llm/{step}"
+    tool = f"run-{run}/tool/{step}"
+    return [
+        events.LlmRequested(
+            request_id=request, iteration=step, prompt_hash="9f2c" * 16
+        ),
+        events.LlmResponded(
+            request_id=request,
+            text=(
+                '{"type": "tool_call", "tool": "files.read", "args": {"path": '
+                '"docs/report.md"}, "why": "the summary needs the figures from '
+                'the quarterly report, which only this file has in full detail"}'
+            ),
+            usage=events.Usage(input_tokens=1_850 + step, output_tokens=64),
+            at=1_700_000_000.0 + step,
+        ),
+        events.ToolRequested(
+            request_id=tool,
+            name="files.read",
+            args={"path": "docs/report.md", "max_bytes": 65_536},
+        ),
+        events.ToolResulted(
+            request_id=tool,
+            ok=True,
+            output="# Quarterly report\n\nRevenue grew 12% to 4.1M. " * 3,
+            at=1_700_000_000.5 + step,
+        ),
+        events.OutputUpdated(text=f"Step {step}: revenue grew 12%.", mode="append"),
+    ]
+
+
+@contextlib.contextmanager
+def scratch() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="steward-bench-") as directory:
+        yield Path(directory)
+
+
+# -- appends -------------------------------------------------------------------
+
+
+def steward_appends(
+    directory: Path, *, per_commit: int, commits: int, synchronous: Synchronous
+) -> Measure:
+    """WRITERS concurrent writers, each appending to its own stream."""
+    batch = (step_events(0, 0) * 2)[:per_commit]
+
+    async def measure() -> tuple[int, float]:
+        log = await SqliteEventLog.open(
+            directory / f"steward-{next(_files)}.db", synchronous=synchronous
+        )
+        try:
+
+            async def writer(w: int) -> None:
+                version = 0
+                for _ in range(commits):
+                    commit = await log.append(f"run.{w}", batch, version)
+                    version = commit.last_version
+
+            watch = Stopwatch()
+            await asyncio.gather(*(writer(w) for w in range(WRITERS)))
+            return WRITERS * commits * per_commit, watch.elapsed()
+        finally:
+            await log.close()
+
+    return measure
+
+
+_BLOCKING_SCHEMA = """
+CREATE TABLE events (
+    position INTEGER PRIMARY KEY, stream TEXT NOT NULL, version INTEGER NOT NULL,
+    at REAL NOT NULL, type TEXT NOT NULL, correlation_id TEXT, causation_id TEXT,
+    data BLOB NOT NULL, UNIQUE (stream, version)
+)
+"""
+
+
+def blocking_appends(
+    directory: Path, *, per_commit: int, commits: int, synchronous: Synchronous
+) -> Measure:
+    """The usual Python event store: blocking sqlite3, a transaction per append."""
+    batch = (step_events(0, 0) * 2)[:per_commit]
+
+    async def measure() -> tuple[int, float]:
+        path = directory / f"blocking-{next(_files)}.db"
+        with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as db:
+            db.execute("PRAGMA journal_mode = WAL")
+            db.execute(f"PRAGMA synchronous = {synchronous}")
+            db.execute(_BLOCKING_SCHEMA)
+            watch = Stopwatch()
+            for n in range(WRITERS * commits):
+                stream = f"run.{n % WRITERS}"
+                db.execute("BEGIN IMMEDIATE")
+                (version,) = db.execute(
+                    "SELECT coalesce(max(version), 0) FROM events WHERE stream = ?",
+                    (stream,),
+                ).fetchone()
+                (position,) = db.execute(
+                    "SELECT coalesce(max(position), 0) FROM events"
+                ).fetchone()
+                at = time.time()
+                db.executemany(
+                    "INSERT INTO events VALUES (?, ?, ?, ?, ?, NULL, NULL, ?)",
+                    [
+                        (
+                            position + i,
+                            stream,
+                            version + i,
+                            at,
+                            events.type_name(e),
+                            events.encode(e),
+                        )
+                        for i, e in enumerate(batch, 1)
+                    ],
+                )
+                db.execute("COMMIT")
+            return WRITERS * commits * per_commit, watch.elapsed()
+
+    return measure
+
+
+APPEND_CASES: tuple[tuple[int, int, Synchronous], ...] = (
+    # events per commit, commits per writer, durability
+    (1, 100, "NORMAL"),
+    (10, 50, "NORMAL"),
+    (1, 50, "FULL"),
+)
+
+
+async def append_figures(directory: Path) -> list[Figure]:
+    figures = []
+    for per_commit, commits, synchronous in APPEND_CASES:
+        ours, theirs = await median_rates(
+            steward_appends(
+                directory,
+                per_commit=per_commit,
+                commits=commits,
+                synchronous=synchronous,
+            ),
+            blocking_appends(
+                directory,
+                per_commit=per_commit,
+                commits=commits,
+                synchronous=synchronous,
+            ),
+        )
+        name = f"append {per_commit} event{'s' * (per_commit > 1)}/commit"
+        if synchronous != "NORMAL":
+            name += f", {synchronous}"
+        unit = "events/s" if per_commit > 1 else "appends/s"
+        figures.append(Figure(f"{name} (vs blocking sqlite3)", ours, unit, theirs))
+    return figures
+
+
+# -- latency -------------------------------------------------------------------
+
+
+async def latency_figures(directory: Path) -> list[Figure]:
+    """Median microseconds of one lone append, and until a subscriber has it."""
+    log = await SqliteEventLog.open(directory / "latency.db")
+    received: asyncio.Queue[events.Recorded] = asyncio.Queue()
+
+    async def follow() -> None:
+        async for record in log.subscribe():
+            received.put_nowait(record)
+
+    follower = asyncio.create_task(follow())
+    appends, deliveries = [], []
+    try:
+        step = step_events(0, 0)
+        for version in range(500):
+            watch = Stopwatch()
+            await log.append("run.lone", [step[version % 5]], version)
+            appends.append(watch.elapsed())
+            await asyncio.wait_for(received.get(), 5)
+            deliveries.append(watch.elapsed())
+    finally:
+        follower.cancel()
+        await asyncio.gather(follower, return_exceptions=True)
+        await log.close()
+    return [
+        Figure(
+            "one lone append",
+            statistics.median(appends) * 1e6,
+            "us",
+            1_000,
+            higher_is_better=False,
+        ),
+        Figure(
+            "one lone append, until a subscriber has it",
+            statistics.median(deliveries) * 1e6,
+            "us",
+            1_000,
+            higher_is_better=False,
+        ),
+    ]
+
+
+# -- replay --------------------------------------------------------------------
+
+
+async def build_replay_log(path: Path) -> None:
+    """REPLAY_EVENTS events over runs of RUN_LENGTH, one commit per step."""
+    log = await SqliteEventLog.open(path)
+    runs = REPLAY_EVENTS // RUN_LENGTH
+    try:
+
+        async def writer(w: int) -> None:
+            for run in range(w, runs, WRITERS):
+                version = 0
+                for step in range(RUN_LENGTH // 5):
+                    commit = await log.append(
+                        f"run.{run}", step_events(run, step), version
+                    )
+                    version = commit.last_version
+
+        await asyncio.gather(*(writer(w) for w in range(WRITERS)))
+        assert await log.head() == REPLAY_EVENTS
+    finally:
+        await log.close()
+
+
+async def replay_per_second(path: Path, page: int) -> float:
+    """Events/s read with read_all page by page, decoded and folded (count per type)."""
+    log = await SqliteEventLog.open(path)
+    try:
+
+        async def measure() -> tuple[int, float]:
+            counts: dict[type, int] = {}
+            seen = position = 0
+            watch = Stopwatch()
+            while records := await log.read_all(position, page):
+                for record in records:
+                    kind = type(record.event)
+                    counts[kind] = counts.get(kind, 0) + 1
+                position = records[-1].position
+                seen += len(records)
+            elapsed = watch.elapsed()
+            assert seen == sum(counts.values()) == REPLAY_EVENTS
+            return seen, elapsed
+
+        await measure()  # warm the OS cache and SQLite's page cache
+        return await median_rate(measure)
+    finally:
+        await log.close()
+
+
+async def replay_figures(directory: Path) -> list[Figure]:
+    path = directory / "replay.db"
+    await build_replay_log(path)
+    return [
+        Figure(
+            f"replay {REPLAY_EVENTS:,}: pages of {page:,}, decode, fold",
+            await replay_per_second(path, page),
+            "events/s",
+            300_000,
+        )
+        for page in (REPLAY_PAGE, 10_000)
+    ]
+
+
+async def run() -> list[Figure]:
+    with scratch() as directory:
+        return [
+            *await append_figures(directory),
+            *await latency_figures(directory),
+            *await replay_figures(directory),
+        ]

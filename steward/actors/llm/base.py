@@ -1,0 +1,222 @@
+"""The provider contract: normalized stream events, ``Provider`` and ``collect``.
+
+A provider turns a ``Prompt`` into a stream of normalized events (Alphred's
+``system``, ``assistant``, ``tool_use``, ``tool_result``, ``usage``,
+``result``). ``collect`` enforces the contract every provider must keep: the
+stream ends with exactly one ``result`` event, nothing follows it, and a stream
+without one fails deterministically. Usage is aggregated across the payload
+variants providers send.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Literal, Protocol
+
+import msgspec
+
+from steward.actors.prompt import Prompt
+from steward.errors import ProviderError
+from steward.events.run import ToolCall, Usage
+
+__all__ = [
+    "AssistantDelta",
+    "Provider",
+    "RequestInfo",
+    "ResultEvent",
+    "StreamEvent",
+    "SystemEvent",
+    "ToolResultEvent",
+    "ToolUseEvent",
+    "UsageEvent",
+    "collect",
+]
+
+
+class SystemEvent(
+    msgspec.Struct, frozen=True, kw_only=True, tag_field="kind", tag="system"
+):
+    """The provider started (or reports on) a session: model, ids, warnings."""
+
+    message: str = ""
+    metadata: dict[str, Any] = {}
+
+
+class AssistantDelta(
+    msgspec.Struct, frozen=True, kw_only=True, tag_field="kind", tag="assistant"
+):
+    """A piece of the model's text, in the order it was produced."""
+
+    text: str
+
+
+class ToolUseEvent(
+    msgspec.Struct, frozen=True, kw_only=True, tag_field="kind", tag="tool_use"
+):
+    """The model asked for tool ``name`` with ``args``."""
+
+    id: str
+    name: str
+    args: dict[str, Any] = {}
+
+
+class ToolResultEvent(
+    msgspec.Struct, frozen=True, kw_only=True, tag_field="kind", tag="tool_result"
+):
+    """A tool the provider ran itself (server-side) returned ``content``."""
+
+    id: str
+    content: str = ""
+    is_error: bool = False
+
+
+class UsageEvent(
+    msgspec.Struct, frozen=True, kw_only=True, tag_field="kind", tag="usage"
+):
+    """Token counts: an increment, or (``cumulative``) the total so far."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cumulative: bool = False
+
+
+class ResultEvent(
+    msgspec.Struct, frozen=True, kw_only=True, tag_field="kind", tag="result"
+):
+    """The terminal event: the whole reply, its tool calls and usage.
+
+    ``text`` and ``tool_calls`` are authoritative: ``collect`` does not rebuild
+    them from the deltas. ``metadata`` carries typed extras such as a routing
+    decision.
+    """
+
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: Usage = Usage()
+    metadata: dict[str, Any] = {}
+
+
+StreamEvent = (
+    SystemEvent
+    | AssistantDelta
+    | ToolUseEvent
+    | ToolResultEvent
+    | UsageEvent
+    | ResultEvent
+)
+"""Any normalized event a provider streams."""
+
+
+class RequestInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """Who asks: lets a provider (and a script) tell runs and priorities apart."""
+
+    run_id: str
+    request_id: str
+    priority: Literal["interactive", "subagent"] = "interactive"
+    profile: str | None = None
+
+
+class Provider(Protocol):
+    """A model provider: turns a prompt into a stream of normalized events.
+
+    A provider must:
+
+    - yield ``StreamEvent``s only, ending with exactly one ``ResultEvent`` and
+      nothing after it (``collect`` rejects anything else as
+      ``invalid_response``);
+    - raise ``ProviderError`` with a ``kind`` from ``ProviderError.KINDS`` and
+      ``retryable`` (and ``retry_after`` when the server said so) for every
+      failure it can classify; SDK exceptions never escape untranslated;
+    - keep secrets (keys, auth headers) out of every event and error message.
+
+    Implementations do not inherit from this class.
+    """
+
+    name: str
+    """The registry name the provider is known by (``scripted``, ...)."""
+
+    def stream(self, prompt: Prompt, info: RequestInfo) -> AsyncIterator[StreamEvent]:
+        """Ask the model ``prompt`` and stream its reply as normalized events."""
+        ...
+
+
+async def collect(
+    events: AsyncIterator[StreamEvent],
+    on_event: Callable[[StreamEvent], None] | None = None,
+) -> ResultEvent:
+    """Drain a provider stream and return its result, with aggregated usage.
+
+    Usage follows Alphred's phase runner: incremental ``UsageEvent``s are
+    summed, cumulative ones are tracked by their maximum, and each count is the
+    higher of the two. When the stream sent no ``UsageEvent`` the result's own
+    usage stands.
+
+    Args:
+        events: the provider's stream; closed when this returns or raises.
+        on_event: called with every event as it arrives (progress, logging).
+
+    Raises:
+        ProviderError: ``invalid_response`` when an event follows the result,
+            an item is not a stream event, or the stream ends without a result;
+            any ``ProviderError`` the stream raised passes through.
+    """
+    result: ResultEvent | None = None
+    added = [0, 0]
+    peak = [0, 0]
+    saw_usage = False
+    try:
+        async for event in events:
+            if on_event is not None:
+                on_event(event)
+            if result is not None:
+                raise ProviderError(
+                    "invalid_response",
+                    f"the provider sent a {_kind(event)} event after its result "
+                    "event; a stream must end with exactly one result",
+                )
+            match event:
+                case ResultEvent():
+                    result = event
+                case UsageEvent(cumulative=True):
+                    saw_usage = True
+                    peak[0] = max(peak[0], event.input_tokens)
+                    peak[1] = max(peak[1], event.output_tokens)
+                case UsageEvent():
+                    saw_usage = True
+                    added[0] += event.input_tokens
+                    added[1] += event.output_tokens
+                case (
+                    SystemEvent()
+                    | AssistantDelta()
+                    | ToolUseEvent()
+                    | ToolResultEvent()
+                ):
+                    pass
+                case _:
+                    raise ProviderError(
+                        "invalid_response",
+                        f"the provider sent {type(event).__name__!r}, which is not "
+                        "a stream event",
+                    )
+    finally:
+        aclose = getattr(events, "aclose", None)
+        if aclose is not None:
+            await aclose()
+    if result is None:
+        raise ProviderError(
+            "invalid_response",
+            "the provider stream ended without a result event; a stream must end "
+            "with exactly one result",
+        )
+    if not saw_usage:
+        return result
+    usage = Usage(
+        input_tokens=max(added[0], peak[0]), output_tokens=max(added[1], peak[1])
+    )
+    return msgspec.structs.replace(result, usage=usage)
+
+
+def _kind(event: object) -> str:
+    config = getattr(type(event), "__struct_config__", None)
+    tag = getattr(config, "tag", None)
+    return tag if isinstance(tag, str) else type(event).__name__

@@ -1,0 +1,857 @@
+"""The run actor: Clifford's run processor as a pure decider.
+
+A run answers one input with a loop of model calls. In the ``json`` protocol
+each reply is one JSON command (tool_call, send_message, set_output, finish,
+decision, note, spawn_subagent(s), sleep); in the ``native`` protocol the model
+returns tool calls and the run ends on a reply without any. Everything here is
+pure: ids are derived from the run id and counters, times arrive on inputs.
+
+Read top to bottom: the state, ``initial``, ``evolve``, ``decide``, then the
+helpers that turn a reply into decisions, then the prompt builder.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+from croniter import croniter  # pure computation over a base time we pass in
+
+from steward.actors.prompt import Prompt, prompt_hash
+from steward.events.base import Event
+from steward.events.run import (
+    ApprovalDecided,
+    ApprovalRequested,
+    CancelRequested,
+    ChatMessage,
+    DecisionRecorded,
+    LlmFailed,
+    LlmRequested,
+    LlmResponded,
+    MessageSent,
+    NoteRecorded,
+    OutputUpdated,
+    RunCancelled,
+    RunCompleted,
+    RunCreated,
+    RunFailed,
+    RunResumed,
+    RunSettings,
+    RunSlept,
+    RunStarted,
+    SubagentFinished,
+    SubagentResult,
+    SubagentSpec,
+    SubagentsSpawned,
+    SystemNoteAdded,
+    ToolCall,
+    ToolRequested,
+    ToolResulted,
+    ToolSpec,
+    WakeDue,
+)
+
+replace = msgspec.structs.replace
+
+
+class PendingCall(msgspec.Struct, frozen=True, kw_only=True):
+    """A tool call requested (or awaiting approval) and not yet answered."""
+
+    request_id: str
+    name: str
+    args: dict[str, Any]
+    attempt: int = 1
+    call_id: str | None = None
+
+
+class Run(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything a run's decisions depend on, folded from its events."""
+
+    status: str = "new"
+    run_id: str = ""
+    created: RunCreated | None = None
+    kind: str = "coordinator"
+    parent_run_id: str | None = None
+    settings: RunSettings = RunSettings()
+    conversation: tuple[ChatMessage, ...] = ()
+    transcript: tuple[ChatMessage, ...] = ()
+    iteration: int = 0
+    llm_pending: str | None = None
+    calls: tuple[PendingCall, ...] = ()
+    approvals: tuple[PendingCall, ...] = ()
+    children: tuple[str, ...] = ()
+    results: tuple[SubagentResult, ...] = ()
+    timer_id: str | None = None
+    wake_at: float | None = None
+    output: str = ""
+    last_message: str | None = None
+    has_requirements: bool = False
+    has_plan: bool = False
+    stall: int = 0
+    invalid_replies: int = 0
+    tool_requests: int = 0
+    tool_calls: int = 0
+    output_updates: int = 0
+    tool_failed: bool = False
+    spawned: int = 0
+    sleeps: int = 0
+    rounds: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    reason: str | None = None
+
+
+initial = Run()
+
+KNOWN_COMMANDS = (
+    "tool_call",
+    "send_message",
+    "set_output",
+    "finish",
+    "decision",
+    "note",
+    "spawn_subagent",
+    "spawn_subagents",
+    "sleep",
+)
+_GATED = frozenset({"tool_call", "set_output", "finish"})
+_QUESTION = re.compile(r"bitte|please|could you|can you", re.IGNORECASE)
+_FENCE = re.compile(r"^```[a-zA-Z]*\s*\n?(.*?)\n?```$", re.DOTALL)
+
+
+# -- evolve ---------------------------------------------------------------------
+
+
+def evolve(state: Run, event: Event) -> Run:
+    """Fold one recorded event (input or decision) into the run's state."""
+    match event:
+        case RunCreated():
+            conversation = _conversation(event)
+            return replace(
+                state,
+                status="pending",
+                run_id=event.run_id,
+                created=event,
+                kind=event.kind,
+                parent_run_id=event.parent_run_id,
+                settings=event.settings,
+                conversation=conversation,
+            )
+        case RunStarted():
+            return replace(state, status="running")
+        case LlmRequested():
+            return replace(
+                state, llm_pending=event.request_id, iteration=event.iteration
+            )
+        case LlmResponded():
+            native = state.settings.protocol == "native"
+            return replace(
+                state,
+                llm_pending=None,
+                transcript=(
+                    *state.transcript,
+                    ChatMessage(
+                        role="assistant",
+                        content=event.text,
+                        tool_calls=event.tool_calls if native else (),
+                    ),
+                ),
+                stall=state.stall + 1,
+                rounds=state.rounds + (1 if event.tool_calls else 0),
+                input_tokens=state.input_tokens + event.usage.input_tokens,
+                output_tokens=state.output_tokens + event.usage.output_tokens,
+            )
+        case LlmFailed():
+            return replace(state, llm_pending=None)
+        case ToolRequested():
+            call = PendingCall(
+                request_id=event.request_id,
+                name=event.name,
+                args=event.args,
+                attempt=event.attempt,
+                call_id=event.call_id,
+            )
+            return replace(
+                state,
+                calls=(*state.calls, call),
+                approvals=tuple(
+                    a for a in state.approvals if a.request_id != event.request_id
+                ),
+                # an approved call keeps the id its ApprovalRequested already took
+                tool_requests=state.tool_requests
+                + (_find(state.approvals, event.request_id) is None),
+                tool_calls=state.tool_calls + (event.attempt == 1),
+                stall=0,
+            )
+        case ApprovalRequested():
+            call = PendingCall(
+                request_id=event.request_id,
+                name=event.name,
+                args=event.args,
+                call_id=event.call_id,
+            )
+            return replace(
+                state,
+                status="waiting",
+                approvals=(*state.approvals, call),
+                tool_requests=state.tool_requests + 1,
+                stall=0,
+            )
+        case ApprovalDecided(approved=False):
+            denied = _find(state.approvals, event.request_id)
+            if denied is None:
+                return state
+            text = f"A person denied the call to {denied.name}: {event.reason}"
+            return replace(
+                state,
+                approvals=tuple(
+                    a for a in state.approvals if a.request_id != event.request_id
+                ),
+                transcript=(*state.transcript, _tool_message(state, denied, text)),
+            )
+        case ToolResulted():
+            done = _find(state.calls, event.request_id)
+            if done is None:
+                return state
+            calls = tuple(c for c in state.calls if c.request_id != event.request_id)
+            if _will_retry(state, done, event):
+                return replace(state, calls=calls, tool_failed=True)
+            text = (
+                event.output
+                if event.ok
+                else f"Tool {done.name} failed: {event.error or 'unknown error'}"
+            )
+            return replace(
+                state,
+                calls=calls,
+                tool_failed=state.tool_failed or not event.ok,
+                transcript=(*state.transcript, _tool_message(state, done, text)),
+            )
+        case SystemNoteAdded():
+            message = (
+                ChatMessage(
+                    role="tool", content=event.content, tool_call_id=event.call_id
+                )
+                if event.call_id is not None
+                else ChatMessage(role="user", content=f"[system] {event.content}")
+            )
+            return replace(
+                state,
+                transcript=(*state.transcript, message),
+                invalid_replies=state.invalid_replies
+                + (event.reason == "invalid_command"),
+                tool_failed=state.tool_failed or event.reason == "tool_error",
+            )
+        case NoteRecorded():
+            return replace(
+                state,
+                has_requirements=state.has_requirements
+                or event.category == "requirements",
+                has_plan=state.has_plan or event.category == "plan",
+            )
+        case DecisionRecorded():
+            return state
+        case OutputUpdated():
+            text = event.text if event.mode == "replace" else state.output + event.text
+            return replace(
+                state, output=text, output_updates=state.output_updates + 1, stall=0
+            )
+        case MessageSent():
+            return replace(state, last_message=event.text, stall=0)
+        case SubagentsSpawned():
+            return replace(
+                state,
+                status="waiting",
+                children=(*state.children, *(c.run_id for c in event.children)),
+                spawned=state.spawned + len(event.children),
+                stall=0,
+            )
+        case SubagentFinished():
+            if event.result.run_id not in state.children:
+                return state
+            children = tuple(c for c in state.children if c != event.result.run_id)
+            results = (*state.results, event.result)
+            transcript = state.transcript
+            if not children:
+                transcript = (*transcript, _results_message(results))
+                results = ()
+            return replace(
+                state, children=children, results=results, transcript=transcript
+            )
+        case RunSlept():
+            return replace(
+                state,
+                status="waiting",
+                timer_id=event.timer_id,
+                wake_at=event.wake_at,
+                sleeps=state.sleeps + 1,
+                stall=0,
+            )
+        case RunResumed():
+            return replace(state, status="running", timer_id=None, wake_at=None)
+        case RunCompleted():
+            return replace(state, status="completed", output=event.output)
+        case RunFailed():
+            return replace(state, status="failed", reason=event.reason)
+        case RunCancelled():
+            return replace(state, status="cancelled", reason=event.reason)
+        case _:
+            return state
+
+
+def fold(events: Any, state: Run = initial) -> Run:
+    """The state after ``events`` (an iterable of events)."""
+    for event in events:
+        state = evolve(state, event)
+    return state
+
+
+# -- decide ---------------------------------------------------------------------
+
+
+def decide(input: Event, state: Run) -> list[Event] | None:
+    """React to one input; ``None`` refuses it (nothing is recorded).
+
+    An accepted input may cause no decision (a child finished while others are
+    still running): then the input alone is recorded.
+    """
+    match input, state.status:
+        case RunCreated(), "new":
+            after = evolve(evolve(state, input), RunStarted())
+            return [RunStarted(), *_next_call(after, [])]
+        case LlmResponded(request_id=rid), "running" if rid == state.llm_pending:
+            after = evolve(state, input)
+            if state.settings.protocol == "native":
+                return _on_native_reply(input, after)
+            return _on_json_reply(input, after)
+        case LlmFailed(request_id=rid), "running" if rid == state.llm_pending:
+            return [
+                RunFailed(reason=f"model call failed: {input.kind}: {input.message}")
+            ]
+        case ToolResulted(request_id=rid), "running" | "waiting" if _find(
+            state.calls, rid
+        ):
+            return _on_tool_result(input, state)
+        case ApprovalDecided(request_id=rid), "running" | "waiting" if _find(
+            state.approvals, rid
+        ):
+            return _on_approval(input, state)
+        case WakeDue(timer_id=tid), "waiting" if tid == state.timer_id:
+            resumed = RunResumed(reason="wake")
+            return [resumed, *_next_call(evolve(state, resumed), [])]
+        case SubagentFinished(result=r), "waiting" if r.run_id in state.children:
+            after = evolve(state, input)
+            if after.children:
+                return []
+            resumed = RunResumed(reason="subagents finished")
+            return [resumed, *_next_call(evolve(after, resumed), [])]
+        case CancelRequested(), "pending" | "running" | "waiting":
+            return [RunCancelled(reason=input.reason, children=state.children)]
+        case _:
+            return None
+
+
+def _on_json_reply(reply: LlmResponded, state: Run) -> list[Event]:
+    command = parse_command(reply.text)
+    if isinstance(command, str):
+        return _invalid_reply(state, command)
+    kind = command["type"]
+    if kind in _GATED and state.settings.planning_gate:
+        if not (state.has_requirements and state.has_plan):
+            gate = SystemNoteAdded(
+                reason="planning_gate",
+                content=(
+                    "Before calling tools, setting output or finishing, record "
+                    'note(category="requirements") and note(category="plan").'
+                ),
+            )
+            return _continue(state, [gate])
+    try:
+        match kind:
+            case "tool_call":
+                return _tool_call(state, _text(command, "name"), _args(command))
+            case "send_message":
+                return _send_message(state, _text(command, "message"))
+            case "set_output":
+                update = OutputUpdated(
+                    text=_text(command, "output"), mode=_mode(command)
+                )
+                return _continue(state, [update])
+            case "finish":
+                return _finish(state, command)
+            case "decision":
+                importance = command.get("importance")
+                decision = DecisionRecorded(
+                    content=_text(command, "content"),
+                    importance=None if importance is None else str(importance),
+                )
+                return _continue(state, [decision])
+            case "note":
+                note = NoteRecorded(
+                    category=_text(command, "category"),
+                    content=_text(command, "content"),
+                )
+                return _continue(state, [note])
+            case "spawn_subagent":
+                return _spawn(state, [command.get("subagent")])
+            case "spawn_subagents":
+                subagents = command.get("subagents")
+                if not isinstance(subagents, list) or not subagents:
+                    raise _Invalid("`subagents` must be a non-empty list")
+                return _spawn(state, subagents)
+            case "sleep":
+                return [_sleep(state, command, reply.at)]
+            case _:
+                raise _Invalid(
+                    f"unknown command type {kind!r}; use one of "
+                    + ", ".join(KNOWN_COMMANDS)
+                )
+    except _Invalid as e:
+        return _invalid_reply(state, str(e))
+
+
+def _on_native_reply(reply: LlmResponded, state: Run) -> list[Event]:
+    if not reply.tool_calls:
+        return [RunCompleted(output=reply.text or state.output, reason="finish")]
+    limit = state.settings.max_tool_call_rounds
+    if state.rounds > limit:
+        return [
+            RunFailed(
+                reason=f"tool-call loop limit reached: the model asked for tools in "
+                f"more than {limit} rounds (max_tool_call_rounds)"
+            )
+        ]
+    decisions: list[Event] = []
+    for call in reply.tool_calls:
+        decisions += _tool_call(
+            _fold(state, decisions), call.name, call.args, call_id=call.id
+        )
+    after = _fold(state, decisions)
+    if after.calls or after.approvals:
+        return decisions
+    return _continue(state, decisions)
+
+
+def _on_tool_result(result: ToolResulted, state: Run) -> list[Event]:
+    call = _find(state.calls, result.request_id)
+    assert call is not None
+    after = evolve(state, result)
+    if _will_retry(state, call, result):
+        retry = ToolRequested(
+            request_id=f"{state.run_id}/tool/{state.tool_requests + 1}",
+            name=call.name,
+            args=call.args,
+            attempt=call.attempt + 1,
+            call_id=call.call_id,
+        )
+        return [retry]
+    if not result.ok and result.retryable:
+        return [
+            RunFailed(
+                reason=f"tool {call.name} failed after {call.attempt} attempt(s): "
+                f"{result.error or 'unknown error'}"
+            )
+        ]
+    if after.calls or after.approvals:
+        return []
+    return _continue(after, [])
+
+
+def _on_approval(decision: ApprovalDecided, state: Run) -> list[Event]:
+    call = _find(state.approvals, decision.request_id)
+    assert call is not None
+    decisions: list[Event] = []
+    if len(state.approvals) == 1:
+        reason = "approved" if decision.approved else "denied"
+        decisions.append(RunResumed(reason=reason))
+    if decision.approved:
+        request = ToolRequested(
+            request_id=call.request_id,
+            name=call.name,
+            args=call.args,
+            call_id=call.call_id,
+        )
+        return [*decisions, request]
+    after = _fold(evolve(state, decision), decisions)
+    if after.calls or after.approvals:
+        return decisions
+    return [*decisions, *_next_call(after, [])]
+
+
+# -- commands -------------------------------------------------------------------
+
+
+class _Invalid(Exception):
+    """A reply's command is malformed; the model is told and may try again."""
+
+
+def _tool_call(
+    state: Run, name: str, args: dict[str, Any], call_id: str | None = None
+) -> list[Event]:
+    spec = _tool(state, name)
+    if spec is None:
+        known = ", ".join(sorted(t.name for t in state.settings.tools)) or "none"
+        note = SystemNoteAdded(
+            reason="tool_error",
+            content=f"Unknown tool {name!r}. Available tools: {known}.",
+            call_id=call_id,
+            tool=name,
+        )
+        return [note] if call_id is not None else _continue(state, [note])
+    request_id = f"{state.run_id}/tool/{state.tool_requests + 1}"
+    if spec.requires_approval:
+        return [
+            ApprovalRequested(
+                request_id=request_id, name=name, args=args, call_id=call_id
+            )
+        ]
+    return [ToolRequested(request_id=request_id, name=name, args=args, call_id=call_id)]
+
+
+def _send_message(state: Run, message: str) -> list[Event]:
+    sent = MessageSent(text=message)
+    finishes = (
+        state.kind == "subagent"
+        or message == state.last_message
+        or message.rstrip().endswith("?")
+        or _QUESTION.search(message) is not None
+        or (state.tool_calls == 0 and state.output_updates == 0 and not state.output)
+        or state.tool_failed
+    )
+    if finishes:
+        return [sent, RunCompleted(output=state.output or message, reason="message")]
+    return _continue(state, [sent])
+
+
+def _finish(state: Run, command: dict[str, Any]) -> list[Event]:
+    decisions: list[Event] = []
+    if command.get("output") is not None:
+        decisions.append(
+            OutputUpdated(text=_text(command, "output"), mode=_mode(command))
+        )
+    after = _fold(state, decisions)
+    return [*decisions, RunCompleted(output=after.output, reason="finish")]
+
+
+def _spawn(state: Run, subagents: list[Any]) -> list[Event]:
+    children = []
+    for n, sub in enumerate(subagents, start=state.spawned + 1):
+        if isinstance(sub, str):
+            sub = {"task": sub}
+        if not isinstance(sub, dict):
+            raise _Invalid("each subagent must be an object with a `task`")
+        task = next(
+            (sub[k] for k in ("task", "input", "prompt", "message") if k in sub), None
+        )
+        if not isinstance(task, str) or not task:
+            raise _Invalid("each subagent needs a `task` string")
+        tools = sub.get("tools")
+        children.append(
+            SubagentSpec(
+                run_id=f"{state.run_id}-{n}",
+                input_text=task,
+                profile=sub.get("profile"),
+                allowed_tools=tuple(tools) if isinstance(tools, list) else None,
+            )
+        )
+    return [SubagentsSpawned(children=tuple(children))]
+
+
+def _sleep(state: Run, command: dict[str, Any], now: float) -> RunSlept:
+    timer_id = f"{state.run_id}/wake/{state.sleeps + 1}"
+    reason = str(command.get("reason", ""))
+    if (cron := command.get("cron")) is not None:
+        if not isinstance(cron, str) or not croniter.is_valid(cron):
+            raise _Invalid(f"`cron` {cron!r} is not a valid cron expression")
+        base = datetime.fromtimestamp(now, UTC)
+        wake = croniter(cron, base).get_next(datetime).timestamp()
+        return RunSlept(timer_id=timer_id, wake_at=wake, reason=reason, cron=cron)
+    if (delay := command.get("delaySeconds")) is not None:
+        if not isinstance(delay, int | float) or isinstance(delay, bool) or delay < 0:
+            raise _Invalid("`delaySeconds` must be a number of seconds >= 0")
+        return RunSlept(timer_id=timer_id, wake_at=now + float(delay), reason=reason)
+    if (wake_at := command.get("wakeAt")) is not None:
+        return RunSlept(timer_id=timer_id, wake_at=_timestamp(wake_at), reason=reason)
+    raise _Invalid("`sleep` needs `wakeAt`, `delaySeconds` or `cron`")
+
+
+def _timestamp(value: Any) -> float:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            pass
+        else:
+            if parsed.tzinfo is None:
+                parsed = parsed.replace(tzinfo=UTC)
+            return parsed.timestamp()
+    raise _Invalid(f"`wakeAt` {value!r} is not an ISO 8601 time or epoch seconds")
+
+
+# -- the loop -------------------------------------------------------------------
+
+
+def _continue(state: Run, decisions: list[Event]) -> list[Event]:
+    """``decisions``, then the next model call (or the limit that stops it)."""
+    return [*decisions, *_next_call(_fold(state, decisions), decisions)]
+
+
+def _next_call(state: Run, decisions: list[Event]) -> list[Event]:
+    limit = state.settings.max_iterations
+    if state.iteration >= limit:
+        return [RunCompleted(output=_fallback(state, limit), reason="max_iterations")]
+    if state.stall >= max(min(5, limit - 1), 1):
+        return [RunCompleted(output=_fallback(state, limit), reason="stalled")]
+    prompt = build_prompt(state)
+    return [
+        LlmRequested(
+            request_id=f"{state.run_id}/llm/{state.iteration + 1}",
+            iteration=state.iteration + 1,
+            prompt_hash=prompt_hash(prompt),
+            priority="subagent" if state.kind == "subagent" else "interactive",
+        )
+    ]
+
+
+def _fallback(state: Run, limit: int) -> str:
+    if state.output:
+        return state.output
+    if state.last_message:
+        return state.last_message
+    return f"I could not finish this within {limit} steps."
+
+
+def _invalid_reply(state: Run, problem: str) -> list[Event]:
+    retries = state.settings.max_json_retries
+    if state.invalid_replies >= retries:
+        return [
+            RunFailed(
+                reason=f"the model's reply was not a valid command after {retries} "
+                f"retr{'y' if retries == 1 else 'ies'}: {problem}"
+            )
+        ]
+    note = SystemNoteAdded(
+        reason="invalid_command",
+        content=f"Your last reply was not a valid command: {problem}. Reply with "
+        'exactly one JSON object, for example {"type": "finish", "output": "..."}.',
+    )
+    return _continue(state, [note])
+
+
+def _will_retry(state: Run, call: PendingCall, result: ToolResulted) -> bool:
+    if result.ok or not result.retryable:
+        return False
+    spec = _tool(state, call.name)
+    limit = state.settings.max_tool_retries
+    if spec is not None and spec.max_retries is not None:
+        limit = spec.max_retries
+    return call.attempt <= limit
+
+
+# -- small helpers --------------------------------------------------------------
+
+
+def _fold(state: Run, decisions: list[Event]) -> Run:
+    for decision in decisions:
+        state = evolve(state, decision)
+    return state
+
+
+def _find(calls: tuple[PendingCall, ...], request_id: str) -> PendingCall | None:
+    for call in calls:
+        if call.request_id == request_id:
+            return call
+    return None
+
+
+def _tool(state: Run, name: str) -> ToolSpec | None:
+    for spec in state.settings.tools:
+        if spec.name == name:
+            return spec
+    return None
+
+
+def _tool_message(state: Run, call: PendingCall, text: str) -> ChatMessage:
+    if state.settings.protocol == "native" and call.call_id is not None:
+        return ChatMessage(role="tool", content=text, tool_call_id=call.call_id)
+    return ChatMessage(role="user", content=f"[tool_result {call.name}]\n{text}")
+
+
+def _results_message(results: tuple[SubagentResult, ...]) -> ChatMessage:
+    lines = [f"- {r.run_id} ({r.status}): {r.output}" for r in results]
+    return ChatMessage(role="user", content="[subagents]\n" + "\n".join(lines))
+
+
+def _text(command: dict[str, Any], key: str) -> str:
+    value = command.get(key)
+    if not isinstance(value, str):
+        raise _Invalid(f"`{command['type']}` needs a string `{key}`")
+    return value
+
+
+def _args(command: dict[str, Any]) -> dict[str, Any]:
+    args = command.get("args", {})
+    if args is None:
+        return {}
+    if not isinstance(args, dict):
+        raise _Invalid("`args` must be an object")
+    return args
+
+
+def _mode(command: dict[str, Any]) -> Any:
+    mode = command.get("mode", "replace")
+    if mode not in ("replace", "append"):
+        raise _Invalid(f"`mode` must be 'replace' or 'append', not {mode!r}")
+    return mode
+
+
+def parse_command(text: str) -> dict[str, Any] | str:
+    """A reply's JSON command, normalized; or a sentence saying what is wrong.
+
+    A reply whose ``type`` (or, without ``type``, whose ``name``) is a tool
+    name such as ``files.read`` is the tool-call shortcut.
+    """
+    body = text.strip()
+    if fenced := _FENCE.match(body):
+        body = fenced.group(1).strip()
+    try:
+        value = msgspec.json.decode(body)
+    except msgspec.DecodeError as e:
+        return f"invalid JSON ({e})"
+    if not isinstance(value, dict):
+        return "the reply must be one JSON object"
+    kind = value.get("type")
+    if kind is None and isinstance(value.get("name"), str):
+        return {**value, "type": "tool_call"}
+    if not isinstance(kind, str):
+        return "the object needs a string `type`"
+    if kind not in KNOWN_COMMANDS and "." in kind:
+        return {"type": "tool_call", "name": kind, "args": value.get("args", {})}
+    return value
+
+
+# -- children -------------------------------------------------------------------
+
+
+def _conversation(created: RunCreated) -> tuple[ChatMessage, ...]:
+    """The conversation a run starts from: the given one, or just its input."""
+    return created.conversation or (
+        ChatMessage(role="user", content=created.input_text),
+    )
+
+
+def child_created(parent: RunCreated, spec: SubagentSpec, at: float) -> RunCreated:
+    """The ``RunCreated`` that starts child ``spec`` of ``parent``."""
+    settings = parent.settings
+    if spec.allowed_tools is not None:
+        allowed = set(spec.allowed_tools)
+        settings = replace(
+            settings, tools=tuple(t for t in settings.tools if t.name in allowed)
+        )
+    limit = settings.subagent_conversation_limit
+    history = _conversation(parent)[-limit:] if limit > 0 else ()
+    return RunCreated(
+        run_id=spec.run_id,
+        input_text=spec.input_text,
+        settings=settings,
+        conversation=(*history, ChatMessage(role="user", content=spec.input_text)),
+        agent_id=parent.agent_id,
+        channel_id=parent.channel_id,
+        user_id=parent.user_id,
+        context_id=parent.context_id,
+        parent_run_id=parent.run_id,
+        root_run_id=parent.root_run_id or parent.run_id,
+        kind="subagent",
+        profile=spec.profile or parent.profile,
+        allowed_tools=spec.allowed_tools,
+        at=at,
+    )
+
+
+# -- the prompt -----------------------------------------------------------------
+
+JSON_PROTOCOL = """\
+Reply with exactly one JSON object per message, one of:
+{"type": "note", "category": "requirements" | "plan" | ..., "content": "..."}
+{"type": "decision", "content": "...", "importance": "low" | "high"}
+{"type": "tool_call", "name": "<tool>", "args": {...}}
+{"type": "set_output", "output": "...", "mode": "replace" | "append"}
+{"type": "send_message", "message": "..."}
+{"type": "finish", "output": "...", "mode": "replace" | "append"}
+{"type": "spawn_subagent", "subagent": {"task": "...", "tools": ["..."]}}
+{"type": "spawn_subagents", "subagents": [{"task": "..."}, ...]}
+{"type": "sleep", "delaySeconds": 60} (or "wakeAt": "<ISO time>", or "cron": "<expr>")
+Record note(category="requirements") and note(category="plan") before you call
+tools, set output or finish."""
+
+
+def build_prompt(state: Run) -> Prompt:
+    """The prompt for the run's next model call: a pure function of its state."""
+    settings = state.settings
+    system = settings.system_prompt
+    if settings.protocol == "json":
+        system = f"{system}\n\n{JSON_PROTOCOL}".strip()
+        if settings.tools:
+            listing = "\n".join(
+                f"- {t.name}: {t.description} parameters: "
+                + msgspec.json.encode(t.parameters).decode()
+                for t in settings.tools
+            )
+            system += "\n\nTools:\n" + listing
+    return Prompt(
+        model=settings.model,
+        system=system,
+        messages=(*state.conversation, *_window(state)),
+        tools=settings.tools if settings.protocol == "native" else (),
+        protocol=settings.protocol,
+        temperature=settings.temperature,
+        max_tokens=settings.max_tokens,
+    )
+
+
+def _window(state: Run) -> tuple[ChatMessage, ...]:
+    """The newest transcript entries within the entry and token limits.
+
+    Tokens are estimated as characters / 4. The newest entry is always kept, so
+    the model sees the result it must act on. In the native protocol a window
+    never starts on a tool message whose call it no longer shows.
+    """
+    settings = state.settings
+    entries = state.transcript[-max(settings.transcript_limit, 1) :]
+    budget = settings.transcript_token_limit
+    kept: list[ChatMessage] = []
+    for entry in reversed(entries):
+        cost = len(entry.content) // 4 + 1
+        if kept and cost > budget:
+            break
+        budget -= cost
+        kept.append(entry)
+    kept.reverse()
+    while len(kept) > 1 and kept[0].role == "tool":
+        kept.pop(0)
+    if kept and kept[0].role == "tool":
+        # The lone newest entry answers a call: show the message that made it.
+        start = len(state.transcript) - 1
+        while start > 0 and state.transcript[start].role == "tool":
+            start -= 1
+        return state.transcript[start:]
+    return tuple(kept)
+
+
+__all__ = [
+    "KNOWN_COMMANDS",
+    "PendingCall",
+    "Run",
+    "ToolCall",
+    "build_prompt",
+    "child_created",
+    "decide",
+    "evolve",
+    "fold",
+    "initial",
+    "parse_command",
+]

@@ -1,0 +1,135 @@
+"""What a tool is: an async callable, the Struct of its arguments, its policy.
+
+A tool takes one argument, a frozen msgspec Struct the registry has already
+validated, and a keyword-only `ToolContext`; it returns a string or any value
+msgspec can encode (sent to the model as JSON). It raises `ToolError` for a
+problem the model should hear about and not retry as-is (a missing file, a path
+outside the workspace); anything else it raises counts as a transient failure.
+"""
+
+from __future__ import annotations
+
+import inspect
+import pathlib
+import typing
+from collections.abc import Awaitable, Callable
+from typing import Any, Generic, Protocol, TypeVar
+
+import msgspec
+
+from steward.errors import ToolError
+
+__all__ = ["Tool", "ToolContext", "ToolFn", "tool"]
+
+A = TypeVar("A", bound=msgspec.Struct)
+A_contra = TypeVar("A_contra", bound=msgspec.Struct, contravariant=True)
+
+
+class ToolContext(msgspec.Struct, frozen=True, kw_only=True):
+    """What a tool may know about the call beyond its arguments."""
+
+    workspace: pathlib.Path
+    """The directory the run's files tools are confined to."""
+    run_id: str
+    """The run that asked for the call."""
+
+
+class ToolFn(Protocol[A_contra]):
+    """The shape of a tool's implementation."""
+
+    def __call__(self, args: A_contra, /, *, ctx: ToolContext) -> Awaitable[Any]: ...
+
+
+class Tool(msgspec.Struct, Generic[A], frozen=True, kw_only=True):
+    """A tool as the registry holds it: its name, its arguments, how to call it."""
+
+    name: str
+    """What the model calls it, e.g. ``files.read``."""
+    description: str
+    """What it does, in words the model reads."""
+    args_type: type[A]
+    """The frozen, keyword-only Struct its arguments are validated into."""
+    fn: ToolFn[A]
+    """The async implementation."""
+    requires_approval: bool = False
+    """Whether a person must approve each call before it runs."""
+    max_retries: int | None = None
+    """Retries of a retryable failure; ``None`` takes the run's setting."""
+    timeout: float | None = None
+    """Seconds a call may take; ``None`` takes the caller's or registry's."""
+
+    def __post_init__(self) -> None:
+        # Checked here so a mis-declared tool fails when the module is imported,
+        # not when a model first calls it in the middle of a run.
+        if not (
+            isinstance(self.args_type, type)
+            and issubclass(self.args_type, msgspec.Struct)
+        ):
+            raise ToolError(
+                f"tool {self.name}: args_type must be a msgspec Struct, "
+                f"not {self.args_type!r}"
+            )
+        if not callable(self.fn) or not (
+            inspect.iscoroutinefunction(self.fn)
+            or inspect.iscoroutinefunction(type(self.fn).__call__)
+        ):
+            raise ToolError(
+                f"tool {self.name}: its function must be `async def`; "
+                "wrap blocking work in asyncio.to_thread"
+            )
+
+
+def tool(
+    name: str,
+    *,
+    description: str | None = None,
+    args_type: type[A] | None = None,
+    requires_approval: bool = False,
+    max_retries: int | None = None,
+    timeout: float | None = None,
+) -> Callable[[ToolFn[A]], Tool[A]]:
+    """Declare an async function as a tool.
+
+    Args:
+        name: What the model calls it.
+        description: Defaults to the function's docstring.
+        args_type: Defaults to the annotation of the function's first parameter.
+        requires_approval: Whether each call waits for a person's approval.
+        max_retries: Retries of a retryable failure; ``None`` takes the run's.
+        timeout: Seconds a call may take; ``None`` takes the caller's.
+    """
+
+    def declare(fn: ToolFn[A]) -> Tool[A]:
+        return Tool(
+            name=name,
+            description=description
+            if description is not None
+            else inspect.getdoc(fn) or "",
+            args_type=args_type if args_type is not None else _first_arg_type(fn),
+            fn=fn,
+            requires_approval=requires_approval,
+            max_retries=max_retries,
+            timeout=timeout,
+        )
+
+    return declare
+
+
+def _first_arg_type(fn: Callable[..., Any]) -> Any:
+    """The annotation of a function's first parameter, resolved."""
+    params = list(inspect.signature(fn).parameters.values())
+    if not params:
+        raise ToolError(f"{fn.__qualname__} takes no arguments; a tool takes one")
+    try:
+        hints = typing.get_type_hints(fn)
+    except NameError as e:
+        raise ToolError(
+            f"{fn.__qualname__}: cannot resolve its annotations ({e}); "
+            "define the args Struct at module level or pass args_type="
+        ) from e
+    if params[0].name not in hints:
+        raise ToolError(
+            f"{fn.__qualname__}: annotate its first parameter with the args "
+            "Struct or pass args_type="
+        )
+    return hints[params[0].name]

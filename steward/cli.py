@@ -1,0 +1,565 @@
+"""The ``steward`` command.
+
+Every command reads settings from ``steward.toml`` (or ``--config``) and
+``STEWARD_*`` variables, and works on the event log at ``--db`` (default: the
+``[log] url`` setting, ``.steward/steward.db``). Errors caused by input are one
+line on stderr and a non-zero exit, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import secrets
+import shutil
+import signal
+import sys
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from steward import events, replay
+from steward.actors import run as run_actor
+from steward.actors.llm import Provider, make_provider
+from steward.actors.tools import ToolRegistry
+from steward.bus import EventLog, open_log
+from steward.config import Settings, load_settings
+from steward.errors import NotFoundError, StewardError
+from steward.host import Host, run_stream
+from steward.projections.store import Projector
+
+EXIT_INPUT = 2
+EXIT_MISMATCH = 3
+
+
+@dataclass
+class Env:
+    """What every command works with: settings and where the log is."""
+
+    settings: Settings
+    db: Path
+    script: str | None
+    out: Callable[[str], None]
+
+
+# -- helpers --------------------------------------------------------------------
+
+
+def _db_path(url: str) -> Path:
+    return Path(url.removeprefix("sqlite:///"))
+
+
+@contextlib.asynccontextmanager
+async def _opened(env: Env) -> AsyncIterator[tuple[EventLog, Projector]]:
+    env.db.parent.mkdir(parents=True, exist_ok=True)
+    log = await open_log(str(env.db), synchronous=env.settings.log.synchronous)
+    projector = await Projector.open(env.db)
+    try:
+        yield log, projector
+    finally:
+        await projector.close()
+        await log.close()
+
+
+def _provider(env: Env) -> Provider:
+    model = env.settings.models.get("default")
+    if model is None:
+        raise StewardError("no [models.default] is configured in steward.toml")
+    if env.script is not None:
+        model = model.__class__(**{**_fields(model), "script": env.script})
+    return make_provider(model.provider, model)
+
+
+def _fields(struct: Any) -> dict[str, Any]:
+    return {f: getattr(struct, f) for f in struct.__struct_fields__}
+
+
+def _host(env: Env, log: EventLog, projector: Projector, **kw: Any) -> Host:
+    tools = ToolRegistry.with_builtins(
+        output_limit=env.settings.tools.output_limit,
+        timeout=env.settings.tools.timeout,
+    )
+    return Host(
+        log,
+        provider=kw.pop("provider", None) or _provider(env),
+        tools=tools,
+        workspace=Path(env.settings.tools.workspace),
+        llm_concurrency=env.settings.llm_max_concurrency,
+        tool_timeout=env.settings.tools.timeout,
+        projector=projector,
+        **kw,
+    )
+
+
+def _new_run(env: Env, text: str, profile: str) -> events.RunCreated:
+    tools = ToolRegistry.with_builtins()
+    allowed = (
+        env.settings.agents[profile].tools if profile in env.settings.agents else None
+    )
+    settings = env.settings.run_settings(profile, tools.specs(allowed))
+    return events.RunCreated(
+        run_id="r" + secrets.token_hex(6),
+        input_text=text,
+        settings=settings,
+        profile=profile,
+    )
+
+
+async def _records(log: EventLog, run_id: str) -> list[events.Recorded]:
+    records = await log.read(run_stream(run_id))
+    if not records:
+        raise NotFoundError(
+            f"no run {run_id!r} in the log; `steward runs list` shows them"
+        )
+    return records
+
+
+def _step_line(rec: events.Recorded) -> str:
+    from steward.projections.store import summary
+
+    run_id = rec.stream.removeprefix("run.")
+    kind = events.type_name(rec.event)
+    return f"{run_id:>18} v{rec.version:<3} {kind:<17} {summary(rec.event, 100)}"
+
+
+async def _follow_run(
+    env: Env,
+    host: Host,
+    root: str,
+    quiet: bool,
+    created: events.RunCreated | None = None,
+) -> run_actor.Run:
+    """Host the log until run ``root`` ends (creating it first if given)."""
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    target = run_stream(root)
+
+    def on_record(rec: events.Recorded) -> None:
+        if rec.correlation_id != root:
+            return
+        if not quiet:
+            env.out(_step_line(rec))
+        if (
+            rec.stream == target
+            and isinstance(
+                rec.event, events.RunCompleted | events.RunFailed | events.RunCancelled
+            )
+            and not done.done()
+        ):
+            done.set_result(None)
+
+    host.listen(on_record)
+    await host.start()
+    if created is not None:
+        await host.submit(target, created)
+    state, _ = await host.state(target)
+    if state.status not in events.TERMINAL:
+        await done
+    await host.stop()
+    return (await host.state(target))[0]
+
+
+# -- commands -------------------------------------------------------------------
+
+
+async def cmd_run(env: Env, args: argparse.Namespace) -> int:
+    created = _new_run(env, args.text, args.profile)
+    async with _opened(env) as (log, projector):
+        host = _host(env, log, projector)
+        state = await _follow_run(env, host, created.run_id, args.quiet, created)
+    env.out(f"run {created.run_id} {state.status}")
+    env.out(state.output if state.status == "completed" else f"reason: {state.reason}")
+    return 0 if state.status == "completed" else 1
+
+
+async def cmd_start(env: Env, args: argparse.Namespace) -> int:
+    created = _new_run(env, args.text, args.profile)
+    async with _opened(env) as (log, projector):
+        host = Host(log, projector=projector)
+        await host.submit(run_stream(created.run_id), created)
+    env.out(created.run_id)
+    return 0
+
+
+async def cmd_serve(env: Env, args: argparse.Namespace) -> int:
+    async with _opened(env) as (log, projector):
+        host = _host(env, log, projector)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await host.start()
+        env.out(f"steward serving {env.db} (ctrl-c to stop)")
+        await stop.wait()
+        await host.stop()
+    return 0
+
+
+async def cmd_runs_list(env: Env, args: argparse.Namespace) -> int:
+    async with _opened(env) as (log, projector):
+        await projector.catch_up(log)
+        where, params = ("WHERE status=?", [args.status]) if args.status else ("", [])
+        rows = await projector.query(
+            f"SELECT id, status, kind, iterations, input_tokens + output_tokens, "
+            f"input_text FROM runs {where} ORDER BY created_at DESC, id LIMIT ?",
+            [*params, args.limit],
+        )
+    env.out(f"{'id':<22} {'status':<10} {'kind':<11} {'iter':>4} {'tokens':>7}  input")
+    for run_id, status, kind, iterations, tokens, text in rows:
+        text = " ".join(str(text).split())[:60]
+        env.out(
+            f"{run_id:<22} {status:<10} {kind:<11} {iterations:>4} {tokens:>7}  {text}"
+        )
+    return 0
+
+
+async def cmd_runs_show(env: Env, args: argparse.Namespace) -> int:
+    async with _opened(env) as (log, projector):
+        records = await _records(log, args.id)
+        await projector.catch_up(log)
+        run = await projector.query(
+            "SELECT status, kind, parent_run_id, iterations, input_tokens, "
+            "output_tokens, output_text, reason FROM runs WHERE id=?",
+            [args.id],
+        )
+        steps = await projector.query(
+            "SELECT seq, kind, duration, tokens, summary FROM run_steps "
+            "WHERE run_id=? ORDER BY seq",
+            [args.id],
+        )
+    status, kind, parent, iterations, tin, tout, output, reason = run[0]
+    env.out(
+        f"run {args.id}  {status}  {kind}" + (f"  parent {parent}" if parent else "")
+    )
+    env.out(f"iterations {iterations}  tokens in {tin} out {tout}")
+    env.out(f"{'step':>4}  {'kind':<17} {'duration':>9} {'tokens':>7}  detail")
+    for seq, step_kind, duration, tokens, text in steps:
+        dur = f"{duration:.3f}s" if duration is not None else ""
+        tok = str(tokens) if tokens is not None else ""
+        env.out(f"{seq:>4}  {step_kind:<17} {dur:>9} {tok:>7}  {text}")
+    if output:
+        env.out(f"output: {output}")
+    if reason:
+        env.out(f"reason: {reason}")
+    if args.prompts:
+        for rec in records:
+            if isinstance(rec.event, events.LlmRequested):
+                prompt = run_actor.build_prompt(replay.rebuild(records, rec.version))
+                env.out(f"--- prompt for {rec.event.request_id} (v{rec.version})")
+                env.out(f"[system] {prompt.system}")
+                for message in prompt.messages:
+                    env.out(f"[{message.role}] {message.content}")
+    return 0
+
+
+async def _operator_input(
+    env: Env, run_id: str, make: Callable[[run_actor.Run], events.Event]
+) -> int:
+    async with _opened(env) as (log, projector):
+        await _records(log, run_id)
+        host = Host(log, projector=projector)
+        stream = run_stream(run_id)
+        state, _ = await host.state(stream)
+        commit = await host.submit(stream, make(state))
+        state, _ = await host.state(stream)
+    if commit is None:
+        env.out(f"run {run_id} is {state.status}: nothing to do")
+        return 1
+    env.out(f"run {run_id} is now {state.status}")
+    return 0
+
+
+async def cmd_runs_cancel(env: Env, args: argparse.Namespace) -> int:
+    return await _operator_input(
+        env, args.id, lambda s: events.CancelRequested(reason=args.reason)
+    )
+
+
+def _approval(
+    args: argparse.Namespace, approved: bool
+) -> Callable[[run_actor.Run], events.Event]:
+    def make(state: run_actor.Run) -> events.Event:
+        if not state.approvals:
+            raise StewardError(f"run {args.id} is not waiting for an approval")
+        request_id = args.request or state.approvals[0].request_id
+        return events.ApprovalDecided(
+            request_id=request_id, approved=approved, reason=getattr(args, "reason", "")
+        )
+
+    return make
+
+
+async def cmd_runs_approve(env: Env, args: argparse.Namespace) -> int:
+    return await _operator_input(env, args.id, _approval(args, True))
+
+
+async def cmd_runs_deny(env: Env, args: argparse.Namespace) -> int:
+    return await _operator_input(env, args.id, _approval(args, False))
+
+
+async def cmd_replay(env: Env, args: argparse.Namespace) -> int:
+    async with _opened(env) as (log, _):
+        records = await _records(log, args.id)
+    state = replay.rebuild(records)
+    env.out(f"run {args.id}: {len(records)} events, status {state.status}")
+    env.out(
+        f"iterations {state.iteration}, tool calls {state.tool_calls}, "
+        f"tokens in {state.input_tokens} out {state.output_tokens}"
+    )
+    if state.output:
+        env.out(f"output: {state.output}")
+    if state.reason:
+        env.out(f"reason: {state.reason}")
+    if not args.verify:
+        return 0
+    return _report(env, replay.verify(records))
+
+
+def _report(env: Env, mismatch: replay.Mismatch | None) -> int:
+    if mismatch is None:
+        env.out("verify: ok")
+        return 0
+    env.out(f"verify: MISMATCH at version {mismatch.version}: {mismatch.problem}")
+    env.out(f"  input:      {mismatch.input!r}")
+    env.out(f"  recorded:   {list(mismatch.recorded)!r}")
+    decided = None if mismatch.decided is None else list(mismatch.decided)
+    env.out(f"  re-decided: {decided!r}")
+    return EXIT_MISMATCH
+
+
+async def cmd_fork(env: Env, args: argparse.Namespace) -> int:
+    new_id = args.id.split("-fork")[0] + "-fork" + secrets.token_hex(3)
+    async with _opened(env) as (log, projector):
+        records = await _records(log, args.id)
+        steps = replay.commits(records)
+        kept = [s for s in steps if s[-1].version <= args.at]
+        inside = [s for s in steps if s[0].version <= args.at < s[-1].version]
+        if inside:
+            first, last = inside[0][0].version, inside[0][-1].version
+            raise StewardError(
+                f"version {args.at} is inside a step (versions {first}..{last}); "
+                f"fork at {first - 1} or {last}"
+            )
+        if not kept:
+            raise StewardError("fork needs --at of at least the first step's version")
+        host = (
+            _host(env, log, projector)
+            if not args.no_run
+            else Host(log, projector=projector)
+        )
+        stream = run_stream(new_id)
+        for step in kept:
+            event = replay.remap(step[0].event, args.id, new_id)
+            if isinstance(event, events.RunCreated):
+                event = event.__class__(
+                    **{**_fields(event), "parent_run_id": None, "root_run_id": None}
+                )
+            if await host.submit(stream, event) is None:
+                raise StewardError(
+                    f"the fork refused the input at version {step[0].version}"
+                )
+        env.out(f"forked {args.id} at version {args.at} as {new_id}")
+        if args.no_run:
+            return 0
+        state = await _follow_run(env, host, new_id, args.quiet)
+    env.out(f"run {new_id} {state.status}")
+    return 0
+
+
+async def cmd_export(env: Env, args: argparse.Namespace) -> int:
+    async with _opened(env) as (log, _):
+        records = await _records(log, args.id)
+    lines = b"".join(events.recorded_to_json(r) + b"\n" for r in records)
+    if args.output and args.output != "-":
+        Path(args.output).write_bytes(lines)
+        env.out(f"wrote {len(records)} events to {args.output}")
+    else:
+        sys.stdout.buffer.write(lines)
+        sys.stdout.flush()
+    return 0
+
+
+async def cmd_rebuild(env: Env, args: argparse.Namespace) -> int:
+    async with _opened(env) as (log, projector):
+        position = await projector.rebuild(log)
+    env.out(f"projections rebuilt through position {position}")
+    return 0
+
+
+async def cmd_demo(env: Env, args: argparse.Namespace) -> int:
+    workspace = env.db.parent / "demo-workspace"
+    shutil.rmtree(workspace, ignore_errors=True)
+    workspace.mkdir(parents=True)
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{env.db}{suffix}").unlink(missing_ok=True)
+    script = resources.files("steward") / "demo.yaml"
+    with resources.as_file(script) as path:
+        env.script = str(path)
+        env.settings = env.settings.__class__(
+            **{
+                **_fields(env.settings),
+                "tools": env.settings.tools.__class__(
+                    **{**_fields(env.settings.tools), "workspace": str(workspace)}
+                ),
+            }
+        )
+        created = _new_run(
+            env,
+            "Write a note, have a helper read it back, rest a moment, then report.",
+            "default",
+        )
+        env.out(f"demo: run {created.run_id} (scripted model, workspace {workspace})")
+        async with _opened(env) as (log, projector):
+            host = _host(env, log, projector)
+            state = await _follow_run(env, host, created.run_id, False, created)
+    env.out(f"run {created.run_id} {state.status}: {state.output or state.reason}")
+    env.out("")
+    await cmd_runs_show(env, argparse.Namespace(id=created.run_id, prompts=False))
+    env.out("")
+    async with _opened(env) as (log, _):
+        streams = await log.streams("run.")
+        worst = 0
+        for stream in streams:
+            records = await log.read(stream)
+            mismatch = replay.verify(records)
+            if mismatch is not None:
+                env.out(f"{stream}:")
+                worst = max(worst, _report(env, mismatch))
+    if worst == 0:
+        env.out(f"verify: ok ({len(streams)} runs re-decided from the log)")
+    return worst or (0 if state.status == "completed" else 1)
+
+
+# -- parser ---------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="steward",
+        description="An event-sourced actor runtime for LLM agents. Every step of "
+        "every run is an event in one append-only log; runs can be replayed, "
+        "verified and forked from it.",
+    )
+    p.add_argument(
+        "--config", help="settings file (default: ./steward.toml if present)"
+    )
+    p.add_argument(
+        "--db", help="event log file (default: [log] url, .steward/steward.db)"
+    )
+    p.add_argument(
+        "--script", help="play the model's replies from this YAML/JSON script"
+    )
+    p.add_argument("-v", "--verbose", action="store_true", help="log debug details")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    s = sub.add_parser("serve", help="host the actors over the log until stopped")
+    s.set_defaults(fn=cmd_serve)
+
+    s = sub.add_parser("run", help="run TEXT to completion here, streaming each step")
+    s.add_argument("text")
+    s.add_argument("--profile", default="default", help="agent profile ([agents.NAME])")
+    s.add_argument("-q", "--quiet", action="store_true", help="print only the result")
+    s.set_defaults(fn=cmd_run)
+
+    runs = sub.add_parser("runs", help="list, inspect, start, cancel or approve runs")
+    rsub = runs.add_subparsers(dest="runs_command", required=True, metavar="ACTION")
+    s = rsub.add_parser("list", help="the newest runs")
+    s.add_argument("--status", help="only runs in this status")
+    s.add_argument("--limit", type=int, default=20)
+    s.set_defaults(fn=cmd_runs_list)
+    s = rsub.add_parser("show", help="a run's timeline: step, kind, duration, tokens")
+    s.add_argument("id")
+    s.add_argument(
+        "--prompts", action="store_true", help="rebuild and print every prompt"
+    )
+    s.set_defaults(fn=cmd_runs_show)
+    s = rsub.add_parser(
+        "start", help="record a new run for a running `serve` to work on"
+    )
+    s.add_argument("text")
+    s.add_argument("--profile", default="default")
+    s.set_defaults(fn=cmd_start)
+    s = rsub.add_parser("cancel", help="cancel a run and its children")
+    s.add_argument("id")
+    s.add_argument("--reason", default="cancelled by operator")
+    s.set_defaults(fn=cmd_runs_cancel)
+    s = rsub.add_parser("approve", help="approve the tool call a run waits on")
+    s.add_argument("id")
+    s.add_argument("--request", help="request id (default: the oldest waiting)")
+    s.set_defaults(fn=cmd_runs_approve)
+    s = rsub.add_parser("deny", help="deny the tool call a run waits on")
+    s.add_argument("id")
+    s.add_argument("--reason", required=True, help="why; the model sees it")
+    s.add_argument("--request", help="request id (default: the oldest waiting)")
+    s.set_defaults(fn=cmd_runs_deny)
+
+    s = sub.add_parser("replay", help="rebuild a run's state from the log")
+    s.add_argument("id")
+    s.add_argument(
+        "--verify",
+        action="store_true",
+        help="re-decide every recorded input; exit 3 at the first mismatch",
+    )
+    s.set_defaults(fn=cmd_replay)
+
+    s = sub.add_parser("fork", help="copy a run up to a version and continue it")
+    s.add_argument("id")
+    s.add_argument("--at", type=int, required=True, metavar="VERSION")
+    s.add_argument("--no-run", action="store_true", help="only create the fork")
+    s.add_argument("-q", "--quiet", action="store_true")
+    s.set_defaults(fn=cmd_fork)
+
+    ev = sub.add_parser("events", help="export a run's events")
+    esub = ev.add_subparsers(dest="events_command", required=True, metavar="ACTION")
+    s = esub.add_parser("export", help="a run's events as JSON lines")
+    s.add_argument("id")
+    s.add_argument("-o", "--output", help="file to write (default: stdout)")
+    s.set_defaults(fn=cmd_export)
+
+    pr = sub.add_parser("projections", help="manage the read models")
+    psub = pr.add_subparsers(
+        dest="projections_command", required=True, metavar="ACTION"
+    )
+    s = psub.add_parser("rebuild", help="drop the read models and replay the whole log")
+    s.set_defaults(fn=cmd_rebuild)
+
+    s = sub.add_parser(
+        "demo", help="a scripted run with a tool, a subagent and a sleep"
+    )
+    s.set_defaults(fn=cmd_demo)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        settings = load_settings(args.config)
+        db = Path(args.db) if args.db else _db_path(settings.log.url)
+        env = Env(settings=settings, db=db, script=args.script, out=print)
+        fn: Callable[[Env, argparse.Namespace], Coroutine[Any, Any, int]] = args.fn
+        return _run(fn(env, args))
+    except StewardError as e:
+        print(f"steward: {e}", file=sys.stderr)
+        return EXIT_INPUT
+    except KeyboardInterrupt:
+        return 130
+
+
+def _run(coro: Coroutine[Any, Any, int]) -> int:
+    try:
+        import uvloop
+    except ImportError:  # not on every platform
+        return asyncio.run(coro)
+    return uvloop.run(coro)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,249 @@
+"""The settings steward runs with: frozen Structs whose defaults come from the specs.
+
+Each field names the spec constant it takes its default from. ``load_settings``
+fills them from ``steward.toml`` and ``STEWARD_*`` environment variables.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+
+from steward.errors import ConfigError
+from steward.events.run import RunSettings, ToolSpec
+
+__all__ = [
+    "DEFAULT_SYSTEM_PROMPT",
+    "AgentProfile",
+    "LogConfig",
+    "ModelConfig",
+    "RunConfig",
+    "Settings",
+    "ToolsConfig",
+]
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are Clifford, a very skilled and highly complex AI-Assistent!"
+)
+"""Clifford's ``DEFAULT_SYSTEM_PROMPT``, verbatim (spelling included)."""
+
+Positive = Annotated[int, msgspec.Meta(ge=1)]
+NonNegative = Annotated[int, msgspec.Meta(ge=0)]
+Seconds = Annotated[float, msgspec.Meta(gt=0)]
+
+
+class _Section(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Base of every settings table: frozen, keyword-only, strict about keys."""
+
+
+class RunConfig(_Section, frozen=True, kw_only=True):
+    """``[run]``: the limits and prompt of the run loop."""
+
+    max_iterations: Positive = 20
+    """Model calls a run may make before it fails (Clifford ``runMaxIterations``)."""
+
+    transcript_limit: Positive = 50
+    """Transcript entries shown to the model (Clifford ``runTranscriptLimit``)."""
+
+    transcript_token_limit: Positive = 1200
+    """Token budget of the transcript block (Clifford ``runTranscriptTokenLimit``)."""
+
+    max_json_retries: NonNegative = 1
+    """Corrections asked for after an invalid JSON action (Clifford
+    ``runMaxJsonRetries``)."""
+
+    max_tool_retries: NonNegative = 1
+    """Retries of a failed tool call (Clifford ``runMaxToolRetries``)."""
+
+    max_turns_per_context: Positive = 60
+    """Turns before a conversation is compacted (Clifford ``maxTurnsPerContext``)."""
+
+    memory_writer_max_messages: Positive = 40
+    """Messages the memory writer reads (Clifford ``memoryWriterMaxMessages``)."""
+
+    max_tool_call_rounds: Positive = 10
+    """Native tool-calling rounds per model turn (Klaw ``maxToolCallRounds``)."""
+
+    planning_gate: bool = True
+    """Ask for requirements and a plan note before the first tool call (Clifford
+    planning gate)."""
+
+    subagent_conversation_limit: Positive = 40
+    """Conversation messages a subagent sees (Clifford run processor, limit 40)."""
+
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    """The system prompt of a profile that sets none (Clifford
+    ``DEFAULT_SYSTEM_PROMPT``)."""
+
+
+class LogConfig(_Section, frozen=True, kw_only=True):
+    """``[log]``: where the event log lives."""
+
+    url: str = ".steward/steward.db"
+    """The SQLite file, as a path or ``sqlite:///path`` (relative to the working
+    directory)."""
+
+    synchronous: Literal["NORMAL", "FULL", "OFF"] = "NORMAL"
+    """SQLite ``PRAGMA synchronous``; ``NORMAL`` with WAL survives a process crash,
+    ``FULL`` also a power loss."""
+
+
+class ToolsConfig(_Section, frozen=True, kw_only=True):
+    """``[tools]``: the sandbox the built-in tools work in."""
+
+    workspace: str = "."
+    """Directory the ``files.*`` tools are confined to."""
+
+    output_limit: Positive = 16384
+    """Characters of a tool's output kept; the rest is cut and marked truncated."""
+
+    timeout: Seconds = 30.0
+    """Seconds a tool call may take before it fails as timed out."""
+
+
+class ModelConfig(_Section, frozen=True, kw_only=True):
+    """``[models.<name>]``: one model and the provider that serves it."""
+
+    provider: str = "scripted"
+    """Provider that serves the model: ``scripted`` now; ``anthropic`` and
+    ``openai`` plug into the same registry."""
+
+    model: str = ""
+    """The provider's model id; empty means the provider's own name."""
+
+    script: str | None = None
+    """Path of a scripted-model script (YAML or JSON), for ``provider =
+    "scripted"``."""
+
+    base_url: str | None = None
+    """Endpoint of an OpenAI-compatible or proxied API; ``None`` uses the
+    provider's default."""
+
+    timeout: Seconds = 60.0
+    """Seconds one model call may take."""
+
+    max_retries: NonNegative = 2
+    """Retries of a retryable provider failure (rate limit, transport, timeout)."""
+
+    temperature: Annotated[float, msgspec.Meta(ge=0)] | None = None
+    """Sampling temperature; ``None`` uses the provider's default."""
+
+    max_tokens: Positive | None = None
+    """Cap on tokens in one reply; ``None`` uses the provider's default."""
+
+
+class AgentProfile(_Section, frozen=True, kw_only=True):
+    """``[agents.<name>]``: how runs started with this profile behave."""
+
+    model: str = "default"
+    """Name of the ``[models.<name>]`` table the profile talks to."""
+
+    protocol: Literal["json", "native"] = "json"
+    """``json``: the model answers with one JSON action (Clifford); ``native``: it
+    calls tools through the provider's tool calling (Klaw)."""
+
+    system_prompt: str | None = None
+    """The profile's system prompt; ``None`` uses ``run.system_prompt``."""
+
+    tools: list[str] | None = None
+    """Names of the tools the profile may call; ``None`` allows every tool."""
+
+    max_tool_call_rounds: Positive | None = None
+    """Overrides ``run.max_tool_call_rounds`` for this profile."""
+
+
+def _default_models() -> dict[str, ModelConfig]:
+    return {"default": ModelConfig()}
+
+
+def _default_agents() -> dict[str, AgentProfile]:
+    return {"default": AgentProfile()}
+
+
+class Settings(_Section, frozen=True, kw_only=True):
+    """Everything configurable, as read from ``steward.toml`` and ``STEWARD_*``."""
+
+    run: RunConfig = msgspec.field(default_factory=RunConfig)
+    """``[run]``: limits and prompt of the run loop."""
+
+    log: LogConfig = msgspec.field(default_factory=LogConfig)
+    """``[log]``: where the event log lives."""
+
+    tools: ToolsConfig = msgspec.field(default_factory=ToolsConfig)
+    """``[tools]``: the tool sandbox."""
+
+    models: dict[str, ModelConfig] = msgspec.field(default_factory=_default_models)
+    """``[models.<name>]``: the models profiles may use; ``default`` is the
+    scripted model unless configured."""
+
+    agents: dict[str, AgentProfile] = msgspec.field(default_factory=_default_agents)
+    """``[agents.<name>]``: run profiles; ``default`` is used when none is named."""
+
+    llm_max_concurrency: Positive = 2
+    """Model calls in flight at once per process (Klaw ``maxConcurrentLlm``)."""
+
+    def profile(self, name: str = "default") -> AgentProfile:
+        """The ``[agents.<name>]`` profile; a ``ConfigError`` lists the known ones."""
+        try:
+            return self.agents[name]
+        except KeyError:
+            known = ", ".join(sorted(self.agents)) or "none"
+            raise ConfigError(
+                "settings",
+                f"agents.{name}",
+                f"no such agent profile; known profiles: {known}",
+            ) from None
+
+    def model_for(self, profile: str = "default") -> ModelConfig:
+        """The ``[models.<name>]`` table the profile ``profile`` talks to."""
+        agent = self.profile(profile)
+        try:
+            return self.models[agent.model]
+        except KeyError:
+            known = ", ".join(sorted(self.models)) or "none"
+            raise ConfigError(
+                "settings",
+                f"agents.{profile}.model",
+                f"names model {agent.model!r}, which has no [models.{agent.model}] "
+                f"table; known models: {known}",
+            ) from None
+
+    def run_settings(
+        self, profile: str = "default", tools: tuple[ToolSpec, ...] = ()
+    ) -> RunSettings:
+        """The ``RunSettings`` a run started with ``profile`` records.
+
+        ``tools`` are the specs the host offers; a profile with a ``tools`` list
+        keeps only those names.
+        """
+        agent = self.profile(profile)
+        model = self.model_for(profile)
+        if agent.tools is not None:
+            allowed = frozenset(agent.tools)
+            tools = tuple(t for t in tools if t.name in allowed)
+        run = self.run
+        return RunSettings(
+            model=model.model or model.provider,
+            system_prompt=(
+                run.system_prompt
+                if agent.system_prompt is None
+                else agent.system_prompt
+            ),
+            protocol=agent.protocol,
+            tools=tools,
+            temperature=model.temperature,
+            max_tokens=model.max_tokens,
+            max_iterations=run.max_iterations,
+            transcript_limit=run.transcript_limit,
+            transcript_token_limit=run.transcript_token_limit,
+            max_json_retries=run.max_json_retries,
+            max_tool_retries=run.max_tool_retries,
+            max_tool_call_rounds=(
+                run.max_tool_call_rounds
+                if agent.max_tool_call_rounds is None
+                else agent.max_tool_call_rounds
+            ),
+            planning_gate=run.planning_gate,
+            subagent_conversation_limit=run.subagent_conversation_limit,
+        )

@@ -1,0 +1,437 @@
+"""The actor host: the imperative shell around the pure deciders.
+
+The host owns every piece of I/O. For an input it loads (or takes from its
+cache) the actor's state, asks ``decide``, and appends ``[input, *decisions]``
+as one commit at the expected version; on a conflict it reloads and retries.
+One task per stream drains that stream's mailbox, so a stream is decided by one
+task at a time.
+
+Routing is driven from the log, not from memory: a dispatcher follows the log
+from the projector's checkpoint and hands each decision to an effect handler
+(model, tool, timer) or turns it into an input of another stream (a child run
+to create, a parent to tell, a child to cancel). On start, the requested but
+unanswered effects and the due timers are read from the ``pending``
+projection and routed again, so a crash delays work and never loses it.
+Effects are at-least-once; their recording is exactly-once because ``decide``
+refuses a result whose request is no longer pending.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import Counter, Histogram
+
+from steward import events
+from steward.actors import run as run_actor
+from steward.actors.llm import Provider, RequestInfo, collect
+from steward.actors.prompt import prompt_hash
+from steward.actors.tools import ToolContext, ToolRegistry
+from steward.bus import Commit, EventLog
+from steward.clock import Clock, SystemClock
+from steward.errors import ConcurrencyError, ProviderError, StewardError
+from steward.events import Event, Recorded
+
+log = logging.getLogger("steward.host")
+
+COMMITS = Counter("steward_commits_total", "Commits appended by the host")
+REFUSALS = Counter("steward_refusals_total", "Inputs a decider refused")
+CONFLICTS = Counter("steward_conflicts_total", "Commits retried after a conflict")
+EFFECTS = Counter("steward_effects_total", "Effects dispatched", ["kind"])
+EFFECT_SECONDS = Histogram("steward_effect_seconds", "Time an effect took", ["kind"])
+
+Listener = Callable[[Recorded], None]
+
+
+def run_stream(run_id: str) -> str:
+    """The stream that holds run ``run_id``."""
+    return f"run.{run_id}"
+
+
+def run_id_of(stream: str) -> str:
+    return stream.removeprefix("run.")
+
+
+@dataclass
+class _Mailbox:
+    queue: asyncio.Queue[_Item] = field(default_factory=asyncio.Queue)
+    task: asyncio.Task[None] | None = None
+
+
+@dataclass
+class _Item:
+    input: Event
+    causation_id: str | None
+    done: asyncio.Future[Commit | None]
+
+
+class Host:
+    """Hosts run actors over an event log; see the module docstring."""
+
+    def __init__(
+        self,
+        log: EventLog,
+        *,
+        provider: Provider | None = None,
+        tools: ToolRegistry | None = None,
+        workspace: Path | str = ".",
+        clock: Clock | None = None,
+        llm_concurrency: int = 2,
+        tool_timeout: float = 30.0,
+        llm_retries: int = 2,
+        projector: Any = None,
+        max_conflict_retries: int = 20,
+    ) -> None:
+        self.log = log
+        self.provider = provider
+        self.tools = tools
+        self.workspace = Path(workspace)
+        self.clock: Clock = clock or SystemClock()
+        self.projector = projector
+        self._llm_slots = asyncio.Semaphore(llm_concurrency)
+        self._tool_timeout = tool_timeout
+        self._llm_retries = llm_retries
+        self._max_conflict_retries = max_conflict_retries
+        self._cache: dict[str, tuple[run_actor.Run, int]] = {}
+        self._mailboxes: dict[str, _Mailbox] = {}
+        self._inflight: set[str] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._listeners: list[Listener] = []
+        self._timers: list[tuple[float, str, str]] = []
+        self._timers_changed = asyncio.Event()
+        self._dispatcher: asyncio.Task[None] | None = None
+        self._timer_task: asyncio.Task[None] | None = None
+        self.position = 0
+
+    # -- inputs -------------------------------------------------------------------
+
+    async def submit(
+        self, stream: str, input: Event, *, causation_id: str | None = None
+    ) -> Commit | None:
+        """Decide ``input`` on ``stream`` and record it; ``None`` when refused."""
+        box = self._mailboxes.get(stream)
+        if box is None:
+            box = self._mailboxes[stream] = _Mailbox()
+        done: asyncio.Future[Commit | None] = asyncio.get_running_loop().create_future()
+        box.queue.put_nowait(_Item(input, causation_id, done))
+        if box.task is None:
+            box.task = asyncio.create_task(self._drain(stream, box))
+        return await done
+
+    async def _drain(self, stream: str, box: _Mailbox) -> None:
+        # One task per stream with work; it ends when the mailbox is empty so
+        # idle streams cost nothing.
+        while not box.queue.empty():
+            item = box.queue.get_nowait()
+            try:
+                item.done.set_result(await self._decide_and_commit(stream, item))
+            except Exception as e:  # a handler never lets an error escape
+                log.exception("stream %s: input %s failed", stream, item.input)
+                if not item.done.done():
+                    item.done.set_exception(e)
+        box.task = None
+        if box.queue.empty():
+            self._mailboxes.pop(stream, None)
+
+    async def _decide_and_commit(self, stream: str, item: _Item) -> Commit | None:
+        for _ in range(self._max_conflict_retries):
+            state, version = await self.state(stream)
+            decisions = run_actor.decide(item.input, state)
+            if decisions is None:
+                REFUSALS.inc()
+                log.debug("stream %s refused %s", stream, events.type_name(item.input))
+                return None
+            batch = [item.input, *decisions]
+            try:
+                commit = await self.log.append(
+                    stream,
+                    batch,
+                    version,
+                    correlation_id=_correlation(state, item.input),
+                    causation_id=item.causation_id,
+                )
+            except ConcurrencyError:
+                CONFLICTS.inc()
+                self._cache.pop(stream, None)
+                continue
+            COMMITS.inc()
+            for event in batch:
+                state = run_actor.evolve(state, event)
+            self._cache[stream] = (state, commit.last_version)
+            return commit
+        raise StewardError(
+            f"stream {stream}: gave up after {self._max_conflict_retries} conflicts"
+        )
+
+    async def state(self, stream: str) -> tuple[run_actor.Run, int]:
+        """The current state and version of ``stream`` (cached)."""
+        cached = self._cache.get(stream)
+        if cached is not None:
+            return cached
+        recorded = await self.log.read(stream)
+        state = run_actor.fold(r.event for r in recorded)
+        version = recorded[-1].version if recorded else 0
+        self._cache[stream] = (state, version)
+        return state, version
+
+    async def _state_at(self, stream: str, version: int) -> run_actor.Run:
+        cached = self._cache.get(stream)
+        if cached is not None and cached[1] == version:
+            return cached[0]
+        recorded = await self.log.read(stream)
+        return run_actor.fold(r.event for r in recorded if r.version <= version)
+
+    # -- lifecycle ----------------------------------------------------------------
+
+    def listen(self, listener: Listener) -> None:
+        """Call ``listener`` with every recorded event the dispatcher sees."""
+        self._listeners.append(listener)
+
+    async def start(self) -> None:
+        """Resume unanswered effects and due timers, then follow the log."""
+        if self.provider is None or self.tools is None:
+            raise StewardError("a host needs a provider and tools to start")
+        if self.projector is not None:
+            await self.projector.catch_up(self.log)
+            self.position = self.projector.position
+            for stream, version in await self.projector.pending_sources():
+                for rec in await self.log.read(stream, version):
+                    if rec.version == version:
+                        await self._route(rec)
+        else:
+            self.position = await self.log.head()
+        self._timer_task = asyncio.create_task(self._run_timers())
+        self._dispatcher = asyncio.create_task(self._dispatch())
+
+    async def stop(self) -> None:
+        """Stop following the log and cancel effects still in flight."""
+        for task in (self._dispatcher, self._timer_task, *self._tasks):
+            if task is not None:
+                task.cancel()
+        for task in (self._dispatcher, self._timer_task, *self._tasks):
+            if task is not None:
+                try:
+                    await task
+                except (asyncio.CancelledError, Exception):
+                    pass
+        for box in list(self._mailboxes.values()):
+            if box.task is not None:
+                await asyncio.gather(box.task, return_exceptions=True)
+        if self.projector is not None:
+            await self.projector.catch_up(self.log)
+
+    async def _dispatch(self) -> None:
+        async for rec in self.log.subscribe(self.position):
+            self.position = rec.position
+            cached = self._cache.get(rec.stream)
+            if cached is not None and cached[1] < rec.version:
+                # another process wrote this stream: our cached state is stale
+                self._cache.pop(rec.stream, None)
+            try:
+                await self._route(rec)
+            except Exception:
+                log.exception("routing %s failed", rec.id)
+            if self.projector is not None:
+                self.projector.offer(rec)
+            for listener in self._listeners:
+                listener(rec)
+
+    # -- routing ------------------------------------------------------------------
+
+    async def _route(self, rec: Recorded) -> None:
+        match rec.event:
+            case events.LlmRequested(request_id=rid):
+                self._spawn_effect(rid, "llm", self._call_model(rec, rec.event))
+            case events.ToolRequested(request_id=rid):
+                self._spawn_effect(rid, "tool", self._call_tool(rec, rec.event))
+            case events.RunSlept(timer_id=tid, wake_at=wake_at):
+                heapq.heappush(self._timers, (wake_at, tid, rec.stream))
+                self._timers_changed.set()
+            case events.SubagentsSpawned(children=children):
+                state = await self._state_at(rec.stream, rec.version)
+                assert state.created is not None
+                for spec in children:
+                    created = run_actor.child_created(
+                        state.created, spec, self.clock.now()
+                    )
+                    self._spawn_effect(
+                        f"spawn:{spec.run_id}",
+                        "spawn",
+                        self._create_child(created, rec.id),
+                    )
+            case events.RunCompleted() | events.RunFailed() | events.RunCancelled():
+                state = await self._state_at(rec.stream, rec.version)
+                if state.parent_run_id is not None:
+                    result = events.SubagentResult(
+                        run_id=state.run_id,
+                        status=state.status,
+                        output=state.output or (state.reason or ""),
+                    )
+                    finished = events.SubagentFinished(result=result, at=rec.at)
+                    self._spawn_effect(
+                        f"notify:{state.run_id}",
+                        "deliver",
+                        self.submit(
+                            run_stream(state.parent_run_id),
+                            finished,
+                            causation_id=rec.id,
+                        ),
+                    )
+                if isinstance(rec.event, events.RunCancelled):
+                    for child in rec.event.children:
+                        cancel = events.CancelRequested(
+                            reason="parent run was cancelled", at=rec.at
+                        )
+                        self._spawn_effect(
+                            f"cancel:{child}",
+                            "deliver",
+                            self.submit(run_stream(child), cancel, causation_id=rec.id),
+                        )
+            case _:
+                pass
+
+    def _spawn_effect(self, key: str, kind: str, work: Any) -> None:
+        if key in self._inflight:
+            work.close()
+            return
+        self._inflight.add(key)
+        EFFECTS.labels(kind).inc()
+
+        async def run() -> None:
+            try:
+                await work
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("effect %s failed", key)
+            finally:
+                self._inflight.discard(key)
+
+        task = asyncio.create_task(run())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _create_child(self, created: events.RunCreated, cause: str) -> None:
+        stream = run_stream(created.run_id)
+        if (await self.state(stream))[1] > 0:
+            return
+        await self.submit(stream, created, causation_id=cause)
+
+    # -- effects ------------------------------------------------------------------
+
+    async def _call_model(self, rec: Recorded, request: events.LlmRequested) -> None:
+        state = await self._state_at(rec.stream, rec.version)
+        if state.llm_pending != request.request_id:
+            return  # answered already; nothing to do
+        prompt = run_actor.build_prompt(state)
+        info = RequestInfo(
+            run_id=state.run_id,
+            request_id=request.request_id,
+            priority=request.priority,
+            profile=state.created.profile if state.created else None,
+        )
+        answer: Event
+        if prompt_hash(prompt) != request.prompt_hash:
+            answer = events.LlmFailed(
+                request_id=request.request_id,
+                kind="internal",
+                message="the prompt rebuilt from the log does not match the "
+                "recorded hash; the run's code or settings changed under it",
+                at=self.clock.now(),
+            )
+        else:
+            answer = await self._ask(prompt, info)
+        await self.submit(rec.stream, answer, causation_id=rec.id)
+
+    async def _ask(self, prompt: Any, info: RequestInfo) -> Event:
+        attempt = 0
+        while True:
+            attempt += 1
+            started = self.clock.now()
+            try:
+                assert self.provider is not None
+                async with self._llm_slots:
+                    result = await collect(self.provider.stream(prompt, info))
+            except ProviderError as e:
+                if e.retryable and attempt <= self._llm_retries:
+                    delay = e.retry_after or min(30.0, 0.5 * 2 ** (attempt - 1))
+                    await self.clock.sleep(delay)
+                    continue
+                return events.LlmFailed(
+                    request_id=info.request_id,
+                    kind=e.kind,
+                    message=str(e),
+                    at=self.clock.now(),
+                )
+            except Exception as e:  # a provider bug must not kill the host
+                return events.LlmFailed(
+                    request_id=info.request_id,
+                    kind="internal",
+                    message=f"{type(e).__name__}: {e}",
+                    at=self.clock.now(),
+                )
+            EFFECT_SECONDS.labels("llm").observe(max(0.0, self.clock.now() - started))
+            return events.LlmResponded(
+                request_id=info.request_id,
+                text=result.text,
+                tool_calls=result.tool_calls,
+                usage=result.usage,
+                at=self.clock.now(),
+            )
+
+    async def _call_tool(self, rec: Recorded, request: events.ToolRequested) -> None:
+        state = await self._state_at(rec.stream, rec.version)
+        ctx = ToolContext(workspace=self.workspace, run_id=state.run_id)
+        assert self.tools is not None
+        outcome = await self.tools.call(
+            request.name,
+            request.args,
+            ctx=ctx,
+            timeout=request.timeout or self._tool_timeout,
+        )
+        result = events.ToolResulted(
+            request_id=request.request_id,
+            ok=outcome.ok,
+            output=outcome.output,
+            error=outcome.error,
+            retryable=outcome.retryable,
+            truncated=outcome.truncated,
+            at=self.clock.now(),
+        )
+        await self.submit(rec.stream, result, causation_id=rec.id)
+
+    async def _run_timers(self) -> None:
+        while True:
+            self._timers_changed.clear()
+            if not self._timers:
+                await self._timers_changed.wait()
+                continue
+            due, timer_id, stream = self._timers[0]
+            delay = due - self.clock.now()
+            if delay > 0:
+                sleeper = asyncio.ensure_future(self.clock.sleep(delay))
+                changed = asyncio.ensure_future(self._timers_changed.wait())
+                await asyncio.wait(
+                    {sleeper, changed}, return_when=asyncio.FIRST_COMPLETED
+                )
+                sleeper.cancel()
+                changed.cancel()
+                continue
+            heapq.heappop(self._timers)
+            wake = events.WakeDue(timer_id=timer_id, at=self.clock.now())
+            self._spawn_effect(timer_id, "timer", self.submit(stream, wake))
+
+
+def _correlation(state: run_actor.Run, input: Event) -> str | None:
+    if isinstance(input, events.RunCreated):
+        return input.root_run_id or input.run_id
+    created = state.created
+    if created is None:
+        return None
+    return created.root_run_id or created.run_id

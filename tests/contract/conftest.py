@@ -1,0 +1,70 @@
+"""Fixtures for the EventLog contract suite: every test runs once per backend.
+
+A backend joins the suite by adding its name to ``BACKENDS`` and an opener to
+``_OPENERS``; the tests themselves stay unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from steward.bus import EventLog, SqliteEventLog
+
+# "jetstream" joins once its backend exists: its opener starts a nats-server
+# on a free port (a session fixture) and opens a client on one stream.
+BACKENDS = ["sqlite"]
+
+LogFactory = Callable[[], Awaitable[EventLog]]
+
+
+def _sqlite_opener(request: pytest.FixtureRequest) -> LogFactory:
+    path: Path = request.getfixturevalue("tmp_path") / "log.db"
+
+    async def open_sqlite() -> EventLog:
+        return await SqliteEventLog.open(path)
+
+    return open_sqlite
+
+
+_OPENERS: dict[str, Callable[[pytest.FixtureRequest], LogFactory]] = {
+    "sqlite": _sqlite_opener,
+}
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    """The name of the backend under test."""
+    name: str = request.param
+    return name
+
+
+@pytest.fixture
+async def make_log(
+    backend: str, request: pytest.FixtureRequest
+) -> AsyncIterator[LogFactory]:
+    """Open handles on one fresh log of the backend (as separate processes would).
+
+    Every handle opened is closed when the test ends.
+    """
+    open_handle = _OPENERS[backend](request)
+    opened: list[EventLog] = []
+
+    async def make() -> EventLog:
+        handle = await open_handle()
+        opened.append(handle)
+        return handle
+
+    try:
+        yield make
+    finally:
+        for handle in reversed(opened):
+            await handle.close()
+
+
+@pytest.fixture
+async def log(make_log: LogFactory) -> EventLog:
+    """A fresh, empty log of the backend under test."""
+    return await make_log()

@@ -1,0 +1,355 @@
+"""What the SQLite backend promises beyond the contract: files, durability, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import sys
+import textwrap
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from steward import events
+from steward.bus import Commit, SqliteEventLog, open_log
+from steward.errors import ConfigError, LogReadError, LogWriteError
+from steward.events import Recorded
+
+TIMEOUT = 5.0
+
+
+def note(n: int) -> events.Event:
+    """A small event told apart by ``n``."""
+    return events.NoteRecorded(category="test", content=str(n))
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    """Where the test's log file goes."""
+    return tmp_path / "log.db"
+
+
+@pytest.fixture
+async def log(path: Path) -> AsyncIterator[SqliteEventLog]:
+    """A fresh SQLite log, closed when the test ends."""
+    opened = await SqliteEventLog.open(path)
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+async def take(iterator: AsyncIterator[Recorded], n: int) -> list[Recorded]:
+    """The next ``n`` records, failing after TIMEOUT seconds."""
+    got: list[Recorded] = []
+    async with asyncio.timeout(TIMEOUT):
+        while len(got) < n:
+            got.append(await anext(iterator))
+    return got
+
+
+async def stop(task: asyncio.Task[Any]) -> None:
+    """Cancel a helper task (if still running) and wait for it to end."""
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+def raw(path: Path) -> contextlib.closing[sqlite3.Connection]:
+    """A plain sqlite3 connection to the log file, closed after the block."""
+    return contextlib.closing(sqlite3.connect(path, isolation_level=None))
+
+
+# -- the file ------------------------------------------------------------------
+
+
+async def test_open_creates_directories_file_and_schema(tmp_path: Path) -> None:
+    """open creates missing parent directories, the file, and the events table."""
+    path = tmp_path / "a" / "b" / "log.db"
+    log = await SqliteEventLog.open(path)
+    await log.append("run.r1", [note(1)], 0)
+    await log.close()
+    with raw(path) as conn:
+        columns = [row[1] for row in conn.execute("PRAGMA table_info(events)")]
+        assert columns == [
+            "position",
+            "stream",
+            "version",
+            "at",
+            "type",
+            "correlation_id",
+            "causation_id",
+            "data",
+        ]
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        row = conn.execute("SELECT type, data FROM events").fetchone()
+    assert row == ("NoteRecorded", events.encode(note(1)))
+
+
+async def test_reopen_after_close_keeps_everything(path: Path) -> None:
+    """A log closed and opened again has every event, and appends carry on."""
+    first = await SqliteEventLog.open(path)
+    await first.append("run.r1", [note(1), note(2)], 0, correlation_id="c")
+    await first.append("run.r2", [note(3)], 0)
+    before = await first.read_all()
+    await first.close()
+
+    second = await SqliteEventLog.open(path)
+    try:
+        assert await second.read_all() == before
+        commit = await second.append("run.r1", [note(4)], 2)
+        assert (commit.last_version, commit.last_position) == (3, 4)
+    finally:
+        await second.close()
+
+
+async def test_close_commits_appends_already_made(path: Path) -> None:
+    """close waits for appends already made, and they are all stored."""
+    log = await SqliteEventLog.open(path)
+    *commits, _ = await asyncio.gather(
+        *(log.append(f"run.{i}", [note(i)], 0) for i in range(50)), log.close()
+    )
+    assert [c.stream for c in commits if isinstance(c, Commit)] == [
+        f"run.{i}" for i in range(50)
+    ]
+    reopened = await SqliteEventLog.open(path)
+    try:
+        assert await reopened.head() == 50
+    finally:
+        await reopened.close()
+
+
+@pytest.mark.parametrize(("mode", "pragma"), [("FULL", 2), ("NORMAL", 1), ("OFF", 0)])
+async def test_synchronous_mode_is_applied(path: Path, mode: Any, pragma: int) -> None:
+    """The synchronous mode asked for is the one the writer uses, and it works."""
+    log = await SqliteEventLog.open(path, synchronous=mode)
+    try:
+        pragmas = await log._writer.execute_fetchall("PRAGMA synchronous")
+        assert list(pragmas) == [(pragma,)]
+        await log.append("run.r1", [note(1)], 0)
+        assert await log.version("run.r1") == 1
+    finally:
+        await log.close()
+
+
+async def test_bad_options_are_refused(path: Path) -> None:
+    """An unknown synchronous mode or an in-memory path is refused, saying why."""
+    with pytest.raises(ValueError, match="synchronous must be one of NORMAL, FULL"):
+        await SqliteEventLog.open(path, synchronous="EXTRA")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="give a file path"):
+        await SqliteEventLog.open(":memory:")
+
+
+async def test_a_file_that_is_no_database_is_refused(tmp_path: Path) -> None:
+    """Opening a non-SQLite file or a directory raises LogWriteError naming it."""
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"this is not a database, just text" * 100)
+    with pytest.raises(LogWriteError, match=r"cannot open the event log at .*junk\.db"):
+        await SqliteEventLog.open(junk)
+    with pytest.raises(LogWriteError, match="cannot open the event log"):
+        await SqliteEventLog.open(tmp_path)
+
+
+# -- writing -------------------------------------------------------------------
+
+
+async def test_appends_made_together_share_one_transaction(
+    log: SqliteEventLog,
+) -> None:
+    """Group commit: appends waiting together are committed in one transaction."""
+    commits = await asyncio.gather(
+        *(log.append(f"run.{i}", [note(i), note(i)], 0) for i in range(100))
+    )
+    assert log._batches == 1
+    assert [c.first_position for c in commits] == list(range(1, 200, 2))
+
+
+async def test_append_cancelled_before_its_turn_is_not_stored(
+    log: SqliteEventLog,
+) -> None:
+    """An append whose caller gave up before the writer took it stores nothing."""
+    task = asyncio.create_task(log.append("run.r1", [note(1)], 0))
+    await asyncio.sleep(0)  # the append is queued; the writer has not run yet
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await log.version("run.r1") == 0
+    await log.append("run.r1", [note(2)], 0)
+    assert [r.event for r in await log.read("run.r1")] == [note(2)]
+
+
+async def test_a_locked_file_gives_log_write_error_and_the_writer_recovers(
+    path: Path,
+) -> None:
+    """A write lock held too long fails the append cleanly; later appends work."""
+    log = await SqliteEventLog.open(path, busy_timeout=0.05)
+    try:
+        with raw(path) as other:
+            other.execute("BEGIN IMMEDIATE")
+            with pytest.raises(
+                LogWriteError, match=r"could not commit to run\.r1 .*database is locked"
+            ) as caught:
+                await log.append("run.r1", [note(1)], 0)
+            assert isinstance(caught.value.__cause__, sqlite3.OperationalError)
+            other.execute("ROLLBACK")
+        commit = await log.append("run.r1", [note(2)], 0)
+        assert commit.last_version == 1
+    finally:
+        await log.close()
+
+
+# -- reading -------------------------------------------------------------------
+
+
+async def test_corrupt_event_names_its_stream_and_version(
+    log: SqliteEventLog, path: Path
+) -> None:
+    """Bytes that are no event raise LogReadError naming the stream and version."""
+    await log.append("run.r1", [note(1), note(2), note(3)], 0)
+    with raw(path) as conn:
+        # The log never updates a row; a test may, to play a damaged disk.
+        conn.execute(
+            "UPDATE events SET data = x'c1ff' WHERE stream = 'run.r1' AND version = 2"
+        )
+    match = r"cannot decode event run\.r1/2 at position 2: .*corrupt"
+    with pytest.raises(LogReadError, match=match) as caught:
+        await log.read("run.r1")
+    assert isinstance(caught.value.__cause__, msgspec.DecodeError)
+    with pytest.raises(LogReadError, match=match):
+        await log.read_all()
+    assert [r.version for r in await log.read("run.r1", 3)] == [3]
+    subscription = log.subscribe()
+    try:
+        with pytest.raises(LogReadError, match=match):
+            await take(subscription, 3)
+    finally:
+        await subscription.aclose()
+
+
+async def test_old_event_shapes_are_upcast_on_read(
+    log: SqliteEventLog, path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stored event of a retired type is read through its upcaster."""
+    monkeypatch.setitem(
+        events.UPCASTERS,
+        "NoteTaken",
+        lambda old: {"type": "NoteRecorded", "category": "old", "content": old["text"]},
+    )
+    await log.append("run.r1", [note(1)], 0)
+    with raw(path) as conn:
+        conn.execute(
+            "INSERT INTO events VALUES (2, 'run.r1', 2, 0.0, 'NoteTaken', NULL, NULL,"
+            " ?)",
+            (msgspec.msgpack.encode({"type": "NoteTaken", "text": "legacy"}),),
+        )
+    got = [r.event for r in await log.read("run.r1")]
+    assert got == [note(1), events.NoteRecorded(category="old", content="legacy")]
+
+
+# -- subscribe -----------------------------------------------------------------
+
+
+async def test_a_commit_wakes_a_subscriber_without_polling(path: Path) -> None:
+    """A subscriber of the same log is woken by a commit, not by the next poll."""
+    log = await SqliteEventLog.open(path, poll_interval=3600)
+    subscription = log.subscribe()
+    waiting = asyncio.create_task(take(subscription, 1))
+    try:
+        await asyncio.sleep(0)  # let it find the log empty and start waiting
+        await log.append("run.r1", [note(1)], 0)
+        assert [r.event for r in await waiting] == [note(1)]
+    finally:
+        await stop(waiting)
+        await subscription.aclose()
+        await log.close()
+
+
+async def test_close_ends_subscriptions(path: Path) -> None:
+    """Closing the log ends the iteration of its subscribers."""
+    log = await SqliteEventLog.open(path)
+    await log.append("run.r1", [note(1)], 0)
+
+    async def drain() -> list[Recorded]:
+        return [r async for r in log.subscribe()]
+
+    draining = asyncio.create_task(drain())
+    await asyncio.sleep(0)
+    await log.close()
+    async with asyncio.timeout(TIMEOUT):
+        assert [r.event for r in await draining] == [note(1)]
+
+
+WRITER = textwrap.dedent(
+    """
+    import asyncio, sys
+    from steward import events
+    from steward.bus import SqliteEventLog
+
+    async def main() -> None:
+        log = await SqliteEventLog.open(sys.argv[1])
+        try:
+            for i in range(3):
+                note = events.NoteRecorded(category="far", content=str(i))
+                await log.append("run.far", [note], i)
+        finally:
+            await log.close()
+
+    asyncio.run(main())
+    """
+)
+
+
+@pytest.mark.slow
+async def test_commits_of_another_process_reach_subscribe(
+    log: SqliteEventLog, path: Path
+) -> None:
+    """A subscriber sees events another OS process appends to the same file."""
+    subscription = log.subscribe()
+    waiting = asyncio.create_task(take(subscription, 3))
+    try:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", WRITER, str(path), stderr=asyncio.subprocess.PIPE
+        )
+        async with asyncio.timeout(30):
+            _, stderr = await process.communicate()
+        assert process.returncode == 0, stderr.decode()
+        got = await waiting
+    finally:
+        await stop(waiting)
+        await subscription.aclose()
+    assert [(r.stream, r.version) for r in got] == [("run.far", v) for v in (1, 2, 3)]
+
+
+# -- open_log ------------------------------------------------------------------
+
+
+async def test_open_log_opens_sqlite_urls_and_paths(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sqlite:///abs, sqlite://relative and a plain path all open a SQLite log."""
+    monkeypatch.chdir(tmp_path)
+    for url, file in (
+        (f"sqlite://{tmp_path}/a.db", tmp_path / "a.db"),
+        ("sqlite://rel/b.db", tmp_path / "rel" / "b.db"),
+        (str(tmp_path / "c.db"), tmp_path / "c.db"),
+    ):
+        log = await open_log(url, poll_interval=0.1)
+        try:
+            assert isinstance(log, SqliteEventLog)
+            await log.append("run.r1", [note(1)], 0)
+        finally:
+            await log.close()
+        assert file.exists(), url
+
+
+async def test_open_log_refuses_unknown_schemes() -> None:
+    """A URL naming a backend steward lacks raises ConfigError saying what works."""
+    with pytest.raises(
+        ConfigError, match=r"nats://localhost:4222.*no 'nats' backend; use sqlite:///"
+    ):
+        await open_log("nats://localhost:4222")
+    with pytest.raises(ConfigError, match="names no file"):
+        await open_log("sqlite://")

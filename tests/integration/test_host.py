@@ -1,0 +1,330 @@
+"""The host over a real SQLite log: runs, effects, children, timers, recovery."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from support import PLAN, act
+
+from steward import events, replay
+from steward.actors.llm import ScriptedProvider
+from steward.actors.run import Run
+from steward.actors.tools import ToolRegistry, tool
+from steward.bus import SqliteEventLog
+from steward.clock import FakeClock
+from steward.host import Host, run_stream
+from steward.projections.store import Projector
+
+TOOLS = ToolRegistry.with_builtins().specs()
+
+
+def created(run_id: str = "r1", **settings: Any) -> events.RunCreated:
+    return events.RunCreated(
+        run_id=run_id,
+        input_text="do the thing",
+        settings=events.RunSettings(tools=settings.pop("tools", TOOLS), **settings),
+    )
+
+
+async def wait_status(
+    host: Host, run_id: str, *statuses: str, timeout: float = 10.0
+) -> Run:
+    """Poll the run's state until it reaches one of ``statuses``."""
+    stream = run_stream(run_id)
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        host._cache.pop(stream, None)
+        state, _ = await host.state(stream)
+        if state.status in statuses:
+            return state
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"run {run_id} stayed {state.status}, not {statuses}")
+        await asyncio.sleep(0.01)
+
+
+async def check_log(log: SqliteEventLog) -> None:
+    """Every run stream is contiguous, answers each request once, and verifies."""
+    for stream in await log.streams("run."):
+        records = await log.read(stream)
+        assert [r.version for r in records] == list(range(1, len(records) + 1))
+        answers = Counter(
+            getattr(r.event, "request_id", None)
+            for r in records
+            if isinstance(r.event, events.LlmResponded | events.ToolResulted)
+        )
+        assert all(n == 1 for n in answers.values()), answers
+        requests = [
+            r.event.request_id
+            for r in records
+            if isinstance(r.event, events.LlmRequested | events.ToolRequested)
+        ]
+        assert len(requests) == len(set(requests)) or any(
+            isinstance(r.event, events.ApprovalRequested) for r in records
+        )
+        assert replay.verify(records) is None, stream
+
+
+async def test_tool_subagent_and_sleep_run_to_completion(make_host, log, clock) -> None:
+    """A run writes a file, waits for a child, sleeps, and finishes; replay verifies."""
+    provider = ScriptedProvider(
+        [
+            *PLAN,
+            act(
+                type="tool_call",
+                name="files.write",
+                args={"path": "a.txt", "content": "hi"},
+            ),
+            act(type="spawn_subagent", subagent={"task": "read a.txt"}),
+            # the child's replies come next: it runs while the parent waits
+            *PLAN,
+            act(type="files.read", args={"path": "a.txt"}),
+            act(type="send_message", message="a.txt says hi"),
+            act(type="sleep", delaySeconds=30),
+            act(type="finish", output="done"),
+        ]
+    )
+    host = await make_host(provider)
+    await host.submit(run_stream("r1"), created())
+    await wait_status(host, "r1", "waiting")
+    state = await wait_status(host, "r1", "waiting")
+    for _ in range(200):
+        state = await wait_status(host, "r1", "waiting", "completed")
+        if state.timer_id is not None:
+            break
+        await asyncio.sleep(0.01)
+    assert state.timer_id == "r1/wake/1"
+    clock.advance(31)
+    state = await wait_status(host, "r1", "completed")
+    assert state.output == "done"
+    child = await wait_status(host, "r1-1", "completed")
+    assert child.output == "a.txt says hi"
+    await check_log(log)
+
+
+async def test_unanswered_model_call_resumes_after_restart(
+    tmp_path: Path, make_host, log
+) -> None:
+    """A model call cut off by a stop is asked again by the next host, once."""
+    stuck = asyncio.Event()
+
+    def never(prompt: Any, info: Any) -> str:
+        raise AssertionError("unreachable")
+
+    class Hanging(ScriptedProvider):
+        async def stream(self, prompt: Any, info: Any):  # type: ignore[override]
+            stuck.set()
+            await asyncio.Event().wait()
+            yield  # pragma: no cover
+
+    first = await make_host(Hanging(never))
+    await first.submit(run_stream("r1"), created(planning_gate=False))
+    await asyncio.wait_for(stuck.wait(), 5)
+    await first.stop()
+
+    second = await make_host([act(type="finish", output="resumed")])
+    state = await wait_status(second, "r1", "completed")
+    assert state.output == "resumed"
+    await check_log(log)
+
+
+async def test_sleep_survives_restart(make_host, log, clock: FakeClock) -> None:
+    """A sleeping run is woken by a later host once its time has come."""
+    first = await make_host([act(type="sleep", delaySeconds=60)])
+    await first.submit(run_stream("r1"), created(planning_gate=False))
+    await wait_status(first, "r1", "waiting")
+    await first.stop()
+
+    clock.advance(61)
+    second = await make_host([act(type="finish", output="awake")])
+    state = await wait_status(second, "r1", "completed")
+    assert state.output == "awake"
+    await check_log(log)
+
+
+async def test_cancel_cascades_to_children(make_host, log) -> None:
+    """Cancelling a parent cancels the children it waits on."""
+    gate = asyncio.Event()
+
+    def reply(prompt: Any, info: Any) -> str:
+        if info.priority == "interactive":
+            return act(type="spawn_subagents", subagents=[{"task": "a"}, {"task": "b"}])
+        return act(type="sleep", delaySeconds=3600)
+
+    host = await make_host(ScriptedProvider(reply))
+    await host.submit(run_stream("r1"), created(planning_gate=False))
+    await wait_status(host, "r1-1", "waiting")
+    await wait_status(host, "r1-2", "waiting")
+    commit = await host.submit(run_stream("r1"), events.CancelRequested(reason="stop"))
+    assert commit is not None
+    for child in ("r1-1", "r1-2"):
+        state = await wait_status(host, child, "cancelled")
+        assert state.reason == "parent run was cancelled"
+    gate.set()
+    await check_log(log)
+
+
+class DeployArgs(msgspec.Struct, frozen=True):
+    target: str
+
+
+@tool("ops.deploy", requires_approval=True)
+async def deploy(args: DeployArgs, *, ctx: Any) -> str:
+    return f"deployed {args.target}"
+
+
+async def test_approval_then_denial(make_host, log) -> None:
+    """A tool that needs approval waits; approval runs it, denial tells the model."""
+
+    tools = ToolRegistry.with_builtins()
+    tools.register(deploy)
+    seen: list[str] = []
+
+    def reply(prompt: Any, info: Any) -> str:
+        seen.append(prompt.messages[-1].content)
+        n = len(seen)
+        if n in (1, 3):
+            return act(type="ops.deploy", args={"target": "prod"})
+        return act(type="finish", output=f"finished after {n}")
+
+    host = await make_host(ScriptedProvider(reply), tools)
+    await host.submit(
+        run_stream("r1"), created(tools=tools.specs(), planning_gate=False)
+    )
+    state = await wait_status(host, "r1", "waiting")
+    approve = events.ApprovalDecided(
+        request_id=state.approvals[0].request_id, approved=True
+    )
+    assert await host.submit(run_stream("r1"), approve) is not None
+    await wait_status(host, "r1", "completed")
+
+    await host.submit(
+        run_stream("r2"), created("r2", tools=tools.specs(), planning_gate=False)
+    )
+    state = await wait_status(host, "r2", "waiting")
+    deny = events.ApprovalDecided(
+        request_id=state.approvals[0].request_id, approved=False, reason="not on friday"
+    )
+    await host.submit(run_stream("r2"), deny)
+    await wait_status(host, "r2", "completed")
+    assert "deployed prod" in seen[1]
+    assert "not on friday" in seen[3]
+    await check_log(log)
+
+
+async def test_operator_input_from_another_process_reaches_the_host(
+    tmp_path: Path, make_host, log
+) -> None:
+    """A cancel appended through a second log on the same file stops the run."""
+    host = await make_host([act(type="sleep", delaySeconds=3600)])
+    await host.submit(run_stream("r1"), created(planning_gate=False))
+    await wait_status(host, "r1", "waiting")
+
+    other = await SqliteEventLog.open(tmp_path / "log.db")
+    try:
+        operator = Host(other)
+        assert (
+            await operator.submit(run_stream("r1"), events.CancelRequested())
+            is not None
+        )
+    finally:
+        await other.close()
+    state = await wait_status(host, "r1", "cancelled")
+    assert state.reason == "cancelled by operator"
+
+
+async def test_duplicate_results_are_refused(make_host, log) -> None:
+    """A second answer to the same request is refused and records nothing."""
+    host = await make_host([act(type="sleep", delaySeconds=3600)])
+    await host.submit(run_stream("r1"), created(planning_gate=False))
+    await wait_status(host, "r1", "waiting")
+    before = await log.version(run_stream("r1"))
+    duplicate = events.LlmResponded(request_id="r1/llm/1", text="{}")
+    assert await host.submit(run_stream("r1"), duplicate) is None
+    assert await log.version(run_stream("r1")) == before
+
+
+async def test_projections_rebuild_identically(tmp_path: Path, make_host, log) -> None:
+    """Dropping and replaying the projections gives byte-identical tables."""
+    host = await make_host(
+        [*PLAN, act(type="files.list", args={}), act(type="finish", output="ok")]
+    )
+    await host.submit(run_stream("r1"), created())
+    await wait_status(host, "r1", "completed")
+    await host.stop()
+    projector = await Projector.open(tmp_path / "log.db")
+    try:
+        await projector.catch_up(log)
+        tables = ("runs", "run_steps", "pending")
+        before = [
+            await projector.query(f"SELECT * FROM {t} ORDER BY 1, 2") for t in tables
+        ]
+        await projector.rebuild(log)
+        after = [
+            await projector.query(f"SELECT * FROM {t} ORDER BY 1, 2") for t in tables
+        ]
+    finally:
+        await projector.close()
+    assert before == after
+    runs = before[0]
+    assert runs[0][0] == "r1" and runs[0][15] == "completed"
+    assert len(before[1]) == await log.version(run_stream("r1"))
+
+
+async def test_log_stores_a_long_conversation_once(make_host, log) -> None:
+    """100 model calls over a 50 KB conversation add only bytes per call, not KB."""
+    conversation = tuple(
+        events.ChatMessage(role="user" if i % 2 else "assistant", content="x" * 500)
+        for i in range(100)
+    )
+    replies = [
+        act(type="set_output", output=f"step {i}. ", mode="append") for i in range(99)
+    ]
+    provider = ScriptedProvider([*replies, act(type="send_message", message="done?")])
+    host = await make_host(provider)
+    start = events.RunCreated(
+        run_id="r1",
+        input_text="long",
+        conversation=conversation,
+        settings=events.RunSettings(max_iterations=200, planning_gate=False),
+    )
+    await host.submit(run_stream("r1"), start)
+    state = await wait_status(host, "r1", "completed", timeout=30)
+    assert state.iteration == 100
+    records = await log.read(run_stream("r1"))
+    sizes = [len(events.encode(r.event)) for r in records]
+    first, rest = sizes[0], sum(sizes[1:])
+    assert first > 50_000
+    per_call = rest / 100
+    assert per_call < 400, f"{per_call:.0f} bytes per call"
+
+
+@pytest.mark.parametrize("protocol", ["native"])
+async def test_native_protocol_runs_tools(make_host, log, protocol: str) -> None:
+    """The native tool-calling loop runs tools and ends on a plain answer."""
+    from steward.actors.llm import Reply
+
+    provider = ScriptedProvider(
+        [
+            Reply(
+                text="",
+                tool_calls=(
+                    events.ToolCall(
+                        id="c1", name="files.write", args={"path": "n", "content": "1"}
+                    ),
+                    events.ToolCall(id="c2", name="files.list", args={}),
+                ),
+            ),
+            "all done",
+        ]
+    )
+    host = await make_host(provider)
+    await host.submit(run_stream("r1"), created(protocol=protocol))
+    state = await wait_status(host, "r1", "completed")
+    assert state.output == "all done"
+    assert state.tool_calls == 2
+    await check_log(log)

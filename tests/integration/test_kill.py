@@ -1,0 +1,138 @@
+"""`steward serve` killed with SIGKILL mid-run loses nothing and repeats nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from steward import events, replay
+from steward.actors.tools import ToolRegistry
+from steward.bus import SqliteEventLog
+from steward.config import load_settings
+from steward.host import Host, run_stream
+
+pytestmark = pytest.mark.slow
+
+RUNS = 12
+
+
+def _script(path: Path) -> None:
+    def act(**command: object) -> dict[str, object]:
+        return {"json": command, "delay": 0.05}
+
+    replies = [
+        act(type="note", category="requirements", content="r"),
+        act(type="note", category="plan", content="p"),
+        act(
+            type="tool_call",
+            name="files.write",
+            args={"path": "out.txt", "content": "x"},
+        ),
+        act(type="decision", content="one"),
+        act(type="decision", content="two"),
+        act(type="set_output", output="partial"),
+        act(type="finish", output="done", mode="append"),
+    ]
+    path.write_text(json.dumps({"per_run": True, "replies": replies}))
+
+
+def _serve(tmp: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "steward",
+            "--db",
+            str(tmp / "log.db"),
+            "--script",
+            str(tmp / "script.json"),
+            "serve",
+        ],
+        cwd=tmp,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+async def _statuses(log: SqliteEventLog) -> Counter[str]:
+    host = Host(log)
+    result: Counter[str] = Counter()
+    for stream in await log.streams("run."):
+        state, _ = await host.state(stream)
+        result[state.status] += 1
+    return result
+
+
+async def test_sigkill_mid_run_then_restart_completes_every_run(tmp_path: Path) -> None:
+    """Kill -9 the server mid-way; a new one finishes every run exactly once."""
+    _script(tmp_path / "script.json")
+    log = await SqliteEventLog.open(tmp_path / "log.db")
+    try:
+        settings = load_settings(None, env={}).run_settings(
+            "default", ToolRegistry.with_builtins().specs()
+        )
+        starter = Host(log)
+        for n in range(RUNS):
+            start = events.RunCreated(
+                run_id=f"k{n}", input_text="go", settings=settings
+            )
+            await starter.submit(run_stream(f"k{n}"), start)
+
+        server = _serve(tmp_path)
+        try:
+            for _ in range(400):  # wait until work is visibly under way
+                await asyncio.sleep(0.025)
+                if (await log.head()) > RUNS * 8:
+                    break
+            server.send_signal(signal.SIGKILL)
+            server.wait(10)
+        finally:
+            if server.poll() is None:
+                server.kill()
+            server.communicate()
+        mid = await _statuses(log)
+        assert mid["completed"] < RUNS, f"killed too late to test anything: {mid}"
+
+        server = _serve(tmp_path)
+        try:
+            for _ in range(1200):
+                await asyncio.sleep(0.025)
+                if (await _statuses(log))["completed"] == RUNS:
+                    break
+        finally:
+            server.send_signal(signal.SIGTERM)
+            try:
+                _, err = server.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                _, err = server.communicate()
+        assert (await _statuses(log))["completed"] == RUNS, err.decode()[-2000:]
+
+        for stream in await log.streams("run."):
+            records = await log.read(stream)
+            assert [r.version for r in records] == list(range(1, len(records) + 1))
+            answered = Counter(
+                r.event.request_id
+                for r in records
+                if isinstance(r.event, events.LlmResponded | events.ToolResulted)
+            )
+            assert set(answered.values()) == {1}, f"{stream}: {answered}"
+            requested = [
+                r.event.request_id
+                for r in records
+                if isinstance(r.event, events.LlmRequested | events.ToolRequested)
+            ]
+            assert sorted(requested) == sorted(answered), stream
+            assert replay.verify(records) is None, stream
+            assert replay.rebuild(records).output == "partialdone"
+    finally:
+        await log.close()

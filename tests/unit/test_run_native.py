@@ -1,0 +1,295 @@
+"""The run decider in the native tool-calling protocol.
+
+The model answers with tool calls instead of JSON commands; the run ends on a
+reply without any. Tests read as given events / when input / then decisions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from helpers_run import RUN, Story, asks, kinds, started
+from msgspec.structs import replace
+
+from steward import replay
+from steward.actors import run as run_actor
+from steward.events import (
+    ApprovalDecided,
+    ApprovalRequested,
+    ChatMessage,
+    Event,
+    RunCompleted,
+    RunResumed,
+    SystemNoteAdded,
+    ToolCall,
+    ToolRequested,
+)
+
+A = ToolCall(id="call_a", name="files.read", args={"path": "a.txt"})
+B = ToolCall(id="call_b", name="files.write", args={"path": "b.txt"})
+DEL = ToolCall(id="call_d", name="files.delete", args={"path": "x"})
+UNKNOWN = ToolCall(id="call_x", name="web.search", args={"q": "steward"})
+
+
+def native(**overrides: Any) -> Story:
+    """Given a started native-protocol run."""
+    return started(protocol="native", **overrides)
+
+
+def requested(n: int, call: ToolCall, attempt: int = 1) -> ToolRequested:
+    """The ToolRequested for native ``call`` under id <run>/tool/<n>."""
+    return ToolRequested(
+        request_id=f"{RUN}/tool/{n}",
+        name=call.name,
+        args=call.args,
+        attempt=attempt,
+        call_id=call.id,
+    )
+
+
+def test_native_prompt_passes_tools_and_no_json_protocol():
+    """A native prompt hands the tools to the provider; no JSON protocol text."""
+    story = native(system_prompt="You are Clifford.")
+    prompt = story.prompt()
+    assert prompt.system == "You are Clifford."
+    assert prompt.protocol == "native"
+    assert prompt.tools == story.state.settings.tools
+
+
+def test_tool_calls_are_requested_each_with_its_call_id():
+    """A reply with tool calls → one ToolRequested per call, carrying call_id."""
+    story = native()
+    decisions = story.call(A, B)
+    assert decisions == [requested(1, A), requested(2, B)]
+
+
+def test_next_call_waits_for_every_result():
+    """The model is asked again only when all results of the round are in."""
+    story = native()
+    story.call(A, B)
+    assert story.result("A text", request_id=f"{RUN}/tool/1") == []
+    assert story.result("B done", request_id=f"{RUN}/tool/2") == [asks(story, 2)]
+
+
+def test_prompt_pairs_the_assistant_tool_calls_with_tool_messages():
+    """The next prompt has the assistant's tool_calls, then a tool message each."""
+    story = native()
+    story.call(A, B, text="reading")
+    story.result("B done", request_id=f"{RUN}/tool/2")
+    story.result("A text", request_id=f"{RUN}/tool/1")
+    assert story.prompt().messages == (
+        ChatMessage(role="user", content="Summarize notes.txt"),
+        ChatMessage(role="assistant", content="reading", tool_calls=(A, B)),
+        ChatMessage(role="tool", content="B done", tool_call_id="call_b"),
+        ChatMessage(role="tool", content="A text", tool_call_id="call_a"),
+    )
+
+
+def test_reply_without_tool_calls_completes_with_its_text():
+    """A reply without tool calls completes the run with the reply's text."""
+    story = native()
+    story.call(A)
+    story.result("A text")
+    decisions = story.call(text="The summary.")
+    assert decisions == [RunCompleted(output="The summary.", reason="finish")]
+    assert story.state.status == "completed"
+
+
+def test_no_planning_gate_in_native():
+    """Native tool calls go through without requirements/plan notes."""
+    story = native()
+    assert kinds(story.call(A)) == ["ToolRequested"]
+
+
+def test_rounds_up_to_the_limit_go_through():
+    """Exactly max_tool_call_rounds rounds of tool calls are allowed."""
+    story = native(max_tool_call_rounds=2)
+    story.call(A)
+    story.result()
+    assert story.call(B) == [requested(2, B)]
+
+
+def test_more_rounds_than_the_limit_fail_the_run():
+    """Round max_tool_call_rounds+1 → RunFailed naming the tool-call loop limit."""
+    story = native(max_tool_call_rounds=2)
+    for call in (A, B):
+        story.call(call)
+        story.result()
+    decisions = story.call(A)
+    assert kinds(decisions) == ["RunFailed"]
+    assert decisions[0].reason.startswith("tool-call loop limit reached")
+    assert "max_tool_call_rounds" in decisions[0].reason
+
+
+def test_unknown_tool_is_answered_with_a_note_on_its_call_id():
+    """An unknown tool → SystemNoteAdded with call_id, then the next request."""
+    story = native()
+    decisions = story.call(UNKNOWN)
+    note = SystemNoteAdded(
+        reason="tool_error",
+        content="Unknown tool 'web.search'. Available tools: files.delete, "
+        "files.read, files.write.",
+        call_id="call_x",
+        tool="web.search",
+    )
+    assert decisions == [note, asks(story, 2)]
+    assert story.prompt().messages[-1] == ChatMessage(
+        role="tool", content=note.content, tool_call_id="call_x"
+    )
+
+
+def test_unknown_tool_next_to_a_known_one_waits_for_the_known_result():
+    """An unknown call is answered at once; the round ends with the known result."""
+    story = native()
+    decisions = story.call(UNKNOWN, A)
+    assert kinds(decisions) == ["SystemNoteAdded", "ToolRequested"]
+    assert decisions[1] == requested(1, A)
+    assert story.result("A text") == [asks(story, 2)]
+
+
+def test_non_retryable_failure_is_a_tool_message():
+    """A non-retryable failure is shown on the call's tool message."""
+    story = native()
+    story.call(A)
+    assert story.fail("no such file", retryable=False) == [asks(story, 2)]
+    assert story.prompt().messages[-1] == ChatMessage(
+        role="tool",
+        content="Tool files.read failed: no such file",
+        tool_call_id="call_a",
+    )
+
+
+def test_retry_keeps_the_call_id_under_a_new_request_id():
+    """A retryable failure retries the same call_id under a new request id."""
+    story = native()
+    story.call(A)
+    assert story.fail("timeout") == [requested(2, A, attempt=2)]
+
+
+def test_approval_in_native_carries_the_call_id():
+    """A requires_approval call → ApprovalRequested with its call_id; run waits."""
+    story = native()
+    decisions = story.call(DEL, A)
+    assert decisions == [
+        ApprovalRequested(
+            request_id=f"{RUN}/tool/1", name=DEL.name, args=DEL.args, call_id="call_d"
+        ),
+        requested(2, A),
+    ]
+    assert story.state.status == "waiting"
+    assert story.result("A text") == []
+
+
+def test_approved_native_call_runs_then_the_round_ends():
+    """Approval → RunResumed + ToolRequested; its result ends the round."""
+    story = native()
+    story.call(DEL, A)
+    story.result("A text", request_id=f"{RUN}/tool/2")
+    decisions = story.when(ApprovalDecided(request_id=f"{RUN}/tool/1", approved=True))
+    assert decisions == [RunResumed(reason="approved"), requested(1, DEL)]
+    assert story.result("deleted") == [asks(story, 2)]
+
+
+def test_denied_native_call_is_a_tool_message_with_the_reason():
+    """Denial → RunResumed + next request; the tool message carries the reason."""
+    story = native()
+    story.call(DEL)
+    decisions = story.when(
+        ApprovalDecided(request_id=f"{RUN}/tool/1", approved=False, reason="no")
+    )
+    assert decisions == [RunResumed(reason="denied"), asks(story, 2)]
+    assert story.prompt().messages[-1] == ChatMessage(
+        role="tool",
+        content="A person denied the call to files.delete: no",
+        tool_call_id="call_d",
+    )
+
+
+def test_only_unknown_tools_for_five_rounds_stalls():
+    """Rounds that only hit unknown tools make no progress and stall."""
+    story = native()
+    for n in range(4):
+        assert kinds(story.call(replace(UNKNOWN, id=f"x{n}")))[-1] == "LlmRequested"
+    decisions = story.call(replace(UNKNOWN, id="x4"))
+    assert decisions[-1] == RunCompleted(
+        output="I could not finish this within 20 steps.", reason="stalled"
+    )
+
+
+def test_window_drops_a_leading_tool_message_whose_call_is_cut_off():
+    """A window that would start on a tool message starts after it instead."""
+    story = native(transcript_limit=3)
+    story.call(A)
+    story.result("A text")
+    story.call(B)
+    story.result("B done")
+    assert story.prompt().messages[1:] == (
+        ChatMessage(role="assistant", content="", tool_calls=(B,)),
+        ChatMessage(role="tool", content="B done", tool_call_id="call_b"),
+    )
+
+
+def test_every_tool_message_in_the_prompt_follows_its_call():
+    """Each tool message's tool_call_id is shown in an earlier assistant message."""
+    story = native()  # default transcript_token_limit=1200
+    story.call(A)
+    story.result("x" * 8_000)  # one large file read
+    shown: set[str] = set()
+    for message in story.prompt().messages:
+        shown |= {call.id for call in message.tool_calls}
+        if message.role == "tool":
+            assert message.tool_call_id in shown
+
+
+# -- replay ---------------------------------------------------------------------
+
+
+def native_story() -> Story:
+    """A native run: parallel calls, a retry, a denial, an unknown tool, an end."""
+    story = native()
+    story.call(A, DEL, UNKNOWN)
+    story.fail("timeout")
+    story.result("A text")
+    story.when(ApprovalDecided(request_id=f"{RUN}/tool/2", approved=False, reason="no"))
+    story.call(B)
+    story.result("B done")
+    story.call(text="All done.")
+    return story
+
+
+def test_replay_verifies_a_native_run():
+    """Re-deciding a recorded native run gives back its recorded decisions."""
+    story = native_story()
+    assert story.state.status == "completed"
+    records = story.records()
+    assert replay.verify(records) is None
+    assert replay.rebuild(records) == story.state
+
+
+def test_replay_catches_a_changed_call_id():
+    """A decider that drops call ids is caught at the reply that made the calls."""
+    records = native_story().records()
+
+    def changed(input: Event, state: run_actor.Run) -> list[Event] | None:
+        decisions = run_actor.decide(input, state)
+        return [
+            replace(d, call_id=None) if isinstance(d, ToolRequested) else d
+            for d in decisions or []
+        ]
+
+    mismatch = replay.verify(records, decide=changed)
+    assert mismatch is not None
+    assert mismatch.version == 4  # RunCreated, RunStarted, LlmRequested, the reply
+    assert mismatch.recorded[0] == requested(1, A)
+    assert mismatch.decided is not None
+    assert mismatch.decided[0] == replace(requested(1, A), call_id=None)
+
+
+def test_replay_flags_a_decision_without_an_input():
+    """A log whose first record is a decision is reported, not folded."""
+    records = native_story().records()[1:]
+    mismatch = replay.verify(records)
+    assert mismatch is not None
+    assert mismatch.version == 2
+    assert mismatch.input is None
+    assert mismatch.problem == "a decision was recorded without an input before it"
