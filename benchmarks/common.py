@@ -25,12 +25,15 @@ class Figure:
     name: str
     value: float
     unit: str
-    target: float
+    target: float | None
+    """``None`` for a figure printed for context, held to no target."""
     higher_is_better: bool = True
 
     @property
     def ratio(self) -> float:
         """How many times better than the target (above 1 means met)."""
+        if self.target is None:
+            return float("inf")
         if self.higher_is_better:
             return self.value / self.target
         return self.target / self.value if self.value else float("inf")
@@ -104,8 +107,12 @@ def print_table(
         (
             f.name,
             f"{_number(f.value)} {f.unit}",
-            f"{'>=' if f.higher_is_better else '<='} {_number(f.target)} {f.unit}",
-            f"{f.ratio:.2f}x" + ("" if f.met else "  MISSED"),
+            "-"
+            if f.target is None
+            else f"{'>=' if f.higher_is_better else '<='} {_number(f.target)} {f.unit}",
+            "-"
+            if f.target is None
+            else f"{f.ratio:.2f}x" + ("" if f.met else "  MISSED"),
         )
         for f in figures
     ]
@@ -123,8 +130,9 @@ def print_table(
     print(line(["-" * w for w in widths]), file=out)
     for row in rows:
         print(line(row), file=out)
-    missed = [f.name for f in figures if not f.met]
+    held = [f for f in figures if f.target is not None]
+    missed = [f.name for f in held if not f.met]
     if missed:
-        print(f"{len(missed)} of {len(figures)} figures miss their target.", file=out)
+        print(f"{len(missed)} of {len(held)} targets missed.", file=out)
     else:
-        print(f"All {len(figures)} figures meet their target.", file=out)
+        print(f"All {len(held)} targets met.", file=out)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +46,10 @@ REFUSALS = Counter("steward_refusals_total", "Inputs a decider refused")
 CONFLICTS = Counter("steward_conflicts_total", "Commits retried after a conflict")
 EFFECTS = Counter("steward_effects_total", "Effects dispatched", ["kind"])
 EFFECT_SECONDS = Histogram("steward_effect_seconds", "Time an effect took", ["kind"])
+# Bound once: looking a label up costs more than counting.
+_KINDS = ("llm", "tool", "spawn", "deliver", "timer")
+_EFFECTS_BY_KIND = {kind: EFFECTS.labels(kind) for kind in _KINDS}
+_EFFECT_SECONDS_BY_KIND = {kind: EFFECT_SECONDS.labels(kind) for kind in _KINDS}
 
 Listener = Callable[[Recorded], None]
 
@@ -60,7 +65,7 @@ def run_id_of(stream: str) -> str:
 
 @dataclass
 class _Mailbox:
-    queue: asyncio.Queue[_Item] = field(default_factory=asyncio.Queue)
+    queue: deque[_Item] = field(default_factory=deque)
     task: asyncio.Task[None] | None = None
 
 
@@ -99,6 +104,9 @@ class Host:
         self._llm_retries = llm_retries
         self._max_conflict_retries = max_conflict_retries
         self._cache: dict[str, tuple[run_actor.Run, int]] = {}
+        # Streams whose cached state this host folded from its own commit of
+        # the decider's output: their prompts need no hash check.
+        self._own: dict[str, int] = {}
         self._mailboxes: dict[str, _Mailbox] = {}
         self._inflight: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -119,7 +127,7 @@ class Host:
         if box is None:
             box = self._mailboxes[stream] = _Mailbox()
         done: asyncio.Future[Commit | None] = asyncio.get_running_loop().create_future()
-        box.queue.put_nowait(_Item(input, causation_id, done))
+        box.queue.append(_Item(input, causation_id, done))
         if box.task is None:
             box.task = asyncio.create_task(self._drain(stream, box))
         return await done
@@ -127,8 +135,8 @@ class Host:
     async def _drain(self, stream: str, box: _Mailbox) -> None:
         # One task per stream with work; it ends when the mailbox is empty so
         # idle streams cost nothing.
-        while not box.queue.empty():
-            item = box.queue.get_nowait()
+        while box.queue:
+            item = box.queue.popleft()
             try:
                 item.done.set_result(await self._decide_and_commit(stream, item))
             except Exception as e:  # a handler never lets an error escape
@@ -136,7 +144,7 @@ class Host:
                 if not item.done.done():
                     item.done.set_exception(e)
         box.task = None
-        if box.queue.empty():
+        if not box.queue:
             self._mailboxes.pop(stream, None)
 
     async def _decide_and_commit(self, stream: str, item: _Item) -> Commit | None:
@@ -164,6 +172,7 @@ class Host:
             for event in batch:
                 state = run_actor.evolve(state, event)
             self._cache[stream] = (state, commit.last_version)
+            self._own[stream] = commit.last_version
             return commit
         raise StewardError(
             f"stream {stream}: gave up after {self._max_conflict_retries} conflicts"
@@ -233,6 +242,7 @@ class Host:
             if cached is not None and cached[1] < rec.version:
                 # another process wrote this stream: our cached state is stale
                 self._cache.pop(rec.stream, None)
+                self._own.pop(rec.stream, None)
             try:
                 await self._route(rec)
             except Exception:
@@ -301,7 +311,7 @@ class Host:
             work.close()
             return
         self._inflight.add(key)
-        EFFECTS.labels(kind).inc()
+        _EFFECTS_BY_KIND[kind].inc()
 
         async def run() -> None:
             try:
@@ -337,7 +347,11 @@ class Host:
             profile=state.created.profile if state.created else None,
         )
         answer: Event
-        if prompt_hash(prompt) != request.prompt_hash:
+        # The decider hashed this very prompt when this host committed the
+        # request; state read back from the log (after a restart, or written
+        # by another process, maybe by other code) is checked.
+        own = self._own.get(rec.stream) == rec.version
+        if not own and prompt_hash(prompt) != request.prompt_hash:
             answer = events.LlmFailed(
                 request_id=request.request_id,
                 kind="internal",
@@ -376,7 +390,7 @@ class Host:
                     message=f"{type(e).__name__}: {e}",
                     at=self.clock.now(),
                 )
-            EFFECT_SECONDS.labels("llm").observe(max(0.0, self.clock.now() - started))
+            _EFFECT_SECONDS_BY_KIND["llm"].observe(max(0.0, self.clock.now() - started))
             return events.LlmResponded(
                 request_id=info.request_id,
                 text=result.text,

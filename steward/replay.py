@@ -47,9 +47,14 @@ def rebuild(records: Sequence[Recorded], until: int | None = None) -> run_actor.
 
 
 def verify(
-    records: Sequence[Recorded], decide: Decide = run_actor.decide
+    records: Sequence[Recorded], decide: Decide | None = None
 ) -> Mismatch | None:
-    """Re-decide every recorded input; the first disagreement, or ``None``."""
+    """Re-decide every recorded input; the first disagreement, or ``None``.
+
+    ``decide`` defaults to the run decider as it is now, looked up at the call.
+    """
+    if decide is None:
+        decide = run_actor.decide
     state = run_actor.initial
     for step in commits(records):
         head = step[0]

@@ -27,4 +27,6 @@ _encoder = msgspec.msgpack.Encoder(order="deterministic")
 
 def prompt_hash(prompt: Prompt) -> str:
     """A stable hash of a prompt, recorded in place of the prompt itself."""
-    return hashlib.sha256(_encoder.encode(prompt)).hexdigest()[:32]
+    # BLAKE2b: as strong as SHA-256 here and twice as fast without SHA
+    # instructions; 16 bytes make collisions out of reach.
+    return hashlib.blake2b(_encoder.encode(prompt), digest_size=16).hexdigest()

@@ -13,7 +13,9 @@ helpers that turn a reply into decisions, then the prompt builder.
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from datetime import UTC, datetime
+from itertools import accumulate
 from typing import Any
 
 import msgspec
@@ -822,15 +824,11 @@ def _window(state: Run) -> tuple[ChatMessage, ...]:
     """
     settings = state.settings
     entries = state.transcript[-max(settings.transcript_limit, 1) :]
-    budget = settings.transcript_token_limit
-    kept: list[ChatMessage] = []
-    for entry in reversed(entries):
-        cost = len(entry.content) // 4 + 1
-        if kept and cost > budget:
-            break
-        budget -= cost
-        kept.append(entry)
-    kept.reverse()
+    # Running token totals, newest first: the window is the longest run of
+    # newest entries whose total fits the budget (at least one entry).
+    totals = list(accumulate(len(e.content) // 4 + 1 for e in reversed(entries)))
+    fits = max(bisect_right(totals, settings.transcript_token_limit), 1)
+    kept = list(entries[-fits:])
     while len(kept) > 1 and kept[0].role == "tool":
         kept.pop(0)
     if kept and kept[0].role == "tool":

@@ -127,8 +127,11 @@ async def test_synchronous_mode_is_applied(path: Path, mode: Any, pragma: int) -
     """The synchronous mode asked for is the one the writer uses, and it works."""
     log = await SqliteEventLog.open(path, synchronous=mode)
     try:
-        pragmas = await log._writer.execute_fetchall("PRAGMA synchronous")
-        assert list(pragmas) == [(pragma,)]
+        writer = log._writer  # lives on the log's writer thread
+        pragmas = await asyncio.get_running_loop().run_in_executor(
+            log._executor, lambda: writer.execute("PRAGMA synchronous").fetchall()
+        )
+        assert pragmas == [(pragma,)]
         await log.append("run.r1", [note(1)], 0)
         assert await log.version("run.r1") == 1
     finally:
@@ -221,12 +224,15 @@ async def test_corrupt_event_names_its_stream_and_version(
     with pytest.raises(LogReadError, match=match):
         await log.read_all()
     assert [r.version for r in await log.read("run.r1", 3)] == [3]
-    subscription = log.subscribe()
-    try:
-        with pytest.raises(LogReadError, match=match):
-            await take(subscription, 3)
-    finally:
-        await subscription.aclose()
+    # This log's own subscribers get its commits from memory; another
+    # process's subscriber reads the damaged bytes.
+    async with await SqliteEventLog.open(path) as other:
+        subscription = other.subscribe()
+        try:
+            with pytest.raises(LogReadError, match=match):
+                await take(subscription, 3)
+        finally:
+            await subscription.aclose()
 
 
 async def test_old_event_shapes_are_upcast_on_read(

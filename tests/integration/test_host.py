@@ -12,6 +12,7 @@ import pytest
 from support import PLAN, act
 
 from steward import events, replay
+from steward.actors import run as run_actor
 from steward.actors.llm import ScriptedProvider
 from steward.actors.run import Run
 from steward.actors.tools import ToolRegistry, tool
@@ -130,6 +131,37 @@ async def test_unanswered_model_call_resumes_after_restart(
     state = await wait_status(second, "r1", "completed")
     assert state.output == "resumed"
     await check_log(log)
+
+
+async def test_a_request_whose_prompt_changed_is_not_sent(make_host, log) -> None:
+    """A recorded request whose prompt the code now builds differently fails.
+
+    The model is never asked a prompt other than the one the log's hash names:
+    the run records a clear LlmFailed instead.
+    """
+    start = created(planning_gate=False)
+    decided = run_actor.decide(start, run_actor.initial)
+    assert decided is not None
+    tampered = [
+        msgspec.structs.replace(d, prompt_hash="0" * 32)
+        if isinstance(d, events.LlmRequested)
+        else d
+        for d in decided
+    ]
+    await log.append(run_stream("r1"), [start, *tampered], 0)
+    asked: list[str] = []
+
+    def reply(prompt: Any, info: Any) -> str:
+        asked.append(info.request_id)
+        return act(type="finish")
+
+    host = await make_host(ScriptedProvider(reply))
+    await wait_status(host, "r1", "failed")
+    assert asked == []
+    failed = [r.event for r in await log.read(run_stream("r1"))][-2]
+    assert isinstance(failed, events.LlmFailed)
+    assert failed.kind == "internal"
+    assert "does not match the recorded hash" in failed.message
 
 
 async def test_sleep_survives_restart(make_host, log, clock: FakeClock) -> None:
