@@ -207,6 +207,9 @@ async def cmd_runs_list(env: Env, args: argparse.Namespace) -> int:
             f"input_text FROM runs {where} ORDER BY created_at DESC, id LIMIT ?",
             [*params, args.limit],
         )
+    if not rows:
+        env.out("no runs yet" if not args.status else f"no {args.status} runs")
+        return 0
     env.out(f"{'id':<22} {'status':<10} {'kind':<11} {'iter':>4} {'tokens':>7}  input")
     for run_id, status, kind, iterations, tokens, text in rows:
         text = " ".join(str(text).split())[:60]

@@ -1,0 +1,149 @@
+"""The `steward` command line: bad input gets one clear line, good input works."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from support import PLAN, act
+
+from steward import cli
+
+
+def steward(*argv: str) -> int:
+    return cli.main(list(argv))
+
+
+def write_script(path: Path, replies: list[str]) -> Path:
+    path.write_text(json.dumps({"replies": [{"text": r} for r in replies]}))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "expected"),
+    [
+        ("bad.yaml", "replies:\n  - texx: 1\n", "bad.yaml: replies[0].texx: unknown"),
+        ("bad.json", '{"replies": [', "bad.json"),
+        ("empty.yaml", "", "empty.yaml"),
+    ],
+)
+def test_an_invalid_script_is_named_with_its_field(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    name: str,
+    text: str,
+    expected: str,
+) -> None:
+    script = tmp_path / name
+    script.write_text(text)
+    code = steward("--db", str(tmp_path / "l.db"), "--script", str(script), "run", "x")
+    err = capsys.readouterr().err
+    assert code == 2
+    assert expected in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('[run]\nmax_iterations = "lots"\n', "run.max_iterations: expected int"),
+        ("[run\n", "line 1: invalid TOML"),
+        ("[run]\nmax_iteration = 3\n", "max_iteration"),
+        ('[log]\nsynchronous = "SOMETIMES"\n', "log.synchronous"),
+    ],
+)
+def test_an_invalid_config_is_named_with_its_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, expected: str
+) -> None:
+    config = tmp_path / "steward.toml"
+    config.write_text(text)
+    code = steward(
+        "--config", str(config), "--db", str(tmp_path / "l.db"), "runs", "list"
+    )
+    err = capsys.readouterr().err
+    assert code == 2
+    assert str(config) in err and expected in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["runs", "show", "nope"],
+        ["runs", "cancel", "nope"],
+        ["replay", "nope", "--verify"],
+        ["fork", "nope", "--at", "3"],
+        ["events", "export", "nope"],
+    ],
+)
+def test_an_unknown_run_is_one_clear_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    code = steward("--db", str(tmp_path / "l.db"), *argv)
+    err = capsys.readouterr().err
+    assert code == 2
+    assert (
+        err.strip()
+        == "steward: no run 'nope' in the log; `steward runs list` shows them"
+    )
+
+
+def test_run_streams_steps_then_show_export_replay_and_fork(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A scripted run end to end through the commands an operator uses."""
+    db = str(tmp_path / "l.db")
+    script = write_script(
+        tmp_path / "s.json",
+        [
+            *PLAN,
+            act(
+                type="tool_call",
+                name="files.write",
+                args={"path": "../x", "content": "y"},
+            ),
+            act(type="set_output", output="partial"),
+            act(type="finish", output="all done"),
+        ],
+    )
+    assert steward("--db", db, "--script", str(script), "run", "write x") == 0
+    out = capsys.readouterr().out
+    assert "ToolResulted      error: path '../x' resolves outside the workspace" in out
+    *_, status, output = out.strip().splitlines()
+    run_id = status.split()[1]
+    assert status == f"run {run_id} completed" and output == "all done"
+
+    assert steward("--db", db, "runs", "show", run_id) == 0
+    shown = capsys.readouterr().out
+    assert "completed" in shown and "ToolRequested" in shown
+
+    assert steward("--db", db, "events", "export", run_id) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    exported = [json.loads(line) for line in lines]
+    assert [e["version"] for e in exported] == list(range(1, len(exported) + 1))
+    assert exported[-1]["event"]["type"] == "RunCompleted"
+
+    assert steward("--db", db, "replay", run_id, "--verify") == 0
+    assert "verify: ok" in capsys.readouterr().out
+
+    assert steward("--db", db, "fork", run_id, "--at", "4", "--no-run") == 2
+    assert "version 4 is inside a step (versions 4..6); fork at 3 or 6" in (
+        capsys.readouterr().err
+    )
+    assert steward("--db", db, "fork", run_id, "--at", "6", "--no-run") == 0
+    forked = capsys.readouterr().out.split()[-1]
+    assert forked.startswith(f"{run_id}-fork")
+    assert steward("--db", db, "events", "export", forked) == 0
+    copied = [json.loads(x) for x in capsys.readouterr().out.strip().splitlines()]
+    assert [e["event"]["type"] for e in copied] == [
+        e["event"]["type"] for e in exported[:6]
+    ]
+    assert steward("--db", db, "replay", forked, "--verify") == 0
+
+
+def test_runs_list_on_an_empty_log(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert steward("--db", str(tmp_path / "l.db"), "runs", "list") == 0
+    assert "no runs" in capsys.readouterr().out.lower()
