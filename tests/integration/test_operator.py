@@ -1,0 +1,89 @@
+"""Operator commands from other processes reach a running `steward serve`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def _steward(tmp: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "steward", "--db", str(tmp / "log.db"), *argv],
+        cwd=tmp,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def _wait_for(tmp: Path, run_id: str, status: str, timeout: float = 20) -> str:
+    deadline = time.monotonic() + timeout
+    shown = ""
+    while time.monotonic() < deadline:
+        shown = _steward(tmp, "runs", "show", run_id).stdout
+        if shown.split("\n", 1)[0].split()[2:3] == [status]:
+            return shown
+        time.sleep(0.1)
+    raise AssertionError(f"run {run_id} never became {status}:\n{shown}")
+
+
+def test_start_and_cancel_reach_a_running_serve(tmp_path: Path) -> None:
+    """`runs start` and `runs cancel` from other processes take effect."""
+    plan = [
+        {"json": {"type": "note", "category": "requirements", "content": "r"}},
+        {"json": {"type": "note", "category": "plan", "content": "p"}},
+    ]
+    script = {
+        "per_run": True,
+        "replies": [
+            *plan,
+            {"json": {"type": "sleep", "delaySeconds": 3600}},
+        ],
+    }
+    (tmp_path / "script.json").write_text(json.dumps(script))
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "steward",
+            "--db",
+            str(tmp_path / "log.db"),
+            "--script",
+            str(tmp_path / "script.json"),
+            "serve",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        started = _steward(tmp_path, "runs", "start", "nap for an hour")
+        assert started.returncode == 0, started.stderr
+        run_id = started.stdout.split()[-1]
+        _wait_for(tmp_path, run_id, "waiting")
+
+        cancelled = _steward(tmp_path, "runs", "cancel", run_id, "--reason", "enough")
+        assert cancelled.returncode == 0, cancelled.stderr
+        shown = _wait_for(tmp_path, run_id, "cancelled")
+        assert "CancelRequested" in shown and "RunCancelled" in shown
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            _, err = server.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            _, err = server.communicate()
+    assert server.returncode == 0, err.decode()[-2000:]
+    verified = _steward(tmp_path, "replay", run_id, "--verify")
+    assert verified.returncode == 0 and "verify: ok" in verified.stdout
