@@ -794,6 +794,28 @@ tools, set output or finish."""
 def build_prompt(state: Run) -> Prompt:
     """The prompt for the run's next model call: a pure function of its state."""
     settings = state.settings
+    return Prompt(
+        model=settings.model,
+        system=_system(settings),
+        messages=(*state.conversation, *_window(state)),
+        tools=settings.tools if settings.protocol == "native" else (),
+        protocol=settings.protocol,
+        temperature=settings.temperature,
+        max_tokens=settings.max_tokens,
+    )
+
+
+def _system(settings: RunSettings) -> str:
+    """The system prompt for ``settings``; memoized on the settings object.
+
+    A run's settings object is shared by every state folded from its
+    ``RunCreated``, so each run renders its system prompt (and tool schemas)
+    once, not once per model call. The memo only saves work: the result is
+    the same either way.
+    """
+    cached = _SYSTEM_MEMO.get(id(settings))
+    if cached is not None and cached[0] is settings:
+        return cached[1]
     system = settings.system_prompt
     if settings.protocol == "json":
         system = f"{system}\n\n{JSON_PROTOCOL}".strip()
@@ -804,15 +826,13 @@ def build_prompt(state: Run) -> Prompt:
                 for t in settings.tools
             )
             system += "\n\nTools:\n" + listing
-    return Prompt(
-        model=settings.model,
-        system=system,
-        messages=(*state.conversation, *_window(state)),
-        tools=settings.tools if settings.protocol == "native" else (),
-        protocol=settings.protocol,
-        temperature=settings.temperature,
-        max_tokens=settings.max_tokens,
-    )
+    if len(_SYSTEM_MEMO) >= 1024:
+        _SYSTEM_MEMO.clear()
+    _SYSTEM_MEMO[id(settings)] = (settings, system)
+    return system
+
+
+_SYSTEM_MEMO: dict[int, tuple[RunSettings, str]] = {}
 
 
 def _window(state: Run) -> tuple[ChatMessage, ...]:
