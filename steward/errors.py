@@ -76,7 +76,11 @@ class PathEscapeError(ToolError):
 
 
 class ProviderError(StewardError):
-    """A model provider failed; ``kind`` says how and ``retryable`` what to do."""
+    """A model provider failed; ``kind`` says how and ``retryable`` what to do.
+
+    ``retry_after`` is the wait in seconds the server asked for (``Retry-After``),
+    ``status`` the HTTP status it answered with; both are ``None`` when unknown.
+    """
 
     KINDS = (
         "auth",
@@ -95,10 +99,12 @@ class ProviderError(StewardError):
         *,
         retryable: bool = False,
         retry_after: float | None = None,
+        status: int | None = None,
     ) -> None:
         self.kind = kind
         self.retryable = retryable
         self.retry_after = retry_after
+        self.status = status
         super().__init__(f"{kind}: {message}")
 
 

@@ -106,11 +106,12 @@ class ModelConfig(_Section, frozen=True, kw_only=True):
     """``[models.<name>]``: one model and the provider that serves it."""
 
     provider: str = "scripted"
-    """Provider that serves the model: ``scripted`` now; ``anthropic`` and
-    ``openai`` plug into the same registry."""
+    """Provider that serves the model: ``scripted``, ``anthropic`` or ``openai``
+    (also for OpenAI-compatible servers such as vLLM and Ollama)."""
 
     model: str = ""
-    """The provider's model id; empty means the provider's own name."""
+    """The provider's model id; empty means the provider's own name (``anthropic``
+    and ``openai`` need one)."""
 
     script: str | None = None
     """Path of a scripted-model script (YAML or JSON), for ``provider =
@@ -130,7 +131,38 @@ class ModelConfig(_Section, frozen=True, kw_only=True):
     """Sampling temperature; ``None`` uses the provider's default."""
 
     max_tokens: Positive | None = None
-    """Cap on tokens in one reply; ``None`` uses the provider's default."""
+    """Cap on tokens in one reply; ``None`` uses the provider's default (4096 for
+    ``anthropic``, which requires one)."""
+
+    api_key_env: str | None = None
+    """Environment variable holding the API key; ``None`` uses the provider's own
+    (``ANTHROPIC_API_KEY``, ``OPENAI_API_KEY``)."""
+
+    api_key: str | None = None
+    """The API key itself, used instead of ``api_key_env``; prefer the variable so
+    the key stays out of files. Never shown in ``repr``, events or logs."""
+
+    context_budget: Positive | None = None
+    """Tokens the model's context window holds; ``None`` when unknown."""
+
+    input_price_per_mtok: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+    """US dollars per million input (prompt) tokens; 0 counts them as free."""
+
+    output_price_per_mtok: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+    """US dollars per million output (reply) tokens; 0 counts them as free."""
+
+    stream: bool = True
+    """Stream the reply (server-sent events); ``false`` asks for one JSON reply,
+    for servers that cannot stream."""
+
+    def __repr__(self) -> str:
+        # The key must never reach a log line, a traceback or an error message.
+        parts = []
+        for name in self.__struct_fields__:
+            value = getattr(self, name)
+            shown = "'***'" if name == "api_key" and value is not None else repr(value)
+            parts.append(f"{name}={shown}")
+        return f"ModelConfig({', '.join(parts)})"
 
 
 class AgentProfile(_Section, frozen=True, kw_only=True):

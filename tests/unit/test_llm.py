@@ -204,7 +204,8 @@ def test_unknown_provider_lists_available_ones() -> None:
     """An unknown provider is a config error with a stable code and sorted names."""
     with pytest.raises(
         ProviderError,
-        match=r"^config: unknown provider 'nope'; available providers: scripted$",
+        match=r"^config: unknown provider 'nope'; available providers: "
+        r"anthropic, openai, scripted$",
     ) as info:
         make_provider("nope", ModelConfig(provider="nope"))
     error = info.value
@@ -227,5 +228,7 @@ def test_registered_factories_plug_in(monkeypatch: pytest.MonkeyPatch) -> None:
     config = ModelConfig(provider="fake", model="m")
     assert isinstance(make_provider("fake", config), ScriptedProvider)
     assert built == [config]
-    with pytest.raises(ProviderError, match=r"available providers: fake, scripted$"):
+    with pytest.raises(
+        ProviderError, match=r"available providers: anthropic, fake, openai, scripted$"
+    ):
         make_provider("zzz")

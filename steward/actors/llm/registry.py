@@ -33,7 +33,23 @@ def _scripted(config: ModelConfig) -> Provider:
     return ScriptedProvider.from_file(config.script)
 
 
-PROVIDERS: dict[str, ProviderFactory] = {"scripted": _scripted}
+def _anthropic(config: ModelConfig) -> Provider:
+    from steward.actors.llm.anthropic import AnthropicProvider
+
+    return AnthropicProvider.from_config(config)
+
+
+def _openai(config: ModelConfig) -> Provider:
+    from steward.actors.llm.openai import OpenAIProvider
+
+    return OpenAIProvider.from_config(config)
+
+
+PROVIDERS: dict[str, ProviderFactory] = {
+    "anthropic": _anthropic,
+    "openai": _openai,
+    "scripted": _scripted,
+}
 """Every provider steward can build, by name."""
 
 
@@ -58,6 +74,8 @@ def make_provider(name: str, config: ModelConfig | None = None) -> Provider:
     Raises:
         UnknownProviderError: ``name`` is not registered (a ``ProviderError`` of
             kind ``config`` listing the available names, sorted).
+        ProviderError: ``config`` when an ``anthropic`` or ``openai`` model has
+            no model id or no API key.
         ScriptError: a scripted model's script is missing or invalid.
     """
     factory = PROVIDERS.get(name)

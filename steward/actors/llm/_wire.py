@@ -1,0 +1,252 @@
+"""What the HTTP providers share: keys, tool names, and failures as typed errors.
+
+Both SDKs sit on the same HTTP stack (``httpx2``), so a transport failure looks
+the same under either; the status codes mean the same too. Every message built
+here has the API key taken out, whatever the server echoed back.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import httpx2
+
+from steward.actors.llm.retry import retry_after_from_headers
+from steward.config import ModelConfig
+from steward.errors import ProviderError
+
+_DETAIL_LIMIT = 300  # characters of a server's error message kept in ours
+
+
+# -- keys -------------------------------------------------------------------------
+
+
+def resolve_api_key(
+    config: ModelConfig, default_env: str, env: Mapping[str, str]
+) -> tuple[str | None, str]:
+    """The API key and where it comes from: ``api_key``, or a variable's name.
+
+    ``config.api_key`` wins; otherwise the variable ``config.api_key_env`` (or
+    ``default_env``) is read, and an empty value counts as unset.
+    """
+    if config.api_key:
+        return config.api_key, "the api_key setting"
+    var = config.api_key_env or default_env
+    return env.get(var) or None, var
+
+
+def redact(text: str, secret: str | None) -> str:
+    """``text`` with every occurrence of ``secret`` replaced by ``***``."""
+    return text.replace(secret, "***") if secret else text
+
+
+# -- tool names -------------------------------------------------------------------
+
+_VALID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_INVALID_CHAR = re.compile(r"[^A-Za-z0-9_-]")
+
+
+class ToolNames:
+    """Steward's tool names (``files.list``) as names an API accepts, and back.
+
+    Both APIs accept only ``[A-Za-z0-9_-]{1,64}``; a name that is already valid
+    is kept, any other has its invalid characters replaced (``files_list``) and
+    a suffix when that would collide.
+    """
+
+    def __init__(self, names: Iterable[str]) -> None:
+        self._to_wire: dict[str, str] = {}
+        self._from_wire: dict[str, str] = {}
+        listed = list(dict.fromkeys(names))
+        # Valid names first, so a name never loses its own spelling to another.
+        for name in sorted(listed, key=lambda n: _VALID.match(n) is None):
+            self.wire(name)
+
+    def wire(self, name: str) -> str:
+        """The API's name for tool ``name`` (registered on first use)."""
+        known = self._to_wire.get(name)
+        if known is not None:
+            return known
+        base = _INVALID_CHAR.sub("_", name)[:60] or "tool"
+        candidate, n = base, 2
+        while candidate in self._from_wire:
+            candidate, n = f"{base}_{n}", n + 1
+        self._to_wire[name] = candidate
+        self._from_wire[candidate] = name
+        return candidate
+
+    def steward(self, wire: str) -> str:
+        """Steward's name for the API's tool name ``wire`` (itself if unknown)."""
+        return self._from_wire.get(wire, wire)
+
+
+def parse_args(raw: str, *, label: str, tool: str) -> dict[str, Any]:
+    """A tool call's JSON arguments as a dict; ``invalid_response`` otherwise."""
+    if not raw.strip():
+        return {}
+    try:
+        args = json.loads(raw)
+    except ValueError:
+        raise ProviderError(
+            "invalid_response",
+            f"{label} sent arguments for tool {tool!r} that are not JSON: "
+            f"{raw[:_DETAIL_LIMIT]!r}",
+        ) from None
+    if not isinstance(args, dict):
+        raise ProviderError(
+            "invalid_response",
+            f"{label} sent arguments for tool {tool!r} that are not a JSON object: "
+            f"{raw[:_DETAIL_LIMIT]!r}",
+        )
+    return args
+
+
+# -- failures ---------------------------------------------------------------------
+
+
+def classify_status(status: int) -> tuple[str, bool]:
+    """The error kind and retryability an HTTP error status means."""
+    if status in (401, 402, 403):
+        return "auth", False
+    if status in (408, 504):
+        return "timeout", True
+    if status == 429:
+        return "rate_limit", True
+    if status == 409 or status >= 500:  # 409: a lock or conflict that clears
+        return "internal", True
+    return "config", False
+
+
+_ERROR_TYPES: dict[str, tuple[str, bool]] = {
+    "authentication_error": ("auth", False),
+    "permission_error": ("auth", False),
+    "billing_error": ("auth", False),
+    "invalid_request_error": ("config", False),
+    "not_found_error": ("config", False),
+    "request_too_large": ("config", False),
+    "rate_limit_error": ("rate_limit", True),
+    "timeout_error": ("timeout", True),
+    "api_error": ("internal", True),
+    "overloaded_error": ("internal", True),
+    "server_error": ("internal", True),
+}
+"""Error ``type``s an API sends inside a stream, where the status is already 200."""
+
+
+def error_detail(body: object) -> str:
+    """The human message in an error body (``{"error": {"message": ...}}``)."""
+    if isinstance(body, Mapping):
+        inner = body.get("error", body)
+        if isinstance(inner, Mapping):
+            message = inner.get("message")
+            if isinstance(message, str) and message.strip():
+                return message.strip()
+        elif isinstance(inner, str) and inner.strip():
+            return inner.strip()
+        return json.dumps(body, default=str)
+    if isinstance(body, str) and body.strip():
+        return body.strip()
+    return "no error message"
+
+
+def _error_type(body: object) -> str | None:
+    if isinstance(body, Mapping):
+        inner = body.get("error", body)
+        if isinstance(inner, Mapping):
+            kind = inner.get("type")
+            return kind if isinstance(kind, str) else None
+    return None
+
+
+_HINTS = {
+    "auth": "check the API key in {key_source}",
+    "config": "check the model id and parameters in its [models.<name>] table",
+    "rate_limit": "wait and retry, or lower the request rate",
+    "timeout": "retry, or raise the model's timeout",
+    "internal": "the server failed; retry later",
+}
+
+
+def status_error(
+    label: str,
+    status: int,
+    body: object,
+    headers: Mapping[str, str],
+    *,
+    key: str | None,
+    key_source: str,
+) -> ProviderError:
+    """The typed error for an HTTP error answer (or an error event in a stream).
+
+    A status of 200 means the error came inside a stream: its ``type`` decides.
+    ``Retry-After`` (seconds or an HTTP date) and ``retry-after-ms`` are read
+    into ``retry_after`` for every retryable kind.
+    """
+    kind, retryable = classify_status(status)
+    if status < 400:
+        kind, retryable = _ERROR_TYPES.get(_error_type(body) or "", ("internal", True))
+    retry_after = (
+        retry_after_from_headers(headers, now=time.time()) if retryable else None
+    )
+    detail = error_detail(body)[:_DETAIL_LIMIT]
+    where = f"answered HTTP {status}" if status >= 400 else "sent an error event"
+    hint = _HINTS[kind].format(key_source=key_source)
+    if retry_after is not None:
+        hint += f"; the server asked to wait {retry_after:g}s"
+    return ProviderError(
+        kind,
+        redact(f"{label} {where}: {detail}; {hint}", key),
+        retryable=retryable,
+        retry_after=retry_after,
+        status=status,
+    )
+
+
+def transport_error(
+    label: str, error: BaseException, key: str | None, *, timeout: float
+) -> ProviderError:
+    """The typed error for a failure below HTTP: timeouts, resets, bad framing.
+
+    ``timeout`` is the call's limit in seconds, named when it ran out.
+    """
+    text = redact(str(error) or type(error).__name__, key)
+    if isinstance(error, TimeoutError | httpx2.TimeoutException):
+        return ProviderError(
+            "timeout",
+            f"{label} sent no complete reply within {timeout:g}s; retry, or raise "
+            "the model's timeout",
+            retryable=True,
+        )
+    if isinstance(error, httpx2.DecodingError):
+        return ProviderError(
+            "invalid_response",
+            f"{label} sent a body that cannot be decoded: {text}",
+        )
+    return ProviderError(
+        "transport",
+        f"{label} connection failed ({type(error).__name__}: {text}); check "
+        "base_url and the network, then retry",
+        retryable=True,
+    )
+
+
+def invalid_response(label: str, what: str, key: str | None) -> ProviderError:
+    """The typed error for a reply that breaks the API's own format."""
+    return ProviderError(
+        "invalid_response", redact(f"{label} sent {what}", key)[: _DETAIL_LIMIT * 2]
+    )
+
+
+def cause(error: BaseException, key: str | None) -> BaseException | None:
+    """What to chain a translated error to: the original, unless it holds the key.
+
+    A server may echo the key back in an error body, and a chained exception is
+    printed with every traceback, so such an exception is dropped.
+    """
+    if key and key in str(error):
+        return None
+    return error

@@ -1,0 +1,524 @@
+"""The Anthropic provider: the Messages API through the official ``anthropic`` SDK.
+
+A prompt becomes one ``messages.create`` call, streamed (server-sent events) by
+default. The raw stream events map to steward's normalized ones:
+
+- ``message_start`` → ``SystemEvent`` (message id, model) and a cumulative
+  ``UsageEvent`` (input tokens, cache reads and writes included);
+- ``text_delta`` → ``AssistantDelta``;
+- a ``tool_use`` block, once its ``input_json_delta`` pieces are complete →
+  ``ToolUseEvent``;
+- ``message_delta`` → a cumulative ``UsageEvent`` (output tokens so far);
+- ``message_stop`` → the one ``ResultEvent``. A stream that ends without it
+  fails as ``invalid_response``.
+
+The SDK's own retries are off (``max_retries=0``): steward retries, and records
+each attempt. Failures become typed ``ProviderError``s (see ``_wire``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import anthropic
+import httpx2
+from anthropic import types as wire
+
+from steward.actors.llm import _wire
+from steward.actors.llm.base import (
+    AssistantDelta,
+    RequestInfo,
+    ResultEvent,
+    StreamEvent,
+    SystemEvent,
+    ToolUseEvent,
+    UsageEvent,
+)
+from steward.actors.prompt import Prompt
+from steward.config import ModelConfig
+from steward.errors import ProviderError
+from steward.events.run import ToolCall, Usage
+
+__all__ = ["API_KEY_ENV", "DEFAULT_MAX_TOKENS", "AnthropicProvider", "to_request"]
+
+API_KEY_ENV = "ANTHROPIC_API_KEY"
+"""The variable the key is read from unless ``api_key_env`` names another."""
+
+DEFAULT_MAX_TOKENS = 4096
+"""Reply cap when neither the prompt nor the model sets one (the API needs one)."""
+
+
+class AnthropicProvider:
+    """Claude models through the Messages API.
+
+    Args:
+        api_key: the key; never shown in an event, error or log line.
+        model: the model id used when the prompt names none.
+        base_url: the API's address; ``None`` uses the SDK's (or
+            ``ANTHROPIC_BASE_URL``).
+        timeout: seconds one call may take, from request to last event.
+        max_tokens: reply cap when the prompt sets none.
+        temperature: sampling temperature when the prompt sets none.
+        stream: stream the reply; ``False`` asks for one JSON reply.
+        key_source: where the key came from, named in auth errors.
+        http_client: an ``httpx2.AsyncClient`` for the SDK to use (tests).
+
+    Raises:
+        ProviderError: ``config`` when ``api_key`` is empty.
+    """
+
+    name = "anthropic"
+
+    def __init__(
+        self,
+        *,
+        api_key: str,
+        model: str = "",
+        base_url: str | None = None,
+        timeout: float = 60.0,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        temperature: float | None = None,
+        stream: bool = True,
+        key_source: str = API_KEY_ENV,
+        http_client: httpx2.AsyncClient | None = None,
+    ) -> None:
+        if not api_key:
+            raise ProviderError(
+                "config",
+                f"anthropic needs an API key: set {key_source}, or api_key_env or "
+                "api_key in the model's [models.<name>] table",
+            )
+        self.model = model
+        self._key = api_key
+        self._key_source = key_source
+        self._timeout = timeout
+        self._max_tokens = max_tokens
+        self._temperature = temperature
+        self._stream = stream
+        self._client = anthropic.AsyncAnthropic(
+            api_key=api_key,
+            base_url=base_url,
+            timeout=timeout,
+            max_retries=0,
+            http_client=http_client,
+        )
+
+    @classmethod
+    def from_config(
+        cls, config: ModelConfig, env: Mapping[str, str] | None = None
+    ) -> AnthropicProvider:
+        """A provider for ``[models.<name>]`` settings; the key from ``env``.
+
+        Raises:
+            ProviderError: ``config`` when no model id or no key is set.
+        """
+        if not config.model:
+            raise ProviderError(
+                "config",
+                "anthropic needs a model id: set model (e.g. "
+                '"claude-sonnet-4-5") in the [models.<name>] table',
+            )
+        key, source = _wire.resolve_api_key(
+            config, API_KEY_ENV, os.environ if env is None else env
+        )
+        return cls(
+            api_key=key or "",
+            model=config.model,
+            base_url=config.base_url,
+            timeout=config.timeout,
+            max_tokens=config.max_tokens or DEFAULT_MAX_TOKENS,
+            temperature=config.temperature,
+            stream=config.stream,
+            key_source=source,
+        )
+
+    def __repr__(self) -> str:
+        return f"AnthropicProvider(model={self.model!r})"
+
+    async def aclose(self) -> None:
+        """Close the SDK's HTTP connections."""
+        await self._client.close()
+
+    async def stream(
+        self, prompt: Prompt, info: RequestInfo
+    ) -> AsyncIterator[StreamEvent]:
+        """Ask Claude ``prompt``; stream its reply as normalized events."""
+        names = _wire.ToolNames(t.name for t in prompt.tools)
+        params = to_request(
+            prompt,
+            names,
+            model=self.model,
+            max_tokens=self._max_tokens,
+            temperature=self._temperature,
+        )
+        label = f"anthropic model {params['model']!r}"
+        deadline = asyncio.get_running_loop().time() + self._timeout
+        if not self._stream:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    message = await self._client.messages.create(**params)
+            except Exception as e:
+                raise self._error(label, e) from _wire.cause(e, self._key)
+            for event in _from_message(message, names, label, self._key):
+                yield event
+            return
+        try:
+            async with asyncio.timeout_at(deadline):
+                response = await self._client.messages.create(**params, stream=True)
+        except Exception as e:
+            raise self._error(label, e) from _wire.cause(e, self._key)
+        turn = _Turn(label, names, self._key)
+        try:
+            events = aiter(response)
+            while not turn.done:
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        raw = await anext(events)
+                except StopAsyncIteration:
+                    raise turn.unfinished() from None
+                except Exception as e:
+                    raise self._error(label, e) from _wire.cause(e, self._key)
+                for event in turn.feed(raw):
+                    yield event
+        finally:
+            await response.close()
+
+    def _error(self, label: str, error: Exception) -> ProviderError:
+        """``error`` (from the SDK, the HTTP stack or the deadline) as a typed one."""
+        key = self._key
+        match error:
+            case ProviderError():
+                return error
+            case anthropic.APIStatusError():
+                return _wire.status_error(
+                    label,
+                    error.status_code,
+                    error.body,
+                    error.response.headers,
+                    key=key,
+                    key_source=self._key_source,
+                )
+            case anthropic.APITimeoutError():
+                return _wire.transport_error(
+                    label, TimeoutError(), key, timeout=self._timeout
+                )
+            case anthropic.APIConnectionError():
+                return _wire.transport_error(
+                    label, error.__cause__ or error, key, timeout=self._timeout
+                )
+            case anthropic.APIResponseValidationError():
+                return _wire.invalid_response(
+                    label, f"a reply that does not match the API: {error}", key
+                )
+            case TimeoutError() | httpx2.TransportError() | httpx2.DecodingError():
+                return _wire.transport_error(label, error, key, timeout=self._timeout)
+            case ValueError():  # a data line that is not JSON
+                return _wire.invalid_response(
+                    label, f"a reply that is not valid JSON ({error})", key
+                )
+            case _:
+                return ProviderError(
+                    "internal",
+                    _wire.redact(
+                        f"{label} failed: {type(error).__name__}: {error}", key
+                    ),
+                )
+
+
+# -- the request -----------------------------------------------------------------
+
+
+def to_request(
+    prompt: Prompt,
+    names: _wire.ToolNames,
+    *,
+    model: str = "",
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    temperature: float | None = None,
+) -> dict[str, Any]:
+    """The ``messages.create`` arguments for ``prompt`` (without ``stream``).
+
+    System messages join the system prompt; ``tool`` messages become
+    ``tool_result`` blocks of a user message; an assistant's tool calls become
+    ``tool_use`` blocks; consecutive messages of one role merge, since the API
+    wants user and assistant turns to alternate. Tool names are made valid for
+    the API through ``names``.
+    """
+    system = [prompt.system] if prompt.system else []
+    turns: list[dict[str, Any]] = []
+    for message in prompt.messages:
+        role = "user"
+        blocks: list[dict[str, Any]] = []
+        match message.role:
+            case "system":
+                if message.content:
+                    system.append(message.content)
+                continue
+            case "assistant":
+                role = "assistant"
+                if message.content:
+                    blocks.append({"type": "text", "text": message.content})
+                blocks.extend(
+                    {
+                        "type": "tool_use",
+                        "id": call.id,
+                        "name": names.wire(call.name),
+                        "input": call.args,
+                    }
+                    for call in message.tool_calls
+                )
+            case "tool" if message.tool_call_id is not None:
+                result: dict[str, Any] = {
+                    "type": "tool_result",
+                    "tool_use_id": message.tool_call_id,
+                }
+                if message.content:
+                    result["content"] = message.content
+                blocks.append(result)
+            case _:
+                if message.content:
+                    blocks.append({"type": "text", "text": message.content})
+        if not blocks:
+            continue  # the API refuses empty messages and empty text blocks
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["content"].extend(blocks)
+        else:
+            turns.append({"role": role, "content": blocks})
+    for turn in turns:
+        # The API wants a user turn's tool results before anything else in it.
+        turn["content"].sort(key=lambda b: b["type"] != "tool_result")
+    params: dict[str, Any] = {
+        "model": prompt.model or model,
+        "max_tokens": prompt.max_tokens or max_tokens,
+        "messages": turns,
+    }
+    if system:
+        params["system"] = "\n\n".join(system)
+    if prompt.tools:
+        params["tools"] = [
+            {
+                "name": names.wire(tool.name),
+                "description": tool.description,
+                "input_schema": {"type": "object", **tool.parameters},
+            }
+            for tool in prompt.tools
+        ]
+    temperature = prompt.temperature if prompt.temperature is not None else temperature
+    if temperature is not None:
+        # Sent as a raw field: recent SDKs no longer list it as an argument.
+        params["extra_body"] = {"temperature": temperature}
+    return params
+
+
+# -- the reply -------------------------------------------------------------------
+
+
+class _Turn:
+    """Folds the raw stream events of one reply into normalized events."""
+
+    def __init__(self, label: str, names: _wire.ToolNames, key: str) -> None:
+        self.label = label
+        self.names = names
+        self.key = key
+        self.done = False
+        self.text: list[str] = []
+        self.tools: dict[int, _ToolBlock] = {}
+        self.calls: list[ToolCall] = []
+        self.usage = Usage()
+        self.metadata: dict[str, Any] = {"provider": "anthropic"}
+        self.started = False
+
+    def feed(self, event: object) -> list[StreamEvent]:
+        """The normalized events ``event`` gives; ``ProviderError`` if malformed."""
+        try:
+            return self._feed(event)
+        except (AttributeError, KeyError, TypeError, ValueError) as e:
+            raise _wire.invalid_response(
+                self.label, f"a stream event it cannot read ({e!r})", self.key
+            ) from None
+
+    def _feed(self, event: object) -> list[StreamEvent]:
+        if not self.started and not isinstance(event, wire.RawMessageStartEvent):
+            raise _wire.invalid_response(
+                self.label,
+                f"a {getattr(event, 'type', '?')} event before message_start",
+                self.key,
+            )
+        match event:
+            case wire.RawMessageStartEvent(message=message):
+                self.started = True
+                self.metadata.update(message_id=message.id, model=message.model)
+                return [
+                    SystemEvent(
+                        message=f"{self.label} started message {message.id}",
+                        metadata=dict(self.metadata),
+                    ),
+                    self._usage(message.usage),
+                ]
+            case wire.RawContentBlockStartEvent(index=index, content_block=block):
+                if isinstance(block, wire.ToolUseBlock):
+                    self.tools[index] = _ToolBlock(block.id, block.name, block.input)
+                elif isinstance(block, wire.TextBlock) and block.text:
+                    self.text.append(block.text)
+                    return [AssistantDelta(text=block.text)]
+                return []
+            case wire.RawContentBlockDeltaEvent(index=index, delta=delta):
+                if isinstance(delta, wire.TextDelta):
+                    self.text.append(delta.text)
+                    return [AssistantDelta(text=delta.text)]
+                if isinstance(delta, wire.InputJSONDelta):
+                    if index not in self.tools:
+                        raise _wire.invalid_response(
+                            self.label,
+                            f"tool input for block {index}, which is not a tool_use",
+                            self.key,
+                        )
+                    self.tools[index].parts.append(delta.partial_json)
+                return []  # thinking, signatures, citations: not steward's
+            case wire.RawContentBlockStopEvent(index=index):
+                if index not in self.tools:
+                    return []
+                tool = self.tools.pop(index)
+                name = self.names.steward(tool.name)
+                args = tool.start
+                if tool.parts:  # streamed input replaces the (empty) start input
+                    args = _wire.parse_args(
+                        "".join(tool.parts), label=self.label, tool=name
+                    )
+                if not isinstance(args, dict):
+                    raise TypeError(f"tool input {args!r} is not an object")
+                call = ToolCall(id=tool.id, name=name, args=args)
+                self.calls.append(call)
+                return [ToolUseEvent(id=call.id, name=call.name, args=call.args)]
+            case wire.RawMessageDeltaEvent(delta=delta, usage=usage):
+                if delta.stop_reason is not None:
+                    self.metadata["stop_reason"] = delta.stop_reason
+                return [self._usage(usage)]
+            case wire.RawMessageStopEvent():
+                if self.tools:
+                    raise _wire.invalid_response(
+                        self.label,
+                        "message_stop inside an open tool_use block",
+                        self.key,
+                    )
+                self.done = True
+                return [
+                    ResultEvent(
+                        text="".join(self.text),
+                        tool_calls=tuple(self.calls),
+                        usage=self.usage,
+                        metadata=dict(self.metadata),
+                    )
+                ]
+            case _:
+                return []  # an event type newer than this adapter
+
+    def _usage(self, usage: Any) -> UsageEvent:
+        """A cumulative usage event; both payloads carry totals so far."""
+        if usage is None:
+            return UsageEvent(
+                input_tokens=self.usage.input_tokens,
+                output_tokens=self.usage.output_tokens,
+                cumulative=True,
+            )
+        sent = _input_tokens(usage)
+        self.usage = Usage(
+            input_tokens=max(self.usage.input_tokens, sent),
+            output_tokens=max(self.usage.output_tokens, usage.output_tokens or 0),
+        )
+        return UsageEvent(
+            input_tokens=self.usage.input_tokens,
+            output_tokens=self.usage.output_tokens,
+            cumulative=True,
+        )
+
+    def unfinished(self) -> ProviderError:
+        """The error for a stream that ended before ``message_stop``."""
+        return _wire.invalid_response(
+            self.label,
+            "a stream that ended without message_stop; the reply is incomplete",
+            self.key,
+        )
+
+
+def _input_tokens(usage: Any) -> int:
+    """Every prompt token: uncached, written to and read from the cache."""
+    return sum(
+        getattr(usage, field, None) or 0
+        for field in (
+            "input_tokens",
+            "cache_creation_input_tokens",
+            "cache_read_input_tokens",
+        )
+    )
+
+
+def _from_message(
+    message: object, names: _wire.ToolNames, label: str, key: str
+) -> list[StreamEvent]:
+    """The normalized events of a whole (non-streamed) reply."""
+    if not isinstance(message, wire.Message):
+        raise _wire.invalid_response(
+            label, f"a {type(message).__name__} where a message was due", key
+        )
+    try:
+        text: list[str] = []
+        calls: list[ToolCall] = []
+        for block in message.content:
+            if isinstance(block, wire.TextBlock):
+                text.append(block.text)
+            elif isinstance(block, wire.ToolUseBlock):
+                if not isinstance(block.input, dict):
+                    raise TypeError(f"tool input {block.input!r} is not an object")
+                name = names.steward(block.name)
+                calls.append(ToolCall(id=block.id, name=name, args=block.input))
+        usage = Usage(
+            input_tokens=_input_tokens(message.usage),
+            output_tokens=message.usage.output_tokens or 0,
+        )
+        metadata: dict[str, Any] = {
+            "provider": "anthropic",
+            "message_id": message.id,
+            "model": message.model,
+        }
+        if message.stop_reason is not None:
+            metadata["stop_reason"] = message.stop_reason
+    except (AttributeError, KeyError, TypeError, ValueError) as e:
+        raise _wire.invalid_response(
+            label, f"a message it cannot read ({e!r})", key
+        ) from None
+    events: list[StreamEvent] = [
+        SystemEvent(message=f"{label} sent message {message.id}", metadata=metadata)
+    ]
+    if text:
+        events.append(AssistantDelta(text="".join(text)))
+    events.extend(ToolUseEvent(id=c.id, name=c.name, args=c.args) for c in calls)
+    events.append(
+        UsageEvent(
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cumulative=True,
+        )
+    )
+    events.append(
+        ResultEvent(
+            text="".join(text),
+            tool_calls=tuple(calls),
+            usage=usage,
+            metadata=metadata,
+        )
+    )
+    return events
+
+
+class _ToolBlock:
+    """A ``tool_use`` block being streamed: its input arrives as JSON pieces."""
+
+    def __init__(self, id: str, name: str, start: object) -> None:
+        self.id = id
+        self.name = name
+        self.start = start
+        self.parts: list[str] = []

@@ -1,0 +1,509 @@
+"""The OpenAI provider: Chat Completions through the official ``openai`` SDK.
+
+It also serves OpenAI-compatible servers (vLLM, Ollama, llama.cpp's server):
+point ``base_url`` at one, and a key is optional. A prompt becomes one
+``chat.completions.create`` call, streamed by default with
+``stream_options.include_usage``. The chunks map to steward's normalized events:
+
+- the first chunk → ``SystemEvent`` (completion id, model);
+- ``delta.content`` → ``AssistantDelta``;
+- ``delta.tool_calls`` pieces, joined by their ``index`` → one ``ToolUseEvent``
+  per call once the stream is done;
+- the ``usage`` chunk → a cumulative ``UsageEvent``;
+- the end of the stream (``data: [DONE]``) → the one ``ResultEvent``. A stream
+  that ends before any choice sent a ``finish_reason`` fails as
+  ``invalid_response``.
+
+The SDK's own retries are off (``max_retries=0``): steward retries, and records
+each attempt. Failures become typed ``ProviderError``s (see ``_wire``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import httpx2
+import openai
+from openai.types import chat as wire
+
+from steward.actors.llm import _wire
+from steward.actors.llm.base import (
+    AssistantDelta,
+    RequestInfo,
+    ResultEvent,
+    StreamEvent,
+    SystemEvent,
+    ToolUseEvent,
+    UsageEvent,
+)
+from steward.actors.prompt import Prompt
+from steward.config import ModelConfig
+from steward.errors import ProviderError
+from steward.events.run import ToolCall, Usage
+
+__all__ = ["API_KEY_ENV", "KEYLESS", "OpenAIProvider", "to_request"]
+
+API_KEY_ENV = "OPENAI_API_KEY"
+"""The variable the key is read from unless ``api_key_env`` names another."""
+
+KEYLESS = "no-key"
+"""The key sent to a ``base_url`` server when none is set (local servers ignore
+it; the SDK refuses to send none)."""
+
+
+class OpenAIProvider:
+    """GPT models, or any OpenAI-compatible server, through Chat Completions.
+
+    Args:
+        api_key: the key; never shown in an event, error or log line. ``None``
+            is allowed with ``base_url`` (local servers need none).
+        model: the model id used when the prompt names none.
+        base_url: a compatible server's address (``http://localhost:8000/v1``);
+            ``None`` uses OpenAI's (or ``OPENAI_BASE_URL``).
+        timeout: seconds one call may take, from request to last chunk.
+        max_tokens: reply cap when the prompt sets none; ``None`` leaves it to
+            the server. Sent as ``max_completion_tokens`` to OpenAI and as
+            ``max_tokens`` to a ``base_url`` server, which may not know the new
+            name.
+        temperature: sampling temperature when the prompt sets none.
+        stream: stream the reply; ``False`` asks for one JSON reply.
+        key_source: where the key came from, named in auth errors.
+        http_client: an ``httpx2.AsyncClient`` for the SDK to use (tests).
+
+    Raises:
+        ProviderError: ``config`` when there is neither a key nor a ``base_url``.
+    """
+
+    name = "openai"
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None,
+        model: str = "",
+        base_url: str | None = None,
+        timeout: float = 60.0,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        stream: bool = True,
+        key_source: str = API_KEY_ENV,
+        http_client: httpx2.AsyncClient | None = None,
+    ) -> None:
+        if not api_key and base_url is None:
+            raise ProviderError(
+                "config",
+                f"openai needs an API key: set {key_source}, or api_key_env or "
+                "api_key in the model's [models.<name>] table (a base_url server "
+                "may go without)",
+            )
+        self.model = model
+        self._key = api_key or None
+        self._key_source = key_source
+        self._timeout = timeout
+        self._max_tokens = max_tokens
+        self._temperature = temperature
+        self._stream = stream
+        self._compatible = base_url is not None
+        self._client = openai.AsyncOpenAI(
+            api_key=api_key or KEYLESS,
+            base_url=base_url,
+            timeout=timeout,
+            max_retries=0,
+            http_client=http_client,
+        )
+
+    @classmethod
+    def from_config(
+        cls, config: ModelConfig, env: Mapping[str, str] | None = None
+    ) -> OpenAIProvider:
+        """A provider for ``[models.<name>]`` settings; the key from ``env``.
+
+        Raises:
+            ProviderError: ``config`` when no model id is set, or no key and no
+                ``base_url``.
+        """
+        if not config.model:
+            raise ProviderError(
+                "config",
+                'openai needs a model id: set model (e.g. "gpt-4o-mini", or the '
+                "name your server serves) in the [models.<name>] table",
+            )
+        key, source = _wire.resolve_api_key(
+            config, API_KEY_ENV, os.environ if env is None else env
+        )
+        return cls(
+            api_key=key,
+            model=config.model,
+            base_url=config.base_url,
+            timeout=config.timeout,
+            max_tokens=config.max_tokens,
+            temperature=config.temperature,
+            stream=config.stream,
+            key_source=source,
+        )
+
+    def __repr__(self) -> str:
+        return f"OpenAIProvider(model={self.model!r})"
+
+    async def aclose(self) -> None:
+        """Close the SDK's HTTP connections."""
+        await self._client.close()
+
+    async def stream(
+        self, prompt: Prompt, info: RequestInfo
+    ) -> AsyncIterator[StreamEvent]:
+        """Ask the model ``prompt``; stream its reply as normalized events."""
+        names = _wire.ToolNames(t.name for t in prompt.tools)
+        params = to_request(
+            prompt,
+            names,
+            model=self.model,
+            max_tokens=self._max_tokens,
+            temperature=self._temperature,
+            compatible=self._compatible,
+        )
+        label = f"openai model {params['model']!r}"
+        deadline = asyncio.get_running_loop().time() + self._timeout
+        if not self._stream:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    completion = await self._client.chat.completions.create(**params)
+            except Exception as e:
+                raise self._error(label, e) from _wire.cause(e, self._key)
+            for event in _from_completion(completion, names, label, self._key):
+                yield event
+            return
+        try:
+            async with asyncio.timeout_at(deadline):
+                response = await self._client.chat.completions.create(
+                    **params, stream=True, stream_options={"include_usage": True}
+                )
+        except Exception as e:
+            raise self._error(label, e) from _wire.cause(e, self._key)
+        turn = _Turn(label, names, self._key)
+        try:
+            chunks = aiter(response)
+            while True:
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        chunk = await anext(chunks)
+                except StopAsyncIteration:
+                    break
+                except Exception as e:
+                    raise self._error(label, e) from _wire.cause(e, self._key)
+                for event in turn.feed(chunk):
+                    yield event
+        finally:
+            await response.close()
+        for event in turn.finish():
+            yield event
+
+    def _error(self, label: str, error: Exception) -> ProviderError:
+        """``error`` (from the SDK, the HTTP stack or the deadline) as a typed one."""
+        key = self._key
+        match error:
+            case ProviderError():
+                return error
+            case openai.APIStatusError():
+                return _wire.status_error(
+                    label,
+                    error.status_code,
+                    error.body,
+                    error.response.headers,
+                    key=key,
+                    key_source=self._key_source,
+                )
+            case openai.APITimeoutError():
+                return _wire.transport_error(
+                    label, TimeoutError(), key, timeout=self._timeout
+                )
+            case openai.APIConnectionError():
+                return _wire.transport_error(
+                    label, error.__cause__ or error, key, timeout=self._timeout
+                )
+            case openai.APIResponseValidationError():
+                return _wire.invalid_response(
+                    label, f"a reply that does not match the API: {error}", key
+                )
+            case openai.APIError():  # an error object inside the stream
+                body = error.body if isinstance(error.body, Mapping) else {}
+                code = str(body.get("code"))
+                status = int(code) if code.isdigit() else 200
+                return _wire.status_error(
+                    label,
+                    status,
+                    {"error": error.body if body else error.message},
+                    {},
+                    key=key,
+                    key_source=self._key_source,
+                )
+            case TimeoutError() | httpx2.TransportError() | httpx2.DecodingError():
+                return _wire.transport_error(label, error, key, timeout=self._timeout)
+            case ValueError():  # a data line that is not JSON
+                return _wire.invalid_response(
+                    label, f"a reply that is not valid JSON ({error})", key
+                )
+            case _:
+                return ProviderError(
+                    "internal",
+                    _wire.redact(
+                        f"{label} failed: {type(error).__name__}: {error}", key
+                    ),
+                )
+
+
+# -- the request -----------------------------------------------------------------
+
+
+def to_request(
+    prompt: Prompt,
+    names: _wire.ToolNames,
+    *,
+    model: str = "",
+    max_tokens: int | None = None,
+    temperature: float | None = None,
+    compatible: bool = False,
+) -> dict[str, Any]:
+    """The ``chat.completions.create`` arguments for ``prompt`` (no ``stream``).
+
+    The system prompt leads as a ``system`` message; an assistant's tool calls
+    become ``tool_calls`` with JSON ``arguments``; ``tool`` messages answer them
+    by ``tool_call_id``. Tool names are made valid for the API through
+    ``names``. ``compatible`` sends ``max_tokens`` instead of OpenAI's newer
+    ``max_completion_tokens``.
+    """
+    messages: list[dict[str, Any]] = []
+    if prompt.system:
+        messages.append({"role": "system", "content": prompt.system})
+    for message in prompt.messages:
+        match message.role:
+            case "assistant":
+                out: dict[str, Any] = {"role": "assistant", "content": message.content}
+                if message.tool_calls:
+                    out["content"] = message.content or None
+                    out["tool_calls"] = [
+                        {
+                            "id": call.id,
+                            "type": "function",
+                            "function": {
+                                "name": names.wire(call.name),
+                                "arguments": json.dumps(call.args),
+                            },
+                        }
+                        for call in message.tool_calls
+                    ]
+                messages.append(out)
+            case "tool" if message.tool_call_id is not None:
+                messages.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": message.tool_call_id,
+                        "content": message.content,
+                    }
+                )
+            case "system":
+                messages.append({"role": "system", "content": message.content})
+            case _:
+                messages.append({"role": "user", "content": message.content})
+    params: dict[str, Any] = {"model": prompt.model or model, "messages": messages}
+    if prompt.tools:
+        params["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": names.wire(tool.name),
+                    "description": tool.description,
+                    "parameters": {"type": "object", **tool.parameters},
+                },
+            }
+            for tool in prompt.tools
+        ]
+    cap = prompt.max_tokens or max_tokens
+    if cap is not None:
+        params["max_tokens" if compatible else "max_completion_tokens"] = cap
+    temperature = prompt.temperature if prompt.temperature is not None else temperature
+    if temperature is not None:
+        params["temperature"] = temperature
+    return params
+
+
+# -- the reply -------------------------------------------------------------------
+
+
+class _Call:
+    """A tool call being streamed: its pieces arrive under one ``index``."""
+
+    def __init__(self) -> None:
+        self.id = ""
+        self.name = ""
+        self.arguments: list[str] = []
+
+
+class _Turn:
+    """Folds the chunks of one streamed completion into normalized events."""
+
+    def __init__(self, label: str, names: _wire.ToolNames, key: str | None) -> None:
+        self.label = label
+        self.names = names
+        self.key = key
+        self.text: list[str] = []
+        self.calls: dict[int, _Call] = {}
+        self.usage: Usage | None = None
+        self.finish_reason: str | None = None
+        self.metadata: dict[str, Any] = {"provider": "openai"}
+
+    def feed(self, chunk: object) -> list[StreamEvent]:
+        """The normalized events ``chunk`` gives; ``ProviderError`` if malformed."""
+        try:
+            return self._feed(chunk)
+        except (AttributeError, KeyError, TypeError, ValueError) as e:
+            raise _wire.invalid_response(
+                self.label, f"a chunk it cannot read ({e!r})", self.key
+            ) from None
+
+    def _feed(self, chunk: object) -> list[StreamEvent]:
+        if not isinstance(chunk, wire.ChatCompletionChunk):
+            raise TypeError(f"{type(chunk).__name__} is not a chat.completion.chunk")
+        events: list[StreamEvent] = []
+        if "completion_id" not in self.metadata:
+            self.metadata.update(completion_id=chunk.id, model=chunk.model)
+            events.append(
+                SystemEvent(
+                    message=f"{self.label} started completion {chunk.id}",
+                    metadata=dict(self.metadata),
+                )
+            )
+        for choice in chunk.choices or ():
+            if choice.index != 0:
+                continue  # steward asks for one choice (n = 1)
+            delta = choice.delta
+            if delta.content:
+                self.text.append(delta.content)
+                events.append(AssistantDelta(text=delta.content))
+            for position, piece in enumerate(delta.tool_calls or ()):
+                index = getattr(piece, "index", None)
+                if not isinstance(index, int):
+                    index = position  # some compatible servers leave it out
+                call = self.calls.setdefault(index, _Call())
+                if piece.id:
+                    call.id = piece.id
+                if piece.function is not None:
+                    call.name += piece.function.name or ""
+                    call.arguments.append(piece.function.arguments or "")
+            if choice.finish_reason is not None:
+                self.finish_reason = choice.finish_reason
+        if chunk.usage is not None:
+            # Every usage payload is the total so far (some servers send one per
+            # chunk), so it is cumulative.
+            self.usage = Usage(
+                input_tokens=chunk.usage.prompt_tokens or 0,
+                output_tokens=chunk.usage.completion_tokens or 0,
+            )
+            events.append(
+                UsageEvent(
+                    input_tokens=self.usage.input_tokens,
+                    output_tokens=self.usage.output_tokens,
+                    cumulative=True,
+                )
+            )
+        return events
+
+    def finish(self) -> list[StreamEvent]:
+        """The tool calls and the result, once the stream has ended."""
+        if self.finish_reason is None:
+            raise _wire.invalid_response(
+                self.label,
+                "a stream that ended before a finish_reason; the reply is incomplete",
+                self.key,
+            )
+        self.metadata["finish_reason"] = self.finish_reason
+        if self.usage is None:
+            self.metadata["usage_reported"] = False
+        calls: list[ToolCall] = []
+        for index in sorted(self.calls):
+            call = self.calls[index]
+            if not call.name:
+                raise _wire.invalid_response(
+                    self.label, f"tool call {index} without a name", self.key
+                )
+            name = self.names.steward(call.name)
+            args = _wire.parse_args(
+                "".join(call.arguments), label=self.label, tool=name
+            )
+            calls.append(ToolCall(id=call.id or f"call_{index}", name=name, args=args))
+        events: list[StreamEvent] = [
+            ToolUseEvent(id=c.id, name=c.name, args=c.args) for c in calls
+        ]
+        events.append(
+            ResultEvent(
+                text="".join(self.text),
+                tool_calls=tuple(calls),
+                usage=self.usage or Usage(),
+                metadata=dict(self.metadata),
+            )
+        )
+        return events
+
+
+def _from_completion(
+    completion: object, names: _wire.ToolNames, label: str, key: str | None
+) -> list[StreamEvent]:
+    """The normalized events of a whole (non-streamed) completion."""
+    if not isinstance(completion, wire.ChatCompletion):
+        raise _wire.invalid_response(
+            label, f"a {type(completion).__name__} where a completion was due", key
+        )
+    try:
+        if not completion.choices:
+            raise ValueError("the completion has no choices")
+        choice = completion.choices[0]
+        text = choice.message.content or ""
+        calls: list[ToolCall] = []
+        for index, call in enumerate(choice.message.tool_calls or ()):
+            function = getattr(call, "function", None)
+            if function is None:
+                continue  # a custom (non-function) tool call steward never offers
+            name = names.steward(function.name)
+            args = _wire.parse_args(function.arguments or "", label=label, tool=name)
+            calls.append(ToolCall(id=call.id or f"call_{index}", name=name, args=args))
+        usage = Usage()
+        if completion.usage is not None:
+            usage = Usage(
+                input_tokens=completion.usage.prompt_tokens or 0,
+                output_tokens=completion.usage.completion_tokens or 0,
+            )
+        metadata: dict[str, Any] = {
+            "provider": "openai",
+            "completion_id": completion.id,
+            "model": completion.model,
+            "finish_reason": choice.finish_reason,
+        }
+        if completion.usage is None:
+            metadata["usage_reported"] = False
+    except (AttributeError, KeyError, TypeError, ValueError) as e:
+        raise _wire.invalid_response(
+            label, f"a completion it cannot read ({e!r})", key
+        ) from None
+    events: list[StreamEvent] = [
+        SystemEvent(
+            message=f"{label} sent completion {completion.id}", metadata=metadata
+        )
+    ]
+    if text:
+        events.append(AssistantDelta(text=text))
+    events.extend(ToolUseEvent(id=c.id, name=c.name, args=c.args) for c in calls)
+    events.append(
+        UsageEvent(
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cumulative=True,
+        )
+    )
+    events.append(
+        ResultEvent(text=text, tool_calls=tuple(calls), usage=usage, metadata=metadata)
+    )
+    return events
