@@ -24,11 +24,11 @@ from typing import Any
 
 from steward import events, replay
 from steward.actors import run as run_actor
-from steward.actors.llm import Provider, make_provider
+from steward.actors.llm import ModelRouter, Provider, RequestInfo
 from steward.actors.tools import ToolRegistry
 from steward.bus import EventLog, open_log
 from steward.config import Settings, load_settings
-from steward.errors import NotFoundError, StewardError
+from steward.errors import ConfigError, NotFoundError, StewardError
 from steward.host import Host, run_stream
 from steward.projections.store import Projector
 
@@ -66,12 +66,17 @@ async def _opened(env: Env) -> AsyncIterator[tuple[EventLog, Projector]]:
 
 
 def _provider(env: Env) -> Provider:
-    model = env.settings.models.get("default")
-    if model is None:
-        raise StewardError("no [models.default] is configured in steward.toml")
-    if env.script is not None:
-        model = model.__class__(**{**_fields(model), "script": env.script})
-    return make_provider(model.provider, model)
+    router = ModelRouter(env.settings, env.script)
+    model = router.model("default")
+    if model.provider == "scripted" and model.script is None:
+        raise ConfigError(
+            "settings",
+            "models.default",
+            "no model is configured: pass --script FILE, set [models.default] in "
+            "steward.toml, or set ANTHROPIC_API_KEY or OPENAI_API_KEY",
+        )
+    router.provider("default")  # a missing key or model id fails here, in one line
+    return router
 
 
 def _fields(struct: Any) -> dict[str, Any]:
@@ -126,6 +131,30 @@ def _step_line(rec: events.Recorded) -> str:
     return f"{run_id:>18} v{rec.version:<3} {kind:<17} {summary(rec.event, 100)}"
 
 
+def _stream_deltas(host: Host) -> None:
+    """Echo the model's text to stderr as it streams, one line per reply."""
+    streaming: set[str] = set()
+
+    def on_delta(info: RequestInfo, text: str) -> None:
+        if info.request_id not in streaming:
+            streaming.add(info.request_id)
+            sys.stderr.write(f"  {info.run_id} model> ")
+        sys.stderr.write(text)
+        sys.stderr.flush()
+
+    def on_record(rec: events.Recorded) -> None:
+        event = rec.event
+        if isinstance(
+            event, events.LlmResponded | events.LlmFailed | events.LlmAttemptFailed
+        ):
+            if event.request_id in streaming:
+                streaming.discard(event.request_id)
+                sys.stderr.write("\n")
+
+    host.listen_deltas(on_delta)
+    host.listen(on_record)
+
+
 async def _follow_run(
     env: Env,
     host: Host,
@@ -169,6 +198,8 @@ async def cmd_run(env: Env, args: argparse.Namespace) -> int:
     created = _new_run(env, args.text, args.profile)
     async with _opened(env) as (log, projector):
         host = _host(env, log, projector)
+        if args.stream:
+            _stream_deltas(host)
         state = await _follow_run(env, host, created.run_id, args.quiet, created)
     env.out(f"run {created.run_id} {state.status}")
     env.out(state.output if state.status == "completed" else f"reason: {state.reason}")
@@ -465,6 +496,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("text")
     s.add_argument("--profile", default="default", help="agent profile ([agents.NAME])")
     s.add_argument("-q", "--quiet", action="store_true", help="print only the result")
+    s.add_argument(
+        "--stream",
+        action="store_true",
+        help="echo the model's text to stderr as it streams in",
+    )
     s.set_defaults(fn=cmd_run)
 
     runs = sub.add_parser("runs", help="list, inspect, start, cancel or approve runs")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
+import random
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,7 +32,15 @@ from prometheus_client import Counter, Histogram
 
 from steward import events
 from steward.actors import run as run_actor
-from steward.actors.llm import Provider, RequestInfo, collect
+from steward.actors.llm import (
+    AssistantDelta,
+    ModelRouter,
+    Provider,
+    RequestInfo,
+    StreamEvent,
+    collect,
+)
+from steward.actors.llm.retry import backoff_delay
 from steward.actors.prompt import prompt_hash
 from steward.actors.tools import ToolContext, ToolRegistry
 from steward.bus import Commit, EventLog
@@ -52,6 +61,7 @@ _EFFECTS_BY_KIND = {kind: EFFECTS.labels(kind) for kind in _KINDS}
 _EFFECT_SECONDS_BY_KIND = {kind: EFFECT_SECONDS.labels(kind) for kind in _KINDS}
 
 Listener = Callable[[Recorded], None]
+DeltaListener = Callable[[RequestInfo, str], None]
 
 
 def run_stream(run_id: str) -> str:
@@ -111,6 +121,7 @@ class Host:
         self._inflight: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._listeners: list[Listener] = []
+        self._delta_listeners: list[DeltaListener] = []
         self._timers: list[tuple[float, str, str]] = []
         self._timers_changed = asyncio.Event()
         self._dispatcher: asyncio.Task[None] | None = None
@@ -202,6 +213,13 @@ class Host:
         """Call ``listener`` with every recorded event the dispatcher sees."""
         self._listeners.append(listener)
 
+    def listen_deltas(self, listener: DeltaListener) -> None:
+        """Call ``listener`` with each piece of model text as it streams in.
+
+        Deltas are for people watching; the log records the whole reply once.
+        """
+        self._delta_listeners.append(listener)
+
     async def start(self) -> None:
         """Resume unanswered effects and due timers, then follow the log."""
         if self.provider is None or self.tools is None:
@@ -234,6 +252,9 @@ class Host:
                 await asyncio.gather(box.task, return_exceptions=True)
         if self.projector is not None:
             await self.projector.catch_up(self.log)
+        close = getattr(self.provider, "aclose", None)
+        if close is not None:
+            await close()
 
     async def _dispatch(self) -> None:
         async for rec in self.log.subscribe(self.position):
@@ -360,27 +381,50 @@ class Host:
                 at=self.clock.now(),
             )
         else:
-            answer = await self._ask(prompt, info)
+            answer = await self._ask(rec, prompt, info)
         await self.submit(rec.stream, answer, causation_id=rec.id)
 
-    async def _ask(self, prompt: Any, info: RequestInfo) -> Event:
+    async def _ask(self, rec: Recorded, prompt: Any, info: RequestInfo) -> Event:
+        assert self.provider is not None
+        provider = self.provider
+        retries = self._llm_retries
+        if isinstance(provider, ModelRouter):
+            retries = provider.model(info.profile).max_retries
+
+        def on_event(event: StreamEvent) -> None:
+            if isinstance(event, AssistantDelta):
+                for listener in self._delta_listeners:
+                    listener(info, event.text)
+
         attempt = 0
         while True:
             attempt += 1
             started = self.clock.now()
             try:
-                assert self.provider is not None
                 async with self._llm_slots:
-                    result = await collect(self.provider.stream(prompt, info))
+                    result = await collect(provider.stream(prompt, info), on_event)
             except ProviderError as e:
-                if e.retryable and attempt <= self._llm_retries:
-                    delay = e.retry_after or min(30.0, 0.5 * 2 ** (attempt - 1))
+                message = str(e).removeprefix(f"{e.kind}: ")
+                if e.retryable and attempt <= retries:
+                    delay = backoff_delay(attempt, e.retry_after, rand=random.random())
+                    note = events.LlmAttemptFailed(
+                        request_id=info.request_id,
+                        attempt=attempt,
+                        kind=e.kind,
+                        message=message,
+                        status=e.status,
+                        retry_after=e.retry_after,
+                        delay=delay,
+                        at=self.clock.now(),
+                    )
+                    if await self.submit(rec.stream, note, causation_id=rec.id) is None:
+                        return note  # the request was answered or the run ended
                     await self.clock.sleep(delay)
                     continue
                 return events.LlmFailed(
                     request_id=info.request_id,
                     kind=e.kind,
-                    message=str(e),
+                    message=message,
                     at=self.clock.now(),
                 )
             except Exception as e:  # a provider bug must not kill the host
@@ -391,11 +435,14 @@ class Host:
                     at=self.clock.now(),
                 )
             _EFFECT_SECONDS_BY_KIND["llm"].observe(max(0.0, self.clock.now() - started))
+            cost = getattr(provider, "cost", None)
             return events.LlmResponded(
                 request_id=info.request_id,
                 text=result.text,
                 tool_calls=result.tool_calls,
                 usage=result.usage,
+                cost_usd=cost(info, result.usage) if cost is not None else 0.0,
+                attempts=attempt,
                 at=self.clock.now(),
             )
 

@@ -29,6 +29,7 @@ from steward.events.run import (
     CancelRequested,
     ChatMessage,
     DecisionRecorded,
+    LlmAttemptFailed,
     LlmFailed,
     LlmRequested,
     LlmResponded,
@@ -328,6 +329,8 @@ def decide(input: Event, state: Run) -> list[Event] | None:
             if state.settings.protocol == "native":
                 return _on_native_reply(input, after)
             return _on_json_reply(input, after)
+        case LlmAttemptFailed(request_id=rid), "running" if rid == state.llm_pending:
+            return []  # recorded for people; the host tries again
         case LlmFailed(request_id=rid), "running" if rid == state.llm_pending:
             return [
                 RunFailed(reason=f"model call failed: {input.kind}: {input.message}")

@@ -35,7 +35,7 @@ import msgspec
 from steward.config.settings import AgentProfile, ModelConfig, Settings
 from steward.errors import ConfigError
 
-__all__ = ["DEFAULT_PATH", "ENV_PREFIX", "load_settings"]
+__all__ = ["DEFAULT_MODELS", "DEFAULT_PATH", "ENV_PREFIX", "load_settings"]
 
 DEFAULT_PATH = Path("steward.toml")
 """The file read when no path is given, if it exists."""
@@ -69,8 +69,32 @@ def load_settings(
         file = Path(path)
     data = _read_toml(file) if file is not None else {}
     source = str(file) if file is not None else "defaults"
-    _apply_env(data, os.environ if env is None else env)
-    return _build(data, source)
+    environ = os.environ if env is None else env
+    _apply_env(data, environ)
+    settings = _build(data, source)
+    models = data.get("models")
+    if not (isinstance(models, dict) and "default" in models):
+        keyed = _keyed_default(environ)
+        if keyed is not None:
+            models = {**settings.models, "default": keyed}
+            settings = msgspec.structs.replace(settings, models=models)
+    return settings
+
+
+DEFAULT_MODELS = {
+    "ANTHROPIC_API_KEY": ModelConfig(provider="anthropic", model="claude-sonnet-4-5"),
+    "OPENAI_API_KEY": ModelConfig(provider="openai", model="gpt-4.1-mini"),
+}
+"""The default model when no ``[models.default]`` is configured and one of
+these keys is set (checked in this order); otherwise the default is the
+scripted model."""
+
+
+def _keyed_default(environ: Mapping[str, str]) -> ModelConfig | None:
+    for variable, model in DEFAULT_MODELS.items():
+        if environ.get(variable):
+            return model
+    return None
 
 
 # -- the file -------------------------------------------------------------------

@@ -20,6 +20,7 @@ __all__ = [
     "ChatMessage",
     "DecisionRecorded",
     "INPUT_TYPES",
+    "LlmAttemptFailed",
     "LlmFailed",
     "LlmRequested",
     "LlmResponded",
@@ -164,6 +165,28 @@ class LlmResponded(Event, frozen=True, kw_only=True):
     text: str
     tool_calls: tuple[ToolCall, ...] = ()
     usage: Usage = Usage()
+    cost_usd: float = 0.0
+    """What the call cost at the model's configured prices (0 when unpriced)."""
+    attempts: int = 1
+    """Attempts it took; each failed one is an `LlmAttemptFailed` before this."""
+    at: float = 0.0
+
+
+class LlmAttemptFailed(Event, frozen=True, kw_only=True):
+    """One attempt at model call ``request_id`` failed; it is tried again.
+
+    Recorded so a timeline shows why a step took long: the failure, the
+    status, and the ``delay`` before the next attempt (which honours the
+    server's ``retry_after``).
+    """
+
+    request_id: str
+    attempt: int
+    kind: str
+    message: str
+    status: int | None = None
+    retry_after: float | None = None
+    delay: float = 0.0
     at: float = 0.0
 
 
@@ -335,6 +358,7 @@ RunInput = (
     RunCreated
     | LlmResponded
     | LlmFailed
+    | LlmAttemptFailed
     | ToolResulted
     | WakeDue
     | SubagentFinished
@@ -364,6 +388,7 @@ INPUT_TYPES: tuple[type[Event], ...] = (
     RunCreated,
     LlmResponded,
     LlmFailed,
+    LlmAttemptFailed,
     ToolResulted,
     WakeDue,
     SubagentFinished,

@@ -378,6 +378,12 @@ def summary(event: events.Event, width: int = 160) -> str:
             text = event.text + (f" [tools: {calls}]" if calls else "")
         case events.LlmFailed():
             text = f"{event.kind}: {event.message}"
+        case events.LlmAttemptFailed():
+            status = f" (HTTP {event.status})" if event.status else ""
+            text = (
+                f"attempt {event.attempt}, retry in {event.delay:.1f}s: "
+                f"{event.kind}{status}: {event.message}"
+            )
         case events.ToolRequested() | events.ApprovalRequested():
             attempt = getattr(event, "attempt", 1)
             args = _json.encode(event.args).decode()

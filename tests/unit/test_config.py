@@ -405,3 +405,31 @@ def test_profile_naming_a_missing_model_is_an_error(tmp_path: Path) -> None:
         ConfigError, match=r"agents\.x\.model: names model 'ghost'.*default"
     ):
         s.run_settings("x")
+
+
+@pytest.mark.parametrize(
+    ("env", "provider"),
+    [
+        ({}, "scripted"),
+        ({"ANTHROPIC_API_KEY": "k"}, "anthropic"),
+        ({"OPENAI_API_KEY": "k"}, "openai"),
+        ({"ANTHROPIC_API_KEY": "k", "OPENAI_API_KEY": "k"}, "anthropic"),
+        ({"ANTHROPIC_API_KEY": ""}, "scripted"),
+    ],
+)
+def test_a_key_in_the_environment_picks_the_default_model(
+    env: dict[str, str], provider: str
+) -> None:
+    """With no [models.default], ANTHROPIC_API_KEY or OPENAI_API_KEY picks it."""
+    model = load_settings(None, env=env).models["default"]
+    assert model.provider == provider
+    assert (model.model != "") == (provider != "scripted")
+
+
+def test_a_configured_default_model_wins_over_keys(tmp_path: Path) -> None:
+    config = tmp_path / "steward.toml"
+    config.write_text('[models.default]\nprovider = "openai"\nmodel = "local"\n')
+    env = {"ANTHROPIC_API_KEY": "k"}
+    assert load_settings(config, env=env).models["default"].model == "local"
+    env = {"ANTHROPIC_API_KEY": "k", "STEWARD_MODELS_DEFAULT_SCRIPT": "s.yaml"}
+    assert load_settings(None, env=env).models["default"].provider == "scripted"

@@ -18,6 +18,7 @@ from steward.actors.llm.base import (
 )
 from steward.actors.llm.registry import (
     PROVIDERS,
+    ModelRouter,
     ProviderFactory,
     UnknownProviderError,
     make_provider,
@@ -35,6 +36,7 @@ from steward.actors.llm.scripted import (
 __all__ = [
     "PROVIDERS",
     "AssistantDelta",
+    "ModelRouter",
     "Provider",
     "ProviderFactory",
     "Reply",

@@ -9,13 +9,24 @@ SDK's stream into ``steward.actors.llm.base`` events and its failures into typed
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
-from steward.actors.llm.base import Provider
-from steward.config import ModelConfig
+import msgspec
+
+from steward.actors.llm.base import Provider, RequestInfo, StreamEvent
+from steward.actors.llm.retry import cost_usd
+from steward.actors.prompt import Prompt
+from steward.config import ModelConfig, Settings
 from steward.errors import ProviderError
+from steward.events.run import Usage
 
-__all__ = ["PROVIDERS", "ProviderFactory", "UnknownProviderError", "make_provider"]
+__all__ = [
+    "PROVIDERS",
+    "ModelRouter",
+    "ProviderFactory",
+    "UnknownProviderError",
+    "make_provider",
+]
 
 ProviderFactory = Callable[[ModelConfig], Provider]
 """Builds a provider from its model's settings."""
@@ -82,3 +93,53 @@ def make_provider(name: str, config: ModelConfig | None = None) -> Provider:
     if factory is None:
         raise UnknownProviderError(name, sorted(PROVIDERS))
     return factory(config if config is not None else ModelConfig(provider=name))
+
+
+class ModelRouter:
+    """The provider for each request: the model of the run's agent profile.
+
+    A `Provider` itself: ``stream`` asks the provider of
+    ``settings.model_for(info.profile)``, built on first use and kept. ``cost``
+    prices a call at that model's configured prices. With ``script`` set, every
+    profile plays that script instead (the ``--script`` option).
+    """
+
+    name = "router"
+
+    def __init__(self, settings: Settings, script: str | None = None) -> None:
+        self.settings = settings
+        self.script = script
+        self._built: dict[str, Provider] = {}
+
+    def model(self, profile: str | None) -> ModelConfig:
+        """The ``[models.<name>]`` table requests of ``profile`` go to."""
+        model = self.settings.model_for(profile or "default")
+        if self.script is not None:
+            model = msgspec.structs.replace(
+                model, provider="scripted", script=self.script
+            )
+        return model
+
+    def provider(self, profile: str | None) -> Provider:
+        """The provider for ``profile``, built once (errors name the setting)."""
+        key = profile or "default"
+        built = self._built.get(key)
+        if built is None:
+            model = self.model(key)
+            built = self._built[key] = make_provider(model.provider, model)
+        return built
+
+    def stream(self, prompt: Prompt, info: RequestInfo) -> AsyncIterator[StreamEvent]:
+        return self.provider(info.profile).stream(prompt, info)
+
+    def cost(self, info: RequestInfo, usage: Usage) -> float:
+        """What a call of ``info``'s profile with ``usage`` cost, in US dollars."""
+        return cost_usd(usage, self.model(info.profile))
+
+    async def aclose(self) -> None:
+        """Close every provider built (their HTTP connection pools)."""
+        for provider in self._built.values():
+            close = getattr(provider, "aclose", None)
+            if close is not None:
+                await close()
+        self._built.clear()

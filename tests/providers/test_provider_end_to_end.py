@@ -1,0 +1,102 @@
+"""`steward run` against an OpenAI-compatible server, end to end.
+
+The real `openai` SDK talks to a local server speaking the Chat Completions
+wire format. The first call is rate limited, so the run records the failed
+attempt and its retry; the second streams the answer. Replay verifies the run
+without calling the model, and the API key is nowhere in the log, the
+projections or the log lines.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+from conftest import KEY
+from fake_api import FakeAPI, json_reply, openai_error, openai_frames, sse_reply
+
+from steward import cli
+
+FINISH = json.dumps({"type": "finish", "output": "hello from the fake model"})
+
+
+@pytest.fixture
+def api() -> FakeAPI:
+    server = FakeAPI()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def test_a_run_through_the_openai_sdk_retries_streams_and_replays(
+    tmp_path: Path,
+    api: FakeAPI,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    config = tmp_path / "steward.toml"
+    config.write_text(
+        "[run]\nplanning_gate = false\n\n"
+        "[models.default]\n"
+        'provider = "openai"\n'
+        'model = "gpt-test"\n'
+        f'base_url = "{api.url}/v1"\n'
+        "input_price_per_mtok = 2.0\n"
+        "output_price_per_mtok = 8.0\n"
+    )
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    db = str(tmp_path / "log.db")
+    api.queue(
+        json_reply(
+            openai_error(429, "slow down"),
+            status=429,
+            headers={"retry-after-ms": "20"},
+        ),
+        sse_reply(
+            openai_frames([FINISH[:20], FINISH[20:]], input_tokens=100, output_tokens=7)
+        ),
+    )
+    caplog.set_level(logging.DEBUG)
+    base = ["--config", str(config), "--db", db]
+
+    assert cli.main([*base, "-v", "run", "say hello", "--stream"]) == 0
+    out, err = capsys.readouterr()
+    *_, status, output = out.strip().splitlines()
+    run_id = status.split()[1]
+    assert status == f"run {run_id} completed"
+    assert output == "hello from the fake model"
+    assert f"{run_id} model> {FINISH}" in err  # the streamed text, live
+    assert len(api.requests) == 2
+    assert api.requests[1].headers["authorization"] == f"Bearer {KEY}"
+
+    assert cli.main([*base, "events", "export", run_id]) == 0
+    exported = [json.loads(x)["event"] for x in capsys.readouterr().out.splitlines()]
+    (attempt,) = [e for e in exported if e["type"] == "LlmAttemptFailed"]
+    assert attempt["kind"] == "rate_limit" and attempt["status"] == 429
+    assert attempt["retry_after"] == pytest.approx(0.02)
+    assert attempt["delay"] >= 0.02
+    (answer,) = [e for e in exported if e["type"] == "LlmResponded"]
+    assert answer["attempts"] == 2
+    assert answer["usage"] == {"input_tokens": 100, "output_tokens": 7}
+    assert answer["cost_usd"] == pytest.approx((100 * 2.0 + 7 * 8.0) / 1e6)
+
+    assert cli.main([*base, "runs", "show", run_id]) == 0
+    shown = capsys.readouterr().out
+    assert "attempt 1, retry in" in shown and "rate_limit (HTTP 429)" in shown
+
+    assert cli.main([*base, "replay", run_id, "--verify"]) == 0
+    assert "verify: ok" in capsys.readouterr().out
+    assert len(api.requests) == 2  # replay never calls the model
+
+    assert cli.main([*base, "projections", "rebuild"]) == 0
+    out, err = capsys.readouterr()
+    secret = KEY.encode()
+    for file in tmp_path.iterdir():  # the log, its WAL, the projections
+        if file.is_file():
+            assert secret not in file.read_bytes(), file.name
+    assert KEY not in out + err
+    assert KEY not in caplog.text
