@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 from steward import events
 from steward.actors import run as run_actor
@@ -40,6 +40,7 @@ from steward.actors.llm import (
     StreamEvent,
     collect,
 )
+from steward.actors.llm.limits import PRIORITIES, PriorityLimiter
 from steward.actors.llm.retry import backoff_delay
 from steward.actors.prompt import prompt_hash
 from steward.actors.tools import ToolContext, ToolRegistry
@@ -56,6 +57,9 @@ CONFLICTS = Counter("steward_conflicts_total", "Commits retried after a conflict
 EFFECTS = Counter("steward_effects_total", "Effects dispatched", ["kind"])
 EFFECT_SECONDS = Histogram("steward_effect_seconds", "Time an effect took", ["kind"])
 # Bound once: looking a label up costs more than counting.
+LLM_WAITING = Gauge(
+    "steward_llm_waiting", "Model calls waiting for a slot", ["priority"]
+)
 _KINDS = ("llm", "tool", "spawn", "deliver", "timer")
 _EFFECTS_BY_KIND = {kind: EFFECTS.labels(kind) for kind in _KINDS}
 _EFFECT_SECONDS_BY_KIND = {kind: EFFECT_SECONDS.labels(kind) for kind in _KINDS}
@@ -109,7 +113,11 @@ class Host:
         self.workspace = Path(workspace)
         self.clock: Clock = clock or SystemClock()
         self.projector = projector
-        self._llm_slots = asyncio.Semaphore(llm_concurrency)
+        self._llm_slots = PriorityLimiter(llm_concurrency)
+        for priority in PRIORITIES:
+            LLM_WAITING.labels(priority).set_function(
+                _waiting(self._llm_slots, priority)
+            )
         self._tool_timeout = tool_timeout
         self._llm_retries = llm_retries
         self._max_conflict_retries = max_conflict_retries
@@ -396,12 +404,20 @@ class Host:
                 for listener in self._delta_listeners:
                     listener(info, event.text)
 
+        rate = None
+        if isinstance(provider, ModelRouter):
+            rate = provider.rate_limiter(info.profile, self.clock.now, self.clock.sleep)
+        tokens = (
+            len(prompt.system) + sum(len(m.content) for m in prompt.messages)
+        ) // 4
         attempt = 0
         while True:
             attempt += 1
-            started = self.clock.now()
             try:
-                async with self._llm_slots:
+                if rate is not None:
+                    await rate.acquire(tokens)
+                async with self._llm_slots.slot(info.priority):
+                    started = self.clock.now()
                     result = await collect(provider.stream(prompt, info), on_event)
             except ProviderError as e:
                 message = str(e).removeprefix(f"{e.kind}: ")
@@ -487,6 +503,10 @@ class Host:
             heapq.heappop(self._timers)
             wake = events.WakeDue(timer_id=timer_id, at=self.clock.now())
             self._spawn_effect(timer_id, "timer", self.submit(stream, wake))
+
+
+def _waiting(limiter: PriorityLimiter, priority: str) -> Callable[[], float]:
+    return lambda: limiter.depth()[priority]
 
 
 def _correlation(state: run_actor.Run, input: Event) -> str | None:

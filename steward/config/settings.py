@@ -155,6 +155,12 @@ class ModelConfig(_Section, frozen=True, kw_only=True):
     """Stream the reply (server-sent events); ``false`` asks for one JSON reply,
     for servers that cannot stream."""
 
+    requests_per_minute: Positive | None = None
+    """Calls per minute this model may take; more wait (they never fail for it)."""
+
+    tokens_per_minute: Positive | None = None
+    """Prompt tokens (estimated as characters / 4) per minute; more wait."""
+
     def __repr__(self) -> str:
         # The key must never reach a log line, a traceback or an error message.
         parts = []

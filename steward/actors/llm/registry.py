@@ -9,11 +9,12 @@ SDK's stream into ``steward.actors.llm.base`` events and its failures into typed
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import msgspec
 
 from steward.actors.llm.base import Provider, RequestInfo, StreamEvent
+from steward.actors.llm.limits import RateLimiter
 from steward.actors.llm.retry import cost_usd
 from steward.actors.prompt import Prompt
 from steward.config import ModelConfig, Settings
@@ -110,6 +111,7 @@ class ModelRouter:
         self.settings = settings
         self.script = script
         self._built: dict[str, Provider] = {}
+        self._rates: dict[str, RateLimiter] = {}
 
     def model(self, profile: str | None) -> ModelConfig:
         """The ``[models.<name>]`` table requests of ``profile`` go to."""
@@ -128,6 +130,22 @@ class ModelRouter:
             model = self.model(key)
             built = self._built[key] = make_provider(model.provider, model)
         return built
+
+    def rate_limiter(
+        self,
+        profile: str | None,
+        now: Callable[[], float],
+        sleep: Callable[[float], Awaitable[None]],
+    ) -> RateLimiter:
+        """The rate limiter of ``profile``'s model (one per model, shared)."""
+        name = self.settings.profile(profile or "default").model
+        limiter = self._rates.get(name)
+        if limiter is None:
+            model = self.model(profile)
+            limiter = self._rates[name] = RateLimiter(
+                model.requests_per_minute, model.tokens_per_minute, now, sleep
+            )
+        return limiter
 
     def stream(self, prompt: Prompt, info: RequestInfo) -> AsyncIterator[StreamEvent]:
         return self.provider(info.profile).stream(prompt, info)
