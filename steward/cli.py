@@ -268,7 +268,13 @@ async def cmd_runs_show(env: Env, args: argparse.Namespace) -> int:
     env.out(
         f"run {args.id}  {status}  {kind}" + (f"  parent {parent}" if parent else "")
     )
-    env.out(f"iterations {iterations}  tokens in {tin} out {tout}")
+    cost = sum(
+        r.event.cost_usd for r in records if isinstance(r.event, events.LlmResponded)
+    )
+    env.out(
+        f"iterations {iterations}  tokens in {tin} out {tout}"
+        + (f"  cost ${cost:.6f}" if cost else "")
+    )
     env.out(f"{'step':>4}  {'kind':<17} {'duration':>9} {'tokens':>7}  detail")
     for seq, step_kind, duration, tokens, text in steps:
         dur = f"{duration:.3f}s" if duration is not None else ""
@@ -316,9 +322,12 @@ def _approval(
     args: argparse.Namespace, approved: bool
 ) -> Callable[[run_actor.Run], events.Event]:
     def make(state: run_actor.Run) -> events.Event:
-        if not state.approvals:
+        waiting = [a.request_id for a in state.approvals]
+        if state.budget_hold is not None:
+            waiting.append(state.budget_hold)
+        if not waiting:
             raise StewardError(f"run {args.id} is not waiting for an approval")
-        request_id = args.request or state.approvals[0].request_id
+        request_id = args.request or waiting[0]
         return events.ApprovalDecided(
             request_id=request_id, approved=approved, reason=getattr(args, "reason", "")
         )

@@ -26,6 +26,7 @@ from steward.events.base import Event
 from steward.events.run import (
     ApprovalDecided,
     ApprovalRequested,
+    BudgetExceeded,
     CancelRequested,
     ChatMessage,
     DecisionRecorded,
@@ -103,6 +104,10 @@ class Run(msgspec.Struct, frozen=True, kw_only=True):
     rounds: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    cost_usd: float = 0.0
+    budget_hold: str | None = None
+    """The `BudgetExceeded` request the run waits on, if it does."""
+    budget_lifted: bool = False
     reason: str | None = None
 
 
@@ -165,6 +170,7 @@ def evolve(state: Run, event: Event) -> Run:
                 rounds=state.rounds + (1 if event.tool_calls else 0),
                 input_tokens=state.input_tokens + event.usage.input_tokens,
                 output_tokens=state.output_tokens + event.usage.output_tokens,
+                cost_usd=state.cost_usd + event.cost_usd,
             )
         case LlmFailed():
             return replace(state, llm_pending=None)
@@ -202,6 +208,10 @@ def evolve(state: Run, event: Event) -> Run:
                 tool_requests=state.tool_requests + 1,
                 stall=0,
             )
+        case BudgetExceeded(policy="pause"):
+            return replace(state, status="waiting", budget_hold=event.request_id)
+        case ApprovalDecided() if event.request_id == state.budget_hold:
+            return replace(state, budget_hold=None, budget_lifted=event.approved)
         case ApprovalDecided(approved=False):
             denied = _find(state.approvals, event.request_id)
             if denied is None:
@@ -339,6 +349,12 @@ def decide(input: Event, state: Run) -> list[Event] | None:
             state.calls, rid
         ):
             return _on_tool_result(input, state)
+        case ApprovalDecided(request_id=rid), "waiting" if rid == state.budget_hold:
+            if not input.approved:
+                return [RunFailed(reason=f"budget spent; denied: {input.reason}")]
+            resumed = RunResumed(reason="budget approved")
+            after = evolve(evolve(state, input), resumed)
+            return [resumed, *_next_call(after, [])]
         case ApprovalDecided(request_id=rid), "running" | "waiting" if _find(
             state.approvals, rid
         ):
@@ -611,6 +627,8 @@ def _next_call(state: Run, decisions: list[Event]) -> list[Event]:
         return [RunCompleted(output=_fallback(state, limit), reason="max_iterations")]
     if state.stall >= max(min(5, limit - 1), 1):
         return [RunCompleted(output=_fallback(state, limit), reason="stalled")]
+    if not state.budget_lifted and (spent := _spent_budget(state)) is not None:
+        return spent
     prompt = build_prompt(state)
     return [
         LlmRequested(
@@ -619,6 +637,44 @@ def _next_call(state: Run, decisions: list[Event]) -> list[Event]:
             prompt_hash=prompt_hash(prompt),
             priority="subagent" if state.kind == "subagent" else "interactive",
         )
+    ]
+
+
+def _spent_budget(state: Run) -> list[Event] | None:
+    """The decisions for a spent budget, or ``None`` while it lasts."""
+    settings = state.settings
+    exceeded: BudgetExceeded | None = None
+    request_id = f"{state.run_id}/budget/{state.iteration + 1}"
+    tokens = state.input_tokens + state.output_tokens
+    if settings.token_budget is not None and tokens >= settings.token_budget:
+        exceeded = BudgetExceeded(
+            request_id=request_id,
+            kind="tokens",
+            used=tokens,
+            limit=settings.token_budget,
+            policy=settings.budget_policy,
+        )
+    elif (
+        settings.cost_budget_usd is not None
+        and state.cost_usd >= settings.cost_budget_usd
+    ):
+        exceeded = BudgetExceeded(
+            request_id=request_id,
+            kind="cost",
+            used=state.cost_usd,
+            limit=settings.cost_budget_usd,
+            policy=settings.budget_policy,
+        )
+    if exceeded is None:
+        return None
+    if exceeded.policy == "pause":
+        return [exceeded]
+    return [
+        exceeded,
+        RunFailed(
+            reason=f"{exceeded.kind} budget spent: {exceeded.used:g} of "
+            f"{exceeded.limit:g}"
+        ),
     ]
 
 

@@ -72,6 +72,16 @@ class RunConfig(_Section, frozen=True, kw_only=True):
     subagent_conversation_limit: Positive = 40
     """Conversation messages a subagent sees (Clifford run processor, limit 40)."""
 
+    token_budget: Positive | None = None
+    """Tokens (input + output) one run may use; none means unlimited."""
+
+    cost_budget_usd: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    """US dollars one run may spend on model calls (at the models' prices)."""
+
+    budget_policy: Literal["fail", "pause"] = "fail"
+    """When a run's budget is spent before a model call: ``fail`` the run, or
+    ``pause`` it until ``steward runs approve`` (lifts the budget) or ``deny``."""
+
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     """The system prompt of a profile that sets none (Clifford
     ``DEFAULT_SYSTEM_PROMPT``)."""
@@ -284,4 +294,7 @@ class Settings(_Section, frozen=True, kw_only=True):
             ),
             planning_gate=run.planning_gate,
             subagent_conversation_limit=run.subagent_conversation_limit,
+            token_budget=run.token_budget,
+            cost_budget_usd=run.cost_budget_usd,
+            budget_policy=run.budget_policy,
         )

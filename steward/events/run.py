@@ -16,6 +16,7 @@ from steward.events.base import Event
 __all__ = [
     "ApprovalDecided",
     "ApprovalRequested",
+    "BudgetExceeded",
     "CancelRequested",
     "ChatMessage",
     "DecisionRecorded",
@@ -109,6 +110,12 @@ class RunSettings(msgspec.Struct, frozen=True, kw_only=True):
     max_tool_call_rounds: int = 10
     planning_gate: bool = True
     subagent_conversation_limit: int = 40
+    token_budget: int | None = None
+    """Tokens (in + out) the run may use; checked before each model call."""
+    cost_budget_usd: float | None = None
+    """US dollars the run may spend on model calls; checked before each call."""
+    budget_policy: Literal["fail", "pause"] = "fail"
+    """When a budget is spent: fail the run, or wait for a person's approval."""
 
 
 class Usage(msgspec.Struct, frozen=True, kw_only=True):
@@ -268,6 +275,20 @@ class ToolRequested(Event, frozen=True, kw_only=True):
     timeout: float | None = None
 
 
+class BudgetExceeded(Event, frozen=True, kw_only=True):
+    """The run spent its ``kind`` budget before its next model call.
+
+    With policy ``pause`` the run waits: an `ApprovalDecided` for
+    ``request_id`` lifts the budget for the rest of the run, a denial fails it.
+    """
+
+    request_id: str
+    kind: Literal["tokens", "cost"]
+    used: float
+    limit: float
+    policy: Literal["fail", "pause"]
+
+
 class ApprovalRequested(Event, frozen=True, kw_only=True):
     """A tool call needs a person's approval; the run waits for it."""
 
@@ -376,6 +397,7 @@ RunDecision = (
     | OutputUpdated
     | MessageSent
     | SubagentsSpawned
+    | BudgetExceeded
     | RunSlept
     | RunResumed
     | RunCompleted

@@ -253,7 +253,10 @@ def _handle(conn: sqlite3.Connection, rec: Recorded) -> None:
         case events.ToolRequested(request_id=rid):
             _done(conn, rid)  # an approved call: its approval row is answered
             _want(conn, rid, rec, "tool")
-        case events.ApprovalRequested(request_id=rid):
+        case (
+            events.ApprovalRequested(request_id=rid)
+            | events.BudgetExceeded(request_id=rid, policy="pause")
+        ):
             _want(conn, rid, rec, "approval")
             _status(conn, run_id, rec, "waiting")
         case (
@@ -376,8 +379,15 @@ def summary(event: events.Event, width: int = 160) -> str:
         case events.LlmResponded():
             calls = ", ".join(c.name for c in event.tool_calls)
             text = event.text + (f" [tools: {calls}]" if calls else "")
+            if event.cost_usd:
+                text = f"${event.cost_usd:.6f} {text}"
         case events.LlmFailed():
             text = f"{event.kind}: {event.message}"
+        case events.BudgetExceeded():
+            text = (
+                f"{event.kind} budget spent ({event.used:g} of {event.limit:g}); "
+                + ("waiting for approval" if event.policy == "pause" else "failing")
+            )
         case events.LlmAttemptFailed():
             status = f" (HTTP {event.status})" if event.status else ""
             text = (
