@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from prometheus_client import Counter, Gauge, Histogram
 
 from steward import events
@@ -396,13 +397,30 @@ class Host:
         assert self.provider is not None
         provider = self.provider
         retries = self._llm_retries
+        record = False
         if isinstance(provider, ModelRouter):
-            retries = provider.model(info.profile).max_retries
+            model = provider.model(info.profile)
+            retries, record = model.max_retries, model.record_stream
+        seen: list[dict[str, Any]] = []
 
         def on_event(event: StreamEvent) -> None:
+            if record:
+                seen.append({"seq": len(seen) + 1, **msgspec.to_builtins(event)})
             if isinstance(event, AssistantDelta):
                 for listener in self._delta_listeners:
                     listener(info, event.text)
+
+        async def keep_stream(attempt: int, complete: bool) -> None:
+            if record:
+                recorded = events.LlmStreamRecorded(
+                    request_id=info.request_id,
+                    attempt=attempt,
+                    events=tuple(seen),
+                    complete=complete,
+                    at=self.clock.now(),
+                )
+                seen.clear()
+                await self.submit(rec.stream, recorded, causation_id=rec.id)
 
         rate = None
         if isinstance(provider, ModelRouter):
@@ -420,6 +438,7 @@ class Host:
                     started = self.clock.now()
                     result = await collect(provider.stream(prompt, info), on_event)
             except ProviderError as e:
+                await keep_stream(attempt, complete=False)
                 message = str(e).removeprefix(f"{e.kind}: ")
                 if e.retryable and attempt <= retries:
                     delay = backoff_delay(attempt, e.retry_after, rand=random.random())
@@ -444,6 +463,7 @@ class Host:
                     at=self.clock.now(),
                 )
             except Exception as e:  # a provider bug must not kill the host
+                await keep_stream(attempt, complete=False)
                 return events.LlmFailed(
                     request_id=info.request_id,
                     kind="internal",
@@ -451,6 +471,7 @@ class Host:
                     at=self.clock.now(),
                 )
             _EFFECT_SECONDS_BY_KIND["llm"].observe(max(0.0, self.clock.now() - started))
+            await keep_stream(attempt, complete=True)
             cost = getattr(provider, "cost", None)
             return events.LlmResponded(
                 request_id=info.request_id,

@@ -34,6 +34,7 @@ from steward.events.run import (
     LlmFailed,
     LlmRequested,
     LlmResponded,
+    LlmStreamRecorded,
     MessageSent,
     NoteRecorded,
     OutputUpdated,
@@ -339,8 +340,11 @@ def decide(input: Event, state: Run) -> list[Event] | None:
             if state.settings.protocol == "native":
                 return _on_native_reply(input, after)
             return _on_json_reply(input, after)
-        case LlmAttemptFailed(request_id=rid), "running" if rid == state.llm_pending:
-            return []  # recorded for people; the host tries again
+        case (
+            LlmAttemptFailed(request_id=rid) | LlmStreamRecorded(request_id=rid),
+            "running",
+        ) if rid == state.llm_pending:
+            return []  # recorded for people; changes nothing
         case LlmFailed(request_id=rid), "running" if rid == state.llm_pending:
             return [
                 RunFailed(reason=f"model call failed: {input.kind}: {input.message}")

@@ -165,6 +165,10 @@ class ModelConfig(_Section, frozen=True, kw_only=True):
     """Stream the reply (server-sent events); ``false`` asks for one JSON reply,
     for servers that cannot stream."""
 
+    record_stream: bool = False
+    """Record every normalized stream event of each attempt (sequence-numbered)
+    in the log, as `LlmStreamRecorded`; the reply is recorded once either way."""
+
     requests_per_minute: Positive | None = None
     """Calls per minute this model may take; more wait (they never fail for it)."""
 

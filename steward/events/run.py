@@ -23,6 +23,7 @@ __all__ = [
     "INPUT_TYPES",
     "LlmAttemptFailed",
     "LlmFailed",
+    "LlmStreamRecorded",
     "LlmRequested",
     "LlmResponded",
     "MessageSent",
@@ -194,6 +195,23 @@ class LlmAttemptFailed(Event, frozen=True, kw_only=True):
     status: int | None = None
     retry_after: float | None = None
     delay: float = 0.0
+    at: float = 0.0
+
+
+class LlmStreamRecorded(Event, frozen=True, kw_only=True):
+    """Every normalized stream event of one attempt, when recording is on.
+
+    ``events`` are in arrival order, each with ``seq`` (1, 2, ... without
+    gaps) and its ``kind`` (system, assistant, tool_use, tool_result, usage,
+    result); off by default (``[models.<name>] record_stream``), as the reply
+    itself is recorded once in `LlmResponded`.
+    """
+
+    request_id: str
+    attempt: int
+    events: tuple[dict[str, Any], ...]
+    complete: bool
+    """Whether the stream reached its terminal ``result``."""
     at: float = 0.0
 
 
@@ -380,6 +398,7 @@ RunInput = (
     | LlmResponded
     | LlmFailed
     | LlmAttemptFailed
+    | LlmStreamRecorded
     | ToolResulted
     | WakeDue
     | SubagentFinished
@@ -411,6 +430,7 @@ INPUT_TYPES: tuple[type[Event], ...] = (
     LlmResponded,
     LlmFailed,
     LlmAttemptFailed,
+    LlmStreamRecorded,
     ToolResulted,
     WakeDue,
     SubagentFinished,

@@ -383,6 +383,9 @@ def summary(event: events.Event, width: int = 160) -> str:
                 text = f"${event.cost_usd:.6f} {text}"
         case events.LlmFailed():
             text = f"{event.kind}: {event.message}"
+        case events.LlmStreamRecorded():
+            end = "complete" if event.complete else "cut off"
+            text = f"attempt {event.attempt}: {len(event.events)} stream events, {end}"
         case events.BudgetExceeded():
             text = (
                 f"{event.kind} budget spent ({event.used:g} of {event.limit:g}); "

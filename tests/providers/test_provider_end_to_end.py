@@ -100,3 +100,38 @@ def test_a_run_through_the_openai_sdk_retries_streams_and_replays(
             assert secret not in file.read_bytes(), file.name
     assert KEY not in out + err
     assert KEY not in caplog.text
+
+
+def test_recorded_streams_are_numbered_per_attempt_without_gaps(
+    tmp_path: Path, api: FakeAPI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With record_stream, each attempt's stream events are kept, seq 1..n."""
+    config = tmp_path / "steward.toml"
+    config.write_text(
+        "[run]\nplanning_gate = false\n\n"
+        "[models.default]\n"
+        'provider = "openai"\n'
+        'model = "gpt-test"\n'
+        f'base_url = "{api.url}/v1"\n'
+        "record_stream = true\n"
+    )
+    frames = openai_frames([FINISH[:20], FINISH[20:]])
+    api.queue(sse_reply(frames[:3], cut=True), sse_reply(frames))
+    base = ["--config", str(config), "--db", str(tmp_path / "log.db")]
+    assert cli.main([*base, "run", "say hello"]) == 0
+    run_id = capsys.readouterr().out.strip().splitlines()[-2].split()[1]
+    assert cli.main([*base, "events", "export", run_id]) == 0
+    exported = [json.loads(x)["event"] for x in capsys.readouterr().out.splitlines()]
+    streams = [e for e in exported if e["type"] == "LlmStreamRecorded"]
+    assert [(s["attempt"], s["complete"]) for s in streams] == [(1, False), (2, True)]
+    for stream in streams:
+        assert [e["seq"] for e in stream["events"]] == list(
+            range(1, len(stream["events"]) + 1)
+        )
+    assert streams[1]["events"][-1]["kind"] == "result"
+    assert "result" not in [e["kind"] for e in streams[0]["events"]]
+    deltas = [e["text"] for e in streams[1]["events"] if e["kind"] == "assistant"]
+    assert "".join(deltas) == FINISH
+    types = [e["type"] for e in exported]
+    assert types.index("LlmStreamRecorded") < types.index("LlmAttemptFailed")
+    assert cli.main([*base, "replay", run_id, "--verify"]) == 0
