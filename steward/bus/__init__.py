@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from steward.bus.base import Commit, EventLog
+from steward.bus.jetstream import JetStreamEventLog, parse_url
 from steward.bus.sqlite import SqliteEventLog
 from steward.errors import ConfigError
 
-__all__ = ["Commit", "EventLog", "SqliteEventLog", "open_log"]
+__all__ = ["Commit", "EventLog", "JetStreamEventLog", "SqliteEventLog", "open_log"]
 
 
 async def open_log(url: str, **kw: Any) -> EventLog:
@@ -17,6 +18,12 @@ async def open_log(url: str, **kw: Any) -> EventLog:
     ``sqlite:///var/lib/steward.db`` (an absolute path, as in ``file://`` URLs),
     ``sqlite://steward.db`` (relative to the working directory) and a plain path
     all open a `SqliteEventLog`.
+
+    ``nats://host:4222?stream=STEWARD&prefix=steward.ev&replicas=3`` (or
+    ``tls://``; several servers of one cluster separated by commas; user and
+    password or a token before the host) opens a `JetStreamEventLog`. The
+    query may also name ``creds``, ``nkeys_seed``, ``name`` and
+    ``tls_hostname``; ``kw`` overrides it.
 
     Raises:
         ConfigError: the scheme names no backend steward has.
@@ -30,9 +37,12 @@ async def open_log(url: str, **kw: Any) -> EventLog:
                 "event log url", url, "it names no file; use sqlite:///path/to/log.db"
             )
         return await SqliteEventLog.open(rest, **kw)
+    if scheme in ("nats", "tls"):
+        servers, options = parse_url(url)
+        return await JetStreamEventLog.open(servers, **{**options, **kw})
     raise ConfigError(
         "event log url",
         url,
-        f"there is no {scheme!r} backend; use sqlite:///path/to/log.db "
-        "or a plain file path",
+        f"there is no {scheme!r} backend; use sqlite:///path/to/log.db, "
+        "a plain file path, or nats://host:4222?stream=NAME",
     )

@@ -6,16 +6,16 @@ A backend joins the suite by adding its name to ``BACKENDS`` and an opener to
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+import itertools
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
+from nats_server import NatsServer
 
-from steward.bus import EventLog, SqliteEventLog
+from steward.bus import EventLog, JetStreamEventLog, SqliteEventLog
 
-# "jetstream" joins once its backend exists: its opener starts a nats-server
-# on a free port (a session fixture) and opens a client on one stream.
-BACKENDS = ["sqlite"]
+BACKENDS = ["sqlite", "jetstream"]
 
 LogFactory = Callable[[], Awaitable[EventLog]]
 
@@ -29,8 +29,37 @@ def _sqlite_opener(request: pytest.FixtureRequest) -> LogFactory:
     return open_sqlite
 
 
+@pytest.fixture(scope="session")
+def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
+    """One nats-server (JetStream, temporary store) for the whole session."""
+    server = NatsServer(tmp_path_factory.mktemp("nats"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+_js_logs = itertools.count(1)
+
+
+def _jetstream_opener(request: pytest.FixtureRequest) -> LogFactory:
+    # A stream (and subject prefix: streams may not share subjects) of its own
+    # per test, so every test starts from an empty log.
+    server: NatsServer = request.getfixturevalue("nats_server")
+    n = next(_js_logs)
+
+    async def open_jetstream() -> EventLog:
+        return await JetStreamEventLog.open(
+            server.url, stream=f"CONTRACT_{n}", prefix=f"contract.t{n}"
+        )
+
+    return open_jetstream
+
+
 _OPENERS: dict[str, Callable[[pytest.FixtureRequest], LogFactory]] = {
     "sqlite": _sqlite_opener,
+    "jetstream": _jetstream_opener,
 }
 
 

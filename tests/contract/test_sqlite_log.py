@@ -354,8 +354,8 @@ async def test_open_log_opens_sqlite_urls_and_paths(
 async def test_open_log_refuses_unknown_schemes() -> None:
     """A URL naming a backend steward lacks raises ConfigError saying what works."""
     with pytest.raises(
-        ConfigError, match=r"nats://localhost:4222.*no 'nats' backend; use sqlite:///"
+        ConfigError, match=r"kafka://localhost:9092.*no 'kafka' backend; use sqlite:///"
     ):
-        await open_log("nats://localhost:4222")
+        await open_log("kafka://localhost:9092")
     with pytest.raises(ConfigError, match="names no file"):
         await open_log("sqlite://")

@@ -1,0 +1,1539 @@
+"""The distributed event log: one NATS JetStream stream, one message per commit.
+
+Subjects
+    One JetStream stream (``STEWARD`` by default, file storage, ``replicas``
+    copies) captures ``<prefix>.>`` (``steward.ev.>`` by default). Every actor
+    stream has its own subject, ``<prefix>.<stream name>``: the dots of the
+    name separate subject tokens, so ``run.r1`` is ``steward.ev.run.r1`` and
+    ``steward.ev.run.>`` is every run. A character a subject token cannot hold
+    (or that would read as a wildcard) is written ``%XX``, per UTF-8 byte, and
+    an empty token as a lone ``%``; the mapping is reversible, so the subject
+    is the only place a stream's name is stored.
+
+Commits
+    A commit is one message, so it is atomic: JetStream stores a message
+    whole or not at all. Its payload is msgpack ``[first_version, count, at,
+    correlation_id, causation_id, commit_id, [event, ...]]``. The publish
+    carries ``Nats-Expected-Last-Subject-Sequence``: the sequence of the
+    stream's last commit (0 for a new stream), which the server checks before
+    storing, so of two writers that read the same version exactly one wins and
+    the other gets `ConcurrencyError`. Which sequence a version is at is
+    cached per handle and looked up (one direct get) on a miss.
+
+    ``Nats-Msg-Id`` is ``<subject tail>/<first version>`` so a commit
+    published twice within the stream's two-minute duplicate window (a retry
+    after a lost acknowledgement, a copy published by hand) is stored once.
+    A retry is safe even without it: the expected-sequence check lets at most
+    one copy in (nats-server 2.15 checks it before the message id, so a
+    retry of a commit that landed is refused rather than acknowledged as a
+    duplicate). Either way, a duplicate acknowledgement or a refusal after
+    a retry, the stored message's random ``commit_id`` says whether the
+    commit there is this append's own (success) or another writer's
+    (`ConcurrencyError`). Appends retry until ``write_timeout``.
+
+Positions
+    The JetStream sequence orders commits globally, the same for every reader.
+    Event ``i`` (0-based) of the commit stored at sequence ``s`` has position
+    ``s * 1_000_000 + i``: strictly increasing, never reused, and a position
+    names its message (``position // 1_000_000``) so a read can start there.
+    Positions are not contiguous; the first is 1,000,000.
+
+Reading
+    ``read`` uses batch direct gets filtered by the stream's subject
+    (``next_by_subj``): the server finds that subject's messages through its
+    per-subject index and sends only them, never the other streams'; a read
+    from past the version this handle last saw starts at that commit's
+    sequence.
+    ``read_all`` uses batch direct gets by sequence. ``subscribe`` runs an
+    ordered pull consumer (ephemeral, in memory, no acks): it catches up and
+    then follows, checks the consumer sequence of every delivery, and
+    recreates the consumer after the last message it saw when one is missed,
+    the consumer vanishes, or its heartbeats stop (a server restart).
+    Direct gets may be answered by any replica (``allow_direct``), so with
+    ``replicas`` > 1 a read may briefly lag a commit just acknowledged;
+    appends stay correct, the expected-sequence check runs on the leader.
+
+Throughput
+    Publishes are pipelined: an append publishes and waits for its own
+    acknowledgement, so concurrent appends share the connection's round trips
+    instead of taking turns. Appends to the same stream through one handle
+    are put in order (the second waits for the first's acknowledgement), so
+    an append may name the version a concurrent one will create.
+    Acknowledgements, direct gets and consumer deliveries all arrive on one
+    wildcard inbox subscription per handle.
+
+Reconnects use exponential back-off with jitter, and are logged on the
+``steward.bus.jetstream`` logger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import gc
+import itertools
+import logging
+import os
+import random
+import re
+import ssl
+import time
+import urllib.parse
+from collections.abc import AsyncGenerator, Callable, Sequence
+from typing import Any
+
+import msgspec
+import nats.aio.client
+import nats.errors
+
+from steward.bus.base import Commit
+from steward.errors import ConcurrencyError, ConfigError, LogReadError, LogWriteError
+from steward.events import AnyEvent, Event, Recorded, decode
+
+__all__ = [
+    "POSITIONS_PER_COMMIT",
+    "JetStreamEventLog",
+    "parse_url",
+    "stream_of",
+    "subject_of",
+]
+
+logger = logging.getLogger(__name__)
+
+POSITIONS_PER_COMMIT = 1_000_000
+"""Positions a commit may use: event ``i`` of sequence ``s`` is ``s * this + i``."""
+
+_API = "$JS.API"
+_WRONG_LAST_SEQUENCE = 10071  # JetStream's err_code for a failed expected-sequence
+_STREAM_NOT_FOUND = 10059
+
+# Messages per batch direct get and per pull request: big enough to replay
+# fast, small enough that decoding one batch does not stall the event loop.
+_PAGE = 1_000
+_PULL_BATCH = 500
+_PULL_MAX_BYTES = 64 * 1024 * 1024  # the largest max_payload a server allows
+_TIPS = 100_000  # streams whose last (version, sequence) a handle remembers
+_NAMES = 100_000  # subject tails whose stream names a handle remembers
+
+
+# -- subjects ------------------------------------------------------------------
+
+_SAFE = frozenset(
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_/:@+=,~"
+)
+_PLAIN = re.compile(r"[A-Za-z0-9\-_/:@+=,~]+(?:\.[A-Za-z0-9\-_/:@+=,~]+)*\Z")
+
+
+def _escape(part: str) -> str:
+    if not part:
+        return "%"
+    return "".join(
+        c if c in _SAFE else "".join(f"%{b:02X}" for b in c.encode()) for c in part
+    )
+
+
+def _unescape(token: str) -> str:
+    if token == "%":
+        return ""
+    return urllib.parse.unquote(token, errors="strict")
+
+
+def subject_of(stream: str) -> str:
+    """The subject tokens (after the prefix) that hold ``stream``'s commits."""
+    if _PLAIN.match(stream):
+        return stream
+    return ".".join(_escape(part) for part in stream.split("."))
+
+
+def stream_of(tail: str) -> str:
+    """The stream name whose subject (after the prefix) is ``tail``."""
+    if "%" not in tail:
+        return tail
+    return ".".join(_unescape(token) for token in tail.split("."))
+
+
+# -- the stored shape ----------------------------------------------------------
+
+
+class _Outgoing(msgspec.Struct, array_like=True, frozen=True):
+    """A commit as it is published (the same layout `_Stored` decodes)."""
+
+    first_version: int
+    count: int
+    at: float
+    correlation_id: str | None
+    causation_id: str | None
+    commit_id: str
+    events: list[Event]
+
+
+class _Stored(msgspec.Struct, array_like=True, frozen=True):
+    first_version: int
+    count: int
+    at: float
+    correlation_id: str | None
+    causation_id: str | None
+    commit_id: str
+    events: list[AnyEvent]
+
+
+class _StoredRaw(msgspec.Struct, array_like=True, frozen=True):
+    """A commit whose events are decoded one by one (to upcast old shapes)."""
+
+    first_version: int
+    count: int
+    at: float
+    correlation_id: str | None
+    causation_id: str | None
+    commit_id: str
+    events: list[msgspec.Raw]
+
+
+class _Head(msgspec.Struct, array_like=True, frozen=True):
+    """The start of a commit: msgspec skips the events without building them."""
+
+    first_version: int
+    count: int
+    at: float
+    correlation_id: str | None
+    causation_id: str | None
+    commit_id: str
+
+
+class _ApiError(msgspec.Struct, frozen=True):
+    code: int = 0
+    err_code: int = 0
+    description: str = ""
+
+
+class _PubAck(msgspec.Struct, frozen=True):
+    stream: str = ""
+    seq: int = 0
+    duplicate: bool = False
+    error: _ApiError | None = None
+
+
+_encoder = msgspec.msgpack.Encoder()
+_stored = msgspec.msgpack.Decoder(_Stored)
+_stored_raw = msgspec.msgpack.Decoder(_StoredRaw)
+_head = msgspec.msgpack.Decoder(_Head)
+_json = msgspec.json.Encoder()
+_pub_ack = msgspec.json.Decoder(_PubAck)
+_json_any = msgspec.json.Decoder(dict[str, Any])
+
+
+def _nanos(seconds: float) -> int:
+    return int(seconds * 1e9)
+
+
+def _ack_meta(reply: str) -> tuple[str, int, int]:
+    """Consumer name, stream sequence and consumer sequence from a delivery's reply.
+
+    ``$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<dseq>.<ts>.<pending>``, or
+    the newer form with a domain and an account hash after ``ACK``.
+    """
+    tokens = reply.split(".")
+    if len(tokens) == 9:
+        return tokens[3], int(tokens[5]), int(tokens[6])
+    if len(tokens) >= 11:
+        return tokens[5], int(tokens[7]), int(tokens[8])
+    raise ValueError(f"not a JetStream delivery reply subject: {reply!r}")
+
+
+class _Batch:
+    """The messages answering one batch direct get, until its end-of-batch status."""
+
+    __slots__ = ("messages", "end")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.messages: list[_Msg] = []
+        self.end: asyncio.Future[_Msg] = loop.create_future()
+
+    def deliver(self, msg: _Msg) -> None:
+        if msg.status is None:
+            self.messages.append(msg)
+        elif not self.end.done():
+            self.end.set_result(msg)
+
+
+class _Msg:
+    """A message of the handle's inbox, its headers read only when asked for.
+
+    ``status`` is the server's status code (``"404"``) for a control message
+    and None for a message of the stream.
+    """
+
+    __slots__ = ("subject", "reply", "data", "raw", "status")
+
+    def __init__(self, subject: str, reply: str, data: bytes, raw: bytes) -> None:
+        self.subject = subject
+        self.reply = reply
+        self.data = data
+        self.raw = raw  # b"NATS/1.0[ status[ description]]\r\nName: value\r\n..."
+        self.status = (
+            raw[9:12].decode("ascii", "replace")
+            if raw[8:9] == b" " and not data
+            else None
+        )
+
+    def header(self, name: bytes) -> str | None:
+        """The value of header ``name`` (case matters), None when absent."""
+        raw = self.raw
+        key = b"\r\n" + name + b":"
+        start = raw.find(key)
+        if start < 0:
+            return None
+        start += len(key)
+        return raw[start : raw.find(b"\r\n", start)].strip().decode()
+
+    def number(self, name: bytes) -> int:
+        """Header ``name`` as a number, 0 when absent."""
+        return int(self.header(name) or 0)
+
+    def describe(self) -> str:
+        """The status line: ``404 Message Not Found``."""
+        first = self.raw[: self.raw.find(b"\r\n")]
+        return first[9:].decode("utf-8", "replace").strip() or "no status"
+
+
+class _Client(nats.aio.client.Client):
+    """nats-py's client, handing the log's inbox messages over directly.
+
+    nats-py builds a Msg for every message, parses all its headers (checking
+    each name one character at a time), queues it and wakes a task to run
+    the subscription's callback: most of a replay's time. Messages of the
+    log's inbox subscription skip all that: they are given to the log, in
+    the reader task, as soon as they are parsed off the wire, and the one or
+    two headers the log needs are found when it needs them. Every other
+    subscription goes through nats-py as usual.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inbox_sid: int | None = None
+        self.inbox_deliver: Callable[[_Msg], None] | None = None
+
+    async def _process_msg(
+        self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes
+    ) -> None:
+        deliver = self.inbox_deliver
+        if sid != self.inbox_sid or deliver is None:
+            await super()._process_msg(sid, subject, reply, data, headers)
+            return
+        stats = self.stats
+        stats["in_msgs"] += 1
+        stats["in_bytes"] += len(data)
+        deliver(
+            _Msg(
+                subject.decode(), reply.decode() if reply else "", data, headers or b""
+            )
+        )
+
+
+class _Unavailable(Exception):
+    """No answer in time, or no responder: worth retrying once connected."""
+
+
+class JetStreamEventLog:
+    """An `EventLog` on one NATS JetStream stream, shared by any number of processes.
+
+    Open it with `JetStreamEventLog.open`; close it with `close`, which first
+    waits for the appends already made.
+    """
+
+    def __init__(
+        self,
+        nc: Any,
+        *,
+        stream: str,
+        prefix: str,
+        servers: list[str],
+        clock: Callable[[], float],
+        request_timeout: float,
+        write_timeout: float,
+        read_timeout: float,
+        heartbeat: float,
+    ) -> None:
+        """Wrap a connected client; use `JetStreamEventLog.open` instead."""
+        self.stream = stream
+        self.prefix = prefix
+        self.servers = servers
+        self._nc = nc
+        self._clock = clock
+        self._request_timeout = request_timeout
+        self._write_timeout = write_timeout
+        self._read_timeout = read_timeout
+        self._heartbeat = heartbeat
+        self._loop = asyncio.get_running_loop()
+        self._subject_prefix = prefix + "."
+        self._direct = f"{_API}.DIRECT.GET.{stream}"
+        self._inbox = nc.new_inbox() + "."
+        self._tokens = itertools.count(1)
+        self._routes: dict[str, asyncio.Future[_Msg] | _Batch | _Follower] = {}
+        self._consumers: dict[str, _Follower] = {}
+        self._followers: set[_Follower] = set()
+        self._tips: dict[str, tuple[int, int]] = {}  # stream -> (version, seq)
+        self._names: dict[str, str] = {}  # subject -> stream name
+        self._tails: dict[str, asyncio.Future[None]] = {}  # stream -> last append
+        self._commit_size = 4  # events per commit lately, to size read_all's gets
+        self._inflight = 0
+        self._drained = asyncio.Event()
+        self._drained.set()
+        self._connected = asyncio.Event()
+        self._connected.set()
+        self._expiring: collections.deque[tuple[float, asyncio.Future[_Msg]]] = (
+            collections.deque()
+        )
+        self._sweeper: asyncio.TimerHandle | None = None
+        self._closing = False
+        self._closed = False
+        self._mux: Any = None
+
+    # -- opening ---------------------------------------------------------------
+
+    @classmethod
+    async def open(
+        cls,
+        servers: str | Sequence[str] = "nats://127.0.0.1:4222",
+        *,
+        stream: str = "STEWARD",
+        prefix: str = "steward.ev",
+        replicas: int = 1,
+        create: bool = True,
+        user: str | None = None,
+        password: str | None = None,
+        token: str | None = None,
+        creds: str | os.PathLike[str] | None = None,
+        nkeys_seed: str | os.PathLike[str] | None = None,
+        tls: ssl.SSLContext | None = None,
+        tls_hostname: str | None = None,
+        name: str = "steward",
+        connect_timeout: float = 5.0,
+        reconnect_wait: float = 0.1,
+        reconnect_max_wait: float = 5.0,
+        request_timeout: float = 2.0,
+        write_timeout: float = 30.0,
+        read_timeout: float = 30.0,
+        heartbeat: float = 2.0,
+        clock: Callable[[], float] = time.time,
+    ) -> JetStreamEventLog:
+        """Connect to NATS and open (creating it unless ``create`` is false) the stream.
+
+        Args:
+            servers: one URL (``nats://host:4222``, ``tls://...``; user and
+                password or a token may be in it) or several, of one cluster.
+            stream: the JetStream stream's name.
+            prefix: the subject prefix; actor streams live under ``<prefix>.>``.
+            replicas: copies of the stream in a cluster (1 on a single server).
+            create: create the stream when it does not exist.
+            user, password, token, creds, nkeys_seed: credentials; ``creds`` is
+                a ``.creds`` file (JWT and nkey), ``nkeys_seed`` a seed file.
+            tls, tls_hostname: a TLS context, and the name its certificate is
+                checked against.
+            name: the connection's name, shown by the server's monitoring.
+            connect_timeout: seconds to wait for each connection attempt.
+            reconnect_wait, reconnect_max_wait: after a lost connection, the
+                first wait before reconnecting, doubled per failed attempt up
+                to the maximum (with 20% jitter); reconnects never give up.
+            request_timeout: seconds to wait for one acknowledgement or read
+                before asking again (a retry is safe: see the module docs).
+            write_timeout: seconds an append keeps trying before it fails.
+            read_timeout: seconds a read keeps trying before it fails.
+            heartbeat: seconds between a subscription's heartbeats; after two
+                missed ones its consumer is recreated.
+            clock: gives ``at`` for appends that do not pass one.
+
+        Raises:
+            LogWriteError: NATS cannot be reached, JetStream is not enabled, or
+                the stream cannot be created or does not fit steward.
+            ValueError: an argument is malformed.
+        """
+        if not re.fullmatch(r"[A-Za-z0-9_\-]+", stream):
+            raise ValueError(
+                f"stream must be a JetStream stream name (letters, digits, - "
+                f"and _), not {stream!r}"
+            )
+        if not re.fullmatch(r"[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)*", prefix):
+            raise ValueError(
+                f"prefix must be dot-separated subject tokens without wildcards, "
+                f"such as steward.ev, not {prefix!r}"
+            )
+        if replicas < 1:
+            raise ValueError(f"replicas must be 1 or more, not {replicas}")
+        for label, value in (
+            ("request_timeout", request_timeout),
+            ("write_timeout", write_timeout),
+            ("read_timeout", read_timeout),
+            ("heartbeat", heartbeat),
+            ("reconnect_wait", reconnect_wait),
+        ):
+            if value <= 0:
+                raise ValueError(f"{label} must be positive, not {value}")
+        urls = [servers] if isinstance(servers, str) else list(servers)
+        if not urls:
+            raise ValueError("servers needs at least one NATS URL")
+        where = ", ".join(urls)
+        holder: list[JetStreamEventLog] = []
+
+        def choose(pool: list[Any], info: dict[str, Any]) -> tuple[Any, float]:
+            # The server tried least recently fails least: rotate through the
+            # cluster, backing off exponentially on each one.
+            server = min(pool, key=lambda s: s.reconnects)
+            wait = min(reconnect_max_wait, reconnect_wait * 2**server.reconnects)
+            return server, wait * random.uniform(0.8, 1.2)
+
+        async def on_disconnected() -> None:
+            if holder:
+                holder[0]._connected.clear()
+                if not holder[0]._closing:
+                    logger.warning("lost the NATS connection (%s); reconnecting", where)
+
+        async def on_reconnected() -> None:
+            if holder:
+                holder[0]._connected.set()
+            url = nc.connected_url
+            logger.warning(
+                "reconnected to NATS at %s", url.netloc if url is not None else where
+            )
+
+        async def on_error(e: Exception) -> None:
+            logger.warning("NATS connection (%s): %s", where, e or type(e).__name__)
+
+        async def on_closed() -> None:
+            logger.debug("NATS connection (%s) closed", where)
+
+        options: dict[str, Any] = {
+            "name": name,
+            "connect_timeout": connect_timeout,
+            # Opening tries each server twice and fails; once connected, the
+            # connection is kept up forever (set below).
+            "max_reconnect_attempts": 1,
+            "reconnect_time_wait": reconnect_wait,
+            "reconnect_to_server_handler": choose,
+            "disconnected_cb": on_disconnected,
+            "reconnected_cb": on_reconnected,
+            "error_cb": on_error,
+            "closed_cb": on_closed,
+            "pending_size": 64 * 1024 * 1024,
+        }
+        given: dict[str, Any] = {
+            "user": user,
+            "password": password,
+            "token": token,
+            "tls": tls,
+            "tls_hostname": tls_hostname,
+        }
+        options.update((k, v) for k, v in given.items() if v is not None)
+        if creds is not None:
+            options["user_credentials"] = os.fspath(creds)
+        if nkeys_seed is not None:
+            options["nkeys_seed"] = os.fspath(nkeys_seed)
+        nc = _Client()
+        try:
+            await nc.connect(urls, allow_reconnect=True, **options)
+        except Exception as e:
+            raise LogWriteError(
+                f"cannot connect to NATS at {where}: {e or type(e).__name__}; "
+                "check the URL, that nats-server is running (with -js), and the "
+                "credentials"
+            ) from e
+        nc.options["max_reconnect_attempts"] = -1
+        log = cls(
+            nc,
+            stream=stream,
+            prefix=prefix,
+            servers=urls,
+            clock=clock,
+            request_timeout=request_timeout,
+            write_timeout=write_timeout,
+            read_timeout=read_timeout,
+            heartbeat=heartbeat,
+        )
+        holder.append(log)
+        try:
+            # Its messages never reach nats-py's queue (see _Client); what
+            # arrives is bounded by what this handle asked for.
+            log._mux = await nc.subscribe(log._inbox + "*")
+            nc.inbox_sid = log._mux._id
+            nc.inbox_deliver = log._dispatch
+            await log._ensure_stream(replicas=replicas, create=create)
+        except BaseException:
+            await nc.close()
+            raise
+        return log
+
+    async def _ensure_stream(self, *, replicas: int, create: bool) -> None:
+        subjects = f"{self.prefix}.>"
+        try:
+            info = await self._api(f"STREAM.INFO.{self.stream}", None)
+        except _ApiFailure as e:
+            if e.error.err_code != _STREAM_NOT_FOUND:
+                raise self._open_error(e) from e
+            if not create:
+                raise LogWriteError(
+                    f"there is no JetStream stream {self.stream} at "
+                    f"{self._where}; create it (or open with create=True)"
+                ) from e
+            config = {
+                "name": self.stream,
+                "subjects": [subjects],
+                "storage": "file",
+                "retention": "limits",
+                "discard": "old",
+                "num_replicas": replicas,
+                "duplicate_window": _nanos(120),
+                "allow_direct": True,
+                # The log is append-only: no message is ever deleted or purged.
+                "deny_delete": True,
+                "deny_purge": True,
+            }
+            try:
+                info = await self._api(f"STREAM.CREATE.{self.stream}", config)
+            except _ApiFailure as e:
+                raise self._open_error(e) from e
+            except _Unavailable as e:
+                raise self._unavailable_error(e) from e
+        except _Unavailable as e:
+            raise self._unavailable_error(e) from e
+        config = info.get("config", {})
+        if subjects not in config.get("subjects", []):
+            raise LogWriteError(
+                f"the JetStream stream {self.stream} at {self._where} captures "
+                f"{config.get('subjects')}, not {subjects}; open it with the "
+                "prefix it was created with, or name another stream"
+            )
+        if not config.get("allow_direct"):
+            raise LogWriteError(
+                f"the JetStream stream {self.stream} at {self._where} does not "
+                "allow direct gets, which steward reads with; update it with "
+                "allow_direct: true"
+            )
+
+    def _open_error(self, e: _ApiFailure) -> LogWriteError:
+        return LogWriteError(
+            f"cannot open the JetStream stream {self.stream} at {self._where}: "
+            f"{e.error.description} (error {e.error.err_code}); check the "
+            "stream name, prefix and replicas against the server's streams"
+        )
+
+    def _unavailable_error(self, e: Exception) -> LogWriteError:
+        return LogWriteError(
+            f"JetStream at {self._where} does not answer ({e}); start nats-server "
+            "with -js (JetStream enabled) and check the account's JetStream limits"
+        )
+
+    @property
+    def _where(self) -> str:
+        return ", ".join(self.servers)
+
+    # -- the inbox -------------------------------------------------------------
+
+    def _dispatch(self, msg: _Msg) -> None:
+        """Route one message of the handle's inbox to whoever waits for it."""
+        subject: str = msg.subject
+        route: asyncio.Future[_Msg] | _Batch | _Follower | None
+        if subject.startswith(self._inbox):
+            route = self._routes.get(subject[len(self._inbox) :])
+        else:
+            # A pull consumer delivers under the message's own subject; its
+            # reply subject names the consumer.
+            try:
+                consumer = _ack_meta(msg.reply)[0]
+            except (ValueError, AttributeError):
+                return
+            route = self._consumers.get(consumer)
+        if route is None:
+            return
+        if isinstance(route, asyncio.Future):
+            if not route.done():
+                route.set_result(msg)
+        else:
+            route.deliver(msg)
+
+    def _token(self) -> str:
+        return format(next(self._tokens), "x")
+
+    def _expire(self, answer: asyncio.Future[_Msg]) -> None:
+        """Fail ``answer`` with TimeoutError unless it comes in request_timeout.
+
+        One timer for all the requests in flight, instead of one each: the
+        deadlines come in the order the requests were made.
+        """
+        self._expiring.append((self._loop.time() + self._request_timeout, answer))
+        if self._sweeper is None:
+            self._sweeper = self._loop.call_later(self._request_timeout, self._sweep)
+
+    def _sweep(self) -> None:
+        self._sweeper = None
+        now = self._loop.time()
+        expiring = self._expiring
+        while expiring and (expiring[0][1].done() or expiring[0][0] <= now):
+            _, answer = expiring.popleft()
+            if not answer.done():
+                answer.set_exception(TimeoutError())
+        if expiring:
+            self._sweeper = self._loop.call_at(expiring[0][0], self._sweep)
+
+    async def _request(self, subject: str, payload: bytes, **kw: Any) -> _Msg:
+        """One message in answer to a publish on the inbox, or `_Unavailable`."""
+        token = self._token()
+        answer: asyncio.Future[_Msg] = self._loop.create_future()
+        self._routes[token] = answer
+        try:
+            await self._nc.publish(subject, payload, reply=self._inbox + token, **kw)
+            self._expire(answer)
+            msg = await answer
+        except (TimeoutError, nats.errors.OutboundBufferLimitError) as e:
+            raise _Unavailable(
+                f"no answer within {self._request_timeout:g}s"
+                if isinstance(e, TimeoutError)
+                else "the outbound buffer is full while reconnecting"
+            ) from e
+        except nats.errors.ConnectionClosedError as e:
+            raise _Closed() from e
+        finally:
+            del self._routes[token]
+        if msg.status == "503":
+            raise _Unavailable("no JetStream stream responded")
+        return msg
+
+    async def _api(self, subject: str, body: Any) -> dict[str, Any]:
+        """A JetStream API request; raises `_ApiFailure` or `_Unavailable`."""
+        payload = b"" if body is None else _json.encode(body)
+        msg = await self._request(f"{_API}.{subject}", payload)
+        response = _json_any.decode(msg.data)
+        error = response.get("error")
+        if error is not None:
+            raise _ApiFailure(msgspec.convert(error, _ApiError))
+        return response
+
+    async def _wait_connected(self, deadline: float) -> None:
+        if self._connected.is_set():
+            return
+        remaining = deadline - self._loop.time()
+        if remaining > 0:
+            try:
+                async with asyncio.timeout(remaining):
+                    await self._connected.wait()
+            except TimeoutError:
+                pass
+
+    # -- writing ---------------------------------------------------------------
+
+    async def append(
+        self,
+        stream: str,
+        events: Sequence[Event],
+        expected_version: int,
+        *,
+        correlation_id: str | None = None,
+        causation_id: str | None = None,
+        at: float | None = None,
+    ) -> Commit:
+        """Append ``events`` as one message if ``stream`` is at ``expected_version``.
+
+        Raises:
+            ConcurrencyError: the stream is not at ``expected_version``.
+            LogWriteError: the log is closed, or JetStream refused or did not
+                confirm the commit within ``write_timeout``.
+            ValueError: ``events`` is empty or the arguments are malformed.
+        """
+        if not events:
+            raise ValueError(f"append to {stream} needs at least one event")
+        if not stream:
+            raise ValueError("append needs a stream name, got an empty string")
+        if expected_version < 0:
+            raise ValueError(
+                f"expected_version for {stream} must be 0 or more, "
+                f"not {expected_version}"
+            )
+        if len(events) > POSITIONS_PER_COMMIT:
+            raise ValueError(
+                f"append to {stream} of {len(events)} events: a commit holds at "
+                f"most {POSITIONS_PER_COMMIT:,}; split it"
+            )
+        if self._closing:
+            raise LogWriteError(
+                f"the event log {self} is closed; open it again to append"
+            )
+        at = self._clock() if at is None else at
+        commit_id = os.urandom(8).hex()
+        count = len(events)
+        # Encoding here means an event that cannot be encoded fails its own
+        # append before anything is published.
+        payload = _encoder.encode(
+            _Outgoing(
+                first_version=expected_version + 1,
+                count=count,
+                at=at,
+                correlation_id=correlation_id,
+                causation_id=causation_id,
+                commit_id=commit_id,
+                events=list(events),
+            )
+        )
+        self._inflight += 1
+        self._drained.clear()
+        previous = self._tails.get(stream)
+        mine: asyncio.Future[None] = self._loop.create_future()
+        self._tails[stream] = mine
+        try:
+            if previous is not None and not previous.done():
+                # wait, unlike await, leaves `previous` alone if we are cancelled.
+                await asyncio.wait((previous,))
+            seq = await self._commit(
+                stream, payload, expected_version, count, commit_id
+            )
+        finally:
+            mine.set_result(None)
+            if self._tails.get(stream) is mine:
+                del self._tails[stream]
+            self._inflight -= 1
+            if not self._inflight:
+                self._drained.set()
+        last_version = expected_version + count
+        self._remember(stream, last_version, seq)
+        base = seq * POSITIONS_PER_COMMIT
+        records = tuple(
+            Recorded(
+                stream=stream,
+                version=expected_version + 1 + i,
+                position=base + i,
+                at=at,
+                event=event,
+                correlation_id=correlation_id,
+                causation_id=causation_id,
+            )
+            for i, event in enumerate(events)
+        )
+        return Commit(
+            stream=stream,
+            first_version=expected_version + 1,
+            last_version=last_version,
+            first_position=base,
+            last_position=base + count - 1,
+            at=at,
+            records=records,
+        )
+
+    async def _commit(
+        self,
+        stream: str,
+        payload: bytes,
+        expected: int,
+        count: int,
+        commit_id: str,
+    ) -> int:
+        """Publish one commit until it is confirmed; its sequence."""
+        tail = subject_of(stream)
+        subject = self._subject_prefix + tail
+        deadline = self._loop.time() + self._write_timeout
+        try:
+            after = await self._expected_sequence(stream, expected)
+        except LogReadError as e:
+            raise LogWriteError(
+                f"could not append to {stream}: {e}; nothing was stored"
+            ) from e
+        headers = {
+            "Nats-Msg-Id": f"{tail}/{expected + 1}",
+            "Nats-Expected-Last-Subject-Sequence": str(after),
+        }
+        attempts = 0
+        problem = ""
+        while True:
+            if attempts and self._loop.time() >= deadline:
+                raise LogWriteError(
+                    f"JetStream at {self._where} did not confirm the commit to "
+                    f"{stream} (version {expected + 1}) within "
+                    f"{self._write_timeout:g}s ({problem}); it may or may not be "
+                    "stored: read the stream before retrying"
+                )
+            if attempts:
+                await self._wait_connected(deadline)
+            attempts += 1
+            try:
+                msg = await self._request(subject, payload, headers=headers)
+            except _Unavailable as e:
+                problem = str(e)
+                if self._closed:
+                    raise LogWriteError(
+                        f"the event log {self} closed before JetStream confirmed "
+                        f"the commit to {stream}; read the stream to see whether "
+                        "it was stored"
+                    ) from e
+                # Publishing again is safe: the expected sequence lets at most
+                # one copy in, and the check below recognises our own.
+                logger.debug(
+                    "commit to %s (version %d) unconfirmed: %s; publishing again",
+                    stream,
+                    expected + 1,
+                    problem,
+                )
+                await asyncio.sleep(min(0.05 * attempts, 1.0))
+                continue
+            except _Closed as e:
+                raise LogWriteError(
+                    f"the event log {self} is closed; open it again to append"
+                ) from e
+            except nats.errors.Error as e:
+                raise LogWriteError(
+                    f"could not publish the commit to {stream}: {e}; nothing was "
+                    "stored (a commit must fit the server's max_payload)"
+                ) from e
+            ack = _pub_ack.decode(msg.data)
+            if ack.error is None:
+                if ack.duplicate and not await self._holds(
+                    ack.seq, commit_id, deadline
+                ):
+                    raise await self._conflict(stream, expected)
+                return ack.seq
+            if ack.error.err_code == _WRONG_LAST_SEQUENCE:
+                if attempts > 1:
+                    # An earlier copy may have landed with its answer lost.
+                    landed = await self._find(subject, after, commit_id, deadline)
+                    if landed:
+                        logger.debug(
+                            "commit to %s (version %d) had landed at sequence %d",
+                            stream,
+                            expected + 1,
+                            landed,
+                        )
+                        return landed
+                raise await self._conflict(stream, expected)
+            raise LogWriteError(
+                f"JetStream refused the commit to {stream} in stream {self.stream}: "
+                f"{ack.error.description} (error {ack.error.err_code}); nothing "
+                "was stored"
+            )
+
+    async def _expected_sequence(self, stream: str, expected: int) -> int:
+        """The sequence of ``stream``'s message at ``expected`` (0 for none)."""
+        tip = self._tips.get(stream)
+        if tip is None and expected == 0:
+            return 0  # the server refuses it if the stream exists after all
+        if tip is not None and tip[0] == expected:
+            return tip[1]
+        version, seq = await self._fetch_tip(stream)
+        if version != expected:
+            raise ConcurrencyError(stream, expected, version)
+        return seq
+
+    async def _conflict(self, stream: str, expected: int) -> ConcurrencyError:
+        try:
+            version, _ = await self._fetch_tip(stream)
+        except LogReadError as e:
+            raise LogWriteError(
+                f"JetStream refused the commit to {stream} at version "
+                f"{expected + 1} (another writer got there first), and reading "
+                f"its version failed: {e}"
+            ) from e
+        return ConcurrencyError(stream, expected, version)
+
+    async def _holds(self, seq: int, commit_id: str, deadline: float) -> bool:
+        """Whether the message at ``seq`` is the commit ``commit_id``."""
+        msg = await self._get_one(self._direct, _json.encode({"seq": seq}), deadline)
+        return msg is not None and _head.decode(msg.data).commit_id == commit_id
+
+    async def _find(
+        self, subject: str, after: int, commit_id: str, deadline: float
+    ) -> int:
+        """The sequence of commit ``commit_id`` if it is next after ``after``, or 0."""
+        request = {"seq": after + 1, "next_by_subj": subject}
+        msg = await self._get_one(self._direct, _json.encode(request), deadline)
+        if msg is None or _head.decode(msg.data).commit_id != commit_id:
+            return 0
+        return msg.number(b"Nats-Sequence")
+
+    def _remember(self, stream: str, version: int, seq: int) -> None:
+        tips = self._tips
+        known = tips.get(stream)
+        if known is not None and known[1] >= seq:
+            return  # answers may arrive out of order; keep the newest
+        if known is None and len(tips) >= _TIPS:
+            del tips[next(iter(tips))]
+        tips[stream] = (version, seq)
+
+    # -- reading ---------------------------------------------------------------
+
+    async def _get_one(
+        self, subject: str, payload: bytes, deadline: float
+    ) -> _Msg | None:
+        """One direct get: the message, or None when there is none."""
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                msg = await self._request(subject, payload)
+            except _Unavailable as e:
+                if self._loop.time() >= deadline or self._closed:
+                    raise self._read_error(str(e)) from e
+                await self._wait_connected(deadline)
+                await asyncio.sleep(min(0.05 * attempts, 1.0))
+                continue
+            except _Closed as e:
+                raise self._read_error("the log is closed") from e
+            if msg.status is None:
+                return msg
+            if msg.status == "404":
+                return None
+            raise self._read_error(msg.describe())
+
+    async def _get_batch(self, request: dict[str, Any]) -> tuple[list[_Msg], int]:
+        """One batch direct get: its messages, and how many more match after them."""
+        payload = _json.encode(request)
+        deadline = self._loop.time() + self._read_timeout
+        attempts = 0
+        while True:
+            attempts += 1
+            token = self._token()
+            batch = _Batch(self._loop)
+            self._routes[token] = batch
+            try:
+                await self._nc.publish(self._direct, payload, reply=self._inbox + token)
+                self._expire(batch.end)
+                end = await batch.end
+            except (TimeoutError, nats.errors.OutboundBufferLimitError) as e:
+                if self._loop.time() >= deadline or self._closed:
+                    raise self._read_error(
+                        f"no answer within {self._read_timeout:g}s"
+                    ) from e
+                await self._wait_connected(deadline)
+                await asyncio.sleep(min(0.05 * attempts, 1.0))
+                continue
+            except nats.errors.ConnectionClosedError as e:
+                raise self._read_error("the log is closed") from e
+            finally:
+                del self._routes[token]
+            status = end.status
+            if status == "204":
+                return batch.messages, end.number(b"Nats-Num-Pending")
+            if status == "404":
+                return batch.messages, 0
+            if status == "503" and self._loop.time() < deadline:
+                await asyncio.sleep(min(0.05 * attempts, 1.0))
+                continue
+            raise self._read_error(end.describe())
+
+    def _read_error(self, problem: str) -> LogReadError:
+        if self._closing:
+            return LogReadError(
+                f"the event log {self} is closed; open it again to read"
+            )
+        return LogReadError(
+            f"cannot read the JetStream stream {self.stream} at {self._where}: "
+            f"{problem}; check that nats-server is up and reachable"
+        )
+
+    async def _fetch_tip(self, stream: str) -> tuple[int, int]:
+        """``stream``'s version and its last message's sequence, from the server."""
+        subject = self._subject_prefix + subject_of(stream)
+        deadline = self._loop.time() + self._read_timeout
+        msg = await self._get_one(f"{self._direct}.{subject}", b"", deadline)
+        if msg is None:
+            return 0, 0
+        head = _head.decode(msg.data)
+        seq = msg.number(b"Nats-Sequence")
+        version = head.first_version + head.count - 1
+        self._remember(stream, version, seq)
+        return version, seq
+
+    def _stream_name(self, subject: str) -> str:
+        name = self._names.get(subject)
+        if name is None:
+            name = stream_of(subject[len(self._subject_prefix) :])
+            if len(self._names) >= _NAMES:
+                self._names.clear()
+            self._names[subject] = name
+        return name
+
+    def _records(self, subject: str, seq: int, data: bytes) -> list[Recorded]:
+        """The events of the commit stored at ``seq``, as envelopes."""
+        stream = self._stream_name(subject)
+        base = seq * POSITIONS_PER_COMMIT
+        commit: _Stored | _StoredRaw
+        try:
+            commit = _stored.decode(data)
+            events: list[Any] = commit.events
+        except msgspec.DecodeError:
+            events, commit = self._decode_slowly(stream, base, data)
+        first = commit.first_version
+        at = commit.at
+        correlation = commit.correlation_id
+        causation = commit.causation_id
+        return [
+            Recorded(
+                stream=stream,
+                version=first + i,
+                position=base + i,
+                at=at,
+                event=event,
+                correlation_id=correlation,
+                causation_id=causation,
+            )
+            for i, event in enumerate(events)
+        ]
+
+    @staticmethod
+    def _decode_slowly(
+        stream: str, base: int, data: bytes
+    ) -> tuple[list[Any], _StoredRaw]:
+        """Decode event by event, through the upcasters, naming what is unreadable."""
+        try:
+            commit = _stored_raw.decode(data)
+        except msgspec.DecodeError as e:
+            raise LogReadError(
+                f"cannot decode the commit to {stream} at position {base}: {e}; "
+                "the stored bytes are not a steward commit (is another "
+                "application publishing under steward's subject prefix?)"
+            ) from e
+        events = []
+        for i, raw in enumerate(commit.events):
+            try:
+                events.append(decode(bytes(raw)))
+            except Exception as e:
+                raise LogReadError(
+                    f"cannot decode event {stream}/{commit.first_version + i} at "
+                    f"position {base + i}: {e}; the stored bytes are corrupt or "
+                    "were written by a newer steward (add an upcaster for the "
+                    "old shape)"
+                ) from e
+        return events, commit
+
+    def _decode_page(
+        self, messages: list[_Msg], after: int = 0, limit: int | None = None
+    ) -> list[Recorded]:
+        """The events of ``messages`` with ``position > after``, at most ``limit``."""
+        out: list[Recorded] = []
+        # See `steward.bus.sqlite._decode_rows`: a page allocates many objects
+        # that cannot form cycles, so the cyclic collector runs once after it.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            for m in messages:
+                seq = m.number(b"Nats-Sequence")
+                if (seq + 1) * POSITIONS_PER_COMMIT <= after:
+                    continue
+                records = self._records(m.header(b"Nats-Subject") or "", seq, m.data)
+                if records[0].position <= after:
+                    records = [r for r in records if r.position > after]
+                out.extend(records)
+                if limit is not None and len(out) >= limit:
+                    del out[limit:]
+                    break
+        finally:
+            if collecting:
+                gc.enable()
+        return out
+
+    async def read(self, stream: str, from_version: int = 1) -> list[Recorded]:
+        """``stream``'s events from ``from_version`` on, reading only its messages."""
+        if self._closing:
+            raise self._read_error("closed")
+        subject = self._subject_prefix + subject_of(stream)
+        seq = 1
+        tip = self._tips.get(stream)
+        if tip is not None and from_version > tip[0]:
+            seq = tip[1] + 1  # every message after the tip holds later versions
+        out: list[Recorded] = []
+        last: Recorded | None = None
+        while True:
+            messages, more = await self._get_batch(
+                {"seq": seq, "next_by_subj": subject, "batch": _PAGE}
+            )
+            page = self._decode_page(messages)
+            if page:
+                last = page[-1]
+                if page[0].version < from_version:
+                    page = [r for r in page if r.version >= from_version]
+                out.extend(page)
+            if not messages or not more:
+                break
+            seq = messages[-1].number(b"Nats-Sequence") + 1
+        if last is not None:
+            self._remember(stream, last.version, last.position // POSITIONS_PER_COMMIT)
+        return out
+
+    async def read_all(
+        self, from_position: int = 0, limit: int = 10_000
+    ) -> list[Recorded]:
+        """At most ``limit`` events with ``position > from_position``, in order."""
+        if limit < 1:
+            raise ValueError(f"read_all needs a limit of 1 or more, not {limit}")
+        if self._closing:
+            raise self._read_error("closed")
+        seq = max(1, from_position // POSITIONS_PER_COMMIT)
+        out: list[Recorded] = []
+        while len(out) < limit:
+            # Ask for as many messages as the events still wanted fill, at
+            # the size commits had lately, so a small limit over big commits
+            # does not fetch (and drop) many more events than it returns.
+            wanted = limit - len(out)
+            batch = min(_PAGE, max(1, -(-wanted // self._commit_size)))
+            messages, more = await self._get_batch({"seq": seq, "batch": batch})
+            page = self._decode_page(messages, from_position, wanted)
+            if messages:
+                sample = messages[:8]
+                count = sum(_head.decode(m.data).count for m in sample)
+                self._commit_size = max(1, count // len(sample))
+            out.extend(page)
+            if not messages or not more:
+                break
+            seq = messages[-1].number(b"Nats-Sequence") + 1
+        return out
+
+    async def version(self, stream: str) -> int:
+        """The stream's current version; 0 when it has no events."""
+        if self._closing:
+            raise self._read_error("closed")
+        version, _ = await self._fetch_tip(stream)
+        return version
+
+    async def head(self) -> int:
+        """The highest position in the log; 0 when it is empty."""
+        if self._closing:
+            raise self._read_error("closed")
+        request = _json.encode({"last_by_subj": f"{self.prefix}.>"})
+        deadline = self._loop.time() + self._read_timeout
+        msg = await self._get_one(self._direct, request, deadline)
+        if msg is None:
+            return 0
+        seq = msg.number(b"Nats-Sequence")
+        return seq * POSITIONS_PER_COMMIT + _head.decode(msg.data).count - 1
+
+    async def streams(self, prefix: str = "") -> list[str]:
+        """The names of the streams starting with ``prefix``, sorted."""
+        if self._closing:
+            raise self._read_error("closed")
+        # The prefix's whole tokens narrow the server's subject listing; the
+        # last, partial one is matched here.
+        whole = prefix.split(".")[:-1]
+        narrowed = ".".join([self.prefix, *(_escape(t) for t in whole), ">"])
+        names: list[str] = []
+        offset = 0
+        deadline = self._loop.time() + self._read_timeout
+        while True:
+            body = {"subjects_filter": narrowed, "offset": offset}
+            try:
+                info = await self._api(f"STREAM.INFO.{self.stream}", body)
+            except _ApiFailure as e:
+                raise self._read_error(e.error.description) from e
+            except _Unavailable as e:
+                if self._loop.time() >= deadline:
+                    raise self._read_error(str(e)) from e
+                await self._wait_connected(deadline)
+                continue
+            except _Closed as e:
+                raise self._read_error("closed") from e
+            subjects = info.get("state", {}).get("subjects") or {}
+            names.extend(self._stream_name(s) for s in subjects)
+            offset += len(subjects)
+            if not subjects or offset >= info.get("total", 0):
+                break
+        return sorted(n for n in names if n.startswith(prefix))
+
+    async def subscribe(self, from_position: int = 0) -> AsyncGenerator[Recorded, None]:
+        """Every event with ``position > from_position``: stored ones, then live.
+
+        An ordered pull consumer delivers the commits; it is recreated after
+        the last commit seen whenever a delivery is missed or the server
+        stops answering, so a subscription survives reconnects and server
+        restarts. The iteration ends when the log is closed.
+        """
+        if self._closing:
+            return
+        follower = _Follower(self, max(1, from_position // POSITIONS_PER_COMMIT))
+        self._followers.add(follower)
+        try:
+            while True:
+                msg = await follower.next()
+                if msg is None:
+                    return
+                for record in self._records(msg.subject, follower.seq, msg.data):
+                    if record.position > from_position:
+                        yield record
+        finally:
+            self._followers.discard(follower)
+            await follower.stop()
+
+    # -- lifecycle -------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Wait for the appends already made, end subscriptions, and disconnect.
+
+        Closing twice is harmless; subscribers end their iteration.
+        """
+        if self._closing:
+            if not self._closed:
+                await self._drained.wait()
+            return
+        self._closing = True
+        for follower in list(self._followers):
+            follower.wake()
+        try:
+            await self._drained.wait()
+        finally:
+            self._closed = True
+            if self._sweeper is not None:
+                self._sweeper.cancel()
+                self._sweeper = None
+            try:
+                await self._nc.close()
+            except Exception as e:  # closing must not fail the caller
+                logger.debug("closing the NATS connection: %s", e)
+            # Reads still waiting for an answer get none now: end them.
+            while self._expiring:
+                _, answer = self._expiring.popleft()
+                if not answer.done():
+                    answer.set_exception(TimeoutError())
+
+    async def __aenter__(self) -> JetStreamEventLog:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def __str__(self) -> str:
+        return f"{self.stream} ({self.prefix}.>) at {self._where}"
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closing else "open"
+        return f"<JetStreamEventLog {self} {state}>"
+
+
+class _ApiFailure(Exception):
+    """The JetStream API answered with an error."""
+
+    def __init__(self, error: _ApiError) -> None:
+        super().__init__(f"{error.description} (error {error.err_code})")
+        self.error = error
+
+
+class _Closed(Exception):
+    """The NATS connection is closed."""
+
+
+class _Follower:
+    """An ordered pull consumer over the whole stream, for one subscription.
+
+    Deliveries and the server's status messages arrive (through the handle's
+    inbox) in ``buffer``, in order. ``next`` keeps a pull request out, checks
+    that consumer sequences follow one another, and starts a new consumer
+    after the last stream sequence seen when they do not, when the consumer
+    is gone, or when nothing (not even a heartbeat) arrives for two
+    heartbeat intervals.
+    """
+
+    def __init__(self, log: JetStreamEventLog, seq: int) -> None:
+        self.log = log
+        self.start = seq  # the stream sequence the next consumer starts at
+        self.seq = 0  # the stream sequence of the message `next` returned
+        self.buffer: collections.deque[_Msg] = collections.deque()
+        self.waiter: asyncio.Future[None] | None = None
+        self.consumer: str | None = None
+        self.token: str | None = None
+        self.delivered = 0  # consumer sequence of the last delivery
+        self.outstanding = 0  # messages asked for and not yet delivered
+        self.failures = 0
+
+    def deliver(self, msg: _Msg) -> None:
+        self.buffer.append(msg)
+        self.wake()
+
+    def wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def next(self) -> _Msg | None:
+        """The next delivered commit message; None once the log is closing."""
+        log = self.log
+        while True:
+            while self.buffer:
+                msg = self.buffer.popleft()
+                if msg.status is None:
+                    consumer, seq, delivered = _ack_meta(msg.reply)
+                    if consumer != self.consumer:
+                        continue  # left over from a consumer already replaced
+                    if delivered != self.delivered + 1:
+                        await self.reset(f"missed deliveries before {delivered}")
+                        break
+                    self.delivered = delivered
+                    self.seq = seq
+                    self.start = seq + 1
+                    self.outstanding -= 1
+                    self.failures = 0
+                    await self.pull()
+                    return msg
+                await self.control(msg)
+            if log._closing:
+                return None
+            if self.consumer is None and not await self.create():
+                continue
+            await self.pull()
+            if self.buffer:
+                continue
+            self.waiter = log._loop.create_future()
+            try:
+                async with asyncio.timeout(2.5 * log._heartbeat):
+                    await self.waiter
+            except TimeoutError:
+                await self.reset("no heartbeat from the server")
+            finally:
+                self.waiter = None
+
+    async def control(self, msg: _Msg) -> None:
+        """Act on a status message: a heartbeat, an expired pull, a lost consumer."""
+        if msg.subject != self.log._inbox + (self.token or ""):
+            return  # about a consumer already replaced
+        status = msg.status
+        if status == "100":
+            last = msg.header(b"Nats-Last-Consumer")
+            if last is not None and int(last) != self.delivered:
+                await self.reset(f"the server delivered up to {last}")
+            return
+        owed = msg.header(b"Nats-Pending-Messages")
+        if status in ("408", "409") and owed is not None:
+            # A pull request ended (expired, or a limit): what it still owed
+            # will never come; ask again.
+            self.outstanding -= int(owed)
+            if status == "408" or "Exceeded" in msg.describe():
+                await self.pull()
+                return
+        await self.reset(msg.describe())
+
+    async def create(self) -> bool:
+        """Start a consumer at ``start``; False (after a pause) when it failed."""
+        log = self.log
+        token = log._token()
+        config = {
+            "deliver_policy": "by_start_sequence",
+            "opt_start_seq": self.start,
+            "ack_policy": "none",
+            "replay_policy": "instant",
+            "mem_storage": True,
+            "num_replicas": 1,
+            "inactive_threshold": _nanos(max(60.0, 10 * log._heartbeat)),
+        }
+        try:
+            info = await log._api(
+                f"CONSUMER.CREATE.{log.stream}",
+                {"stream_name": log.stream, "config": config},
+            )
+        except _Closed:
+            return False
+        except (_Unavailable, _ApiFailure) as e:
+            if log._closing:
+                return False
+            if isinstance(e, _ApiFailure) and e.error.err_code == _STREAM_NOT_FOUND:
+                raise LogReadError(
+                    f"cannot subscribe to the JetStream stream {log.stream} at "
+                    f"{log._where}: it does not exist (was it deleted?)"
+                ) from e
+            self.failures += 1
+            logger.warning(
+                "cannot follow the JetStream stream %s at %s: %s; retrying",
+                log.stream,
+                log._where,
+                e,
+            )
+            await asyncio.sleep(min(0.05 * 2**self.failures, 2.0))
+            return False
+        self.consumer = info["name"]
+        self.token = token
+        self.delivered = 0
+        self.outstanding = 0
+        log._consumers[self.consumer] = self
+        log._routes[token] = self
+        return True
+
+    async def pull(self) -> None:
+        """Keep at least half a batch asked for."""
+        if self.consumer is None or self.outstanding > _PULL_BATCH // 2:
+            return
+        log = self.log
+        expires = max(30.0, 4 * log._heartbeat)
+        request = {
+            "batch": _PULL_BATCH,
+            "max_bytes": _PULL_MAX_BYTES,
+            "expires": _nanos(expires),
+            "idle_heartbeat": _nanos(log._heartbeat),
+        }
+        self.outstanding += _PULL_BATCH
+        try:
+            await log._nc.publish(
+                f"{_API}.CONSUMER.MSG.NEXT.{log.stream}.{self.consumer}",
+                _json.encode(request),
+                reply=log._inbox + (self.token or ""),
+            )
+        except nats.errors.Error:
+            pass  # no heartbeat will come: the watchdog starts over
+
+    async def reset(self, why: str) -> None:
+        """Drop the consumer; the next one starts after the last message seen."""
+        if self.consumer is not None:
+            logger.info(
+                "restarting the subscription to %s at sequence %d: %s",
+                self.log.stream,
+                self.start,
+                why,
+            )
+        await self.stop()
+        self.buffer.clear()
+        self.failures += 1
+        if self.failures > 1:  # back off while the server keeps failing us
+            await asyncio.sleep(min(0.05 * 2**self.failures, 2.0))
+
+    async def stop(self) -> None:
+        log = self.log
+        consumer, token = self.consumer, self.token
+        self.consumer = self.token = None
+        if token is not None:
+            log._routes.pop(token, None)
+        if consumer is None:
+            return
+        log._consumers.pop(consumer, None)
+        try:
+            # Nobody waits for the answer; an unreachable server removes the
+            # consumer itself once it has been inactive long enough.
+            await log._nc.publish(
+                f"{_API}.CONSUMER.DELETE.{log.stream}.{consumer}",
+                b"",
+                reply=log._inbox + "gone",
+            )
+        except nats.errors.Error:
+            pass
+
+
+def _url_options(query: str, url: str) -> dict[str, Any]:
+    """Keyword arguments for `JetStreamEventLog.open` from a URL's query string."""
+    options: dict[str, Any] = {}
+    for key, value in urllib.parse.parse_qsl(query, keep_blank_values=True):
+        if key in ("stream", "prefix", "creds", "nkeys_seed", "name", "tls_hostname"):
+            options[key] = value
+        elif key == "replicas":
+            try:
+                options[key] = int(value)
+            except ValueError:
+                raise ConfigError(
+                    "event log url", url, f"replicas must be a number, not {value!r}"
+                ) from None
+        else:
+            raise ConfigError(
+                "event log url",
+                url,
+                f"unknown option {key!r}; use stream, prefix, replicas, creds, "
+                "nkeys_seed, name or tls_hostname",
+            )
+    return options
+
+
+def parse_url(url: str) -> tuple[list[str], dict[str, Any]]:
+    """Servers and options from ``nats://host:4222[,host2:4222]?stream=S&prefix=P``."""
+    scheme, _, rest = url.partition("://")
+    where, _, query = rest.partition("?")
+    if not where:
+        raise ConfigError(
+            "event log url", url, "it names no server; use nats://host:4222"
+        )
+    servers = [f"{scheme}://{part}" for part in where.split(",") if part]
+    return servers, _url_options(query, url)
