@@ -42,21 +42,49 @@ class Env:
 
     settings: Settings
     db: Path
+    """The SQLite file of the projections (for the embedded log, the log's own)."""
     script: str | None
     out: Callable[[str], None]
+    log_url: str = ""
+    """The event log: the ``db`` file, or a ``nats://`` URL."""
+
+    def __post_init__(self) -> None:
+        self.log_url = self.log_url or str(self.db)
+
+    @property
+    def distributed(self) -> bool:
+        return self.log_url.partition("://")[0] in ("nats", "tls")
 
 
 # -- helpers --------------------------------------------------------------------
 
 
-def _db_path(url: str) -> Path:
-    return Path(url.removeprefix("sqlite:///"))
+def _env(settings: Settings, args: argparse.Namespace) -> Env:
+    """Where the log and the projections are, from the options and settings.
+
+    ``--log`` wins over ``--db``, which wins over ``[log] url``. An embedded log
+    keeps its projections in its own file; a ``nats://`` log keeps them in
+    ``--db`` or ``[log] projections``.
+    """
+    url = args.log or settings.log.url
+    distributed = url.partition("://")[0] in ("nats", "tls")
+    if distributed:
+        db = Path(args.db or settings.log.projections or ".steward/projections.db")
+        return Env(settings=settings, db=db, script=args.script, out=print, log_url=url)
+    if args.log is None and args.db is not None:
+        url = args.db
+    # sqlite:///abs/path and sqlite://relative/path, as open_log reads them
+    db = Path(url.removeprefix("sqlite://"))
+    return Env(settings=settings, db=db, script=args.script, out=print)
 
 
 @contextlib.asynccontextmanager
 async def _opened(env: Env) -> AsyncIterator[tuple[EventLog, Projector]]:
     env.db.parent.mkdir(parents=True, exist_ok=True)
-    log = await open_log(str(env.db), synchronous=env.settings.log.synchronous)
+    if env.distributed:
+        log = await open_log(env.log_url)
+    else:
+        log = await open_log(str(env.db), synchronous=env.settings.log.synchronous)
     projector = await Projector.open(env.db)
     try:
         yield log, projector
@@ -223,7 +251,7 @@ async def cmd_serve(env: Env, args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         await host.start()
-        env.out(f"steward serving {env.db} (ctrl-c to stop)")
+        env.out(f"steward serving {env.log_url} (ctrl-c to stop)")
         await stop.wait()
         await host.stop()
     return 0
@@ -490,7 +518,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--config", help="settings file (default: ./steward.toml if present)"
     )
     p.add_argument(
-        "--db", help="event log file (default: [log] url, .steward/steward.db)"
+        "--db",
+        help="SQLite file of the embedded event log (default: [log] url, "
+        ".steward/steward.db); with a nats:// log, of the projections",
+    )
+    p.add_argument(
+        "--log",
+        metavar="URL",
+        help="the event log: a SQLite file or sqlite:///path, or "
+        "nats://host:4222[,host2:4222]?stream=NAME&replicas=3 for JetStream "
+        "(default: [log] url)",
     )
     p.add_argument(
         "--script", help="play the model's replies from this YAML/JSON script"
@@ -590,8 +627,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         settings = load_settings(args.config)
-        db = Path(args.db) if args.db else _db_path(settings.log.url)
-        env = Env(settings=settings, db=db, script=args.script, out=print)
+        env = _env(settings, args)
         fn: Callable[[Env, argparse.Namespace], Coroutine[Any, Any, int]] = args.fn
         return _run(fn(env, args))
     except StewardError as e:

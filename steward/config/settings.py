@@ -98,6 +98,11 @@ class LogConfig(_Section, frozen=True, kw_only=True):
     """SQLite ``PRAGMA synchronous``; ``NORMAL`` with WAL survives a process crash,
     ``FULL`` also a power loss."""
 
+    projections: str | None = None
+    """The SQLite file of the projections when the log is on JetStream
+    (``nats://...``); default ``.steward/projections.db``. An embedded log keeps
+    its projections in its own file."""
+
 
 class ToolsConfig(_Section, frozen=True, kw_only=True):
     """``[tools]``: the sandbox the built-in tools work in."""

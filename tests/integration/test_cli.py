@@ -90,9 +90,10 @@ def test_an_unknown_run_is_one_clear_line(
 
 
 def test_run_streams_steps_then_show_export_replay_and_fork(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A scripted run end to end through the commands an operator uses."""
+    monkeypatch.chdir(tmp_path)  # the workspace is the working directory
     db = str(tmp_path / "l.db")
     script = write_script(
         tmp_path / "s.json",

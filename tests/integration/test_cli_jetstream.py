@@ -1,0 +1,82 @@
+"""The operator commands against a JetStream log on a real nats-server."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from nats_server import NatsServer
+from support import PLAN, act
+
+from steward import cli
+
+
+@pytest.fixture
+def nats(tmp_path: Path) -> Iterator[NatsServer]:
+    server = NatsServer(tmp_path / "nats")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_run_show_replay_export_and_rebuild_on_jetstream(
+    tmp_path: Path,
+    nats: NatsServer,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(tmp_path)  # the workspace is the working directory
+    script = tmp_path / "script.json"
+    replies = [
+        *PLAN,
+        act(
+            type="tool_call", name="files.write", args={"path": "a.txt", "content": "x"}
+        ),
+        act(type="finish", output="written"),
+    ]
+    script.write_text(json.dumps({"replies": [{"text": r} for r in replies]}))
+    base = [
+        "--log",
+        f"{nats.url}?stream=CLI&prefix=cli.ev",
+        "--db",
+        str(tmp_path / "projections.db"),
+    ]
+
+    assert cli.main([*base, "--script", str(script), "run", "write a"]) == 0
+    out = capsys.readouterr().out
+    *_, status, output = out.strip().splitlines()
+    run_id = status.split()[1]
+    assert status == f"run {run_id} completed" and output == "written"
+
+    assert cli.main([*base, "runs", "list"]) == 0
+    assert run_id in capsys.readouterr().out
+    assert cli.main([*base, "runs", "show", run_id]) == 0
+    assert "ToolResulted" in capsys.readouterr().out
+    assert cli.main([*base, "replay", run_id, "--verify"]) == 0
+    assert "verify: ok" in capsys.readouterr().out
+    assert cli.main([*base, "events", "export", run_id]) == 0
+    exported = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [e["version"] for e in exported] == list(range(1, len(exported) + 1))
+    assert cli.main([*base, "projections", "rebuild"]) == 0
+    assert "projections rebuilt" in capsys.readouterr().out
+    # the log lives on the server, not in a local file
+    assert not (tmp_path / ".steward").exists()
+    assert {p.name for p in tmp_path.glob("*.db")} == {"projections.db"}
+    assert (tmp_path / "a.txt").read_text() == "x"
+
+
+def test_an_unreachable_server_is_one_clear_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from nats_server import free_port
+
+    url = f"nats://127.0.0.1:{free_port()}?stream=X"
+    code = cli.main(["--log", url, "--db", str(tmp_path / "p.db"), "runs", "list"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("steward: ") and len(err.strip().splitlines()) == 1
+    assert "127.0.0.1" in err
