@@ -284,29 +284,28 @@ async def cmd_runs_show(env: Env, args: argparse.Namespace) -> int:
         await projector.catch_up(log)
         run = await projector.query(
             "SELECT status, kind, parent_run_id, iterations, input_tokens, "
-            "output_tokens, output_text, reason FROM runs WHERE id=?",
+            "output_tokens, output_text, reason, cost_usd FROM runs WHERE id=?",
             [args.id],
         )
         steps = await projector.query(
-            "SELECT seq, kind, duration, tokens, summary FROM run_steps "
+            "SELECT seq, kind, duration, tokens, cost_usd, summary FROM run_steps "
             "WHERE run_id=? ORDER BY seq",
             [args.id],
         )
-    status, kind, parent, iterations, tin, tout, output, reason = run[0]
+    status, kind, parent, iterations, tin, tout, output, reason, cost = run[0]
     env.out(
         f"run {args.id}  {status}  {kind}" + (f"  parent {parent}" if parent else "")
-    )
-    cost = sum(
-        r.event.cost_usd for r in records if isinstance(r.event, events.LlmResponded)
     )
     env.out(
         f"iterations {iterations}  tokens in {tin} out {tout}"
         + (f"  cost ${cost:.6f}" if cost else "")
     )
     env.out(f"{'step':>4}  {'kind':<17} {'duration':>9} {'tokens':>7}  detail")
-    for seq, step_kind, duration, tokens, text in steps:
+    for seq, step_kind, duration, tokens, step_cost, text in steps:
         dur = f"{duration:.3f}s" if duration is not None else ""
         tok = str(tokens) if tokens is not None else ""
+        if step_cost:
+            text = f"${step_cost:.6f} {text}"
         env.out(f"{seq:>4}  {step_kind:<17} {dur:>9} {tok:>7}  {text}")
     if output:
         env.out(f"output: {output}")

@@ -44,12 +44,14 @@ CREATE TABLE IF NOT EXISTS runs (
     iterations INTEGER NOT NULL DEFAULT 0,
     input_tokens INTEGER NOT NULL DEFAULT 0,
     output_tokens INTEGER NOT NULL DEFAULT 0,
-    created_at REAL NOT NULL, updated_at REAL NOT NULL
+    created_at REAL NOT NULL, updated_at REAL NOT NULL,
+    cost_usd REAL NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS runs_parent ON runs(parent_run_id);
 CREATE TABLE IF NOT EXISTS run_steps (
     run_id TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL,
     summary TEXT NOT NULL, tokens INTEGER, duration REAL, created_at REAL NOT NULL,
+    cost_usd REAL,
     PRIMARY KEY (run_id, seq)
 );
 CREATE TABLE IF NOT EXISTS pending (
@@ -62,6 +64,9 @@ CREATE TABLE IF NOT EXISTS projection_checkpoint (
 );
 """
 TABLES = ("runs", "run_steps", "pending", "projection_checkpoint")
+SCHEMA_VERSION = 2
+"""Bumped when the tables change; a file of another version is rebuilt from
+the log (projections are derived, so nothing is lost)."""
 _json = msgspec.json.Encoder()
 
 
@@ -85,6 +90,11 @@ class Projector:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA busy_timeout=10000")
             conn.execute("PRAGMA synchronous=NORMAL")
+            (version,) = conn.execute("PRAGMA user_version").fetchone()
+            if version != SCHEMA_VERSION:
+                for table in TABLES:
+                    conn.execute(f"DROP TABLE IF EXISTS {table}")
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.executescript(SCHEMA)
             row = conn.execute(
                 "SELECT position FROM projection_checkpoint WHERE name='main'"
@@ -200,6 +210,7 @@ def _handle(conn: sqlite3.Connection, rec: Recorded) -> None:
     event = rec.event
     tokens: int | None = None
     duration: float | None = None
+    cost: float | None = None
     match event:
         case events.RunCreated():
             conn.execute(
@@ -245,10 +256,16 @@ def _handle(conn: sqlite3.Connection, rec: Recorded) -> None:
             duration = _done(conn, rid, rec.at)
             if isinstance(event, events.LlmResponded):
                 tokens = event.usage.input_tokens + event.usage.output_tokens
+                cost = event.cost_usd
                 conn.execute(
                     "UPDATE runs SET input_tokens=input_tokens+?, "
-                    "output_tokens=output_tokens+? WHERE id=?",
-                    (event.usage.input_tokens, event.usage.output_tokens, run_id),
+                    "output_tokens=output_tokens+?, cost_usd=cost_usd+? WHERE id=?",
+                    (
+                        event.usage.input_tokens,
+                        event.usage.output_tokens,
+                        cost,
+                        run_id,
+                    ),
                 )
         case events.ToolRequested(request_id=rid):
             _done(conn, rid)  # an approved call: its approval row is answered
@@ -322,7 +339,7 @@ def _handle(conn: sqlite3.Connection, rec: Recorded) -> None:
         case _:
             pass
     conn.execute(
-        "INSERT OR REPLACE INTO run_steps VALUES (?,?,?,?,?,?,?)",
+        "INSERT OR REPLACE INTO run_steps VALUES (?,?,?,?,?,?,?,?)",
         (
             run_id,
             rec.version,
@@ -331,6 +348,7 @@ def _handle(conn: sqlite3.Connection, rec: Recorded) -> None:
             tokens,
             duration,
             rec.at,
+            cost,
         ),
     )
 
@@ -379,8 +397,6 @@ def summary(event: events.Event, width: int = 160) -> str:
         case events.LlmResponded():
             calls = ", ".join(c.name for c in event.tool_calls)
             text = event.text + (f" [tools: {calls}]" if calls else "")
-            if event.cost_usd:
-                text = f"${event.cost_usd:.6f} {text}"
         case events.LlmFailed():
             text = f"{event.kind}: {event.message}"
         case events.LlmStreamRecorded():

@@ -87,6 +87,7 @@ def test_a_run_through_the_openai_sdk_retries_streams_and_replays(
     assert cli.main([*base, "runs", "show", run_id]) == 0
     shown = capsys.readouterr().out
     assert "attempt 1, retry in" in shown and "rate_limit (HTTP 429)" in shown
+    assert f"cost ${(100 * 2.0 + 7 * 8.0) / 1e6:.6f}" in shown
 
     assert cli.main([*base, "replay", run_id, "--verify"]) == 0
     assert "verify: ok" in capsys.readouterr().out

@@ -1,0 +1,37 @@
+"""Projection files of an older schema are rebuilt from the log on open."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from steward import events
+from steward.bus import SqliteEventLog
+from steward.projections.store import SCHEMA_VERSION, Projector
+
+
+async def test_an_old_schema_is_dropped_and_rebuilt_from_the_log(
+    tmp_path: Path,
+) -> None:
+    log_path, proj_path = tmp_path / "log.db", tmp_path / "proj.db"
+    async with await SqliteEventLog.open(log_path) as log:
+        start = events.RunCreated(
+            run_id="r1", input_text="hello", settings=events.RunSettings()
+        )
+        await log.append("run.r1", [start, events.RunStarted()], 0)
+        with sqlite3.connect(proj_path) as old:  # a file from before cost_usd
+            old.execute("CREATE TABLE runs (id TEXT PRIMARY KEY, status TEXT)")
+            old.execute("CREATE TABLE projection_checkpoint (name TEXT, position INT)")
+            old.execute("INSERT INTO projection_checkpoint VALUES ('main', 99)")
+        old.close()
+        projector = await Projector.open(proj_path)
+        try:
+            assert projector.position == 0  # the old checkpoint went with its tables
+            await projector.catch_up(log)
+            rows = await projector.query("SELECT id, status, cost_usd FROM runs")
+        finally:
+            await projector.close()
+    assert rows == [("r1", "running", 0.0)]
+    with sqlite3.connect(proj_path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+    conn.close()
