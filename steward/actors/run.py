@@ -135,21 +135,9 @@ _FENCE = re.compile(r"^```[a-zA-Z]*\s*\n?(.*?)\n?```$", re.DOTALL)
 
 def evolve(state: Run, event: Event) -> Run:
     """Fold one recorded event (input or decision) into the run's state."""
+    # Cases in order of how often they occur: a class pattern that does not
+    # match costs an isinstance check, and replays fold millions of events.
     match event:
-        case RunCreated():
-            conversation = _conversation(event)
-            return replace(
-                state,
-                status="pending",
-                run_id=event.run_id,
-                created=event,
-                kind=event.kind,
-                parent_run_id=event.parent_run_id,
-                settings=event.settings,
-                conversation=conversation,
-            )
-        case RunStarted():
-            return replace(state, status="running")
         case LlmRequested():
             return replace(
                 state, llm_pending=event.request_id, iteration=event.iteration
@@ -173,8 +161,6 @@ def evolve(state: Run, event: Event) -> Run:
                 output_tokens=state.output_tokens + event.usage.output_tokens,
                 cost_usd=state.cost_usd + event.cost_usd,
             )
-        case LlmFailed():
-            return replace(state, llm_pending=None)
         case ToolRequested():
             call = PendingCall(
                 request_id=event.request_id,
@@ -183,18 +169,83 @@ def evolve(state: Run, event: Event) -> Run:
                 attempt=event.attempt,
                 call_id=event.call_id,
             )
+            approved = (
+                _find(state.approvals, event.request_id) if state.approvals else None
+            )
             return replace(
                 state,
                 calls=(*state.calls, call),
-                approvals=tuple(
-                    a for a in state.approvals if a.request_id != event.request_id
-                ),
+                approvals=_without(state.approvals, approved),
                 # an approved call keeps the id its ApprovalRequested already took
-                tool_requests=state.tool_requests
-                + (_find(state.approvals, event.request_id) is None),
+                tool_requests=state.tool_requests + (approved is None),
                 tool_calls=state.tool_calls + (event.attempt == 1),
                 stall=0,
             )
+        case ToolResulted():
+            done = _find(state.calls, event.request_id)
+            if done is None:
+                return state
+            calls = _without(state.calls, done)
+            if _will_retry(state, done, event):
+                return replace(state, calls=calls, tool_failed=True)
+            text = (
+                event.output
+                if event.ok
+                else f"Tool {done.name} failed: {event.error or 'unknown error'}"
+            )
+            return replace(
+                state,
+                calls=calls,
+                tool_failed=state.tool_failed or not event.ok,
+                transcript=(*state.transcript, _tool_message(state, done, text)),
+            )
+        case OutputUpdated():
+            text = event.text if event.mode == "replace" else state.output + event.text
+            return replace(
+                state, output=text, output_updates=state.output_updates + 1, stall=0
+            )
+        case SystemNoteAdded():
+            message = (
+                ChatMessage(
+                    role="tool", content=event.content, tool_call_id=event.call_id
+                )
+                if event.call_id is not None
+                else ChatMessage(role="user", content=f"[system] {event.content}")
+            )
+            return replace(
+                state,
+                transcript=(*state.transcript, message),
+                invalid_replies=state.invalid_replies
+                + (event.reason == "invalid_command"),
+                tool_failed=state.tool_failed or event.reason == "tool_error",
+            )
+        case NoteRecorded():
+            return replace(
+                state,
+                has_requirements=state.has_requirements
+                or event.category == "requirements",
+                has_plan=state.has_plan or event.category == "plan",
+            )
+        case DecisionRecorded():
+            return state
+        case MessageSent():
+            return replace(state, last_message=event.text, stall=0)
+        case RunCreated():
+            conversation = _conversation(event)
+            return replace(
+                state,
+                status="pending",
+                run_id=event.run_id,
+                created=event,
+                kind=event.kind,
+                parent_run_id=event.parent_run_id,
+                settings=event.settings,
+                conversation=conversation,
+            )
+        case RunStarted():
+            return replace(state, status="running")
+        case LlmFailed():
+            return replace(state, llm_pending=None)
         case ApprovalRequested():
             call = PendingCall(
                 request_id=event.request_id,
@@ -225,55 +276,6 @@ def evolve(state: Run, event: Event) -> Run:
                 ),
                 transcript=(*state.transcript, _tool_message(state, denied, text)),
             )
-        case ToolResulted():
-            done = _find(state.calls, event.request_id)
-            if done is None:
-                return state
-            calls = tuple(c for c in state.calls if c.request_id != event.request_id)
-            if _will_retry(state, done, event):
-                return replace(state, calls=calls, tool_failed=True)
-            text = (
-                event.output
-                if event.ok
-                else f"Tool {done.name} failed: {event.error or 'unknown error'}"
-            )
-            return replace(
-                state,
-                calls=calls,
-                tool_failed=state.tool_failed or not event.ok,
-                transcript=(*state.transcript, _tool_message(state, done, text)),
-            )
-        case SystemNoteAdded():
-            message = (
-                ChatMessage(
-                    role="tool", content=event.content, tool_call_id=event.call_id
-                )
-                if event.call_id is not None
-                else ChatMessage(role="user", content=f"[system] {event.content}")
-            )
-            return replace(
-                state,
-                transcript=(*state.transcript, message),
-                invalid_replies=state.invalid_replies
-                + (event.reason == "invalid_command"),
-                tool_failed=state.tool_failed or event.reason == "tool_error",
-            )
-        case NoteRecorded():
-            return replace(
-                state,
-                has_requirements=state.has_requirements
-                or event.category == "requirements",
-                has_plan=state.has_plan or event.category == "plan",
-            )
-        case DecisionRecorded():
-            return state
-        case OutputUpdated():
-            text = event.text if event.mode == "replace" else state.output + event.text
-            return replace(
-                state, output=text, output_updates=state.output_updates + 1, stall=0
-            )
-        case MessageSent():
-            return replace(state, last_message=event.text, stall=0)
         case SubagentsSpawned():
             return replace(
                 state,
@@ -731,6 +733,15 @@ def _find(calls: tuple[PendingCall, ...], request_id: str) -> PendingCall | None
         if call.request_id == request_id:
             return call
     return None
+
+
+def _without(
+    calls: tuple[PendingCall, ...], call: PendingCall | None
+) -> tuple[PendingCall, ...]:
+    """``calls`` without ``call`` (the same tuple when it is not there)."""
+    if call is None:
+        return calls
+    return tuple(c for c in calls if c is not call)
 
 
 def _tool(state: Run, name: str) -> ToolSpec | None:
