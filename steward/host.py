@@ -425,9 +425,10 @@ class Host:
         rate = None
         if isinstance(provider, ModelRouter):
             rate = provider.rate_limiter(info.profile, self.clock.now, self.clock.sleep)
-        tokens = (
-            len(prompt.system) + sum(len(m.content) for m in prompt.messages)
-        ) // 4
+        tokens = 0
+        if rate is not None and rate.tpm is not None:
+            sent = len(prompt.system) + sum(len(m.content) for m in prompt.messages)
+            tokens = sent // 4
         attempt = 0
         while True:
             attempt += 1

@@ -13,9 +13,8 @@ helpers that turn a reply into decisions, then the prompt builder.
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
+from bisect import bisect_left
 from datetime import UTC, datetime
-from itertools import accumulate
 from typing import Any
 
 import msgspec
@@ -82,6 +81,9 @@ class Run(msgspec.Struct, frozen=True, kw_only=True):
     settings: RunSettings = RunSettings()
     conversation: tuple[ChatMessage, ...] = ()
     transcript: tuple[ChatMessage, ...] = ()
+    transcript_totals: tuple[int, ...] = ()
+    """Running estimated tokens of the transcript: entry ``i`` is the sum over
+    entries ``0..i``, so a prompt's window is a binary search."""
     iteration: int = 0
     llm_pending: str | None = None
     calls: tuple[PendingCall, ...] = ()
@@ -147,8 +149,8 @@ def evolve(state: Run, event: Event) -> Run:
             return replace(
                 state,
                 llm_pending=None,
-                transcript=(
-                    *state.transcript,
+                **_grown(
+                    state,
                     ChatMessage(
                         role="assistant",
                         content=event.text,
@@ -197,7 +199,7 @@ def evolve(state: Run, event: Event) -> Run:
                 state,
                 calls=calls,
                 tool_failed=state.tool_failed or not event.ok,
-                transcript=(*state.transcript, _tool_message(state, done, text)),
+                **_grown(state, _tool_message(state, done, text)),
             )
         case OutputUpdated():
             text = event.text if event.mode == "replace" else state.output + event.text
@@ -214,7 +216,7 @@ def evolve(state: Run, event: Event) -> Run:
             )
             return replace(
                 state,
-                transcript=(*state.transcript, message),
+                **_grown(state, message),
                 invalid_replies=state.invalid_replies
                 + (event.reason == "invalid_command"),
                 tool_failed=state.tool_failed or event.reason == "tool_error",
@@ -274,7 +276,7 @@ def evolve(state: Run, event: Event) -> Run:
                 approvals=tuple(
                     a for a in state.approvals if a.request_id != event.request_id
                 ),
-                transcript=(*state.transcript, _tool_message(state, denied, text)),
+                **_grown(state, _tool_message(state, denied, text)),
             )
         case SubagentsSpawned():
             return replace(
@@ -289,13 +291,10 @@ def evolve(state: Run, event: Event) -> Run:
                 return state
             children = tuple(c for c in state.children if c != event.result.run_id)
             results = (*state.results, event.result)
-            transcript = state.transcript
-            if not children:
-                transcript = (*transcript, _results_message(results))
-                results = ()
-            return replace(
-                state, children=children, results=results, transcript=transcript
-            )
+            if children:
+                return replace(state, children=children, results=results)
+            grown = _grown(state, _results_message(results))
+            return replace(state, children=children, results=(), **grown)
         case RunSlept():
             return replace(
                 state,
@@ -909,6 +908,18 @@ def _system(settings: RunSettings) -> str:
 _SYSTEM_MEMO: dict[int, tuple[RunSettings, str]] = {}
 
 
+def _grown(state: Run, message: ChatMessage) -> dict[str, Any]:
+    """The transcript fields of ``state`` with ``message`` added."""
+    total = state.transcript_totals[-1] if state.transcript_totals else 0
+    return {
+        "transcript": (*state.transcript, message),
+        "transcript_totals": (
+            *state.transcript_totals,
+            total + len(message.content) // 4 + 1,
+        ),
+    }
+
+
 def _window(state: Run) -> tuple[ChatMessage, ...]:
     """The newest transcript entries within the entry and token limits.
 
@@ -917,12 +928,15 @@ def _window(state: Run) -> tuple[ChatMessage, ...]:
     never starts on a tool message whose call it no longer shows.
     """
     settings = state.settings
-    entries = state.transcript[-max(settings.transcript_limit, 1) :]
-    # Running token totals, newest first: the window is the longest run of
-    # newest entries whose total fits the budget (at least one entry).
-    totals = list(accumulate(len(e.content) // 4 + 1 for e in reversed(entries)))
-    fits = max(bisect_right(totals, settings.transcript_token_limit), 1)
-    kept = list(entries[-fits:])
+    transcript, totals = state.transcript, state.transcript_totals
+    if not transcript:
+        return ()
+    # Entries start.. fit when the total before ``start`` is at least
+    # everything minus the budget: the first such start is a binary search.
+    over = totals[-1] - settings.transcript_token_limit
+    start = bisect_left(totals, over) + 1 if over > 0 else 0
+    start = max(start, len(transcript) - max(settings.transcript_limit, 1))
+    kept = list(transcript[min(start, len(transcript) - 1) :])
     while len(kept) > 1 and kept[0].role == "tool":
         kept.pop(0)
     if kept and kept[0].role == "tool":
