@@ -22,6 +22,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from msgspec.structs import replace
+
 from steward import events, replay
 from steward.actors import run as run_actor
 from steward.actors.llm import ModelRouter, Provider, RequestInfo
@@ -105,10 +107,6 @@ def _provider(env: Env) -> Provider:
         )
     router.provider("default")  # a missing key or model id fails here, in one line
     return router
-
-
-def _fields(struct: Any) -> dict[str, Any]:
-    return {f: getattr(struct, f) for f in struct.__struct_fields__}
 
 
 def _host(env: Env, log: EventLog, projector: Projector, **kw: Any) -> Host:
@@ -424,9 +422,7 @@ async def cmd_fork(env: Env, args: argparse.Namespace) -> int:
         for step in kept:
             event = replay.remap(step[0].event, args.id, new_id)
             if isinstance(event, events.RunCreated):
-                event = event.__class__(
-                    **{**_fields(event), "parent_run_id": None, "root_run_id": None}
-                )
+                event = replace(event, parent_run_id=None, root_run_id=None)
             if await host.submit(stream, event) is None:
                 raise StewardError(
                     f"the fork refused the input at version {step[0].version}"
@@ -468,14 +464,8 @@ async def cmd_demo(env: Env, args: argparse.Namespace) -> int:
     script = resources.files("steward") / "demo.yaml"
     with resources.as_file(script) as path:
         env.script = str(path)
-        env.settings = env.settings.__class__(
-            **{
-                **_fields(env.settings),
-                "tools": env.settings.tools.__class__(
-                    **{**_fields(env.settings.tools), "workspace": str(workspace)}
-                ),
-            }
-        )
+        tools = replace(env.settings.tools, workspace=str(workspace))
+        env.settings = replace(env.settings, tools=tools)
         created = _new_run(
             env,
             "Write a note, have a helper read it back, rest a moment, then report.",
