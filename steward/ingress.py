@@ -1,0 +1,456 @@
+"""Ingress and egress over NATS: services start runs and hear back from them.
+
+**Ingress.** A service publishes an `InboundMessage` (JSON, or msgpack with the
+header ``Content-Type: application/msgpack``) on ``steward.inbound.<channel>``.
+`Ingress` checks it (size, encoding, schema, known channel, agent profile) and
+starts a run for the channel's agent. When the publisher asked for a reply it
+gets ``{"ok": true, "run_id": ...}`` or ``{"ok": false, "error": {"code", "message"}}``
+with one of the stable `ERROR_CODES`. A rejected message is never dropped: its
+original payload goes to ``steward.deadletter.inbound.<channel>`` with the
+headers ``Steward-Error-Code`` and ``Steward-Error``.
+
+A message with a ``message_id`` starts at most one run per channel: the run id
+is derived from the channel and the id, so a redelivery finds the run already
+created and the host refuses the second ``RunCreated`` (it expects version 0).
+
+**Egress.** `Egress` listens to the host and publishes, in log order, one JSON
+update per recorded event on ``steward.runs.<run_id>.updates`` and, for runs
+started on a channel, the run's messages and its end on
+``steward.outbound.<channel>``.
+
+The schema of `InboundMessage` is exported to
+``docs/inbound-message.v1.schema.json``; regenerate it with
+``python -m steward.ingress > docs/inbound-message.v1.schema.json``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import secrets
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from steward import events
+from steward.config.settings import Settings
+from steward.errors import StewardError
+from steward.host import Host, run_id_of, run_stream
+from steward.projections.store import summary
+
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "ERROR_CODES",
+    "INBOUND_SUBJECT",
+    "QUEUE_GROUP",
+    "Egress",
+    "InboundMessage",
+    "Ingress",
+    "deadletter_subject",
+    "inbound_schema",
+    "inbound_schema_json",
+    "message_run_id",
+    "outbound_subject",
+    "updates_subject",
+]
+
+log = logging.getLogger("steward.ingress")
+
+INBOUND_SUBJECT = "steward.inbound.*"
+"""Where services publish inbound messages; the last token is the channel."""
+
+QUEUE_GROUP = "steward-ingress"
+"""Ingress processes share inbound messages as one NATS queue group."""
+
+DEFAULT_MAX_BYTES = 64 * 1024
+"""Largest inbound payload accepted, in bytes (64 KiB)."""
+
+MSGPACK = "application/msgpack"
+
+ERROR_CODES = (
+    "too_large",
+    "not_json",
+    "not_msgpack",
+    "bad_schema",
+    "unknown_channel",
+    "no_agent",
+    "internal",
+)
+"""The stable codes of an error reply and of a dead-letter's
+``Steward-Error-Code`` header."""
+
+
+class InboundMessage(msgspec.Struct, frozen=True, kw_only=True):
+    """A message a service sends to steward on ``steward.inbound.<channel>`` (v1)."""
+
+    version: Annotated[
+        Literal[1], msgspec.Meta(description="Schema version; this is version 1.")
+    ] = 1
+    text: Annotated[
+        str,
+        msgspec.Meta(
+            min_length=1, description="What the user said: the run's input text."
+        ),
+    ]
+    user_id: Annotated[
+        str | None, msgspec.Meta(description="Who sent it, as the service knows them.")
+    ] = None
+    context_id: Annotated[
+        str | None, msgspec.Meta(description="The conversation it belongs to.")
+    ] = None
+    message_id: Annotated[
+        str | None,
+        msgspec.Meta(
+            description="The service's id of this message: the same id on a "
+            "channel never starts two runs."
+        ),
+    ] = None
+    metadata: Annotated[
+        dict[str, str],
+        msgspec.Meta(description="Anything else the service keeps with the message."),
+    ] = {}
+
+
+def inbound_schema() -> dict[str, Any]:
+    """The JSON Schema of `InboundMessage` (version 1)."""
+    schema: dict[str, Any] = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "steward inbound message, version 1",
+    }
+    schema.update(msgspec.json.schema(InboundMessage))
+    return schema
+
+
+def inbound_schema_json() -> str:
+    """`inbound_schema` as the text of ``docs/inbound-message.v1.schema.json``."""
+    return json.dumps(inbound_schema(), indent=2, sort_keys=True) + "\n"
+
+
+def message_run_id(channel: str, message_id: str) -> str:
+    """The run id of message ``message_id`` on ``channel`` (the same every time)."""
+    digest = hashlib.sha256(f"{channel}\x00{message_id}".encode()).hexdigest()
+    return "m" + digest[:12]
+
+
+def deadletter_subject(channel: str) -> str:
+    return f"steward.deadletter.inbound.{channel}"
+
+
+def outbound_subject(channel: str) -> str:
+    return f"steward.outbound.{channel}"
+
+
+def updates_subject(run_id: str) -> str:
+    return f"steward.runs.{run_id}.updates"
+
+
+class _Rejected(StewardError):
+    """An inbound message steward will not act on; ``code`` says why."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+_json_decoder = msgspec.json.Decoder(InboundMessage)
+_msgpack_decoder = msgspec.msgpack.Decoder(InboundMessage)
+_json = msgspec.json.Encoder()
+
+
+def _decode(data: bytes, content_type: str | None) -> InboundMessage:
+    msgpack = content_type is not None and content_type.strip().lower() == MSGPACK
+    decoder = _msgpack_decoder if msgpack else _json_decoder
+    try:
+        return decoder.decode(data)
+    except msgspec.ValidationError as e:
+        raise _Rejected(
+            "bad_schema", f"the message does not match inbound schema v1: {e}"
+        ) from None
+    except msgspec.DecodeError as e:
+        if msgpack:
+            raise _Rejected(
+                "not_msgpack",
+                f"the payload is not valid msgpack ({e}), though its Content-Type "
+                f"is {MSGPACK}",
+            ) from None
+        raise _Rejected(
+            "not_json",
+            f"the payload is not valid JSON ({e}); send JSON, or msgpack with "
+            f"the header Content-Type: {MSGPACK}",
+        ) from None
+
+
+def _header(text: str, limit: int = 1024) -> str:
+    # A header value is one line; keep it short so the record stays readable.
+    return " ".join(text.split())[:limit]
+
+
+class Ingress:
+    """Starts runs from inbound messages on ``steward.inbound.<channel>``.
+
+    Args:
+        nc: a connected nats-py client (``await nats.connect(url)``); the
+            caller owns and closes it.
+        host: the host that records the runs (``Host.submit``).
+        settings: the settings runs are created with (profiles, models).
+        channels: channel name → agent profile name; other channels are
+            answered ``unknown_channel``.
+        max_bytes: largest payload accepted; larger ones are ``too_large``.
+        queue: the NATS queue group the ingress processes share.
+    """
+
+    def __init__(
+        self,
+        nc: Any,
+        host: Host,
+        settings: Settings,
+        channels: dict[str, str],
+        *,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        queue: str = QUEUE_GROUP,
+    ) -> None:
+        self.nc = nc
+        self.host = host
+        self.settings = settings
+        self.channels = dict(channels)
+        self.max_bytes = max_bytes
+        self.queue = queue
+        self._sub: Any = None
+
+    async def start(self) -> None:
+        """Subscribe to ``steward.inbound.*`` in the queue group."""
+        if self._sub is not None:
+            return
+        self._sub = await self.nc.subscribe(
+            INBOUND_SUBJECT, queue=self.queue, cb=self._on_message
+        )
+
+    async def stop(self) -> None:
+        """Stop taking messages; the ones already received are finished first."""
+        sub, self._sub = self._sub, None
+        if sub is not None:
+            await sub.drain()
+
+    async def _on_message(self, msg: Any) -> None:
+        # Nothing may escape: an exception here would end nothing visible but
+        # lose the message, so every failure becomes a reply and a dead letter.
+        channel = msg.subject.rsplit(".", 1)[-1]
+        try:
+            reply = await self.handle(channel, msg.data, msg.headers or {})
+        except _Rejected as e:
+            log.warning("inbound on %s rejected (%s): %s", channel, e.code, e.message)
+            await self._refuse(msg, channel, e.code, e.message)
+            return
+        except Exception as e:
+            log.exception("inbound on %s failed", channel)
+            await self._refuse(
+                msg, channel, "internal", f"steward could not start the run: {e}"
+            )
+            return
+        if msg.reply:
+            try:
+                await self.nc.publish(msg.reply, _json.encode(reply))
+            except Exception:
+                log.exception("reply to inbound on %s failed", channel)
+
+    async def handle(
+        self, channel: str, data: bytes, headers: dict[str, str]
+    ) -> dict[str, Any]:
+        """Start the run for one inbound payload; the reply to send back.
+
+        Raises ``_Rejected`` (with its ``code``) for a message steward refuses.
+        """
+        if len(data) > self.max_bytes:
+            raise _Rejected(
+                "too_large",
+                f"the payload is {len(data)} bytes, more than the {self.max_bytes} "
+                f"an inbound message may have",
+            )
+        message = _decode(data, headers.get("Content-Type"))
+        profile = self.channels.get(channel)
+        if profile is None:
+            known = ", ".join(sorted(self.channels)) or "none"
+            raise _Rejected(
+                "unknown_channel",
+                f"channel {channel!r} is not configured; known channels: {known}",
+            )
+        if profile not in self.settings.agents:
+            raise _Rejected(
+                "no_agent",
+                f"channel {channel!r} names agent profile {profile!r}, which is not "
+                f"in [agents]; no run was created",
+            )
+        created = self._created(channel, profile, message)
+        commit = await self.host.submit(run_stream(created.run_id), created)
+        return {"ok": True, "run_id": created.run_id, "duplicate": commit is None}
+
+    def _created(
+        self, channel: str, profile: str, message: InboundMessage
+    ) -> events.RunCreated:
+        allowed = self.settings.agents[profile].tools
+        tools = self.host.tools.specs(allowed) if self.host.tools is not None else ()
+        try:
+            run_settings = self.settings.run_settings(profile, tools)
+        except StewardError as e:
+            raise _Rejected(
+                "no_agent", f"agent profile {profile!r} cannot start a run: {e}"
+            ) from None
+        run_id = (
+            message_run_id(channel, message.message_id)
+            if message.message_id is not None
+            else "r" + secrets.token_hex(6)
+        )
+        return events.RunCreated(
+            run_id=run_id,
+            input_text=message.text,
+            settings=run_settings,
+            channel_id=channel,
+            user_id=message.user_id,
+            context_id=message.context_id,
+            profile=profile,
+            at=self.host.clock.now(),
+        )
+
+    async def _refuse(self, msg: Any, channel: str, code: str, reason: str) -> None:
+        try:
+            headers = dict(msg.headers or {})
+            headers["Steward-Error-Code"] = code
+            headers["Steward-Error"] = _header(reason)
+            await self.nc.publish(
+                deadletter_subject(channel), msg.data, headers=headers
+            )
+        except Exception:
+            log.exception("dead-lettering inbound on %s failed", channel)
+        if msg.reply:
+            error = {"ok": False, "error": {"code": code, "message": reason}}
+            try:
+                await self.nc.publish(msg.reply, _json.encode(error))
+            except Exception:
+                log.exception("error reply to inbound on %s failed", channel)
+
+
+_OUTBOUND: dict[type[events.Event], str] = {
+    events.MessageSent: "message",
+    events.RunCompleted: "completed",
+    events.RunFailed: "failed",
+    events.RunCancelled: "cancelled",
+}
+
+
+def _outbound_text(event: events.Event) -> str:
+    match event:
+        case events.MessageSent(text=text):
+            return text
+        case events.RunCompleted(output=output):
+            return output
+        case events.RunFailed(reason=reason) | events.RunCancelled(reason=reason):
+            return reason
+        case _:
+            return ""
+
+
+class Egress:
+    """Publishes run updates and channel replies as the host records them.
+
+    Every event of a run stream goes to ``steward.runs.<run_id>.updates`` as
+    ``{"run_id", "version", "type", "summary"}``. For a top-level run started
+    on a channel, ``MessageSent`` and its end go to ``steward.outbound.<channel>``
+    as ``{"run_id", "channel", "type", "text"}`` with type ``message``,
+    ``completed``, ``failed`` or ``cancelled``. Subagents share their parent's
+    channel but speak to their parent, not to the user, so they publish
+    updates only.
+
+    Args:
+        nc: a connected nats-py client; the caller owns and closes it.
+        host: the host whose recorded events are published.
+    """
+
+    def __init__(self, nc: Any, host: Host) -> None:
+        self.nc = nc
+        self.host = host
+        self._queue: asyncio.Queue[events.Recorded | None] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+        # run id → channel (None: a run with no channel, or a subagent)
+        self._channels: dict[str, str | None] = {}
+
+    def start(self) -> None:
+        """Listen to the host; publishing happens on one task, in log order."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._publish_all())
+            self.host.listen(self.on_event)
+
+    def on_event(self, rec: events.Recorded) -> None:
+        """The host listener: queue ``rec`` for publishing (never blocks)."""
+        if self._task is not None and rec.stream.startswith("run."):
+            self._queue.put_nowait(rec)
+
+    async def close(self) -> None:
+        """Publish what is queued, then flush the connection."""
+        task, self._task = self._task, None
+        if task is None:
+            return
+        self._queue.put_nowait(None)
+        await task
+        try:
+            await self.nc.flush()
+        except Exception:
+            log.exception("flushing egress failed")
+
+    async def _publish_all(self) -> None:
+        while (rec := await self._queue.get()) is not None:
+            try:
+                await self._publish(rec)
+            except Exception:
+                log.exception("publishing %s of %s failed", rec.id, rec.stream)
+
+    async def _publish(self, rec: events.Recorded) -> None:
+        run_id = run_id_of(rec.stream)
+        event = rec.event
+        update = {
+            "run_id": run_id,
+            "version": rec.version,
+            "type": events.type_name(event),
+            "summary": summary(event),
+        }
+        await self.nc.publish(updates_subject(run_id), _json.encode(update))
+        kind = _OUTBOUND.get(type(event))
+        if isinstance(event, events.RunCreated):
+            self._channels[run_id] = (
+                event.channel_id if event.parent_run_id is None else None
+            )
+        if kind is None:
+            return
+        channel = await self._channel_of(rec.stream)
+        if channel is None:
+            return
+        message = {
+            "run_id": run_id,
+            "channel": channel,
+            "type": kind,
+            "text": _outbound_text(event),
+        }
+        await self.nc.publish(outbound_subject(channel), _json.encode(message))
+        if kind != "message":
+            self._channels.pop(run_id, None)
+
+    async def _channel_of(self, stream: str) -> str | None:
+        run_id = run_id_of(stream)
+        if run_id not in self._channels:
+            # a run created before this egress started: ask its state
+            state, _ = await self.host.state(stream)
+            created = state.created
+            self._channels[run_id] = (
+                created.channel_id
+                if created is not None and created.parent_run_id is None
+                else None
+            )
+        return self._channels[run_id]
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.stdout.write(inbound_schema_json())
