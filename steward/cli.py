@@ -16,7 +16,7 @@ import secrets
 import shutil
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -32,6 +32,7 @@ from steward.bus import EventLog, open_log
 from steward.config import Settings, load_settings
 from steward.errors import ConfigError, NotFoundError, StewardError
 from steward.host import Host, run_stream
+from steward.ingress import Egress, Ingress
 from steward.projections.store import Projector
 
 EXIT_INPUT = 2
@@ -249,10 +250,42 @@ async def cmd_serve(env: Env, args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         await host.start()
+        services = await _start_services(env, log, host)
         env.out(f"steward serving {env.log_url} (ctrl-c to stop)")
         await stop.wait()
+        for close in reversed(services):
+            await close()
         await host.stop()
     return 0
+
+
+async def _start_services(
+    env: Env, log: EventLog, host: Host
+) -> list[Callable[[], Awaitable[None]]]:
+    """On a NATS log: egress always, ingress for the configured channels.
+
+    Returns the closers, in start order.
+    """
+    connection = getattr(log, "connection", None)
+    if connection is None:
+        if env.settings.channels:
+            raise ConfigError(
+                "settings",
+                "channels",
+                "inbound channels need a nats:// event log ([log] url or --log)",
+            )
+        return []
+    egress = Egress(connection, host)
+    egress.start()
+    closers: list[Callable[[], Awaitable[None]]] = [egress.close]
+    if env.settings.channels:
+        for profile in env.settings.channels.values():
+            env.settings.profile(profile)  # an unknown profile fails here, named
+        ingress = Ingress(connection, host, env.settings, env.settings.channels)
+        await ingress.start()
+        closers.append(ingress.stop)
+        env.out(f"inbound channels: {', '.join(sorted(env.settings.channels))}")
+    return closers
 
 
 async def cmd_runs_list(env: Env, args: argparse.Namespace) -> int:

@@ -30,11 +30,12 @@ import hashlib
 import json
 import logging
 import secrets
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 import msgspec
 
 from steward import events
+from steward.actors.llm import RequestInfo
 from steward.config.settings import Settings
 from steward.errors import StewardError
 from steward.host import Host, run_id_of, run_stream
@@ -49,6 +50,7 @@ __all__ = [
     "InboundMessage",
     "Ingress",
     "deadletter_subject",
+    "deltas_subject",
     "inbound_schema",
     "inbound_schema_json",
     "message_run_id",
@@ -352,6 +354,16 @@ def _outbound_text(event: events.Event) -> str:
             return ""
 
 
+class _Delta(NamedTuple):
+    run_id: str
+    data: bytes
+
+
+def deltas_subject(run_id: str) -> str:
+    """Where a run's model text streams live (not stored)."""
+    return f"steward.runs.{run_id}.deltas"
+
+
 class Egress:
     """Publishes run updates and channel replies as the host records them.
 
@@ -371,7 +383,7 @@ class Egress:
     def __init__(self, nc: Any, host: Host) -> None:
         self.nc = nc
         self.host = host
-        self._queue: asyncio.Queue[events.Recorded | None] = asyncio.Queue()
+        self._queue: asyncio.Queue[events.Recorded | _Delta | None] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         # run id → channel (None: a run with no channel, or a subagent)
         self._channels: dict[str, str | None] = {}
@@ -381,6 +393,21 @@ class Egress:
         if self._task is None:
             self._task = asyncio.create_task(self._publish_all())
             self.host.listen(self.on_event)
+            self.host.listen_deltas(self.on_delta)
+
+    def on_delta(self, info: RequestInfo, text: str) -> None:
+        """The host's delta listener: model text as it streams, not kept anywhere.
+
+        Published on ``steward.runs.<run_id>.deltas`` (core NATS, so nobody
+        listening means nobody gets it; the log records the whole reply).
+        """
+        if self._task is not None:
+            self._queue.put_nowait(
+                _Delta(
+                    info.run_id,
+                    _json.encode({"request_id": info.request_id, "text": text}),
+                )
+            )
 
     def on_event(self, rec: events.Recorded) -> None:
         """The host listener: queue ``rec`` for publishing (never blocks)."""
@@ -402,9 +429,12 @@ class Egress:
     async def _publish_all(self) -> None:
         while (rec := await self._queue.get()) is not None:
             try:
-                await self._publish(rec)
+                if isinstance(rec, _Delta):
+                    await self.nc.publish(deltas_subject(rec.run_id), rec.data)
+                else:
+                    await self._publish(rec)
             except Exception:
-                log.exception("publishing %s of %s failed", rec.id, rec.stream)
+                log.exception("publishing to the outbound subjects failed")
 
     async def _publish(self, rec: events.Recorded) -> None:
         run_id = run_id_of(rec.stream)

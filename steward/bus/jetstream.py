@@ -1257,6 +1257,11 @@ class JetStreamEventLog:
 
     # -- lifecycle -------------------------------------------------------------
 
+    @property
+    def connection(self) -> Any:
+        """The NATS connection (a nats-py client), for services that share it."""
+        return self._nc
+
     async def close(self) -> None:
         """Wait for the appends already made, end subscriptions, and disconnect.
 

@@ -237,6 +237,11 @@ class Settings(_Section, frozen=True, kw_only=True):
     agents: dict[str, AgentProfile] = msgspec.field(default_factory=_default_agents)
     """``[agents.<name>]``: run profiles; ``default`` is used when none is named."""
 
+    channels: dict[str, str] = msgspec.field(default_factory=dict)
+    """``[channels]``: channel name → agent profile; with a ``nats://`` log,
+    ``steward serve`` starts a run for each message on
+    ``steward.inbound.<channel>`` (unknown channels are refused)."""
+
     llm_max_concurrency: Positive = 2
     """Model calls in flight at once per process (Klaw ``maxConcurrentLlm``)."""
 
