@@ -146,17 +146,16 @@ def evolve(state: Run, event: Event) -> Run:
             )
         case LlmResponded():
             native = state.settings.protocol == "native"
+            said = ChatMessage(
+                role="assistant",
+                content=event.text,
+                tool_calls=event.tool_calls if native else (),
+            )
             return replace(
                 state,
                 llm_pending=None,
-                **_grown(
-                    state,
-                    ChatMessage(
-                        role="assistant",
-                        content=event.text,
-                        tool_calls=event.tool_calls if native else (),
-                    ),
-                ),
+                transcript=(*state.transcript, said),
+                transcript_totals=_totals(state, said),
                 stall=state.stall + 1,
                 rounds=state.rounds + (1 if event.tool_calls else 0),
                 input_tokens=state.input_tokens + event.usage.input_tokens,
@@ -195,11 +194,13 @@ def evolve(state: Run, event: Event) -> Run:
                 if event.ok
                 else f"Tool {done.name} failed: {event.error or 'unknown error'}"
             )
+            result = _tool_message(state, done, text)
             return replace(
                 state,
                 calls=calls,
                 tool_failed=state.tool_failed or not event.ok,
-                **_grown(state, _tool_message(state, done, text)),
+                transcript=(*state.transcript, result),
+                transcript_totals=_totals(state, result),
             )
         case OutputUpdated():
             text = event.text if event.mode == "replace" else state.output + event.text
@@ -216,7 +217,8 @@ def evolve(state: Run, event: Event) -> Run:
             )
             return replace(
                 state,
-                **_grown(state, message),
+                transcript=(*state.transcript, message),
+                transcript_totals=_totals(state, message),
                 invalid_replies=state.invalid_replies
                 + (event.reason == "invalid_command"),
                 tool_failed=state.tool_failed or event.reason == "tool_error",
@@ -271,12 +273,14 @@ def evolve(state: Run, event: Event) -> Run:
             if denied is None:
                 return state
             text = f"A person denied the call to {denied.name}: {event.reason}"
+            answer = _tool_message(state, denied, text)
             return replace(
                 state,
                 approvals=tuple(
                     a for a in state.approvals if a.request_id != event.request_id
                 ),
-                **_grown(state, _tool_message(state, denied, text)),
+                transcript=(*state.transcript, answer),
+                transcript_totals=_totals(state, answer),
             )
         case SubagentsSpawned():
             return replace(
@@ -293,8 +297,14 @@ def evolve(state: Run, event: Event) -> Run:
             results = (*state.results, event.result)
             if children:
                 return replace(state, children=children, results=results)
-            grown = _grown(state, _results_message(results))
-            return replace(state, children=children, results=(), **grown)
+            report = _results_message(results)
+            return replace(
+                state,
+                children=children,
+                results=(),
+                transcript=(*state.transcript, report),
+                transcript_totals=_totals(state, report),
+            )
         case RunSlept():
             return replace(
                 state,
@@ -908,16 +918,11 @@ def _system(settings: RunSettings) -> str:
 _SYSTEM_MEMO: dict[int, tuple[RunSettings, str]] = {}
 
 
-def _grown(state: Run, message: ChatMessage) -> dict[str, Any]:
-    """The transcript fields of ``state`` with ``message`` added."""
-    total = state.transcript_totals[-1] if state.transcript_totals else 0
-    return {
-        "transcript": (*state.transcript, message),
-        "transcript_totals": (
-            *state.transcript_totals,
-            total + len(message.content) // 4 + 1,
-        ),
-    }
+def _totals(state: Run, message: ChatMessage) -> tuple[int, ...]:
+    """``state.transcript_totals`` once ``message`` joins the transcript."""
+    totals = state.transcript_totals
+    cost = len(message.content) // 4 + 1
+    return (*totals, totals[-1] + cost) if totals else (cost,)
 
 
 def _window(state: Run) -> tuple[ChatMessage, ...]:

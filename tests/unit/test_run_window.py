@@ -47,5 +47,9 @@ def test_window_matches_the_definition(
         settings=RunSettings(transcript_limit=limit, transcript_token_limit=budget)
     )
     for message in transcript:
-        state = msgspec.structs.replace(state, **run_actor._grown(state, message))
+        state = msgspec.structs.replace(
+            state,
+            transcript=(*state.transcript, message),
+            transcript_totals=run_actor._totals(state, message),
+        )
     assert list(run_actor._window(state)) == reference(tuple(transcript), limit, budget)
