@@ -12,9 +12,11 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import secrets
 import shutil
 import signal
+import socket
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
@@ -123,8 +125,14 @@ def _host(env: Env, log: EventLog, projector: Projector, **kw: Any) -> Host:
         llm_concurrency=env.settings.llm_max_concurrency,
         tool_timeout=env.settings.tools.timeout,
         projector=projector,
+        worker_id=_worker_id() if env.distributed else None,
+        claim_seconds=env.settings.log.claim_seconds,
         **kw,
     )
+
+
+def _worker_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
 
 
 def _new_run(env: Env, text: str, profile: str) -> events.RunCreated:
@@ -243,6 +251,21 @@ async def cmd_start(env: Env, args: argparse.Namespace) -> int:
 
 
 async def cmd_serve(env: Env, args: argparse.Namespace) -> int:
+    return await _serve(env, services=True)
+
+
+async def cmd_worker(env: Env, args: argparse.Namespace) -> int:
+    if not env.distributed:
+        raise ConfigError(
+            "settings",
+            "log.url",
+            "a worker shares a nats:// log with others; give --log nats://... "
+            "(on an embedded log, run `steward serve`)",
+        )
+    return await _serve(env, services=False)
+
+
+async def _serve(env: Env, *, services: bool) -> int:
     async with _opened(env) as (log, projector):
         host = _host(env, log, projector)
         stop = asyncio.Event()
@@ -250,10 +273,11 @@ async def cmd_serve(env: Env, args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         await host.start()
-        services = await _start_services(env, log, host)
-        env.out(f"steward serving {env.log_url} (ctrl-c to stop)")
+        closers = await _start_services(env, log, host) if services else []
+        role = "serving" if services else f"working as {host.worker_id} on"
+        env.out(f"steward {role} {env.log_url} (ctrl-c to stop)")
         await stop.wait()
-        for close in reversed(services):
+        for close in reversed(closers):
             await close()
         await host.stop()
     return 0
@@ -559,6 +583,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("serve", help="host the actors over the log until stopped")
     s.set_defaults(fn=cmd_serve)
+    s = sub.add_parser(
+        "worker",
+        help="share a nats:// log's work (model and tool calls, timers) with "
+        "other workers until stopped",
+    )
+    s.set_defaults(fn=cmd_worker)
 
     s = sub.add_parser("run", help="run TEXT to completion here, streaming each step")
     s.add_argument("text")

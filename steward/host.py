@@ -107,6 +107,8 @@ class Host:
         llm_retries: int = 2,
         projector: Any = None,
         max_conflict_retries: int = 20,
+        worker_id: str | None = None,
+        claim_seconds: float = 300.0,
     ) -> None:
         self.log = log
         self.provider = provider
@@ -114,6 +116,11 @@ class Host:
         self.workspace = Path(workspace)
         self.clock: Clock = clock or SystemClock()
         self.projector = projector
+        # With a worker id, hosts share one log: each model or tool call is
+        # claimed in the run's log first, and abandoned claims are retaken.
+        self.worker_id = worker_id
+        self.claim_seconds = claim_seconds
+        self._sweeper: asyncio.Task[None] | None = None
         self._llm_slots = PriorityLimiter(llm_concurrency)
         for priority in PRIORITIES:
             LLM_WAITING.labels(priority).set_function(
@@ -244,13 +251,16 @@ class Host:
             self.position = await self.log.head()
         self._timer_task = asyncio.create_task(self._run_timers())
         self._dispatcher = asyncio.create_task(self._dispatch())
+        if self.worker_id is not None and self.projector is not None:
+            self._sweeper = asyncio.create_task(self._sweep())
 
     async def stop(self) -> None:
         """Stop following the log and cancel effects still in flight."""
-        for task in (self._dispatcher, self._timer_task, *self._tasks):
+        running = (self._dispatcher, self._timer_task, self._sweeper, *self._tasks)
+        for task in running:
             if task is not None:
                 task.cancel()
-        for task in (self._dispatcher, self._timer_task, *self._tasks):
+        for task in running:
             if task is not None:
                 try:
                     await task
@@ -376,7 +386,7 @@ class Host:
             priority=request.priority,
             profile=state.created.profile if state.created else None,
         )
-        answer: Event
+        answer: Event | None
         # The decider hashed this very prompt when this host committed the
         # request; state read back from the log (after a restart, or written
         # by another process, maybe by other code) is checked.
@@ -391,9 +401,43 @@ class Host:
             )
         else:
             answer = await self._ask(rec, prompt, info)
-        await self.submit(rec.stream, answer, causation_id=rec.id)
+        if answer is not None:
+            await self.submit(rec.stream, answer, causation_id=rec.id)
 
-    async def _ask(self, rec: Recorded, prompt: Any, info: RequestInfo) -> Event:
+    async def _claim(self, rec: Recorded, request_id: str) -> bool:
+        """Take effect ``request_id`` for this worker; whether it is ours.
+
+        Without a worker id (one host on its log) every effect is ours.
+        """
+        if self.worker_id is None:
+            return True
+        now = self.clock.now()
+        claim = events.EffectClaimed(
+            request_id=request_id,
+            worker=self.worker_id,
+            until=now + self.claim_seconds,
+            at=now,
+        )
+        return await self.submit(rec.stream, claim, causation_id=rec.id) is not None
+
+    async def _sweep(self) -> None:
+        """Retake effects whose worker died: route pending ones again, often.
+
+        A live worker's claim refuses the retry; an expired one lets it in.
+        """
+        assert self.projector is not None
+        while True:
+            await self.clock.sleep(max(0.05, self.claim_seconds / 4))
+            try:
+                for stream, version in await self.projector.pending_sources():
+                    for rec in await self.log.read(stream, version):
+                        if rec.version == version:
+                            await self._route(rec)
+            except Exception:
+                log.exception("sweeping abandoned effects failed")
+
+    async def _ask(self, rec: Recorded, prompt: Any, info: RequestInfo) -> Event | None:
+        """The answer to model request ``info``; None if another worker has it."""
         assert self.provider is not None
         provider = self.provider
         retries = self._llm_retries
@@ -436,6 +480,10 @@ class Host:
                 if rate is not None:
                     await rate.acquire(tokens)
                 async with self._llm_slots.slot(info.priority):
+                    # claimed once a slot is free, so a worker never holds
+                    # more calls than it can make
+                    if attempt == 1 and not await self._claim(rec, info.request_id):
+                        return None
                     started = self.clock.now()
                     result = await collect(provider.stream(prompt, info), on_event)
             except ProviderError as e:
@@ -486,6 +534,8 @@ class Host:
 
     async def _call_tool(self, rec: Recorded, request: events.ToolRequested) -> None:
         state = await self._state_at(rec.stream, rec.version)
+        if not await self._claim(rec, request.request_id):
+            return  # another worker runs it, or it is answered already
         ctx = ToolContext(workspace=self.workspace, run_id=state.run_id)
         assert self.tools is not None
         outcome = await self.tools.call(

@@ -29,6 +29,7 @@ from steward.events.run import (
     CancelRequested,
     ChatMessage,
     DecisionRecorded,
+    EffectClaimed,
     LlmAttemptFailed,
     LlmFailed,
     LlmRequested,
@@ -111,6 +112,8 @@ class Run(msgspec.Struct, frozen=True, kw_only=True):
     budget_hold: str | None = None
     """The `BudgetExceeded` request the run waits on, if it does."""
     budget_lifted: bool = False
+    claims: tuple[tuple[str, str, float], ...] = ()
+    """(request id, worker, until) of effects a worker has claimed."""
     reason: str | None = None
 
 
@@ -154,6 +157,7 @@ def evolve(state: Run, event: Event) -> Run:
             return replace(
                 state,
                 llm_pending=None,
+                claims=_unclaimed(state, event.request_id),
                 transcript=(*state.transcript, said),
                 transcript_totals=_totals(state, said),
                 stall=state.stall + 1,
@@ -187,8 +191,9 @@ def evolve(state: Run, event: Event) -> Run:
             if done is None:
                 return state
             calls = _without(state.calls, done)
+            claims = _unclaimed(state, event.request_id)
             if _will_retry(state, done, event):
-                return replace(state, calls=calls, tool_failed=True)
+                return replace(state, calls=calls, claims=claims, tool_failed=True)
             text = (
                 event.output
                 if event.ok
@@ -198,6 +203,7 @@ def evolve(state: Run, event: Event) -> Run:
             return replace(
                 state,
                 calls=calls,
+                claims=claims,
                 tool_failed=state.tool_failed or not event.ok,
                 transcript=(*state.transcript, result),
                 transcript_totals=_totals(state, result),
@@ -249,7 +255,12 @@ def evolve(state: Run, event: Event) -> Run:
         case RunStarted():
             return replace(state, status="running")
         case LlmFailed():
-            return replace(state, llm_pending=None)
+            return replace(
+                state, llm_pending=None, claims=_unclaimed(state, event.request_id)
+            )
+        case EffectClaimed():
+            claim = (event.request_id, event.worker, event.until)
+            return replace(state, claims=(*_unclaimed(state, event.request_id), claim))
         case ApprovalRequested():
             call = PendingCall(
                 request_id=event.request_id,
@@ -356,6 +367,10 @@ def decide(input: Event, state: Run) -> list[Event] | None:
             "running",
         ) if rid == state.llm_pending:
             return []  # recorded for people; changes nothing
+        case EffectClaimed(request_id=rid), "running" | "waiting" if (
+            rid == state.llm_pending or _find(state.calls, rid) is not None
+        ) and _claimable(state, input):
+            return []
         case LlmFailed(request_id=rid), "running" if rid == state.llm_pending:
             return [
                 RunFailed(reason=f"model call failed: {input.kind}: {input.message}")
@@ -653,6 +668,20 @@ def _next_call(state: Run, decisions: list[Event]) -> list[Event]:
             priority="subagent" if state.kind == "subagent" else "interactive",
         )
     ]
+
+
+def _claimable(state: Run, claim: EffectClaimed) -> bool:
+    """Whether ``claim`` may take its effect: unclaimed, expired, or renewed."""
+    for request_id, worker, until in state.claims:
+        if request_id == claim.request_id:
+            return worker == claim.worker or until <= claim.at
+    return True
+
+
+def _unclaimed(state: Run, request_id: str) -> tuple[tuple[str, str, float], ...]:
+    if not state.claims:
+        return state.claims
+    return tuple(c for c in state.claims if c[0] != request_id)
 
 
 def _spent_budget(state: Run) -> list[Event] | None:

@@ -98,6 +98,10 @@ class LogConfig(_Section, frozen=True, kw_only=True):
     """SQLite ``PRAGMA synchronous``; ``NORMAL`` with WAL survives a process crash,
     ``FULL`` also a power loss."""
 
+    claim_seconds: Seconds = 300.0
+    """On a shared (``nats://``) log, how long a worker's claim on a model or
+    tool call lasts; a call whose worker died is retaken after this."""
+
     projections: str | None = None
     """The SQLite file of the projections when the log is on JetStream
     (``nats://...``); default ``.steward/projections.db``. An embedded log keeps

@@ -21,6 +21,7 @@ __all__ = [
     "ChatMessage",
     "DecisionRecorded",
     "INPUT_TYPES",
+    "EffectClaimed",
     "LlmAttemptFailed",
     "LlmFailed",
     "LlmStreamRecorded",
@@ -195,6 +196,20 @@ class LlmAttemptFailed(Event, frozen=True, kw_only=True):
     status: int | None = None
     retry_after: float | None = None
     delay: float = 0.0
+    at: float = 0.0
+
+
+class EffectClaimed(Event, frozen=True, kw_only=True):
+    """Worker ``worker`` takes effect ``request_id`` (a model or tool call).
+
+    With several workers on one log, the log is the lock: the decider accepts
+    one claim per request, or a new one once the old claim's ``until`` has
+    passed (its worker died), so exactly one live worker runs each effect.
+    """
+
+    request_id: str
+    worker: str
+    until: float
     at: float = 0.0
 
 
@@ -399,6 +414,7 @@ RunInput = (
     | LlmFailed
     | LlmAttemptFailed
     | LlmStreamRecorded
+    | EffectClaimed
     | ToolResulted
     | WakeDue
     | SubagentFinished
@@ -431,6 +447,7 @@ INPUT_TYPES: tuple[type[Event], ...] = (
     LlmFailed,
     LlmAttemptFailed,
     LlmStreamRecorded,
+    EffectClaimed,
     ToolResulted,
     WakeDue,
     SubagentFinished,

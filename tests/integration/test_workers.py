@@ -1,0 +1,159 @@
+"""Three `steward worker`s share a JetStream log; one is SIGKILLed mid-way.
+
+Every run completes, versions are contiguous, every model and tool request has
+exactly one recorded answer, and no effect is claimed by two live workers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from nats_server import NatsServer
+
+from steward import events, replay
+from steward.actors import run as run_actor
+from steward.actors.tools import ToolRegistry
+from steward.bus import JetStreamEventLog, open_log
+from steward.config import load_settings
+from steward.host import Host, run_stream
+
+pytestmark = pytest.mark.slow
+
+RUNS = 120
+
+
+def _script(path: Path) -> None:
+    def reply(**command: object) -> dict[str, object]:
+        return {"json": command, "delay": 0.05}
+
+    replies = [
+        reply(type="note", category="requirements", content="r"),
+        reply(type="note", category="plan", content="p"),
+        reply(
+            type="tool_call", name="files.write", args={"path": "o.txt", "content": "x"}
+        ),
+        reply(type="set_output", output="half"),
+        reply(type="finish", output="done"),
+    ]
+    path.write_text(json.dumps({"per_run": True, "replies": replies}))
+
+
+def _worker(tmp: Path, url: str, n: int) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "steward",
+            "--log",
+            url,
+            "--db",
+            str(tmp / f"projections-{n}.db"),
+            "--script",
+            str(tmp / "script.json"),
+            "worker",
+        ],
+        cwd=tmp,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "STEWARD_LOG_CLAIM_SECONDS": "1.5",
+            "STEWARD_LLM_MAX_CONCURRENCY": "8",
+        },
+    )
+
+
+async def _statuses(log: JetStreamEventLog) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    for stream in await log.streams("run."):
+        state = run_actor.fold(r.event for r in await log.read(stream))
+        counts[state.status] += 1
+    return counts
+
+
+async def test_workers_share_runs_and_survive_a_sigkill(tmp_path: Path) -> None:
+    server = NatsServer(tmp_path / "nats")
+    server.start()
+    url = f"{server.url}?stream=WORK&prefix=work.ev"
+    _script(tmp_path / "script.json")
+    workers = [_worker(tmp_path, url, n) for n in range(3)]
+    log = await open_log(url)
+    assert isinstance(log, JetStreamEventLog)
+    try:
+        settings = load_settings(None, env={}).run_settings(
+            "default", ToolRegistry.with_builtins().specs()
+        )
+        starter = Host(log)
+        await asyncio.gather(
+            *(
+                starter.submit(
+                    run_stream(f"w{n}"),
+                    events.RunCreated(
+                        run_id=f"w{n}", input_text="go", settings=settings
+                    ),
+                )
+                for n in range(RUNS)
+            )
+        )
+        for _ in range(600):  # until work is visibly under way, then kill one
+            await asyncio.sleep(0.05)
+            if (await _statuses(log))["completed"] >= RUNS // 4:
+                break
+        workers[0].send_signal(signal.SIGKILL)
+        workers[0].wait(10)
+        mid = await _statuses(log)
+        assert mid["completed"] < RUNS, f"killed too late to test anything: {mid}"
+
+        for _ in range(1200):
+            await asyncio.sleep(0.1)
+            if (await _statuses(log))["completed"] == RUNS:
+                break
+        statuses = await _statuses(log)
+        assert statuses["completed"] == RUNS, statuses
+
+        claimed_by: Counter[str] = Counter()
+        for stream in await log.streams("run."):
+            records = await log.read(stream)
+            assert [r.version for r in records] == list(range(1, len(records) + 1))
+            answers = Counter(
+                r.event.request_id
+                for r in records
+                if isinstance(r.event, events.LlmResponded | events.ToolResulted)
+            )
+            requests = [
+                r.event.request_id
+                for r in records
+                if isinstance(r.event, events.LlmRequested | events.ToolRequested)
+            ]
+            assert len(requests) == len(set(requests)), stream
+            assert set(answers) == set(requests), stream
+            assert all(n == 1 for n in answers.values()), (stream, answers)
+            for r in records:
+                if isinstance(r.event, events.EffectClaimed):
+                    claimed_by[r.event.worker] += 1
+            assert replay.verify(records) is None, stream
+        assert len(claimed_by) >= 2, claimed_by  # the work was shared
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.send_signal(signal.SIGTERM)
+        errors = []
+        for worker in workers:
+            try:
+                _, err = worker.communicate(timeout=15)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                _, err = worker.communicate()
+            errors.append(err.decode()[-1500:])
+        await log.close()
+        server.stop()
+    assert [w.returncode for w in workers[1:]] == [0, 0], errors
