@@ -1,4 +1,5 @@
-"""Three `steward worker`s share a JetStream log; one is SIGKILLed mid-way.
+"""Three `steward worker`s share a JetStream log; one worker is SIGKILLed, or
+the NATS server restarted, mid-way.
 
 Every run completes, versions are contiguous, every model and tool request has
 exactly one recorded answer, and no effect is claimed by two live workers.
@@ -80,7 +81,11 @@ async def _statuses(log: JetStreamEventLog) -> Counter[str]:
     return counts
 
 
-async def test_workers_share_runs_and_survive_a_sigkill(tmp_path: Path) -> None:
+@pytest.mark.parametrize("victim", ["worker", "server"])
+async def test_workers_share_runs_and_survive_a_sigkill(
+    tmp_path: Path, victim: str
+) -> None:
+    """SIGKILL one worker, or restart the NATS server, mid-way: nothing lost."""
     server = NatsServer(tmp_path / "nats")
     server.start()
     url = f"{server.url}?stream=WORK&prefix=work.ev"
@@ -108,8 +113,11 @@ async def test_workers_share_runs_and_survive_a_sigkill(tmp_path: Path) -> None:
             await asyncio.sleep(0.05)
             if (await _statuses(log))["completed"] >= RUNS // 4:
                 break
-        workers[0].send_signal(signal.SIGKILL)
-        workers[0].wait(10)
+        if victim == "worker":
+            workers[0].send_signal(signal.SIGKILL)
+            workers[0].wait(10)
+        else:
+            server.restart(kill=True)
         mid = await _statuses(log)
         assert mid["completed"] < RUNS, f"killed too late to test anything: {mid}"
 
@@ -156,4 +164,5 @@ async def test_workers_share_runs_and_survive_a_sigkill(tmp_path: Path) -> None:
             errors.append(err.decode()[-1500:])
         await log.close()
         server.stop()
-    assert [w.returncode for w in workers[1:]] == [0, 0], errors
+    survivors = workers[1:] if victim == "worker" else workers
+    assert [w.returncode for w in survivors] == [0] * len(survivors), errors
