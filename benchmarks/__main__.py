@@ -1,7 +1,8 @@
 """Run the benchmarks and print their figures beside the targets.
 
 Usage: ``python -m benchmarks [--only NAME]``, NAME being a module of
-``MODULES`` (``log_bench``, ``runtime_bench``, or just ``log``).
+``MODULES`` (``log_bench``, ``runtime_bench``, ``workers_bench``, or just
+``log``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,11 @@ from typing import Any
 
 from benchmarks.common import Figure, print_table
 
-MODULES = ["benchmarks.log_bench", "benchmarks.runtime_bench"]
+MODULES = [
+    "benchmarks.log_bench",
+    "benchmarks.runtime_bench",
+    "benchmarks.workers_bench",
+]
 
 
 def _run(coro: Coroutine[Any, Any, list[Figure]]) -> list[Figure]:
