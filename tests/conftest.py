@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import itertools
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from nats_server import NatsServer
 
 from steward.actors.llm import ScriptedProvider
 from steward.actors.tools import ToolRegistry
-from steward.bus import SqliteEventLog
+from steward.bus import EventLog, JetStreamEventLog, SqliteEventLog
 from steward.clock import FakeClock
 from steward.host import Host
 from steward.projections.store import Projector
@@ -21,13 +23,56 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
-@pytest.fixture
-async def log(tmp_path: Path) -> AsyncIterator[SqliteEventLog]:
-    opened = await SqliteEventLog.open(tmp_path / "log.db")
+@pytest.fixture(scope="session")
+def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
+    """One nats-server (JetStream, temporary store) for the whole session."""
+    server = NatsServer(tmp_path_factory.mktemp("nats"))
+    server.start()
     try:
-        yield opened
+        yield server
     finally:
-        await opened.close()
+        server.stop()
+
+
+_streams = itertools.count(1)
+
+
+@pytest.fixture(params=["sqlite", "jetstream"])
+async def open_log_handle(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[Callable[[], Awaitable[EventLog]]]:
+    """Opens handles on one fresh log of each backend, as processes would."""
+    opened: list[EventLog] = []
+    if request.param == "sqlite":
+
+        async def open_one() -> EventLog:
+            return await SqliteEventLog.open(tmp_path / "log.db")
+
+    else:
+        server: NatsServer = request.getfixturevalue("nats_server")
+        n = next(_streams)
+
+        async def open_one() -> EventLog:
+            return await JetStreamEventLog.open(
+                server.url, stream=f"HOST_{n}", prefix=f"host.t{n}"
+            )
+
+    async def track() -> EventLog:
+        handle = await open_one()
+        opened.append(handle)
+        return handle
+
+    try:
+        yield track
+    finally:
+        for handle in reversed(opened):
+            await handle.close()
+
+
+@pytest.fixture
+async def log(open_log_handle: Callable[[], Awaitable[EventLog]]) -> EventLog:
+    """A fresh event log: the host tests run on both backends."""
+    return await open_log_handle()
 
 
 HostFactory = Callable[..., Any]
@@ -35,7 +80,7 @@ HostFactory = Callable[..., Any]
 
 @pytest.fixture
 async def make_host(
-    tmp_path: Path, log: SqliteEventLog, clock: FakeClock
+    tmp_path: Path, log: EventLog, clock: FakeClock
 ) -> AsyncIterator[HostFactory]:
     """Build started hosts over the test's log; all are stopped at the end."""
     made: list[tuple[Host, Projector]] = []

@@ -7,7 +7,7 @@ A backend joins the suite by adding its name to ``BACKENDS`` and an opener to
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -27,17 +27,6 @@ def _sqlite_opener(request: pytest.FixtureRequest) -> LogFactory:
         return await SqliteEventLog.open(path)
 
     return open_sqlite
-
-
-@pytest.fixture(scope="session")
-def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
-    """One nats-server (JetStream, temporary store) for the whole session."""
-    server = NatsServer(tmp_path_factory.mktemp("nats"))
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 _js_logs = itertools.count(1)

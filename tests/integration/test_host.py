@@ -16,7 +16,7 @@ from steward.actors import run as run_actor
 from steward.actors.llm import ScriptedProvider
 from steward.actors.run import Run
 from steward.actors.tools import ToolRegistry, tool
-from steward.bus import SqliteEventLog
+from steward.bus import EventLog
 from steward.clock import FakeClock
 from steward.host import Host, run_stream
 from steward.projections.store import Projector
@@ -48,7 +48,7 @@ async def wait_status(
         await asyncio.sleep(0.01)
 
 
-async def check_log(log: SqliteEventLog) -> None:
+async def check_log(log: EventLog) -> None:
     """Every run stream is contiguous, answers each request once, and verifies."""
     for stream in await log.streams("run."):
         records = await log.read(stream)
@@ -249,22 +249,15 @@ async def test_approval_then_denial(make_host, log) -> None:
 
 
 async def test_operator_input_from_another_process_reaches_the_host(
-    tmp_path: Path, make_host, log
+    make_host, log, open_log_handle
 ) -> None:
-    """A cancel appended through a second log on the same file stops the run."""
+    """A cancel appended through a second handle on the same log stops the run."""
     host = await make_host([act(type="sleep", delaySeconds=3600)])
     await host.submit(run_stream("r1"), created(planning_gate=False))
     await wait_status(host, "r1", "waiting")
 
-    other = await SqliteEventLog.open(tmp_path / "log.db")
-    try:
-        operator = Host(other)
-        assert (
-            await operator.submit(run_stream("r1"), events.CancelRequested())
-            is not None
-        )
-    finally:
-        await other.close()
+    operator = Host(await open_log_handle())
+    assert await operator.submit(run_stream("r1"), events.CancelRequested()) is not None
     state = await wait_status(host, "r1", "cancelled")
     assert state.reason == "cancelled by operator"
 

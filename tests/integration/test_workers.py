@@ -2,7 +2,8 @@
 the NATS server restarted, mid-way.
 
 Every run completes, versions are contiguous, every model and tool request has
-exactly one recorded answer, and no effect is claimed by two live workers.
+exactly one recorded answer, every sleep wakes exactly once, and replay
+verifies each run.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from steward.host import Host, run_stream
 
 pytestmark = pytest.mark.slow
 
-RUNS = 120
+RUNS = 200
 
 
 def _script(path: Path) -> None:
@@ -42,6 +43,7 @@ def _script(path: Path) -> None:
             type="tool_call", name="files.write", args={"path": "o.txt", "content": "x"}
         ),
         reply(type="set_output", output="half"),
+        reply(type="sleep", delaySeconds=0.3),
         reply(type="finish", output="done"),
     ]
     path.write_text(json.dumps({"per_run": True, "replies": replies}))
@@ -143,6 +145,15 @@ async def test_workers_share_runs_and_survive_a_sigkill(
                 if isinstance(r.event, events.LlmRequested | events.ToolRequested)
             ]
             assert len(requests) == len(set(requests)), stream
+            wakes = [
+                r.event.timer_id for r in records if isinstance(r.event, events.WakeDue)
+            ]
+            sleeps = [
+                r.event.timer_id
+                for r in records
+                if isinstance(r.event, events.RunSlept)
+            ]
+            assert wakes == sleeps, stream  # every timer fired exactly once
             assert set(answers) == set(requests), stream
             assert all(n == 1 for n in answers.values()), (stream, answers)
             for r in records:
