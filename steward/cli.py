@@ -31,7 +31,7 @@ from steward.actors import run as run_actor
 from steward.actors.llm import ModelRouter, Provider, RequestInfo
 from steward.actors.tools import ToolRegistry
 from steward.bus import EventLog, open_log
-from steward.config import Settings, load_settings
+from steward.config import LogConfig, Settings, load_settings
 from steward.errors import ConfigError, NotFoundError, StewardError
 from steward.host import Host, run_stream
 from steward.ingress import Egress, Ingress
@@ -39,6 +39,7 @@ from steward.projections.store import Projector
 
 EXIT_INPUT = 2
 EXIT_MISMATCH = 3
+DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
 
 
 @dataclass
@@ -67,12 +68,20 @@ class Env:
 def _env(settings: Settings, args: argparse.Namespace) -> Env:
     """Where the log and the projections are, from the options and settings.
 
-    ``--log`` wins over ``--db``, which wins over ``[log] url``. An embedded log
-    keeps its projections in its own file; a ``nats://`` log keeps them in
-    ``--db`` or ``[log] projections``.
+    ``--log`` wins over ``--db``, which wins over ``[log] url``; ``--backend``
+    without ``--log`` picks that backend's default when ``[log] url`` is of the
+    other. An embedded log keeps its projections in its own file; a ``nats://``
+    log keeps them in ``--db`` or ``[log] projections``.
     """
     url = args.log or settings.log.url
     distributed = url.partition("://")[0] in ("nats", "tls")
+    if args.backend is not None and distributed != (args.backend == "jetstream"):
+        if args.log is not None:
+            raise StewardError(
+                f"--backend {args.backend} does not fit --log {args.log}"
+            )
+        distributed = not distributed
+        url = DEFAULT_NATS_URL if distributed else LogConfig().url
     if distributed:
         db = Path(args.db or settings.log.projections or ".steward/projections.db")
         return Env(settings=settings, db=db, script=args.script, out=print, log_url=url)
@@ -305,7 +314,13 @@ async def _start_services(
     if env.settings.channels:
         for profile in env.settings.channels.values():
             env.settings.profile(profile)  # an unknown profile fails here, named
-        ingress = Ingress(connection, host, env.settings, env.settings.channels)
+        ingress = Ingress(
+            connection,
+            host,
+            env.settings,
+            env.settings.channels,
+            replicas=getattr(log, "replicas", 1),
+        )
         await ingress.start()
         closers.append(ingress.stop)
         env.out(f"inbound channels: {', '.join(sorted(env.settings.channels))}")
@@ -553,6 +568,16 @@ async def cmd_demo(env: Env, args: argparse.Namespace) -> int:
 # -- parser ---------------------------------------------------------------------
 
 
+def _backend_option(parser: argparse.ArgumentParser, default: str | None) -> None:
+    parser.add_argument(
+        "--backend",
+        choices=("sqlite", "jetstream"),
+        default=default,
+        help="the kind of event log, when --log does not say: sqlite uses "
+        f"[log] url or .steward/steward.db, jetstream [log] url or {DEFAULT_NATS_URL}",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="steward",
@@ -575,6 +600,7 @@ def build_parser() -> argparse.ArgumentParser:
         "nats://host:4222[,host2:4222]?stream=NAME&replicas=3 for JetStream "
         "(default: [log] url)",
     )
+    _backend_option(p, None)
     p.add_argument(
         "--script", help="play the model's replies from this YAML/JSON script"
     )
@@ -583,12 +609,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("serve", help="host the actors over the log until stopped")
     s.set_defaults(fn=cmd_serve)
+    # also after the command, as in `steward serve --backend jetstream`
+    _backend_option(s, argparse.SUPPRESS)
     s = sub.add_parser(
         "worker",
         help="share a nats:// log's work (model and tool calls, timers) with "
         "other workers until stopped",
     )
     s.set_defaults(fn=cmd_worker)
+    _backend_option(s, argparse.SUPPRESS)
 
     s = sub.add_parser("run", help="run TEXT to completion here, streaming each step")
     s.add_argument("text")

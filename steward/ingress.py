@@ -7,7 +7,9 @@ starts a run for the channel's agent. When the publisher asked for a reply it
 gets ``{"ok": true, "run_id": ...}`` or ``{"ok": false, "error": {"code", "message"}}``
 with one of the stable `ERROR_CODES`. A rejected message is never dropped: its
 original payload goes to ``steward.deadletter.inbound.<channel>`` with the
-headers ``Steward-Error-Code`` and ``Steward-Error``.
+headers ``Steward-Error-Code`` and ``Steward-Error``, where the JetStream
+stream ``STEWARD_DEADLETTER`` (created on start, file storage) keeps it for
+30 days whether or not anyone listens.
 
 A message with a ``message_id`` starts at most one run per channel: the run id
 is derived from the channel and the id, so a redelivery finds the run already
@@ -33,6 +35,8 @@ import secrets
 from typing import Annotated, Any, Literal, NamedTuple
 
 import msgspec
+import nats.js.api
+import nats.js.errors
 
 from steward import events
 from steward.actors.llm import RequestInfo
@@ -42,6 +46,7 @@ from steward.host import Host, run_id_of, run_stream
 from steward.projections.store import summary
 
 __all__ = [
+    "DEADLETTER_STREAM",
     "DEFAULT_MAX_BYTES",
     "ERROR_CODES",
     "INBOUND_SUBJECT",
@@ -68,6 +73,12 @@ QUEUE_GROUP = "steward-ingress"
 
 DEFAULT_MAX_BYTES = 64 * 1024
 """Largest inbound payload accepted, in bytes (64 KiB)."""
+
+DEADLETTER_STREAM = "STEWARD_DEADLETTER"
+"""The JetStream stream that keeps refused inbound messages."""
+
+DEADLETTER_MAX_AGE = 30 * 24 * 3600.0
+"""Seconds a dead letter is kept (30 days)."""
 
 MSGPACK = "application/msgpack"
 
@@ -140,6 +151,28 @@ def deadletter_subject(channel: str) -> str:
     return f"steward.deadletter.inbound.{channel}"
 
 
+async def keep_deadletters(js: Any, *, replicas: int = 1) -> None:
+    """Make sure stream `DEADLETTER_STREAM` keeps ``steward.deadletter.>``.
+
+    An existing stream of that name is used as it is, so an operator may
+    change its limits.
+    """
+    try:
+        await js.stream_info(DEADLETTER_STREAM)
+        return
+    except nats.js.errors.NotFoundError:
+        pass
+    await js.add_stream(
+        nats.js.api.StreamConfig(
+            name=DEADLETTER_STREAM,
+            subjects=["steward.deadletter.>"],
+            storage=nats.js.api.StorageType.FILE,
+            max_age=DEADLETTER_MAX_AGE,
+            num_replicas=replicas,
+        )
+    )
+
+
 def outbound_subject(channel: str) -> str:
     return f"steward.outbound.{channel}"
 
@@ -202,6 +235,7 @@ class Ingress:
             answered ``unknown_channel``.
         max_bytes: largest payload accepted; larger ones are ``too_large``.
         queue: the NATS queue group the ingress processes share.
+        replicas: copies of the dead-letter stream, when it is created.
     """
 
     def __init__(
@@ -213,8 +247,11 @@ class Ingress:
         *,
         max_bytes: int = DEFAULT_MAX_BYTES,
         queue: str = QUEUE_GROUP,
+        replicas: int = 1,
     ) -> None:
         self.nc = nc
+        self.js = nc.jetstream()
+        self.replicas = replicas
         self.host = host
         self.settings = settings
         self.channels = dict(channels)
@@ -223,9 +260,20 @@ class Ingress:
         self._sub: Any = None
 
     async def start(self) -> None:
-        """Subscribe to ``steward.inbound.*`` in the queue group."""
+        """Subscribe to ``steward.inbound.*`` in the queue group.
+
+        Raises:
+            StewardError: the dead-letter stream cannot be made.
+        """
         if self._sub is not None:
             return
+        try:
+            await keep_deadletters(self.js, replicas=self.replicas)
+        except Exception as e:
+            raise StewardError(
+                f"cannot keep dead letters in the JetStream stream "
+                f"{DEADLETTER_STREAM}: {e}"
+            ) from e
         self._sub = await self.nc.subscribe(
             INBOUND_SUBJECT, queue=self.queue, cb=self._on_message
         )
@@ -321,7 +369,8 @@ class Ingress:
             headers = dict(msg.headers or {})
             headers["Steward-Error-Code"] = code
             headers["Steward-Error"] = _header(reason)
-            await self.nc.publish(
+            # Acknowledged by JetStream: stored, not just sent.
+            await self.js.publish(
                 deadletter_subject(channel), msg.data, headers=headers
             )
         except Exception:

@@ -358,6 +358,8 @@ class JetStreamEventLog:
         self.stream = stream
         self.prefix = prefix
         self.servers = servers
+        self.replicas = 1
+        """Copies the server keeps of the stream (known once it is open)."""
         self._nc = nc
         self._clock = clock
         self._request_timeout = request_timeout
@@ -596,6 +598,7 @@ class JetStreamEventLog:
         except _Unavailable as e:
             raise self._unavailable_error(e) from e
         config = info.get("config", {})
+        self.replicas = int(config.get("num_replicas") or 1)
         if subjects not in config.get("subjects", []):
             raise LogWriteError(
                 f"the JetStream stream {self.stream} at {self._where} captures "

@@ -80,3 +80,42 @@ def test_an_unreachable_server_is_one_clear_line(
     assert code == 2
     assert err.startswith("steward: ") and len(err.strip().splitlines()) == 1
     assert "127.0.0.1" in err
+
+
+@pytest.mark.parametrize(
+    ("configured", "argv", "expected"),
+    [
+        (None, ["--backend", "jetstream"], cli.DEFAULT_NATS_URL),
+        (
+            "nats://n1:4222?stream=S",
+            ["--backend", "jetstream"],
+            "nats://n1:4222?stream=S",
+        ),
+        ("nats://n1:4222", ["--backend", "sqlite"], ".steward/steward.db"),
+        ("nats://n1:4222", ["--backend", "sqlite", "--db", "x.db"], "x.db"),
+        (None, ["--backend", "sqlite"], ".steward/steward.db"),
+        (None, ["serve", "--backend", "jetstream"], cli.DEFAULT_NATS_URL),
+        (None, ["worker", "--backend", "jetstream"], cli.DEFAULT_NATS_URL),
+    ],
+)
+def test_backend_picks_the_log_when_no_url_says(
+    configured: str | None, argv: list[str], expected: str
+) -> None:
+    settings = cli.load_settings(
+        None, env={"STEWARD_LOG_URL": configured} if configured else {}
+    )
+    if argv[0].startswith("--"):
+        argv = [*argv, "runs", "list"]
+    env = cli._env(settings, cli.build_parser().parse_args(argv))
+    assert env.log_url == expected
+    assert env.distributed == ("jetstream" in argv)
+
+
+def test_a_backend_that_contradicts_the_log_is_one_clear_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = str(tmp_path / "log.db")
+    code = cli.main(["--backend", "jetstream", "--log", db, "runs", "list"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.strip() == f"steward: --backend jetstream does not fit --log {db}"

@@ -22,6 +22,7 @@ from steward.bus import SqliteEventLog
 from steward.config.settings import AgentProfile, RunConfig, Settings
 from steward.host import Host, run_stream
 from steward.ingress import (
+    DEADLETTER_STREAM,
     Egress,
     Ingress,
     inbound_schema_json,
@@ -277,6 +278,10 @@ async def test_a_bad_message_gets_an_error_and_a_dead_letter(
     assert letter.data == data
     assert letter.headers["Steward-Error-Code"] == code
     assert re.search(message, letter.headers["Steward-Error"])
+    kept = await setup.client.jetstream().get_last_msg(
+        DEADLETTER_STREAM, letter.subject
+    )
+    assert (kept.data, kept.headers) == (letter.data, letter.headers)
     assert await setup.log.streams("run.") == []  # nothing half-created
 
     good = await setup.request("web", {"text": "after the bad one"})
@@ -287,12 +292,16 @@ async def test_a_bad_message_gets_an_error_and_a_dead_letter(
 async def test_a_message_without_reply_subject_is_still_dead_lettered(
     setup: Setup,
 ) -> None:
-    """A fire-and-forget bad message is not dropped: it reaches the dead letters."""
-    dead = await setup.client.subscribe("steward.deadletter.inbound.web")
+    """A fire-and-forget bad message is kept though nobody listens for it."""
+    await setup.client.publish("steward.inbound.web", b"nope")
     await setup.client.flush()
 
-    await setup.client.publish("steward.inbound.web", b"nope")
-
-    letter = await dead.next_msg(timeout=5)
+    js = setup.client.jetstream()
+    for _ in range(100):
+        info = await js.stream_info(DEADLETTER_STREAM)
+        if info.state.messages:
+            break
+        await asyncio.sleep(0.05)
+    letter = await js.get_last_msg(DEADLETTER_STREAM, "steward.deadletter.inbound.web")
     assert letter.data == b"nope"
     assert letter.headers["Steward-Error-Code"] == "not_json"

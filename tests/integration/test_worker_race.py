@@ -1,0 +1,112 @@
+"""Two workers forced onto the same run of one JetStream log.
+
+Each worker has its own connection, as separate processes would. Exactly one
+commit wins each version; the loser reloads the run, decides its input again
+on the new state and either commits it at the next version or finds it
+refused (a second claim on a claimed call).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+from nats_server import NatsServer
+
+from steward import events
+from steward.actors.tools import ToolRegistry
+from steward.bus import JetStreamEventLog
+from steward.host import CONFLICTS, Host, run_stream
+
+SETTINGS = events.RunSettings(tools=ToolRegistry.with_builtins().specs())
+
+
+async def _open(server: NatsServer, name: str) -> JetStreamEventLog:
+    return await JetStreamEventLog.open(server.url, stream=name, prefix=name.lower())
+
+
+async def _pending_request(log: JetStreamEventLog, run_id: str) -> str:
+    records = await log.read(run_stream(run_id))
+    return next(
+        r.event.request_id for r in records if isinstance(r.event, events.LlmRequested)
+    )
+
+
+@pytest.fixture
+async def two_workers(
+    nats_server: NatsServer, request: pytest.FixtureRequest
+) -> AsyncIterator[tuple[Host, Host, JetStreamEventLog]]:
+    """Workers ``a`` and ``b`` and a reader, each on its own connection."""
+    name = "RACE_" + request.node.name.upper()[-12:]
+    logs = [await _open(nats_server, name) for _ in range(3)]
+    try:
+        yield Host(logs[0], worker_id="a"), Host(logs[1], worker_id="b"), logs[2]
+    finally:
+        for log in logs:
+            await log.close()
+
+
+async def test_of_two_claims_on_one_call_exactly_one_is_recorded(
+    two_workers: tuple[Host, Host, JetStreamEventLog],
+) -> None:
+    a, b, log = two_workers
+    runs = [f"c{n}" for n in range(20)]
+    for run_id in runs:
+        await a.submit(
+            run_stream(run_id),
+            events.RunCreated(run_id=run_id, input_text="go", settings=SETTINGS),
+        )
+    for run_id in runs:  # both workers know the run before they race
+        await b.state(run_stream(run_id))
+
+    async def claim(host: Host, run_id: str, request_id: str) -> bool:
+        claimed = events.EffectClaimed(
+            request_id=request_id, worker=str(host.worker_id), until=1e12
+        )
+        return await host.submit(run_stream(run_id), claimed) is not None
+
+    outcomes = []
+    for run_id in runs:
+        request_id = await _pending_request(log, run_id)
+        won = await asyncio.gather(
+            claim(a, run_id, request_id), claim(b, run_id, request_id)
+        )
+        outcomes.append(won)
+        records = await log.read(run_stream(run_id))
+        assert [r.version for r in records] == list(range(1, len(records) + 1))
+        claims = [r.event for r in records if isinstance(r.event, events.EffectClaimed)]
+        assert len(claims) == 1, claims
+        assert won.count(True) == 1, won
+        winner = "a" if won[0] else "b"
+        assert claims[0].worker == winner
+
+
+async def test_the_loser_of_a_version_retries_on_the_new_state(
+    two_workers: tuple[Host, Host, JetStreamEventLog],
+) -> None:
+    a, b, log = two_workers
+    stream = run_stream("r1")
+    await a.submit(
+        stream, events.RunCreated(run_id="r1", input_text="go", settings=SETTINGS)
+    )
+    _, seen_by_b = await b.state(stream)  # b caches the run at this version
+    request_id = await _pending_request(log, "r1")
+    reply = '{"type": "note", "category": "requirements", "content": "r"}'
+    won = await a.submit(stream, events.LlmResponded(request_id=request_id, text=reply))
+    assert won is not None and won.first_version == seen_by_b + 1
+
+    conflicts = CONFLICTS._value.get()
+    # b still believes the run is at `seen_by_b`: its commit loses that
+    # version, and it decides the cancel again on the state a recorded.
+    cancelled = await b.submit(stream, events.CancelRequested(reason="stop"))
+    assert CONFLICTS._value.get() == conflicts + 1
+    assert cancelled is not None
+    assert cancelled.first_version == won.last_version + 1
+
+    records = await log.read(stream)
+    assert [r.version for r in records] == list(range(1, len(records) + 1))
+    kinds = [type(r.event).__name__ for r in records]
+    assert kinds.count("LlmResponded") == 1
+    assert kinds.count("CancelRequested") == 1
+    assert kinds[-1] == "RunCancelled"
