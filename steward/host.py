@@ -3,8 +3,9 @@
 The host owns every piece of I/O. For an input it loads (or takes from its
 cache) the actor's state, asks ``decide``, and appends ``[input, *decisions]``
 as one commit at the expected version; on a conflict it reloads and retries.
-One task per stream drains that stream's mailbox, so a stream is decided by one
-task at a time.
+A stream is decided by one task at a time: an input for an idle stream is
+decided in the submitter's own task, and inputs that arrive meanwhile wait in
+the stream's mailbox for one task that drains it.
 
 Routing is driven from the log, not from memory: a dispatcher follows the log
 from the projector's checkpoint and hands each decision to an effect handler
@@ -64,6 +65,10 @@ LLM_WAITING = Gauge(
 _KINDS = ("llm", "tool", "spawn", "deliver", "timer")
 _EFFECTS_BY_KIND = {kind: EFFECTS.labels(kind) for kind in _KINDS}
 _EFFECT_SECONDS_BY_KIND = {kind: EFFECT_SECONDS.labels(kind) for kind in _KINDS}
+
+_STALE_READS = 50
+"""Reads of a stream that may come back older than a known commit (a replica
+that lags) before `Host.state` gives up."""
 
 Listener = Callable[[Recorded], None]
 DeltaListener = Callable[[RequestInfo, str], None]
@@ -133,6 +138,10 @@ class Host:
         # Streams whose cached state this host folded from its own commit of
         # the decider's output: their prompts need no hash check.
         self._own: dict[str, int] = {}
+        # The newest version of each stream this host knows to be committed
+        # (its own commits, and what the dispatcher saw): a read that returns
+        # less started before that commit and must not become the state.
+        self._known: dict[str, int] = {}
         self._mailboxes: dict[str, _Mailbox] = {}
         self._inflight: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -151,45 +160,62 @@ class Host:
     ) -> Commit | None:
         """Decide ``input`` on ``stream`` and record it; ``None`` when refused."""
         box = self._mailboxes.get(stream)
-        if box is None:
-            box = self._mailboxes[stream] = _Mailbox()
-        done: asyncio.Future[Commit | None] = asyncio.get_running_loop().create_future()
-        box.queue.append(_Item(input, causation_id, done))
-        if box.task is None:
-            box.task = asyncio.create_task(self._drain(stream, box))
-        return await done
+        if box is not None:
+            # Someone decides this stream now; it drains the mailbox after.
+            done: asyncio.Future[Commit | None]
+            done = asyncio.get_running_loop().create_future()
+            box.queue.append(_Item(input, causation_id, done))
+            return await done
+        # An idle stream is decided right here (no task, no future: most
+        # inputs find their stream idle); later arrivals queue in its mailbox.
+        box = self._mailboxes[stream] = _Mailbox()
+        try:
+            return await self._decide_and_commit(stream, input, causation_id)
+        except Exception:
+            log.exception("stream %s: input %s failed", stream, input)
+            raise
+        finally:
+            if box.queue:
+                box.task = asyncio.create_task(self._drain(stream, box))
+            else:
+                del self._mailboxes[stream]
 
     async def _drain(self, stream: str, box: _Mailbox) -> None:
-        # One task per stream with work; it ends when the mailbox is empty so
-        # idle streams cost nothing.
+        # Started only when inputs queued up behind an inline decision; it
+        # ends when the mailbox is empty so idle streams cost nothing.
         while box.queue:
             item = box.queue.popleft()
             try:
-                item.done.set_result(await self._decide_and_commit(stream, item))
+                commit = await self._decide_and_commit(
+                    stream, item.input, item.causation_id
+                )
             except Exception as e:  # a handler never lets an error escape
                 log.exception("stream %s: input %s failed", stream, item.input)
                 if not item.done.done():
                     item.done.set_exception(e)
-        box.task = None
-        if not box.queue:
-            self._mailboxes.pop(stream, None)
+            else:
+                if not item.done.done():
+                    item.done.set_result(commit)
+        del self._mailboxes[stream]
 
-    async def _decide_and_commit(self, stream: str, item: _Item) -> Commit | None:
+    async def _decide_and_commit(
+        self, stream: str, input: Event, causation_id: str | None
+    ) -> Commit | None:
         for _ in range(self._max_conflict_retries):
             state, version = await self.state(stream)
-            decisions = run_actor.decide(item.input, state)
+            decisions = run_actor.decide(input, state)
             if decisions is None:
                 REFUSALS.inc()
-                log.debug("stream %s refused %s", stream, events.type_name(item.input))
+                log.debug("stream %s refused %s", stream, events.type_name(input))
                 return None
-            batch = [item.input, *decisions]
+            batch = [input, *decisions]
             try:
                 commit = await self.log.append(
                     stream,
                     batch,
                     version,
-                    correlation_id=_correlation(state, item.input),
-                    causation_id=item.causation_id,
+                    correlation_id=_correlation(state, input),
+                    causation_id=causation_id,
                 )
             except ConcurrencyError:
                 CONFLICTS.inc()
@@ -200,21 +226,43 @@ class Host:
                 state = run_actor.evolve(state, event)
             self._cache[stream] = (state, commit.last_version)
             self._own[stream] = commit.last_version
+            self._know(stream, commit.last_version)
             return commit
         raise StewardError(
             f"stream {stream}: gave up after {self._max_conflict_retries} conflicts"
         )
 
     async def state(self, stream: str) -> tuple[run_actor.Run, int]:
-        """The current state and version of ``stream`` (cached)."""
+        """The current state and version of ``stream`` (cached).
+
+        A read that overlapped a commit of this host may return the stream
+        as it was before; such a state is never cached nor decided on (an
+        input refused on it would be refused wrongly): it is read again.
+        """
         cached = self._cache.get(stream)
         if cached is not None:
             return cached
-        recorded = await self.log.read(stream)
+        for attempt in range(_STALE_READS):
+            recorded = await self.log.read(stream)
+            version = recorded[-1].version if recorded else 0
+            cached = self._cache.get(stream)
+            if cached is not None and cached[1] >= version:
+                return cached  # a commit while we read cached a newer state
+            if version >= self._known.get(stream, 0):
+                break
+            await asyncio.sleep(0.001 * (1 + attempt))
+        else:
+            raise StewardError(
+                f"stream {stream}: the log keeps returning version {version}, "
+                f"older than the committed {self._known[stream]}"
+            )
         state = run_actor.fold(r.event for r in recorded)
-        version = recorded[-1].version if recorded else 0
         self._cache[stream] = (state, version)
         return state, version
+
+    def _know(self, stream: str, version: int) -> None:
+        if version > self._known.get(stream, 0):
+            self._known[stream] = version
 
     async def _state_at(self, stream: str, version: int) -> run_actor.Run:
         cached = self._cache.get(stream)
@@ -278,6 +326,7 @@ class Host:
     async def _dispatch(self) -> None:
         async for rec in self.log.subscribe(self.position):
             self.position = rec.position
+            self._know(rec.stream, rec.version)
             cached = self._cache.get(rec.stream)
             if cached is not None and cached[1] < rec.version:
                 # another process wrote this stream: our cached state is stale

@@ -277,6 +277,8 @@ class Ingress:
         self._sub = await self.nc.subscribe(
             INBOUND_SUBJECT, queue=self.queue, cb=self._on_message
         )
+        # Once the server has the subscription, a service's request finds it.
+        await self.nc.flush()
 
     async def stop(self) -> None:
         """Stop taking messages; the ones already received are finished first."""

@@ -11,14 +11,22 @@ deleted.
 
 Throughput comes from group commit: one writer task owns the write
 connection, and every append waiting when it wakes goes into the same
-``BEGIN IMMEDIATE`` transaction. The writer connection lives on one thread of
-its own and a whole transaction (begin, version check, insert, commit) runs
-there as one call: one hop between threads per batch, where a statement per
-hop through aiosqlite cost four, and those hops were most of a step's cost.
-Each append still succeeds or fails on its own (a stale expected version fails
-that append only). ``BEGIN IMMEDIATE``
-also serialises writers in other processes sharing the file, and positions are
-assigned inside that lock, so position order is commit order everywhere.
+``BEGIN IMMEDIATE`` transaction, run as one call (begin, version check,
+insert, commit). Each append still succeeds or fails on its own (a stale
+expected version fails that append only). ``BEGIN IMMEDIATE`` also serialises
+writers in other processes sharing the file, and positions are assigned
+inside that lock, so position order is commit order everywhere.
+
+Where the transaction runs depends on ``synchronous``. With ``NORMAL`` (and
+``OFF``) a WAL commit writes to the OS and does not wait for the disk, a
+hundred microseconds or so: it runs right on the event loop, since a hop to a
+thread and back cost more than the commit and, under load, the two threads
+only took turns at the GIL. Checkpoints, the part that waits for the disk,
+run on a thread of their own with a connection of their own (SQLite's
+automatic ones are off). A commit that finds another process holding the
+write lock does not wait on the loop: it is retried on that thread with the
+busy timeout. With ``FULL`` every commit waits for the disk, so every
+transaction runs on the thread.
 
 Reads use a second connection, through aiosqlite, so a long replay never
 waits on the writer (WAL lets readers and one writer work side by side).
@@ -105,6 +113,9 @@ SELECT stream FROM names WHERE stream IS NOT NULL
 # Appends per transaction at most: bounds how long one commit holds the write
 # lock (and the event loop, while its rows are built) when a crowd is waiting.
 _MAX_BATCH = 2_000
+_CHECKPOINT_FRAMES = 1_000
+"""Checkpoint in the background after about this many WAL frames (pages)
+were written: SQLite's own automatic checkpoint threshold."""
 
 # How many events a subscriber reads per query: big enough to replay fast,
 # small enough that decoding one page does not stall the event loop for long.
@@ -169,11 +180,22 @@ class SqliteEventLog:
         *,
         clock: Callable[[], float],
         poll_interval: float,
+        checkpointer: sqlite3.Connection | None = None,
+        busy_ms: int = 5000,
     ) -> None:
-        """Wrap open connections; use `SqliteEventLog.open` instead."""
+        """Wrap open connections; use `SqliteEventLog.open` instead.
+
+        With a ``checkpointer`` (``synchronous`` is not FULL) transactions run
+        on the event loop and checkpoints on the executor's thread; without
+        one, transactions run on the executor's thread.
+        """
         self.path = path
         self._writer = writer
         self._executor = executor
+        self._checkpointer = checkpointer
+        self._busy_ms = busy_ms
+        self._frames = 0  # WAL frames written since the last checkpoint began
+        self._checkpoint: asyncio.Future[None] | None = None
         self._reader = reader
         self._clock = clock
         self._poll_interval = poll_interval
@@ -232,28 +254,42 @@ class SqliteEventLog:
         busy_ms = int(busy_timeout * 1000)
         loop = asyncio.get_running_loop()
         executor = ThreadPoolExecutor(1, thread_name_prefix="steward-log-writer")
+        inline = synchronous != "FULL"
         writer: sqlite3.Connection | None = None
+        checkpointer: sqlite3.Connection | None = None
         reader: aiosqlite.Connection | None = None
         try:
             file.parent.mkdir(parents=True, exist_ok=True)
             writer = await loop.run_in_executor(
-                executor, _open_writer, file, busy_ms, synchronous
+                executor, _open_writer, file, busy_ms, synchronous, inline
             )
+            if inline:
+                checkpointer = await loop.run_in_executor(
+                    executor, _open_checkpointer, file, busy_ms
+                )
             reader = await aiosqlite.connect(file, isolation_level=None)
             await reader.execute_fetchall(f"PRAGMA busy_timeout = {busy_ms}")
             await reader.execute_fetchall("PRAGMA query_only = ON")
         except (sqlite3.Error, OSError) as e:
             if reader is not None:
                 await reader.close()
-            if writer is not None:
-                await loop.run_in_executor(executor, writer.close)
+            for conn in (writer, checkpointer):
+                if conn is not None:
+                    await loop.run_in_executor(executor, conn.close)
             executor.shutdown()
             raise LogWriteError(
                 f"cannot open the event log at {file}: {e}; check that the "
                 "directory is writable and the file is a steward SQLite log"
             ) from e
         return cls(
-            file, writer, executor, reader, clock=clock, poll_interval=poll_interval
+            file,
+            writer,
+            executor,
+            reader,
+            clock=clock,
+            poll_interval=poll_interval,
+            checkpointer=checkpointer,
+            busy_ms=busy_ms,
         )
 
     # -- writing ---------------------------------------------------------------
@@ -342,7 +378,7 @@ class SqliteEventLog:
     def _transaction(
         self, batch: list[_Append]
     ) -> tuple[bool, list[Commit | ConcurrencyError]]:
-        """On the writer thread: commit ``batch``; (anything written, outcomes)."""
+        """Commit ``batch``; (anything written, outcomes)."""
         conn = self._writer
         names = _json.encode(list({r.stream for r in batch}))
         conn.execute("BEGIN IMMEDIATE")
@@ -359,13 +395,18 @@ class SqliteEventLog:
         return bool(rows), outcomes
 
     async def _commit(self, batch: list[_Append]) -> None:
-        loop = asyncio.get_running_loop()
         try:
-            # Shielded: once a transaction runs on the writer thread it ends
-            # there, committed or rolled back, whatever happens to this task.
-            wrote, outcomes = await asyncio.shield(
-                loop.run_in_executor(self._executor, self._transaction, batch)
-            )
+            if self._checkpointer is not None:
+                try:
+                    wrote, outcomes = self._transaction(batch)
+                except sqlite3.OperationalError as e:
+                    if e.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY:
+                        raise
+                    # Another process holds the write lock: wait for it on
+                    # the thread, not here.
+                    wrote, outcomes = await self._on_thread(self._waiting, batch)
+            else:
+                wrote, outcomes = await self._on_thread(self._transaction, batch)
         except Exception as e:
             for request in batch:
                 if not request.future.done():
@@ -377,6 +418,8 @@ class SqliteEventLog:
                     failure.__cause__ = e
                     request.future.set_exception(failure)
             return
+        if wrote and self._checkpointer is not None:
+            self._count_frames(outcomes)
         self._batches += 1
         for request, outcome in zip(batch, outcomes, strict=True):
             if request.future.done():
@@ -389,6 +432,52 @@ class SqliteEventLog:
             self._remember(outcomes)
             committed, self._committed = self._committed, asyncio.Event()
             committed.set()
+
+    async def _on_thread(
+        self,
+        fn: Callable[[list[_Append]], tuple[bool, list[Commit | ConcurrencyError]]],
+        batch: list[_Append],
+    ) -> tuple[bool, list[Commit | ConcurrencyError]]:
+        loop = asyncio.get_running_loop()
+        # Shielded: once a transaction runs on the thread it ends there,
+        # committed or rolled back, whatever happens to this task.
+        return await asyncio.shield(loop.run_in_executor(self._executor, fn, batch))
+
+    def _waiting(
+        self, batch: list[_Append]
+    ) -> tuple[bool, list[Commit | ConcurrencyError]]:
+        """On the thread: `_transaction`, waiting up to the busy timeout."""
+        self._writer.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+        try:
+            return self._transaction(batch)
+        finally:
+            self._writer.execute("PRAGMA busy_timeout = 0")
+
+    def _count_frames(self, outcomes: list[Commit | ConcurrencyError]) -> None:
+        """Start a background checkpoint once enough of the WAL is new."""
+        # A commit writes a page per table and index it touches, plus one per
+        # page its rows fill: about two pages and a little for each event.
+        for outcome in outcomes:
+            if isinstance(outcome, Commit):
+                events = outcome.last_version - outcome.first_version + 1
+                self._frames += 2 + events // 16
+        if self._frames < _CHECKPOINT_FRAMES:
+            return
+        if self._checkpoint is not None and not self._checkpoint.done():
+            return
+        self._frames = 0
+        loop = asyncio.get_running_loop()
+        self._checkpoint = loop.run_in_executor(self._executor, self._checkpoint_wal)
+
+    def _checkpoint_wal(self) -> None:
+        """On the thread: copy the WAL into the database without blocking writers."""
+        assert self._checkpointer is not None
+        try:
+            self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error:
+            # A checkpoint that cannot run now runs next time; the WAL keeps
+            # every commit meanwhile.
+            pass
 
     def _remember(self, outcomes: list[Commit | ConcurrencyError]) -> None:
         recent = self._recent
@@ -564,7 +653,12 @@ class SqliteEventLog:
         finally:
             self._closed = True
             loop = asyncio.get_running_loop()
-            await loop.run_in_executor(self._executor, self._writer.close)
+            if self._checkpoint is not None:
+                with contextlib.suppress(Exception):
+                    await self._checkpoint
+            for conn in (self._checkpointer, self._writer):
+                if conn is not None:
+                    await loop.run_in_executor(self._executor, conn.close)
             self._executor.shutdown()
             await self._reader.close()
 
@@ -579,8 +673,14 @@ class SqliteEventLog:
         return f"<SqliteEventLog {self.path} {state}>"
 
 
-def _open_writer(file: Path, busy_ms: int, synchronous: str) -> sqlite3.Connection:
-    """On the writer thread: connect, set the pragmas, create the schema."""
+def _open_writer(
+    file: Path, busy_ms: int, synchronous: str, inline: bool
+) -> sqlite3.Connection:
+    """On the thread: connect, set the pragmas, create the schema.
+
+    ``inline``: the connection commits on the event loop, so it never waits
+    for a lock (``busy_timeout`` 0) nor checkpoints (a thread does).
+    """
     conn = sqlite3.connect(file, isolation_level=None, check_same_thread=False)
     try:
         conn.execute(f"PRAGMA busy_timeout = {busy_ms}")
@@ -590,9 +690,19 @@ def _open_writer(file: Path, busy_ms: int, synchronous: str) -> sqlite3.Connecti
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute(f"PRAGMA synchronous = {synchronous}")
         conn.executescript(_SCHEMA)
+        if inline:
+            conn.execute("PRAGMA busy_timeout = 0")
+            conn.execute("PRAGMA wal_autocheckpoint = 0")
     except BaseException:
         conn.close()
         raise
+    return conn
+
+
+def _open_checkpointer(file: Path, busy_ms: int) -> sqlite3.Connection:
+    """On the thread: the connection that checkpoints for an inline writer."""
+    conn = sqlite3.connect(file, isolation_level=None, check_same_thread=False)
+    conn.execute(f"PRAGMA busy_timeout = {busy_ms}")
     return conn
 
 

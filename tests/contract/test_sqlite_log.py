@@ -204,6 +204,54 @@ async def test_a_locked_file_gives_log_write_error_and_the_writer_recovers(
         await log.close()
 
 
+async def test_waiting_for_another_writer_does_not_block_the_loop(
+    path: Path,
+) -> None:
+    """A commit that meets another process's write lock waits off the loop."""
+    log = await SqliteEventLog.open(path, busy_timeout=5.0)
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0.001)
+
+    ticker = asyncio.create_task(tick())
+    try:
+        with raw(path) as other:
+            other.execute("BEGIN IMMEDIATE")
+            append = asyncio.create_task(log.append("run.r1", [note(1)], 0))
+            await asyncio.sleep(0.2)
+            assert not append.done()  # waiting for the lock...
+            before = ticks
+            await asyncio.sleep(0.1)
+            assert ticks > before  # ...while the loop goes on
+            other.execute("COMMIT")
+        commit = await asyncio.wait_for(append, TIMEOUT)
+        assert commit.last_version == 1
+        assert [r.event for r in await log.read("run.r1")] == [note(1)]
+    finally:
+        ticker.cancel()
+        await log.close()
+
+
+@pytest.mark.parametrize("mode", ["NORMAL", "FULL"])
+async def test_the_wal_is_checkpointed_as_it_grows(path: Path, mode: Any) -> None:
+    """Commits reach the database file, not only the WAL, while the log is open."""
+    log = await SqliteEventLog.open(path, synchronous=mode)
+    try:
+        empty = path.stat().st_size
+        for n in range(1500):
+            await log.append(f"run.r{n}", [note(n)], 0)
+        if log._checkpoint is not None:
+            await log._checkpoint
+        assert path.stat().st_size > empty + 500 * 100
+        assert await log.head() == 1500
+    finally:
+        await log.close()
+
+
 # -- reading -------------------------------------------------------------------
 
 

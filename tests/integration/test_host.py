@@ -273,6 +273,61 @@ async def test_duplicate_results_are_refused(make_host, log) -> None:
     assert await log.version(run_stream("r1")) == before
 
 
+class _SlowReads:
+    """The test's log; the next read after `hold_next` waits for `release`."""
+
+    def __init__(self, log: EventLog) -> None:
+        self._log = log
+        self._held: asyncio.Event | None = None
+        self.reading = asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._log, name)
+
+    def hold_next(self) -> asyncio.Event:
+        self._held = asyncio.Event()
+        return self._held
+
+    async def read(self, stream: str, from_version: int = 1) -> list[Any]:
+        held, self._held = self._held, None
+        records = await self._log.read(stream, from_version)
+        if held is not None:
+            self.reading.set()
+            await held.wait()
+        return records
+
+
+async def test_a_read_overlapping_a_commit_is_not_decided_on(log) -> None:
+    """A state read before a commit but returned after it is read again.
+
+    Otherwise it would replace the newer state in the cache, and the answer
+    to the next request would be refused on it: the run would stall.
+    """
+    slow = _SlowReads(log)
+    host = Host(slow)  # type: ignore[arg-type]
+    stream = run_stream("r1")
+    await host.submit(stream, created(planning_gate=False))
+    host._cache.pop(stream)
+    release = slow.hold_next()
+    reader = asyncio.create_task(host.state(stream))
+    await slow.reading.wait()  # the reader has the run at its first request
+    first = events.LlmResponded(
+        request_id="r1/llm/1", text=act(type="note", category="x", content="y")
+    )
+    commit = await host.submit(stream, first)  # reads the log itself, unheld
+    assert commit is not None
+    host._cache.pop(stream)  # as after a conflict, or another process's commit
+    release.set()  # the reader's result is older than the log now
+    state, version = await reader
+    assert version == commit.last_version
+    assert state.llm_pending == "r1/llm/2"
+    second = events.LlmResponded(
+        request_id="r1/llm/2", text=act(type="finish", output="done")
+    )
+    assert await host.submit(stream, second) is not None
+    assert (await host.state(stream))[0].status == "completed"
+
+
 async def test_projections_rebuild_identically(tmp_path: Path, make_host, log) -> None:
     """Dropping and replaying the projections gives byte-identical tables."""
     host = await make_host(
