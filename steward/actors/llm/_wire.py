@@ -1,4 +1,5 @@
-"""What the HTTP providers share: keys, tool names, and failures as typed errors.
+"""What the HTTP providers share: keys, tool names, failures as typed errors,
+and calls and streams bounded by the call's deadline.
 
 Both SDKs sit on the same HTTP stack (``httpx2``), so a transport failure looks
 the same under either; the status codes mean the same too. Every message built
@@ -7,11 +8,19 @@ here has the API key taken out, whatever the server echoed back.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Mapping,
+)
+from typing import Any, TypeVar
 
 import httpx2
 
@@ -20,6 +29,10 @@ from steward.config import ModelConfig
 from steward.errors import ProviderError
 
 _DETAIL_LIMIT = 300  # characters of a server's error message kept in ours
+
+T = TypeVar("T")
+Translate = Callable[[Exception], ProviderError]
+"""A provider's translation of an SDK's (or anything's) exception."""
 
 
 # -- keys -------------------------------------------------------------------------
@@ -250,3 +263,60 @@ def cause(error: BaseException, key: str | None) -> BaseException | None:
     if key and key in str(error):
         return None
     return error
+
+
+def other_error(
+    label: str, error: Exception, key: str | None, *, timeout: float
+) -> ProviderError:
+    """The typed error for what no SDK class caught: the deadline, the HTTP
+    stack, a data line that is not JSON, or a bug (``internal``)."""
+    match error:
+        case ProviderError():
+            return error
+        case TimeoutError() | httpx2.TransportError() | httpx2.DecodingError():
+            return transport_error(label, error, key, timeout=timeout)
+        case ValueError():  # a data line that is not JSON
+            return invalid_response(
+                label, f"a reply that is not valid JSON ({error})", key
+            )
+        case _:
+            return ProviderError(
+                "internal",
+                redact(f"{label} failed: {type(error).__name__}: {error}", key),
+            )
+
+
+# -- deadlines ----------------------------------------------------------------------
+
+
+async def call(
+    request: Callable[[], Awaitable[T]],
+    deadline: float,
+    translate: Translate,
+    key: str | None,
+) -> T:
+    """``await request()`` before ``deadline`` (loop time); failures typed."""
+    try:
+        async with asyncio.timeout_at(deadline):
+            return await request()
+    except Exception as e:
+        raise translate(e) from cause(e, key)
+
+
+async def items(
+    stream: AsyncIterable[T],
+    deadline: float,
+    translate: Translate,
+    key: str | None,
+) -> AsyncIterator[T]:
+    """The items of ``stream``, each received before ``deadline``; failures typed."""
+    pending = aiter(stream)
+    while True:
+        try:
+            async with asyncio.timeout_at(deadline):
+                item = await anext(pending)
+        except StopAsyncIteration:
+            return
+        except Exception as e:
+            raise translate(e) from cause(e, key)
+        yield item

@@ -19,6 +19,7 @@ each attempt. Failures become typed ``ProviderError``s (see ``_wire``).
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -156,33 +157,27 @@ class AnthropicProvider:
         )
         label = f"anthropic model {params['model']!r}"
         deadline = asyncio.get_running_loop().time() + self._timeout
+        translate = functools.partial(self._error, label)
+        create = self._client.messages.create
         if not self._stream:
-            try:
-                async with asyncio.timeout_at(deadline):
-                    message = await self._client.messages.create(**params)
-            except Exception as e:
-                raise self._error(label, e) from _wire.cause(e, self._key)
+            message = await _wire.call(
+                lambda: create(**params), deadline, translate, self._key
+            )
             for event in _from_message(message, names, label, self._key):
                 yield event
             return
-        try:
-            async with asyncio.timeout_at(deadline):
-                response = await self._client.messages.create(**params, stream=True)
-        except Exception as e:
-            raise self._error(label, e) from _wire.cause(e, self._key)
+        response = await _wire.call(
+            lambda: create(**params, stream=True), deadline, translate, self._key
+        )
         turn = _Turn(label, names, self._key)
         try:
-            events = aiter(response)
-            while not turn.done:
-                try:
-                    async with asyncio.timeout_at(deadline):
-                        raw = await anext(events)
-                except StopAsyncIteration:
-                    raise turn.unfinished() from None
-                except Exception as e:
-                    raise self._error(label, e) from _wire.cause(e, self._key)
+            async for raw in _wire.items(response, deadline, translate, self._key):
                 for event in turn.feed(raw):
                     yield event
+                if turn.done:
+                    break
+            else:
+                raise turn.unfinished()
         finally:
             await response.close()
 
@@ -190,8 +185,6 @@ class AnthropicProvider:
         """``error`` (from the SDK, the HTTP stack or the deadline) as a typed one."""
         key = self._key
         match error:
-            case ProviderError():
-                return error
             case anthropic.APIStatusError():
                 return _wire.status_error(
                     label,
@@ -213,19 +206,8 @@ class AnthropicProvider:
                 return _wire.invalid_response(
                     label, f"a reply that does not match the API: {error}", key
                 )
-            case TimeoutError() | httpx2.TransportError() | httpx2.DecodingError():
-                return _wire.transport_error(label, error, key, timeout=self._timeout)
-            case ValueError():  # a data line that is not JSON
-                return _wire.invalid_response(
-                    label, f"a reply that is not valid JSON ({error})", key
-                )
             case _:
-                return ProviderError(
-                    "internal",
-                    _wire.redact(
-                        f"{label} failed: {type(error).__name__}: {error}", key
-                    ),
-                )
+                return _wire.other_error(label, error, key, timeout=self._timeout)
 
 
 # -- the request -----------------------------------------------------------------

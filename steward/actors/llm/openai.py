@@ -21,6 +21,7 @@ each attempt. Failures become typed ``ProviderError``s (see ``_wire``).
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 from collections.abc import AsyncIterator, Mapping
@@ -168,33 +169,26 @@ class OpenAIProvider:
         )
         label = f"openai model {params['model']!r}"
         deadline = asyncio.get_running_loop().time() + self._timeout
+        translate = functools.partial(self._error, label)
+        create = self._client.chat.completions.create
         if not self._stream:
-            try:
-                async with asyncio.timeout_at(deadline):
-                    completion = await self._client.chat.completions.create(**params)
-            except Exception as e:
-                raise self._error(label, e) from _wire.cause(e, self._key)
+            completion = await _wire.call(
+                lambda: create(**params), deadline, translate, self._key
+            )
             for event in _from_completion(completion, names, label, self._key):
                 yield event
             return
-        try:
-            async with asyncio.timeout_at(deadline):
-                response = await self._client.chat.completions.create(
-                    **params, stream=True, stream_options={"include_usage": True}
-                )
-        except Exception as e:
-            raise self._error(label, e) from _wire.cause(e, self._key)
+        response = await _wire.call(
+            lambda: create(
+                **params, stream=True, stream_options={"include_usage": True}
+            ),
+            deadline,
+            translate,
+            self._key,
+        )
         turn = _Turn(label, names, self._key)
         try:
-            chunks = aiter(response)
-            while True:
-                try:
-                    async with asyncio.timeout_at(deadline):
-                        chunk = await anext(chunks)
-                except StopAsyncIteration:
-                    break
-                except Exception as e:
-                    raise self._error(label, e) from _wire.cause(e, self._key)
+            async for chunk in _wire.items(response, deadline, translate, self._key):
                 for event in turn.feed(chunk):
                     yield event
         finally:
@@ -206,8 +200,6 @@ class OpenAIProvider:
         """``error`` (from the SDK, the HTTP stack or the deadline) as a typed one."""
         key = self._key
         match error:
-            case ProviderError():
-                return error
             case openai.APIStatusError():
                 return _wire.status_error(
                     label,
@@ -241,19 +233,8 @@ class OpenAIProvider:
                     key=key,
                     key_source=self._key_source,
                 )
-            case TimeoutError() | httpx2.TransportError() | httpx2.DecodingError():
-                return _wire.transport_error(label, error, key, timeout=self._timeout)
-            case ValueError():  # a data line that is not JSON
-                return _wire.invalid_response(
-                    label, f"a reply that is not valid JSON ({error})", key
-                )
             case _:
-                return ProviderError(
-                    "internal",
-                    _wire.redact(
-                        f"{label} failed: {type(error).__name__}: {error}", key
-                    ),
-                )
+                return _wire.other_error(label, error, key, timeout=self._timeout)
 
 
 # -- the request -----------------------------------------------------------------
