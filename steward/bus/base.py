@@ -70,3 +70,20 @@ class EventLog(Protocol):
     async def streams(self, prefix: str = "") -> list[str]: ...
 
     async def close(self) -> None: ...
+
+
+def check_append(stream: str, events: Sequence[Event], expected_version: int) -> None:
+    """Refuse arguments no log can append, the same way on every backend.
+
+    Raises:
+        ValueError: ``events`` is empty, ``stream`` has no name, or
+            ``expected_version`` is negative.
+    """
+    if not events:
+        raise ValueError(f"append to {stream} needs at least one event")
+    if not stream:
+        raise ValueError("append needs a stream name, got an empty string")
+    if expected_version < 0:
+        raise ValueError(
+            f"expected_version for {stream} must be 0 or more, not {expected_version}"
+        )

@@ -86,7 +86,7 @@ import msgspec
 import nats.aio.client
 import nats.errors
 
-from steward.bus.base import Commit
+from steward.bus.base import Commit, check_append
 from steward.errors import ConcurrencyError, ConfigError, LogReadError, LogWriteError
 from steward.events import AnyEvent, Event, Recorded, decode
 
@@ -741,15 +741,7 @@ class JetStreamEventLog:
                 confirm the commit within ``write_timeout``.
             ValueError: ``events`` is empty or the arguments are malformed.
         """
-        if not events:
-            raise ValueError(f"append to {stream} needs at least one event")
-        if not stream:
-            raise ValueError("append needs a stream name, got an empty string")
-        if expected_version < 0:
-            raise ValueError(
-                f"expected_version for {stream} must be 0 or more, "
-                f"not {expected_version}"
-            )
+        check_append(stream, events, expected_version)
         if len(events) > POSITIONS_PER_COMMIT:
             raise ValueError(
                 f"append to {stream} of {len(events)} events: a commit holds at "

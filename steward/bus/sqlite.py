@@ -49,7 +49,7 @@ from typing import Any, Literal
 import aiosqlite
 import msgspec
 
-from steward.bus.base import Commit
+from steward.bus.base import Commit, check_append
 from steward.errors import ConcurrencyError, LogReadError, LogWriteError
 from steward.events import AnyEvent, Event, Recorded, decode, encode, type_name
 
@@ -311,15 +311,7 @@ class SqliteEventLog:
             LogWriteError: the log is closed or SQLite failed the commit.
             ValueError: ``events`` is empty or the arguments are malformed.
         """
-        if not events:
-            raise ValueError(f"append to {stream} needs at least one event")
-        if not stream:
-            raise ValueError("append needs a stream name, got an empty string")
-        if expected_version < 0:
-            raise ValueError(
-                f"expected_version for {stream} must be 0 or more, "
-                f"not {expected_version}"
-            )
+        check_append(stream, events, expected_version)
         if self._closing:
             raise LogWriteError(
                 f"the event log at {self.path} is closed; open it again to append"
