@@ -41,7 +41,13 @@ _streams = itertools.count(1)
 async def open_log_handle(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> AsyncIterator[Callable[[], Awaitable[EventLog]]]:
-    """Opens handles on one fresh log of each backend, as processes would."""
+    """Opens handles on one fresh log of each backend, as processes would.
+
+    Every test that uses it (or ``log``) runs once per backend: the contract
+    suite and the host tests. A stream (and subject prefix: streams may not
+    share subjects) of its own per test, so every test starts from an empty
+    log; every handle opened is closed when the test ends.
+    """
     opened: list[EventLog] = []
     if request.param == "sqlite":
 
