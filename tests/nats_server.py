@@ -39,6 +39,40 @@ def free_port() -> int:
         return port
 
 
+def wait_listening(
+    process: subprocess.Popen[bytes], port: int, timeout: float
+) -> str | None:
+    """Wait until ``port`` on loopback takes connections; ``None`` once it
+    does, else what went wrong (the process exited, or time ran out)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            return f"exited with {process.returncode}"
+        with contextlib.suppress(OSError):
+            with socket.create_connection(("127.0.0.1", port), 0.2):
+                return None
+        time.sleep(0.02)
+    return f"did not listen on {port} in {timeout}s"
+
+
+def end(process: subprocess.Popen[bytes], *, kill: bool = False) -> None:
+    """End ``process`` (SIGTERM, or SIGKILL when ``kill``) and wait for it."""
+    try:
+        if kill:
+            process.kill()
+        else:
+            process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+    finally:
+        for pipe in (process.stdin, process.stdout, process.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
 class NatsServer:
     """One nats-server process (JetStream on, file store in ``store``).
 
@@ -80,41 +114,18 @@ class NatsServer:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                code = self.process.returncode
-                self.process = None
-                raise RuntimeError(
-                    f"nats-server exited with {code} on port {self.port}; "
-                    f"see {self.log}"
-                )
-            with contextlib.suppress(OSError):
-                with socket.create_connection(("127.0.0.1", self.port), 0.2):
-                    return
-            time.sleep(0.02)
-        self.stop(kill=True)
-        raise RuntimeError(f"nats-server did not listen on {self.port} in {timeout}s")
+        failure = wait_listening(self.process, self.port, timeout)
+        if failure is not None:
+            self.stop(kill=True)
+            raise RuntimeError(
+                f"nats-server on port {self.port} {failure}; see {self.log}"
+            )
 
     def stop(self, *, kill: bool = False) -> None:
         """End the server (SIGKILL when ``kill``) and wait for it to exit."""
         process, self.process = self.process, None
-        if process is None:
-            return
-        try:
-            if kill:
-                process.kill()
-            else:
-                process.terminate()
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(10)
-        finally:
-            for pipe in (process.stdin, process.stdout, process.stderr):
-                if pipe is not None:
-                    pipe.close()
+        if process is not None:
+            end(process, kill=kill)
 
     def restart(self, *, kill: bool = True) -> None:
         """Stop the server (SIGKILL by default) and start it again as it was."""

@@ -22,7 +22,7 @@ from typing import Any
 
 import nats
 import pytest
-from nats_server import binary
+from nats_server import binary, end, wait_listening
 
 from steward import events
 from steward.bus import JetStreamEventLog
@@ -100,33 +100,19 @@ class Node:
             )
 
     def wait_listening(self, timeout: float = 10.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process is None or self.process.poll() is not None:
-                raise RuntimeError(
-                    f"nats-server {self.name} exited: "
-                    f"{self.errors.read_text().strip()}; see {self.log}"
-                )
-            with contextlib.suppress(OSError):
-                with socket.create_connection(("127.0.0.1", self.port), 0.2):
-                    return
-            time.sleep(0.02)
-        raise RuntimeError(f"nats-server {self.name} did not listen on {self.port}")
+        assert self.process is not None, f"{self.name} was not launched"
+        failure = wait_listening(self.process, self.port, timeout)
+        if failure is not None:
+            raise RuntimeError(
+                f"nats-server {self.name} {failure}: "
+                f"{self.errors.read_text().strip()}; see {self.log}"
+            )
 
     def stop(self, *, kill: bool = False) -> None:
         """End the process (SIGKILL when ``kill``) and wait for it."""
         process, self.process = self.process, None
-        if process is None:
-            return
-        if kill:
-            process.kill()
-        else:
-            process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
+        if process is not None:
+            end(process, kill=kill)
 
 
 @contextlib.contextmanager
