@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from support import steward_process
 
 from steward import events, replay
 from steward.actors.tools import ToolRegistry
@@ -45,21 +44,8 @@ def _script(path: Path) -> None:
 
 
 def _serve(tmp: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "steward",
-            "--db",
-            str(tmp / "log.db"),
-            "--script",
-            str(tmp / "script.json"),
-            "serve",
-        ],
-        cwd=tmp,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    return steward_process(
+        tmp, "--db", str(tmp / "log.db"), "--script", str(tmp / "script.json"), "serve"
     )
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -11,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support import steward_process
 
 pytestmark = pytest.mark.slow
 
@@ -51,21 +51,13 @@ def test_start_and_cancel_reach_a_running_serve(tmp_path: Path) -> None:
         ],
     }
     (tmp_path / "script.json").write_text(json.dumps(script))
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "steward",
-            "--db",
-            str(tmp_path / "log.db"),
-            "--script",
-            str(tmp_path / "script.json"),
-            "serve",
-        ],
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    server = steward_process(
+        tmp_path,
+        "--db",
+        str(tmp_path / "log.db"),
+        "--script",
+        str(tmp_path / "script.json"),
+        "serve",
     )
     try:
         started = _steward(tmp_path, "runs", "start", "nap for an hour")

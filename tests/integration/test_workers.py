@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from nats_server import NatsServer
+from support import steward_process
 
 from steward import events, replay
 from steward.actors import run as run_actor
@@ -50,28 +49,17 @@ def _script(path: Path) -> None:
 
 
 def _worker(tmp: Path, url: str, n: int) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "steward",
-            "--log",
-            url,
-            "--db",
-            str(tmp / f"projections-{n}.db"),
-            "--script",
-            str(tmp / "script.json"),
-            "worker",
-        ],
-        cwd=tmp,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env={
-            **os.environ,
-            "PYTHONUNBUFFERED": "1",
-            "STEWARD_LOG_CLAIM_SECONDS": "1.5",
-            "STEWARD_LLM_MAX_CONCURRENCY": "8",
-        },
+    return steward_process(
+        tmp,
+        "--log",
+        url,
+        "--db",
+        str(tmp / f"projections-{n}.db"),
+        "--script",
+        str(tmp / "script.json"),
+        "worker",
+        STEWARD_LOG_CLAIM_SECONDS="1.5",
+        STEWARD_LLM_MAX_CONCURRENCY="8",
     )
 
 
