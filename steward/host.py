@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import Gauge
 
 from steward import events
 from steward.actors import run as run_actor
@@ -50,21 +50,13 @@ from steward.bus import Commit, EventLog
 from steward.clock import Clock, SystemClock
 from steward.errors import ConcurrencyError, ProviderError, StewardError
 from steward.events import Event, Recorded
+from steward.metrics import HOST as METRICS
 
 log = logging.getLogger("steward.host")
 
-COMMITS = Counter("steward_commits_total", "Commits appended by the host")
-REFUSALS = Counter("steward_refusals_total", "Inputs a decider refused")
-CONFLICTS = Counter("steward_conflicts_total", "Commits retried after a conflict")
-EFFECTS = Counter("steward_effects_total", "Effects dispatched", ["kind"])
-EFFECT_SECONDS = Histogram("steward_effect_seconds", "Time an effect took", ["kind"])
-# Bound once: looking a label up costs more than counting.
 LLM_WAITING = Gauge(
     "steward_llm_waiting", "Model calls waiting for a slot", ["priority"]
 )
-_KINDS = ("llm", "tool", "spawn", "deliver", "timer")
-_EFFECTS_BY_KIND = {kind: EFFECTS.labels(kind) for kind in _KINDS}
-_EFFECT_SECONDS_BY_KIND = {kind: EFFECT_SECONDS.labels(kind) for kind in _KINDS}
 
 _STALE_READS = 50
 """Reads of a stream that may come back older than a known commit (a replica
@@ -205,7 +197,7 @@ class Host:
             state, version = await self.state(stream)
             decisions = run_actor.decide(input, state)
             if decisions is None:
-                REFUSALS.inc()
+                METRICS.refusals += 1
                 log.debug("stream %s refused %s", stream, events.type_name(input))
                 return None
             batch = [input, *decisions]
@@ -218,10 +210,10 @@ class Host:
                     causation_id=causation_id,
                 )
             except ConcurrencyError:
-                CONFLICTS.inc()
+                METRICS.conflicts += 1
                 self._cache.pop(stream, None)
                 continue
-            COMMITS.inc()
+            METRICS.commits += 1
             for event in batch:
                 state = run_actor.evolve(state, event)
             self._cache[stream] = (state, commit.last_version)
@@ -400,7 +392,7 @@ class Host:
             work.close()
             return
         self._inflight.add(key)
-        _EFFECTS_BY_KIND[kind].inc()
+        METRICS.effects[kind] += 1
 
         async def run() -> None:
             try:
@@ -512,16 +504,15 @@ class Host:
                     listener(info, event.text)
 
         async def keep_stream(attempt: int, complete: bool) -> None:
-            if record:
-                recorded = events.LlmStreamRecorded(
-                    request_id=info.request_id,
-                    attempt=attempt,
-                    events=tuple(seen),
-                    complete=complete,
-                    at=self.clock.now(),
-                )
-                seen.clear()
-                await self.submit(rec.stream, recorded, causation_id=rec.id)
+            recorded = events.LlmStreamRecorded(
+                request_id=info.request_id,
+                attempt=attempt,
+                events=tuple(seen),
+                complete=complete,
+                at=self.clock.now(),
+            )
+            seen.clear()
+            await self.submit(rec.stream, recorded, causation_id=rec.id)
 
         rate = None
         if isinstance(provider, ModelRouter):
@@ -536,15 +527,26 @@ class Host:
             try:
                 if rate is not None:
                     await rate.acquire(tokens)
-                async with self._llm_slots.slot(info.priority):
+                await self._llm_slots.acquire(info.priority)
+                try:
                     # claimed once a slot is free, so a worker never holds
                     # more calls than it can make
-                    if attempt == 1 and not await self._claim(rec, info.request_id):
+                    if (
+                        attempt == 1
+                        and self.worker_id is not None
+                        and not await self._claim(rec, info.request_id)
+                    ):
                         return None
                     started = self.clock.now()
-                    result = await collect(provider.stream(prompt, info), on_event)
+                    result = await collect(
+                        provider.stream(prompt, info),
+                        on_event if record or self._delta_listeners else None,
+                    )
+                finally:
+                    self._llm_slots.release()
             except ProviderError as e:
-                await keep_stream(attempt, complete=False)
+                if record:
+                    await keep_stream(attempt, complete=False)
                 message = str(e).removeprefix(f"{e.kind}: ")
                 if e.retryable and attempt <= retries:
                     delay = backoff_delay(attempt, e.retry_after, rand=random.random())
@@ -569,15 +571,18 @@ class Host:
                     at=self.clock.now(),
                 )
             except Exception as e:  # a provider bug must not kill the host
-                await keep_stream(attempt, complete=False)
+                if record:
+                    await keep_stream(attempt, complete=False)
                 return events.LlmFailed(
                     request_id=info.request_id,
                     kind="internal",
                     message=f"{type(e).__name__}: {e}",
                     at=self.clock.now(),
                 )
-            _EFFECT_SECONDS_BY_KIND["llm"].observe(max(0.0, self.clock.now() - started))
-            await keep_stream(attempt, complete=True)
+            now = self.clock.now()
+            METRICS.effect_seconds["llm"].observe(max(0.0, now - started))
+            if record:
+                await keep_stream(attempt, complete=True)
             cost = getattr(provider, "cost", None)
             return events.LlmResponded(
                 request_id=info.request_id,
@@ -586,7 +591,7 @@ class Host:
                 usage=result.usage,
                 cost_usd=cost(info, result.usage) if cost is not None else 0.0,
                 attempts=attempt,
-                at=self.clock.now(),
+                at=now,
             )
 
     async def _call_tool(self, rec: Recorded, request: events.ToolRequested) -> None:

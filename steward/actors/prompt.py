@@ -10,7 +10,7 @@ import msgspec
 from steward.events.run import ChatMessage, ToolSpec
 
 
-class Prompt(msgspec.Struct, frozen=True, kw_only=True):
+class Prompt(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """What a provider sends to the model, in a provider-neutral shape."""
 
     model: str

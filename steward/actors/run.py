@@ -61,7 +61,7 @@ from steward.events.run import (
 replace = msgspec.structs.replace
 
 
-class PendingCall(msgspec.Struct, frozen=True, kw_only=True):
+class PendingCall(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A tool call requested (or awaiting approval) and not yet answered."""
 
     request_id: str
@@ -71,7 +71,7 @@ class PendingCall(msgspec.Struct, frozen=True, kw_only=True):
     call_id: str | None = None
 
 
-class Run(msgspec.Struct, frozen=True, kw_only=True):
+class Run(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """Everything a run's decisions depend on, folded from its events."""
 
     status: str = "new"

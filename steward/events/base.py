@@ -15,11 +15,11 @@ from typing import Any
 import msgspec
 
 
-class Event(msgspec.Struct, frozen=True, tag=True, kw_only=True):
+class Event(msgspec.Struct, frozen=True, tag=True, kw_only=True, gc=False):
     """Base of every event: a fact that happened, never changed once recorded."""
 
 
-class Recorded(msgspec.Struct, frozen=True, kw_only=True):
+class Recorded(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """An event as the log holds it.
 
     ``version`` is 1-based within ``stream``; ``position`` is global and

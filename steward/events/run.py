@@ -60,7 +60,7 @@ RunStatus = Literal["pending", "running", "waiting", "completed", "failed", "can
 TERMINAL: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
 
 
-class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
+class ToolSpec(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A tool as the model sees it, recorded once when a run starts."""
 
     name: str
@@ -70,7 +70,7 @@ class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
     max_retries: int | None = None
 
 
-class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
+class ToolCall(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A native tool call the model asked for."""
 
     id: str
@@ -78,7 +78,7 @@ class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
     args: dict[str, Any] = {}
 
 
-class ChatMessage(msgspec.Struct, frozen=True, kw_only=True):
+class ChatMessage(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One message of a conversation or of a run's transcript.
 
     ``tool_calls`` is set on an assistant message that asked for native tool
@@ -91,7 +91,7 @@ class ChatMessage(msgspec.Struct, frozen=True, kw_only=True):
     tool_call_id: str | None = None
 
 
-class RunSettings(msgspec.Struct, frozen=True, kw_only=True):
+class RunSettings(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """Everything a run's prompts and limits depend on, fixed when it starts.
 
     Recording these once lets replay rebuild every prompt exactly, even after
@@ -120,14 +120,14 @@ class RunSettings(msgspec.Struct, frozen=True, kw_only=True):
     """When a budget is spent: fail the run, or wait for a person's approval."""
 
 
-class Usage(msgspec.Struct, frozen=True, kw_only=True):
+class Usage(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """Tokens one model call used."""
 
     input_tokens: int = 0
     output_tokens: int = 0
 
 
-class SubagentSpec(msgspec.Struct, frozen=True, kw_only=True):
+class SubagentSpec(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A child run a parent asked for."""
 
     run_id: str
@@ -136,7 +136,7 @@ class SubagentSpec(msgspec.Struct, frozen=True, kw_only=True):
     allowed_tools: tuple[str, ...] | None = None
 
 
-class SubagentResult(msgspec.Struct, frozen=True, kw_only=True):
+class SubagentResult(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """What a finished child run handed back to its parent."""
 
     run_id: str

@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import prometheus_client
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from support import PLAN, act
 
 from steward import events, replay
@@ -408,3 +410,40 @@ async def test_native_protocol_runs_tools(make_host, log, protocol: str) -> None
     assert state.output == "all done"
     assert state.tool_calls == 2
     await check_log(log)
+
+
+def _scrape() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample Prometheus would scrape now, by name and labels."""
+    text = prometheus_client.generate_latest().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+async def test_metrics_count_commits_and_effects(make_host, log) -> None:
+    before = _scrape()
+    host = await make_host(
+        [*PLAN, act(type="files.list", args={}), act(type="finish", output="ok")]
+    )
+    await host.submit(run_stream("m1"), created("m1"))
+    await wait_status(host, "m1", "completed")
+    records = await log.read(run_stream("m1"))
+    after = _scrape()
+
+    def grew(name: str, **labels: str) -> float:
+        key = (name, tuple(sorted(labels.items())))
+        return after[key] - before.get(key, 0.0)
+
+    calls = sum(isinstance(r.event, events.LlmRequested) for r in records)
+    answers = sum(
+        isinstance(r.event, events.LlmResponded | events.ToolResulted) for r in records
+    )
+    assert calls == 4
+    assert grew("steward_effects_total", kind="llm") == calls
+    assert grew("steward_effects_total", kind="tool") == 1
+    # one commit for the RunCreated, one for each answer
+    assert grew("steward_commits_total") == 1 + answers
+    assert grew("steward_effect_seconds_count", kind="llm") == calls
+    assert grew("steward_effect_seconds_bucket", kind="llm", le="+Inf") == calls

@@ -65,6 +65,21 @@ async def test_the_limit_holds_and_a_cancelled_waiter_gives_no_slot_away() -> No
     assert limiter.active == 0
 
 
+async def test_a_cancelled_waiter_leaves_the_queue() -> None:
+    limiter = PriorityLimiter(1)
+    await limiter.acquire("interactive")
+    waiter = asyncio.create_task(limiter.acquire("subagent"))
+    await asyncio.sleep(0)
+    assert limiter.depth_total() == 1 and limiter.depth()["subagent"] == 1
+    waiter.cancel()
+    await asyncio.gather(waiter, return_exceptions=True)
+    assert limiter.depth_total() == 0 and limiter.depth()["subagent"] == 0
+    limiter.release()
+    # nobody waits now: the next call takes the free slot at once
+    await asyncio.wait_for(limiter.acquire("interactive"), timeout=1)
+    assert limiter.active == 1
+
+
 def test_bad_limits_are_refused() -> None:
     with pytest.raises(ValueError, match="1 or more"):
         PriorityLimiter(0)

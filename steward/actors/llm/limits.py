@@ -34,6 +34,9 @@ class PriorityLimiter:
         self.limit = limit
         self.active = 0
         self._waiting: list[tuple[int, int, str, asyncio.Future[None]]] = []
+        self._queued = 0
+        """Waiters neither served nor cancelled (``_waiting`` keeps cancelled
+        ones until they reach the top of the heap)."""
         self._seq = itertools.count()
 
     def depth(self) -> dict[str, int]:
@@ -54,18 +57,22 @@ class PriorityLimiter:
             self.release()
 
     async def acquire(self, priority: str) -> None:
+        """Take a slot, waiting for one if all are taken; `release` it after."""
         if priority not in PRIORITIES:
             raise ValueError(f"unknown priority {priority!r}; use one of {PRIORITIES}")
-        if self.active < self.limit and not self.depth_total():
+        if self.active < self.limit and not self._queued:
             self.active += 1
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         rank = PRIORITIES.index(priority)
         heapq.heappush(self._waiting, (rank, next(self._seq), priority, future))
+        self._queued += 1
         try:
             await future
         except asyncio.CancelledError:
-            if future.done() and not future.cancelled():
+            if future.cancelled():
+                self._queued -= 1
+            else:
                 self.release()  # granted as we were cancelled: pass it on
             raise
 
@@ -75,11 +82,12 @@ class PriorityLimiter:
             _, _, _, future = heapq.heappop(self._waiting)
             if not future.done():
                 self.active += 1
+                self._queued -= 1
                 future.set_result(None)
                 return
 
     def depth_total(self) -> int:
-        return sum(1 for *_, future in self._waiting if not future.done())
+        return self._queued
 
 
 class RateLimiter:

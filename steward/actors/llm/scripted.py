@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import operator
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
@@ -260,9 +261,12 @@ def _explain(error: msgspec.ValidationError) -> str:
 # -- the provider ---------------------------------------------------------------
 
 
+_content = operator.attrgetter("content")
+
+
 def estimate_usage(prompt: Prompt, reply: Reply) -> Usage:
     """A deterministic token estimate: a quarter of the characters each way."""
-    sent = len(prompt.system) + sum(len(m.content) for m in prompt.messages)
+    sent = len(prompt.system) + sum(map(len, map(_content, prompt.messages)))
     said = len(reply.text) + sum(
         len(c.name) + len(json.dumps(c.args)) for c in reply.tool_calls
     )
