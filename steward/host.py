@@ -50,7 +50,7 @@ from steward.bus import Commit, EventLog
 from steward.clock import Clock, SystemClock
 from steward.errors import ConcurrencyError, ProviderError, StewardError
 from steward.events import Event, Recorded
-from steward.metrics import HOST as METRICS
+from steward.projections.metrics import HOST as METRICS
 
 log = logging.getLogger("steward.host")
 
