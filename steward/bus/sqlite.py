@@ -121,6 +121,7 @@ were written: SQLite's own automatic checkpoint threshold."""
 # small enough that decoding one page does not stall the event loop for long.
 _SUBSCRIBE_PAGE = 1_000
 _RECENT = 10_000  # records kept in memory for this process's subscribers
+_KNOWN_STREAMS = 100_000  # stream versions the writer keeps before starting over
 
 _json = msgspec.json.Encoder()
 # Decodes the current shapes only; `decode` (the codec's entry point, which
@@ -208,6 +209,13 @@ class SqliteEventLog:
         # subscribers in this process follow without reading them back. A
         # commit from another process breaks the run and empties it.
         self._recent: list[Recorded] = []
+        # What the writer knows of the file: each stream's version it has
+        # read or written, and the head position. Valid while the writer's
+        # PRAGMA data_version is `_data_version` (no other connection has
+        # committed since), so a batch reads only the streams it has not seen.
+        self._versions: dict[str, int] = {}
+        self._head: int | None = None
+        self._data_version: int | None = None
         self._closing = False
         self._closed = False
         self._batches = 0
@@ -372,11 +380,10 @@ class SqliteEventLog:
     ) -> tuple[bool, list[Commit | ConcurrencyError]]:
         """Commit ``batch``; (anything written, outcomes)."""
         conn = self._writer
-        names = _json.encode(list({r.stream for r in batch}))
         conn.execute("BEGIN IMMEDIATE")
         try:
-            state = conn.execute(_BATCH_STATE, (names,)).fetchall()
-            rows, outcomes = self._plan(batch, state)
+            versions, head = self._known_state(conn, batch)
+            rows, outcomes, head = self._plan(batch, versions, head)
             if rows:
                 conn.executemany(_INSERT, rows)
             conn.execute("COMMIT")
@@ -384,7 +391,41 @@ class SqliteEventLog:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
             raise
+        self._versions.update(versions)
+        self._head = head
         return bool(rows), outcomes
+
+    def _known_state(
+        self, conn: sqlite3.Connection, batch: list[_Append]
+    ) -> tuple[dict[str, int], int]:
+        """In the write transaction: the batch's streams' versions, and the head.
+
+        Read from the file only for what the writer does not know already.
+        """
+        (data_version,) = conn.execute("PRAGMA data_version").fetchone()
+        if data_version != self._data_version or len(self._versions) > _KNOWN_STREAMS:
+            # another connection committed: what we knew may be stale
+            self._versions.clear()
+            self._head = None
+            self._data_version = data_version
+        known = self._versions
+        versions: dict[str, int] = {}
+        unknown: list[str] = []
+        for r in batch:
+            if r.stream in known:
+                versions[r.stream] = known[r.stream]
+            elif r.stream not in versions:
+                versions[r.stream] = 0
+                unknown.append(r.stream)
+        head = self._head
+        if unknown or head is None:
+            for name, value in conn.execute(_BATCH_STATE, (_json.encode(unknown),)):
+                if name is None:
+                    head = value
+                else:
+                    versions[name] = value
+        assert head is not None
+        return versions, head
 
     async def _commit(self, batch: list[_Append]) -> None:
         try:
@@ -494,11 +535,11 @@ class SqliteEventLog:
 
     @staticmethod
     def _plan(
-        batch: list[_Append], state: Any
-    ) -> tuple[list[tuple[Any, ...]], list[Commit | ConcurrencyError]]:
-        """The rows a batch inserts and what each of its appends gets back."""
-        versions: dict[str | None, int] = dict(state)
-        position = versions.pop(None)
+        batch: list[_Append], versions: dict[str, int], position: int
+    ) -> tuple[list[tuple[Any, ...]], list[Commit | ConcurrencyError], int]:
+        """The rows a batch inserts, what each of its appends gets back, and
+        the head after it; ``versions`` (of the batch's streams, before it)
+        is brought up to date."""
         rows: list[tuple[Any, ...]] = []
         outcomes: list[Commit | ConcurrencyError] = []
         for r in batch:
@@ -548,7 +589,7 @@ class SqliteEventLog:
                     records=tuple(records),
                 )
             )
-        return rows, outcomes
+        return rows, outcomes, position
 
     # -- reading ---------------------------------------------------------------
 

@@ -16,7 +16,7 @@ import pytest
 
 from steward import events
 from steward.bus import Commit, SqliteEventLog, open_log
-from steward.errors import ConfigError, LogReadError, LogWriteError
+from steward.errors import ConcurrencyError, ConfigError, LogReadError, LogWriteError
 from steward.events import Recorded
 
 TIMEOUT = 5.0
@@ -168,6 +168,36 @@ async def test_appends_made_together_share_one_transaction(
     )
     assert log._batches == 1
     assert [c.first_position for c in commits] == list(range(1, 200, 2))
+
+
+@pytest.mark.parametrize("mode", ["NORMAL", "FULL"])
+async def test_writers_on_one_file_see_each_others_commits(
+    path: Path, mode: Any
+) -> None:
+    """A writer remembers versions it wrote, and forgets them once another
+    connection commits: expected versions and positions stay right."""
+    first = await SqliteEventLog.open(path, synchronous=mode)
+    second = await SqliteEventLog.open(path, synchronous=mode)
+    try:
+        await first.append("run.a", [note(1)], 0)
+        await first.append("run.b", [note(2)], 0)
+        await second.append("run.a", [note(3)], 1)  # unseen by the first
+        with pytest.raises(ConcurrencyError) as refused:
+            await first.append("run.a", [note(4)], 1)
+        assert refused.value.actual == 2
+        later = await first.append("run.a", [note(4)], 2)
+        assert (later.first_version, later.first_position) == (3, 4)
+        with raw(path) as conn:  # a plain connection commits too
+            conn.execute(
+                "INSERT INTO events VALUES (5, 'run.b', 2, 0, 'x', NULL, NULL, x'')"
+            )
+        moved = await first.append("run.b", [note(5)], 2)
+        assert (moved.first_version, moved.first_position) == (3, 6)
+        again = await first.append("run.b", [note(6)], 3)  # from what it wrote
+        assert (again.first_version, again.first_position) == (4, 7)
+    finally:
+        await first.close()
+        await second.close()
 
 
 async def test_append_cancelled_before_its_turn_is_not_stored(
