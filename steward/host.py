@@ -44,7 +44,7 @@ from steward.actors.llm import (
 )
 from steward.actors.llm.limits import PRIORITIES, PriorityLimiter
 from steward.actors.llm.retry import backoff_delay
-from steward.actors.prompt import prompt_hash
+from steward.actors.prompt import prompt_matches
 from steward.actors.tools import ToolContext, ToolRegistry
 from steward.bus import Commit, EventLog
 from steward.clock import Clock, SystemClock
@@ -432,7 +432,7 @@ class Host:
         # request; state read back from the log (after a restart, or written
         # by another process, maybe by other code) is checked.
         own = self._own.get(rec.stream) == rec.version
-        if not own and prompt_hash(prompt) != request.prompt_hash:
+        if not own and not prompt_matches(prompt, request.prompt_hash):
             answer = events.LlmFailed(
                 request_id=request.request_id,
                 kind="internal",

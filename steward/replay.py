@@ -13,7 +13,8 @@ from collections.abc import Callable, Sequence
 import msgspec
 
 from steward.actors import run as run_actor
-from steward.events import INPUT_TYPES, Event, Recorded
+from steward.actors.prompt import HASH_PREFIX, prompt_hash, prompt_matches
+from steward.events import INPUT_TYPES, Event, LlmRequested, Recorded
 
 Decide = Callable[[Event, run_actor.Run], list[Event] | None]
 
@@ -76,7 +77,9 @@ def verify(
                 decided=None,
                 problem="the decider now refuses this recorded input",
             )
-        if tuple(decided) != recorded:
+        if tuple(decided) != recorded and tuple(decided) != _rehashed(
+            recorded, run_actor.fold((r.event for r in step), state)
+        ):
             return Mismatch(
                 version=head.version,
                 input=head.event,
@@ -87,6 +90,21 @@ def verify(
         for rec in step:
             state = run_actor.evolve(state, rec.event)
     return None
+
+
+def _rehashed(recorded: tuple[Event, ...], after: run_actor.Run) -> tuple[Event, ...]:
+    """``recorded`` with each first-kind prompt hash (written before part
+    hashes) that matches its prompt given in the current kind."""
+    out = []
+    for event in recorded:
+        if isinstance(event, LlmRequested) and not event.prompt_hash.startswith(
+            HASH_PREFIX
+        ):
+            prompt = run_actor.build_prompt(after)
+            if prompt_matches(prompt, event.prompt_hash):
+                event = msgspec.structs.replace(event, prompt_hash=prompt_hash(prompt))
+        out.append(event)
+    return tuple(out)
 
 
 def remap(event: Event, old: str, new: str) -> Event:

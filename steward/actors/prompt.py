@@ -24,9 +24,92 @@ class Prompt(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 
 _encoder = msgspec.msgpack.Encoder(order="deterministic")
 
+HASH_PREFIX = "m1:"
+"""Marks a hash of the current kind (a hash of part hashes); a recorded hash
+without it is of the first kind, a hash of the whole encoded prompt."""
+
 
 def prompt_hash(prompt: Prompt) -> str:
-    """A stable hash of a prompt, recorded in place of the prompt itself."""
+    """A stable hash of a prompt, recorded in place of the prompt itself.
+
+    The hash of the hashes of its parts: the settings (model, system prompt,
+    tools, protocol, sampling) and each message. A run's settings and its
+    messages are the same objects from one call to the next, so each part is
+    encoded and hashed once and a call hashes only its new messages and a
+    list of 16-byte digests: cost grows with what is new, not with the
+    window the model sees.
+    """
     # BLAKE2b: as strong as SHA-256 here and twice as fast without SHA
     # instructions; 16 bytes make collisions out of reach.
+    messages = prompt.messages
+    # Looked up in C (map over the memo's get): a Python loop over the
+    # messages would cost about what the hashing it saves costs.
+    try:
+        digests = list(map(_messages.__getitem__, messages))
+    except (KeyError, TypeError):  # a new message, or one with tool arguments
+        digests = [_message_digest(m) for m in messages]
+    whole = hashlib.blake2b(_head_digest(prompt), digest_size=16)
+    whole.update(b"".join(digests))
+    return HASH_PREFIX + whole.hexdigest()
+
+
+def prompt_matches(prompt: Prompt, recorded: str) -> bool:
+    """Whether ``recorded`` (of either kind) is the hash of ``prompt``."""
+    if recorded.startswith(HASH_PREFIX):
+        return prompt_hash(prompt) == recorded
+    return first_kind_hash(prompt) == recorded
+
+
+def first_kind_hash(prompt: Prompt) -> str:
+    """The hash logs written before part hashes recorded: of the whole prompt."""
     return hashlib.blake2b(_encoder.encode(prompt), digest_size=16).hexdigest()
+
+
+# Digests of messages, by message: equal messages have equal digests, so a
+# message folded again from the log (an equal object) finds its digest too.
+# Heads by the identity of their system prompt and tools (kept alive by the
+# memo, so an id is never reused while in it). Only work is saved: a miss
+# computes the same digest. Emptied when the messages it holds grow too big.
+_MEMO_CHARS = 32 * 1024 * 1024
+_messages: dict[ChatMessage, bytes] = {}
+_heads: dict[tuple[object, ...], tuple[str, tuple[ToolSpec, ...], bytes]] = {}
+_held = 0
+
+
+def _message_digest(message: ChatMessage) -> bytes:
+    """The digest of ``message``, from the memo or computed into it."""
+    global _held
+    try:
+        return _messages[message]
+    except KeyError:
+        pass
+    except TypeError:  # tool call arguments (dicts) cannot be hashed
+        return hashlib.blake2b(_encoder.encode(message), digest_size=16).digest()
+    digest = hashlib.blake2b(_encoder.encode(message), digest_size=16).digest()
+    _held += len(message.content)
+    if _held > _MEMO_CHARS or len(_messages) > 100_000:
+        _messages.clear()
+        _held = len(message.content)
+    _messages[message] = digest
+    return digest
+
+
+def _head_digest(prompt: Prompt) -> bytes:
+    system, tools = prompt.system, prompt.tools
+    key = (
+        id(system),
+        id(tools),
+        prompt.model,
+        prompt.protocol,
+        prompt.temperature,
+        prompt.max_tokens,
+    )
+    memo = _heads.get(key)
+    if memo is not None and memo[0] is system and memo[1] is tools:
+        return memo[2]
+    head = msgspec.structs.replace(prompt, messages=())
+    digest = hashlib.blake2b(_encoder.encode(head), digest_size=16).digest()
+    if len(_heads) > 1024:
+        _heads.clear()
+    _heads[key] = (system, tools, digest)
+    return digest

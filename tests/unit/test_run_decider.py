@@ -29,8 +29,9 @@ from hypothesis import strategies as st
 from msgspec.structs import replace
 
 from steward import replay
+from steward.actors import prompt as prompt_module
 from steward.actors import run as run_actor
-from steward.actors.prompt import prompt_hash
+from steward.actors.prompt import Prompt, first_kind_hash, prompt_hash
 from steward.events import (
     ApprovalDecided,
     ApprovalRequested,
@@ -1231,6 +1232,66 @@ def test_prompt_hash_is_the_hash_of_the_prompt_after_the_commit():
     )
     before = run_actor.fold(story.log[:-2])
     assert request.prompt_hash != prompt_hash(run_actor.build_prompt(before))
+
+
+def _prompt(**changes: Any) -> Prompt:
+    """A prompt made of new objects each time (the hash memo must not matter)."""
+    fields: dict[str, Any] = {
+        "model": "m",
+        "system": "".join(["sys", "tem"]),
+        "messages": tuple(
+            ChatMessage(role="user" if n % 2 else "assistant", content=f"message {n}")
+            for n in range(4)
+        ),
+    }
+    return Prompt(**{**fields, **changes})
+
+
+def test_prompt_hash_depends_on_every_part_and_nothing_else():
+    same = prompt_hash(_prompt())
+    assert prompt_hash(_prompt()) == same
+    prompt_module._messages.clear()
+    prompt_module._heads.clear()
+    assert prompt_hash(_prompt()) == same  # computed afresh: the same
+    messages = _prompt().messages
+    variants = [
+        _prompt(model="n"),
+        _prompt(system="system!"),
+        _prompt(temperature=0.5),
+        _prompt(max_tokens=10),
+        _prompt(protocol="native"),
+        _prompt(tools=(ToolSpec(name="t", description="d", parameters={}),)),
+        _prompt(messages=messages[:-1]),
+        _prompt(messages=(*messages[:2], messages[3], messages[2])),
+        _prompt(messages=(*messages[:3], ChatMessage(role="user", content="other"))),
+        _prompt(messages=(*messages[:3], replace(messages[3], role="assistant"))),
+    ]
+    hashes = {prompt_hash(v) for v in variants}
+    assert same not in hashes and len(hashes) == len(variants)
+
+
+def test_first_kind_hashes_still_verify():
+    """A log written when a prompt hash was the hash of the whole prompt
+    verifies; a wrong hash of that kind is still caught."""
+    records = invalid_story().records()
+    requests = [r for r in records if isinstance(r.event, LlmRequested)]
+    assert len(requests) >= 2
+    old = []
+    for r in records:
+        if isinstance(r.event, LlmRequested):
+            state = run_actor.fold(x.event for x in records if x.version <= r.version)
+            legacy = first_kind_hash(run_actor.build_prompt(state))
+            r = replace(r, event=replace(r.event, prompt_hash=legacy))
+        old.append(r)
+    assert replay.verify(old) is None
+    wrong = [
+        replace(r, event=replace(r.event, prompt_hash="0" * 32))
+        if r.version == requests[1].version
+        else r
+        for r in old
+    ]
+    mismatch = replay.verify(wrong)
+    assert mismatch is not None and mismatch.version < requests[1].version
 
 
 # -- replay ---------------------------------------------------------------------
