@@ -316,18 +316,22 @@ class Host:
             await close()
 
     async def _dispatch(self) -> None:
+        known, cache = self._known, self._cache
         async for rec in self.log.subscribe(self.position):
             self.position = rec.position
-            self._know(rec.stream, rec.version)
-            cached = self._cache.get(rec.stream)
-            if cached is not None and cached[1] < rec.version:
+            stream, version = rec.stream, rec.version
+            if version > known.get(stream, 0):
+                known[stream] = version
+            cached = cache.get(stream)
+            if cached is not None and cached[1] < version:
                 # another process wrote this stream: our cached state is stale
-                self._cache.pop(rec.stream, None)
-                self._own.pop(rec.stream, None)
-            try:
-                await self._route(rec)
-            except Exception:
-                log.exception("routing %s failed", rec.id)
+                cache.pop(stream, None)
+                self._own.pop(stream, None)
+            if type(rec.event) in _ROUTED:
+                try:
+                    await self._route(rec)
+                except Exception:
+                    log.exception("routing %s failed", rec.id)
             if self.projector is not None:
                 self.projector.offer(rec)
             for listener in self._listeners:
@@ -637,6 +641,20 @@ class Host:
             heapq.heappop(self._timers)
             wake = events.WakeDue(timer_id=timer_id, at=self.clock.now())
             self._spawn_effect(timer_id, "timer", self.submit(stream, wake))
+
+
+_ROUTED = frozenset(
+    {
+        events.LlmRequested,
+        events.ToolRequested,
+        events.RunSlept,
+        events.SubagentsSpawned,
+        events.RunCompleted,
+        events.RunFailed,
+        events.RunCancelled,
+    }
+)
+"""The event types `Host._route` acts on; the dispatcher skips the rest."""
 
 
 def _waiting(limiter: PriorityLimiter, priority: str) -> Callable[[], float]:

@@ -267,9 +267,9 @@ _content = operator.attrgetter("content")
 def estimate_usage(prompt: Prompt, reply: Reply) -> Usage:
     """A deterministic token estimate: a quarter of the characters each way."""
     sent = len(prompt.system) + sum(map(len, map(_content, prompt.messages)))
-    said = len(reply.text) + sum(
-        len(c.name) + len(json.dumps(c.args)) for c in reply.tool_calls
-    )
+    said = len(reply.text)
+    if reply.tool_calls:
+        said += sum(len(c.name) + len(json.dumps(c.args)) for c in reply.tool_calls)
     return Usage(input_tokens=sent // 4, output_tokens=said // 4)
 
 
