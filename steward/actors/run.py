@@ -681,7 +681,7 @@ def _claimable(state: Run, claim: EffectClaimed) -> bool:
 def _unclaimed(state: Run, request_id: str) -> tuple[tuple[str, str, float], ...]:
     if not state.claims:
         return state.claims
-    return tuple(c for c in state.claims if c[0] != request_id)
+    return tuple([c for c in state.claims if c[0] != request_id])
 
 
 def _spent_budget(state: Run) -> list[Event] | None:
@@ -779,7 +779,9 @@ def _without(
     """``calls`` without ``call`` (the same tuple when it is not there)."""
     if call is None:
         return calls
-    return tuple(c for c in calls if c is not call)
+    if len(calls) == 1:  # the usual case: one call at a time
+        return ()
+    return tuple([c for c in calls if c is not call])
 
 
 def _tool(state: Run, name: str) -> ToolSpec | None:
