@@ -23,7 +23,9 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
+from wsgiref.simple_server import WSGIServer
 
+import prometheus_client
 from msgspec.structs import replace
 
 from steward import events, replay
@@ -35,6 +37,7 @@ from steward.config import LogConfig, Settings, load_settings
 from steward.errors import ConfigError, NotFoundError, StewardError
 from steward.host import Host, run_stream
 from steward.ingress import Egress, Ingress
+from steward.projections.metrics import endpoint_registry
 from steward.projections.store import Projector
 
 EXIT_INPUT = 2
@@ -260,7 +263,7 @@ async def cmd_start(env: Env, args: argparse.Namespace) -> int:
 
 
 async def cmd_serve(env: Env, args: argparse.Namespace) -> int:
-    return await _serve(env, services=True)
+    return await _serve(env, args, services=True)
 
 
 async def cmd_worker(env: Env, args: argparse.Namespace) -> int:
@@ -271,25 +274,53 @@ async def cmd_worker(env: Env, args: argparse.Namespace) -> int:
             "a worker shares a nats:// log with others; give --log nats://... "
             "(on an embedded log, run `steward serve`)",
         )
-    return await _serve(env, services=False)
+    return await _serve(env, args, services=False)
 
 
-async def _serve(env: Env, *, services: bool) -> int:
+async def _serve(env: Env, args: argparse.Namespace, *, services: bool) -> int:
     async with _opened(env) as (log, projector):
         host = _host(env, log, projector)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        await host.start()
-        closers = await _start_services(env, log, host) if services else []
-        role = "serving" if services else f"working as {host.worker_id} on"
-        env.out(f"steward {role} {env.log_url} (ctrl-c to stop)")
-        await stop.wait()
-        for close in reversed(closers):
-            await close()
-        await host.stop()
+        metrics = _metrics_endpoint(env, args.metrics_port)
+        try:
+            await host.start()
+            closers = await _start_services(env, log, host) if services else []
+            role = "serving" if services else f"working as {host.worker_id} on"
+            env.out(f"steward {role} {env.log_url} (ctrl-c to stop)")
+            await stop.wait()
+            for close in reversed(closers):
+                await close()
+            await host.stop()
+        finally:
+            if metrics is not None:
+                metrics.shutdown()
+                metrics.server_close()
     return 0
+
+
+def _metrics_endpoint(env: Env, port: int | None) -> WSGIServer | None:
+    """Serve Prometheus metrics on ``port`` (else ``[metrics] port``), if any."""
+    config = env.settings.metrics
+    if port is None:
+        port = config.port
+    if port is None:
+        return None
+    try:
+        server, _ = prometheus_client.start_http_server(
+            port, config.address, registry=endpoint_registry(env.db)
+        )
+    except OSError as e:
+        raise ConfigError(
+            "settings",
+            "metrics.port",
+            f"cannot serve metrics on {config.address}:{port}: {e.strerror}; "
+            "choose another port (--metrics-port or [metrics] port)",
+        ) from None
+    env.out(f"metrics: http://{config.address}:{server.server_port}/metrics")
+    return server
 
 
 async def _start_services(
@@ -578,6 +609,16 @@ def _backend_option(parser: argparse.ArgumentParser, default: str | None) -> Non
     )
 
 
+def _metrics_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve Prometheus metrics at http://ADDRESS:PORT/metrics (default: "
+        "[metrics] port; none unless set; 0 takes a free port)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="steward",
@@ -611,6 +652,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=cmd_serve)
     # also after the command, as in `steward serve --backend jetstream`
     _backend_option(s, argparse.SUPPRESS)
+    _metrics_option(s)
     s = sub.add_parser(
         "worker",
         help="share a nats:// log's work (model and tool calls, timers) with "
@@ -618,6 +660,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.set_defaults(fn=cmd_worker)
     _backend_option(s, argparse.SUPPRESS)
+    _metrics_option(s)
 
     s = sub.add_parser("run", help="run TEXT to completion here, streaming each step")
     s.add_argument("text")

@@ -50,6 +50,7 @@ from steward.bus import Commit, EventLog
 from steward.clock import Clock, SystemClock
 from steward.errors import ConcurrencyError, ProviderError, StewardError
 from steward.events import Event, Recorded
+from steward.projections.metrics import COUNTED
 from steward.projections.metrics import HOST as METRICS
 
 log = logging.getLogger("steward.host")
@@ -216,6 +217,8 @@ class Host:
             METRICS.commits += 1
             for event in batch:
                 state = run_actor.evolve(state, event)
+                if type(event) in COUNTED:
+                    METRICS.record(event)
             self._cache[stream] = (state, commit.last_version)
             self._own[stream] = commit.last_version
             self._know(stream, commit.last_version)

@@ -17,6 +17,7 @@ __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
     "AgentProfile",
     "LogConfig",
+    "MetricsConfig",
     "ModelConfig",
     "RunConfig",
     "Settings",
@@ -119,6 +120,17 @@ class ToolsConfig(_Section, frozen=True, kw_only=True):
 
     timeout: Seconds = 30.0
     """Seconds a tool call may take before it fails as timed out."""
+
+
+class MetricsConfig(_Section, frozen=True, kw_only=True):
+    """``[metrics]``: the Prometheus endpoint of ``steward serve`` and ``worker``."""
+
+    port: Annotated[int, msgspec.Meta(ge=0, le=65535)] | None = None
+    """TCP port serving ``/metrics``; ``None`` (the default) serves none, ``0``
+    takes any free port."""
+
+    address: str = "0.0.0.0"
+    """Address the endpoint listens on; ``127.0.0.1`` keeps it to this machine."""
 
 
 class ModelConfig(_Section, frozen=True, kw_only=True):
@@ -233,6 +245,9 @@ class Settings(_Section, frozen=True, kw_only=True):
 
     tools: ToolsConfig = msgspec.field(default_factory=ToolsConfig)
     """``[tools]``: the tool sandbox."""
+
+    metrics: MetricsConfig = msgspec.field(default_factory=MetricsConfig)
+    """``[metrics]``: the Prometheus endpoint."""
 
     models: dict[str, ModelConfig] = msgspec.field(default_factory=_default_models)
     """``[models.<name>]``: the models profiles may use; ``default`` is the

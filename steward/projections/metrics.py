@@ -11,14 +11,32 @@ counters and a histogram.
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from bisect import bisect_left
 from collections.abc import Iterator
+from pathlib import Path
 
-from prometheus_client import REGISTRY
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+)
 from prometheus_client.registry import Collector
 
-__all__ = ["EFFECT_KINDS", "HOST", "HostMetrics", "Histogram"]
+from steward.events import Event
+from steward.events.run import LlmResponded, ToolResulted
+
+__all__ = [
+    "COUNTED",
+    "EFFECT_KINDS",
+    "HOST",
+    "Histogram",
+    "HostMetrics",
+    "RunsByStatus",
+    "endpoint_registry",
+]
 
 EFFECT_KINDS = ("llm", "tool", "spawn", "deliver", "timer")
 
@@ -50,7 +68,12 @@ class Histogram:
 
 
 class HostMetrics:
-    """What every host of this process counted since it started."""
+    """What every host of this process counted since it started.
+
+    Model answers and tool results are counted by the host that made the
+    call and committed its answer, so with several workers on one log each
+    is counted once, and a dashboard sums the workers' figures.
+    """
 
     def __init__(self) -> None:
         self.commits = 0
@@ -58,6 +81,23 @@ class HostMetrics:
         self.conflicts = 0
         self.effects = dict.fromkeys(EFFECT_KINDS, 0)
         self.effect_seconds = {kind: Histogram() for kind in EFFECT_KINDS}
+        self.llm_tokens = dict.fromkeys(("input", "output"), 0)
+        self.llm_cost_usd = 0.0
+        self.tool_calls = dict.fromkeys(("ok", "error"), 0)
+
+    def record(self, event: Event) -> None:
+        """Count ``event``, committed by this process (see `COUNTED`)."""
+        match event:
+            case LlmResponded(usage=usage, cost_usd=cost):
+                self.llm_tokens["input"] += usage.input_tokens
+                self.llm_tokens["output"] += usage.output_tokens
+                self.llm_cost_usd += cost
+            case ToolResulted(ok=ok):
+                self.tool_calls["ok" if ok else "error"] += 1
+
+
+COUNTED = frozenset({LlmResponded, ToolResulted})
+"""The event types `HostMetrics.record` counts; the host skips the rest."""
 
 
 HOST = HostMetrics()
@@ -88,6 +128,61 @@ class _HostCollector(Collector):
         for kind, histogram in HOST.effect_seconds.items():
             seconds.add_metric([kind], histogram.cumulative(), histogram.sum)
         yield seconds
+        tokens = CounterMetricFamily(
+            "steward_llm_tokens",
+            "Model tokens, as the provider reported",
+            labels=["kind"],
+        )
+        for kind, count in HOST.llm_tokens.items():
+            tokens.add_metric([kind], count)
+        yield tokens
+        yield CounterMetricFamily(
+            "steward_llm_cost_usd",
+            "US dollars spent on model calls, from the configured prices",
+            value=HOST.llm_cost_usd,
+        )
+        tools = CounterMetricFamily(
+            "steward_tool_calls", "Tool calls answered, by outcome", labels=["outcome"]
+        )
+        for outcome, count in HOST.tool_calls.items():
+            tools.add_metric([outcome], count)
+        yield tools
 
 
 REGISTRY.register(_HostCollector())
+
+
+class RunsByStatus(Collector):
+    """The gauge ``steward_runs{status}``: runs by status, read from the runs
+    projection in ``path`` at each scrape (complete whichever process wrote
+    the runs; with several workers, each reports the same figures)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "steward_runs",
+            "Runs by status, from the runs projection",
+            labels=["status"],
+        )
+        uri = f"{self.path.resolve().as_uri()}?mode=ro"
+        try:
+            with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=1)) as conn:
+                rows = conn.execute(
+                    "SELECT status, count(*) FROM runs GROUP BY status ORDER BY status"
+                ).fetchall()
+        except sqlite3.Error:
+            return  # no projections yet, or busy: this scrape goes without
+        for status, count in rows:
+            family.add_metric([status], count)
+        yield family
+
+
+def endpoint_registry(projections: Path) -> CollectorRegistry:
+    """What the ``/metrics`` endpoint serves: every metric of this process,
+    and the runs by status from the ``projections`` file."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(REGISTRY)
+    registry.register(RunsByStatus(projections))
+    return registry

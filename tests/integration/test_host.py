@@ -443,6 +443,8 @@ async def test_metrics_count_commits_and_effects(make_host, log) -> None:
     assert calls == 4
     assert grew("steward_effects_total", kind="llm") == calls
     assert grew("steward_effects_total", kind="tool") == 1
+    assert grew("steward_tool_calls_total", outcome="ok") == 1
+    assert grew("steward_llm_tokens_total", kind="output") > 0
     # one commit for the RunCreated, one for each answer
     assert grew("steward_commits_total") == 1 + answers
     assert grew("steward_effect_seconds_count", kind="llm") == calls
