@@ -17,7 +17,8 @@ from nats_server import NatsServer
 from steward import events
 from steward.actors.tools import ToolRegistry
 from steward.bus import JetStreamEventLog
-from steward.host import CONFLICTS, Host, run_stream
+from steward.host import Host, run_stream
+from steward.projections.metrics import HOST as METRICS
 
 SETTINGS = events.RunSettings(tools=ToolRegistry.with_builtins().specs())
 
@@ -96,11 +97,11 @@ async def test_the_loser_of_a_version_retries_on_the_new_state(
     won = await a.submit(stream, events.LlmResponded(request_id=request_id, text=reply))
     assert won is not None and won.first_version == seen_by_b + 1
 
-    conflicts = CONFLICTS._value.get()
+    conflicts = METRICS.conflicts
     # b still believes the run is at `seen_by_b`: its commit loses that
     # version, and it decides the cancel again on the state a recorded.
     cancelled = await b.submit(stream, events.CancelRequested(reason="stop"))
-    assert CONFLICTS._value.get() == conflicts + 1
+    assert METRICS.conflicts == conflicts + 1
     assert cancelled is not None
     assert cancelled.first_version == won.last_version + 1
 
