@@ -972,7 +972,10 @@ def _window(state: Run) -> tuple[ChatMessage, ...]:
     over = totals[-1] - settings.transcript_token_limit
     start = bisect_left(totals, over) + 1 if over > 0 else 0
     start = max(start, len(transcript) - max(settings.transcript_limit, 1))
-    kept = list(transcript[min(start, len(transcript) - 1) :])
+    start = min(start, len(transcript) - 1)
+    if transcript[start].role != "tool":
+        return transcript[start:]
+    kept = list(transcript[start:])
     while len(kept) > 1 and kept[0].role == "tool":
         kept.pop(0)
     if kept and kept[0].role == "tool":
