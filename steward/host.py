@@ -44,7 +44,7 @@ from steward.actors.llm import (
 )
 from steward.actors.llm.limits import PRIORITIES, PriorityLimiter
 from steward.actors.llm.retry import backoff_delay
-from steward.actors.prompt import prompt_matches
+from steward.actors.prompt import Prompt, prompt_matches
 from steward.actors.tools import ToolContext, ToolRegistry
 from steward.bus import Commit, EventLog
 from steward.clock import Clock, SystemClock
@@ -58,6 +58,10 @@ log = logging.getLogger("steward.host")
 LLM_WAITING = Gauge(
     "steward_llm_waiting", "Model calls waiting for a slot", ["priority"]
 )
+
+_KEPT_PROMPTS = 10_000
+"""Prompts kept for calls not yet made before the host forgets them (a
+forgotten prompt is built again from the state)."""
 
 _STALE_READS = 50
 """Reads of a stream that may come back older than a known commit (a replica
@@ -128,6 +132,9 @@ class Host:
         self._llm_retries = llm_retries
         self._max_conflict_retries = max_conflict_retries
         self._cache: dict[str, tuple[run_actor.Run, int]] = {}
+        # Prompts of this host's own model requests, as the decider built
+        # them, until the call takes them.
+        self._prompts: dict[str, Prompt] = {}
         # Streams whose cached state this host folded from its own commit of
         # the decider's output: their prompts need no hash check.
         self._own: dict[str, int] = {}
@@ -196,11 +203,12 @@ class Host:
     ) -> Commit | None:
         for _ in range(self._max_conflict_retries):
             state, version = await self.state(stream)
-            decisions = run_actor.decide(input, state)
-            if decisions is None:
+            decided = run_actor.decide_and_fold(input, state)
+            if decided is None:
                 METRICS.refusals += 1
                 log.debug("stream %s refused %s", stream, events.type_name(input))
                 return None
+            decisions, after, prompt = decided
             batch = [input, *decisions]
             try:
                 commit = await self.log.append(
@@ -216,10 +224,16 @@ class Host:
                 continue
             METRICS.commits += 1
             for event in batch:
-                state = run_actor.evolve(state, event)
                 if type(event) in COUNTED:
                     METRICS.record(event)
-            self._cache[stream] = (state, commit.last_version)
+            if prompt is not None:
+                # the model call will send the prompt the decider hashed
+                request = decisions[-1]
+                assert isinstance(request, events.LlmRequested)
+                if len(self._prompts) >= _KEPT_PROMPTS:
+                    self._prompts.clear()
+                self._prompts[request.request_id] = prompt
+            self._cache[stream] = (after, commit.last_version)
             self._own[stream] = commit.last_version
             self._know(stream, commit.last_version)
             return commit
@@ -424,10 +438,11 @@ class Host:
     # -- effects ------------------------------------------------------------------
 
     async def _call_model(self, rec: Recorded, request: events.LlmRequested) -> None:
+        kept = self._prompts.pop(request.request_id, None)
         state = await self._state_at(rec.stream, rec.version)
         if state.llm_pending != request.request_id:
             return  # answered already; nothing to do
-        prompt = run_actor.build_prompt(state)
+        prompt = kept or run_actor.build_prompt(state)
         info = RequestInfo(
             run_id=state.run_id,
             request_id=request.request_id,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_left
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 from croniter import croniter  # pure computation over a base time we pass in
@@ -659,15 +659,50 @@ def _next_call(state: Run, decisions: list[Event]) -> list[Event]:
         return [RunCompleted(output=_fallback(state, limit), reason="stalled")]
     if not state.budget_lifted and (spent := _spent_budget(state)) is not None:
         return spent
+    global _planned
     prompt = build_prompt(state)
-    return [
-        LlmRequested(
-            request_id=f"{state.run_id}/llm/{state.iteration + 1}",
-            iteration=state.iteration + 1,
-            prompt_hash=prompt_hash(prompt),
-            priority="subagent" if state.kind == "subagent" else "interactive",
-        )
-    ]
+    request = LlmRequested(
+        request_id=f"{state.run_id}/llm/{state.iteration + 1}",
+        iteration=state.iteration + 1,
+        prompt_hash=prompt_hash(prompt),
+        priority="subagent" if state.kind == "subagent" else "interactive",
+    )
+    _planned = _Planned(state, prompt, request)
+    return [request]
+
+
+class _Planned(NamedTuple):
+    """The model call `_next_call` planned last: the state its prompt was
+    built from (the state after the input and every decision before the
+    request), the prompt, and the request."""
+
+    state: Run
+    prompt: Prompt
+    request: LlmRequested
+
+
+_planned: _Planned | None = None
+"""Kept only so `decide_and_fold` can reuse the work; ``decide`` reads nothing
+from it. The request's identity ties it to the decision it belongs to."""
+
+
+def decide_and_fold(
+    input: Event, state: Run
+) -> tuple[list[Event], Run, Prompt | None] | None:
+    """`decide`, with the state after the input and its decisions, and the
+    prompt of the model call they request (``None`` when they request none).
+
+    The same as folding ``[input, *decisions]`` into ``state`` and building the
+    prompt from the result; cheaper, because the decider folded most of it and
+    built that prompt already to hash it.
+    """
+    decisions = decide(input, state)
+    if decisions is None:
+        return None
+    planned = _planned
+    if decisions and planned is not None and decisions[-1] is planned.request:
+        return decisions, evolve(planned.state, planned.request), planned.prompt
+    return decisions, fold([input, *decisions], state), None
 
 
 def _claimable(state: Run, claim: EffectClaimed) -> bool:
@@ -995,6 +1030,7 @@ __all__ = [
     "build_prompt",
     "child_created",
     "decide",
+    "decide_and_fold",
     "evolve",
     "fold",
     "initial",

@@ -78,18 +78,23 @@ class Story:
 
     def when(self, input: Event) -> list[Any]:
         """Decide ``input`` and commit it with its decisions; it must be accepted."""
-        decisions = run_actor.decide(input, self.state)
-        assert decisions is not None, f"refused: {input!r}"
+        decided = run_actor.decide_and_fold(input, self.state)
+        assert decided is not None, f"refused: {input!r}"
+        decisions, after, prompt = decided
+        assert decisions == run_actor.decide(input, self.state)
         state = self.state
         for event in (input, *decisions):
             state = run_actor.evolve(state, event)
-        for decision in decisions:
-            if isinstance(decision, LlmRequested):
-                expected = prompt_hash(run_actor.build_prompt(state))
-                assert decision.prompt_hash == expected, (
-                    f"{decision.request_id}: prompt_hash is not the hash of the "
-                    "prompt built from the state after this commit"
-                )
+        assert after == state, "decide_and_fold's state is not the folded one"
+        requested = [d for d in decisions if isinstance(d, LlmRequested)]
+        assert prompt is None or prompt == run_actor.build_prompt(state)
+        assert prompt is None or requested[-1] is decisions[-1]
+        for decision in requested:
+            expected = prompt_hash(run_actor.build_prompt(state))
+            assert decision.prompt_hash == expected, (
+                f"{decision.request_id}: prompt_hash is not the hash of the "
+                "prompt built from the state after this commit"
+            )
         self.state = state
         self.log += [input, *decisions]
         return list(decisions)

@@ -1234,6 +1234,24 @@ def test_prompt_hash_is_the_hash_of_the_prompt_after_the_commit():
     assert request.prompt_hash != prompt_hash(run_actor.build_prompt(before))
 
 
+def test_decide_and_fold_hands_over_the_prompt_it_hashed():
+    """The host sends the prompt the decider built and hashed, and caches the
+    state it folded: both equal what folding and building again give."""
+    story = planned()
+    reply = LlmResponded(request_id=story.llm, text=act(type="decision", content="d"))
+    decided = run_actor.decide_and_fold(reply, story.state)
+    assert decided is not None
+    decisions, after, prompt = decided
+    assert after == run_actor.fold([reply, *decisions], story.state)
+    assert prompt is not None and prompt == run_actor.build_prompt(after)
+    assert isinstance(decisions[-1], LlmRequested)
+    assert decisions[-1].prompt_hash == prompt_hash(prompt)
+    # no model call requested: no prompt
+    finish = LlmResponded(request_id=story.llm, text=act(type="finish", output="x"))
+    decided = run_actor.decide_and_fold(finish, story.state)
+    assert decided is not None and decided[2] is None
+
+
 def _prompt(**changes: Any) -> Prompt:
     """A prompt made of new objects each time (the hash memo must not matter)."""
     fields: dict[str, Any] = {
