@@ -11,6 +11,7 @@ variants providers send.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from types import AsyncGeneratorType
 from typing import Any, Literal, Protocol
 
 import msgspec
@@ -164,6 +165,7 @@ async def collect(
     added = [0, 0]
     peak = [0, 0]
     saw_usage = False
+    ended = False
     try:
         async for event in events:
             if on_event is not None:
@@ -174,6 +176,8 @@ async def collect(
                     f"the provider sent a {_kind(event)} event after its result "
                     "event; a stream must end with exactly one result",
                 )
+            if type(event) in _PASSING:  # most events: nothing to add up
+                continue
             match event:
                 case ResultEvent():
                     result = event
@@ -198,9 +202,11 @@ async def collect(
                         f"the provider sent {type(event).__name__!r}, which is not "
                         "a stream event",
                     )
+        # an async generator that ran to its end has closed itself
+        ended = isinstance(events, AsyncGeneratorType)
     finally:
         aclose = getattr(events, "aclose", None)
-        if aclose is not None:
+        if aclose is not None and not ended:
             await aclose()
     if result is None:
         raise ProviderError(
@@ -214,6 +220,9 @@ async def collect(
         input_tokens=max(added[0], peak[0]), output_tokens=max(added[1], peak[1])
     )
     return msgspec.structs.replace(result, usage=usage)
+
+
+_PASSING = frozenset({SystemEvent, AssistantDelta, ToolUseEvent, ToolResultEvent})
 
 
 def _kind(event: object) -> str:
