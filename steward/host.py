@@ -202,7 +202,8 @@ class Host:
         self, stream: str, input: Event, causation_id: str | None
     ) -> Commit | None:
         for _ in range(self._max_conflict_retries):
-            state, version = await self.state(stream)
+            cached = self._cache.get(stream)  # most inputs: no await for state
+            state, version = cached if cached is not None else await self.state(stream)
             decided = run_actor.decide_and_fold(input, state)
             if decided is None:
                 METRICS.refusals += 1
@@ -439,7 +440,11 @@ class Host:
 
     async def _call_model(self, rec: Recorded, request: events.LlmRequested) -> None:
         kept = self._prompts.pop(request.request_id, None)
-        state = await self._state_at(rec.stream, rec.version)
+        cached = self._cache.get(rec.stream)
+        if cached is not None and cached[1] == rec.version:
+            state = cached[0]
+        else:
+            state = await self._state_at(rec.stream, rec.version)
         if state.llm_pending != request.request_id:
             return  # answered already; nothing to do
         prompt = kept or run_actor.build_prompt(state)
@@ -549,7 +554,8 @@ class Host:
             try:
                 if rate is not None:
                     await rate.acquire(tokens)
-                await self._llm_slots.acquire(info.priority)
+                if not self._llm_slots.take(info.priority):
+                    await self._llm_slots.acquire(info.priority)
                 try:
                     # claimed once a slot is free, so a worker never holds
                     # more calls than it can make

@@ -56,12 +56,18 @@ class PriorityLimiter:
         finally:
             self.release()
 
-    async def acquire(self, priority: str) -> None:
-        """Take a slot, waiting for one if all are taken; `release` it after."""
+    def take(self, priority: str) -> bool:
+        """Take a slot if one is free and nobody waits; whether it was taken."""
         if priority not in PRIORITIES:
             raise ValueError(f"unknown priority {priority!r}; use one of {PRIORITIES}")
         if self.active < self.limit and not self._queued:
             self.active += 1
+            return True
+        return False
+
+    async def acquire(self, priority: str) -> None:
+        """Take a slot, waiting for one if all are taken; `release` it after."""
+        if self.take(priority):
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         rank = PRIORITIES.index(priority)
