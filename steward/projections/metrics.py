@@ -116,37 +116,40 @@ class _HostCollector(Collector):
             "Commits retried after a conflict",
             value=HOST.conflicts,
         )
-        effects = CounterMetricFamily(
-            "steward_effects", "Effects dispatched", labels=["kind"]
-        )
-        for kind, count in HOST.effects.items():
-            effects.add_metric([kind], count)
-        yield effects
+        yield _labelled("steward_effects", "Effects dispatched", "kind", HOST.effects)
         seconds = HistogramMetricFamily(
             "steward_effect_seconds", "Time an effect took", labels=["kind"]
         )
         for kind, histogram in HOST.effect_seconds.items():
             seconds.add_metric([kind], histogram.cumulative(), histogram.sum)
         yield seconds
-        tokens = CounterMetricFamily(
+        yield _labelled(
             "steward_llm_tokens",
             "Model tokens, as the provider reported",
-            labels=["kind"],
+            "kind",
+            HOST.llm_tokens,
         )
-        for kind, count in HOST.llm_tokens.items():
-            tokens.add_metric([kind], count)
-        yield tokens
         yield CounterMetricFamily(
             "steward_llm_cost_usd",
             "US dollars spent on model calls, from the configured prices",
             value=HOST.llm_cost_usd,
         )
-        tools = CounterMetricFamily(
-            "steward_tool_calls", "Tool calls answered, by outcome", labels=["outcome"]
+        yield _labelled(
+            "steward_tool_calls",
+            "Tool calls answered, by outcome",
+            "outcome",
+            HOST.tool_calls,
         )
-        for outcome, count in HOST.tool_calls.items():
-            tools.add_metric([outcome], count)
-        yield tools
+
+
+def _labelled(
+    name: str, help: str, label: str, counts: dict[str, int]
+) -> CounterMetricFamily:
+    """A counter with one sample per ``counts`` entry, its key as ``label``."""
+    family = CounterMetricFamily(name, help, labels=[label])
+    for value, count in counts.items():
+        family.add_metric([value], count)
+    return family
 
 
 REGISTRY.register(_HostCollector())
