@@ -33,17 +33,15 @@ def prompt_hash(prompt: Prompt) -> str:
     """A stable hash of a prompt, recorded in place of the prompt itself.
 
     The hash of the hashes of its parts: the settings (model, system prompt,
-    tools, protocol, sampling) and each message. A run's settings and its
-    messages are the same objects from one call to the next, so each part is
-    encoded and hashed once and a call hashes only its new messages and a
-    list of 16-byte digests: cost grows with what is new, not with the
-    window the model sees.
+    tools, protocol, sampling) and each message. Parts are memoized, so a
+    call encodes and hashes only its new messages, then hashes 16 bytes per
+    message: the cost of the window's text is paid once, not every call.
+    BLAKE2b: as strong as SHA-256 here and twice as fast without SHA
+    instructions; 16 bytes make collisions out of reach.
     """
-    # BLAKE2b: as strong as SHA-256 here and twice as fast without SHA
-    # instructions; 16 bytes make collisions out of reach.
     messages = prompt.messages
-    # Looked up in C (map over the memo's get): a Python loop over the
-    # messages would cost about what the hashing it saves costs.
+    # Looked up in C (map over the memo): a Python loop over the messages
+    # would cost about what the hashing it saves costs.
     try:
         digests = list(map(_messages.__getitem__, messages))
     except (KeyError, TypeError):  # a new message, or one with tool arguments
