@@ -1372,13 +1372,16 @@ class _Follower:
             await self.pull()
             if self.buffer:
                 continue
-            self.waiter = log._loop.create_future()
+            # A plain timer rather than `asyncio.timeout`, whose set-up on
+            # every wait costs more than the rest of the wait.
+            self.waiter = waiter = log._loop.create_future()
+            silent = log._loop.call_later(2.5 * log._heartbeat, _expire, waiter)
             try:
-                async with asyncio.timeout(2.5 * log._heartbeat):
-                    await self.waiter
+                await waiter
             except TimeoutError:
                 await self.reset("no heartbeat from the server")
             finally:
+                silent.cancel()
                 self.waiter = None
 
     async def control(self, msg: _Msg) -> None:
@@ -1502,6 +1505,12 @@ class _Follower:
             )
         except nats.errors.Error:
             pass
+
+
+def _expire(waiter: asyncio.Future[None]) -> None:
+    """End a follower's wait for messages that did not come in time."""
+    if not waiter.done():
+        waiter.set_exception(TimeoutError())
 
 
 def _url_options(query: str, url: str) -> dict[str, Any]:
