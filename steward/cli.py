@@ -609,10 +609,20 @@ def _backend_option(parser: argparse.ArgumentParser, default: str | None) -> Non
     )
 
 
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (0-65535)")
+    return port
+
+
 def _metrics_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--metrics-port",
-        type=int,
+        type=_port,
         metavar="PORT",
         help="serve Prometheus metrics at http://ADDRESS:PORT/metrics (default: "
         "[metrics] port; none unless set; 0 takes a free port)",

@@ -127,3 +127,11 @@ def test_a_metrics_port_in_use_is_one_clear_line(tmp_path: Path) -> None:
     assert served.returncode != 0
     assert "Traceback" not in served.stderr
     assert f"cannot serve metrics on 0.0.0.0:{port}" in served.stderr
+
+
+@pytest.mark.parametrize("port", ["70000", "-1", "http"])
+def test_a_metrics_port_that_is_no_port_is_refused(tmp_path: Path, port: str) -> None:
+    served = _steward(tmp_path, "serve", f"--metrics-port={port}")
+    assert served.returncode == 2
+    assert "Traceback" not in served.stderr
+    assert "is not a TCP port (0-65535)" in served.stderr
