@@ -157,7 +157,7 @@ def evolve(state: Run, event: Event) -> Run:
             return replace(
                 state,
                 llm_pending=None,
-                claims=_unclaimed(state, event.request_id),
+                claims=state.claims and _unclaimed(state, event.request_id),
                 transcript=(*state.transcript, said),
                 transcript_totals=_totals(state, said),
                 stall=state.stall + 1,
@@ -180,7 +180,9 @@ def evolve(state: Run, event: Event) -> Run:
             return replace(
                 state,
                 calls=(*state.calls, call),
-                approvals=_without(state.approvals, approved),
+                approvals=state.approvals
+                if approved is None
+                else _without(state.approvals, approved),
                 # an approved call keeps the id its ApprovalRequested already took
                 tool_requests=state.tool_requests + (approved is None),
                 tool_calls=state.tool_calls + (event.attempt == 1),
@@ -191,8 +193,8 @@ def evolve(state: Run, event: Event) -> Run:
             if done is None:
                 return state
             calls = _without(state.calls, done)
-            claims = _unclaimed(state, event.request_id)
-            if _will_retry(state, done, event):
+            claims = state.claims and _unclaimed(state, event.request_id)
+            if not event.ok and _will_retry(state, done, event):
                 return replace(state, calls=calls, claims=claims, tool_failed=True)
             text = (
                 event.output
