@@ -294,6 +294,9 @@ class LlmRequested(Event, frozen=True, kw_only=True):
     request_id: str
     iteration: int
     prompt_hash: str
+    """``steward.actors.prompt.prompt_hash`` of the prompt: ``m1:`` and a hash
+    of the hashes of its parts; logs written before that prefix hold a hash
+    of the whole encoded prompt, which replay still checks."""
     priority: Literal["interactive", "subagent"] = "interactive"
 
 
