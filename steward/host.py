@@ -202,8 +202,7 @@ class Host:
         self, stream: str, input: Event, causation_id: str | None
     ) -> Commit | None:
         for _ in range(self._max_conflict_retries):
-            cached = self._cache.get(stream)  # most inputs: no await for state
-            state, version = cached if cached is not None else await self.state(stream)
+            state, version = await self.state(stream)
             decided = run_actor.decide_and_fold(input, state)
             if decided is None:
                 METRICS.refusals += 1
@@ -334,17 +333,14 @@ class Host:
             await close()
 
     async def _dispatch(self) -> None:
-        known, cache = self._known, self._cache
         async for rec in self.log.subscribe(self.position):
             self.position = rec.position
-            stream, version = rec.stream, rec.version
-            if version > known.get(stream, 0):
-                known[stream] = version
-            cached = cache.get(stream)
-            if cached is not None and cached[1] < version:
+            self._know(rec.stream, rec.version)
+            cached = self._cache.get(rec.stream)
+            if cached is not None and cached[1] < rec.version:
                 # another process wrote this stream: our cached state is stale
-                cache.pop(stream, None)
-                self._own.pop(stream, None)
+                self._cache.pop(rec.stream, None)
+                self._own.pop(rec.stream, None)
             if type(rec.event) in _ROUTED:
                 try:
                     await self._route(rec)
@@ -440,11 +436,7 @@ class Host:
 
     async def _call_model(self, rec: Recorded, request: events.LlmRequested) -> None:
         kept = self._prompts.pop(request.request_id, None)
-        cached = self._cache.get(rec.stream)
-        if cached is not None and cached[1] == rec.version:
-            state = cached[0]
-        else:
-            state = await self._state_at(rec.stream, rec.version)
+        state = await self._state_at(rec.stream, rec.version)
         if state.llm_pending != request.request_id:
             return  # answered already; nothing to do
         prompt = kept or run_actor.build_prompt(state)
