@@ -77,14 +77,15 @@ def verify(
                 decided=None,
                 problem="the decider now refuses this recorded input",
             )
-        if tuple(decided) != recorded and tuple(decided) != _rehashed(
+        again = tuple(decided)
+        if again != recorded and again != _rehashed(
             recorded, run_actor.fold((r.event for r in step), state)
         ):
             return Mismatch(
                 version=head.version,
                 input=head.event,
                 recorded=recorded,
-                decided=tuple(decided),
+                decided=again,
                 problem="the decider now decides differently",
             )
         for rec in step:
