@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 from wsgiref.simple_server import WSGIServer
 
+import msgspec
 import prometheus_client
 from msgspec.structs import replace
 
@@ -34,6 +35,7 @@ from steward.actors.llm import ModelRouter, Provider, RequestInfo
 from steward.actors.tools import ToolRegistry
 from steward.bus import EventLog, open_log
 from steward.config import LogConfig, Settings, load_settings
+from steward.config.settings import Port
 from steward.errors import ConfigError, NotFoundError, StewardError
 from steward.host import Host, run_stream
 from steward.ingress import Egress, Ingress
@@ -611,12 +613,11 @@ def _backend_option(parser: argparse.ArgumentParser, default: str | None) -> Non
 
 def _port(text: str) -> int:
     try:
-        port = int(text)
-    except ValueError:
-        port = -1
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (0-65535)")
-    return port
+        return msgspec.convert(int(text), Port)
+    except (ValueError, msgspec.ValidationError):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a TCP port (0-65535)"
+        ) from None
 
 
 def _metrics_option(parser: argparse.ArgumentParser) -> None:

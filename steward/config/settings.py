@@ -32,6 +32,7 @@ DEFAULT_SYSTEM_PROMPT = (
 Positive = Annotated[int, msgspec.Meta(ge=1)]
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 Seconds = Annotated[float, msgspec.Meta(gt=0)]
+Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
 
 
 class _Section(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -125,7 +126,7 @@ class ToolsConfig(_Section, frozen=True, kw_only=True):
 class MetricsConfig(_Section, frozen=True, kw_only=True):
     """``[metrics]``: the Prometheus endpoint of ``steward serve`` and ``worker``."""
 
-    port: Annotated[int, msgspec.Meta(ge=0, le=65535)] | None = None
+    port: Port | None = None
     """TCP port serving ``/metrics``; ``None`` (the default) serves none, ``0``
     takes any free port."""
 
