@@ -356,7 +356,8 @@ class Host:
     async def _route(self, rec: Recorded) -> None:
         match rec.event:
             case events.LlmRequested(request_id=rid):
-                self._spawn_effect(rid, "llm", self._call_model(rec, rec.event))
+                if rid not in self._inflight and not self._answered(rec, rid):
+                    self._spawn_effect(rid, "llm", self._call_model(rec, rec.event))
             case events.ToolRequested(request_id=rid):
                 self._spawn_effect(rid, "tool", self._call_tool(rec, rec.event))
             case events.RunSlept(timer_id=tid, wake_at=wake_at):
@@ -434,11 +435,45 @@ class Host:
 
     # -- effects ------------------------------------------------------------------
 
+    def _answered(self, rec: Recorded, request_id: str) -> bool:
+        """Whether model request ``request_id`` (recorded as ``rec``) is known
+        to be answered: the newest state this host holds no longer waits on it."""
+        cached = self._cache.get(rec.stream)
+        return (
+            cached is not None
+            and cached[1] > rec.version
+            and cached[0].llm_pending != request_id
+        )
+
     async def _call_model(self, rec: Recorded, request: events.LlmRequested) -> None:
+        """Answer model request ``request``, then each next request that this
+        host's commit of the answer makes: a run's model loop is one task, not
+        a task per call."""
+        try:
+            while True:
+                commit = await self._model_call(rec, request)
+                follow = commit.records[-1] if commit and commit.records else None
+                if follow is None or not isinstance(follow.event, events.LlmRequested):
+                    return
+                if follow.event.request_id in self._inflight:
+                    return  # the dispatcher started it already
+                self._inflight.discard(request.request_id)
+                rec, request = follow, follow.event
+                self._inflight.add(request.request_id)
+                METRICS.effects["llm"] += 1
+        except Exception:
+            log.exception("effect %s failed", request.request_id)
+        finally:
+            self._inflight.discard(request.request_id)
+
+    async def _model_call(
+        self, rec: Recorded, request: events.LlmRequested
+    ) -> Commit | None:
+        """Ask the model ``request`` and submit its answer; the answer's commit."""
         kept = self._prompts.pop(request.request_id, None)
         state = await self._state_at(rec.stream, rec.version)
         if state.llm_pending != request.request_id:
-            return  # answered already; nothing to do
+            return None  # answered already; nothing to do
         prompt = kept or run_actor.build_prompt(state)
         info = RequestInfo(
             run_id=state.run_id,
@@ -461,8 +496,9 @@ class Host:
             )
         else:
             answer = await self._ask(rec, prompt, info)
-        if answer is not None:
-            await self.submit(rec.stream, answer, causation_id=rec.id)
+        if answer is None:
+            return None
+        return await self.submit(rec.stream, answer, causation_id=rec.id)
 
     async def _claim(self, rec: Recorded, request_id: str) -> bool:
         """Take effect ``request_id`` for this worker; whether it is ours.

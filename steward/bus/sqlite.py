@@ -51,7 +51,7 @@ import msgspec
 
 from steward.bus.base import Commit, check_append
 from steward.errors import ConcurrencyError, LogReadError, LogWriteError
-from steward.events import AnyEvent, Event, Recorded, decode, encode, type_name
+from steward.events import AnyEvent, Event, Recorded, decode, encode_blob, type_name
 
 __all__ = ["SqliteEventLog", "Synchronous"]
 
@@ -148,7 +148,7 @@ class _Append:
         self,
         stream: str,
         evs: Sequence[Event],
-        payloads: list[tuple[str, bytes]],
+        payloads: list[tuple[str, bytearray]],
         expected: int,
         correlation_id: str | None,
         causation_id: str | None,
@@ -326,7 +326,7 @@ class SqliteEventLog:
             )
         # Encoding here, in the caller's task, means an event that cannot be
         # encoded fails its own append and never reaches the shared batch.
-        payloads = [(type_name(e), encode(e)) for e in events]
+        payloads = [(type_name(e), encode_blob(e)) for e in events]
         future: asyncio.Future[Commit] = asyncio.get_running_loop().create_future()
         self._pending.append(
             _Append(

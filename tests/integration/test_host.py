@@ -449,3 +449,63 @@ async def test_metrics_count_commits_and_effects(make_host, log) -> None:
     assert grew("steward_commits_total") == 1 + answers
     assert grew("steward_effect_seconds_count", kind="llm") == calls
     assert grew("steward_effect_seconds_bucket", kind="llm", le="+Inf") == calls
+
+
+class _LateAcks:
+    """The test's log, but an append is confirmed a few loop turns after it
+    is committed (as over a network): followers, the host's dispatcher among
+    them, see a commit before its writer hears back."""
+
+    def __init__(self, log: EventLog) -> None:
+        self._log = log
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._log, name)
+
+    async def append(self, *args: Any, **kw: Any) -> Any:
+        commit = await self._log.append(*args, **kw)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        return commit
+
+
+@pytest.mark.parametrize("acks", ["prompt", "late"])
+async def test_each_model_request_reaches_the_provider_once(
+    tmp_path: Path, log, clock, acks: str
+) -> None:
+    """A run's next model call starts from the commit of the answer before
+    it, or from the dispatcher when that sees the commit first: never both."""
+    replies = iter(
+        [
+            *PLAN,
+            *(act(type="set_output", output=f"{n} ", mode="append") for n in range(6)),
+            act(type="finish"),
+        ]
+    )
+    asked: list[str] = []
+
+    def reply(prompt: Any, info: Any) -> str:
+        asked.append(info.request_id)
+        return next(replies)
+
+    host = Host(
+        log if acks == "prompt" else _LateAcks(log),
+        provider=ScriptedProvider(reply),
+        tools=ToolRegistry.with_builtins(),
+        workspace=tmp_path,
+        clock=clock,
+    )
+    await host.start()
+    try:
+        await host.submit(run_stream("once"), created("once"))
+        await wait_status(host, "once", "completed")
+        await asyncio.sleep(0.05)  # the dispatcher reaches the last commits
+    finally:
+        await host.stop()
+    requested = [
+        r.event.request_id
+        for r in await log.read(run_stream("once"))
+        if isinstance(r.event, events.LlmRequested)
+    ]
+    assert len(requested) == 9
+    assert asked == requested
