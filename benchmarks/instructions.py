@@ -36,7 +36,9 @@ _FOLD = """
 import sys, sqlite3
 from steward.actors import run
 from steward.bus.sqlite import _READ_ALL, _decode_rows
-rows = sqlite3.connect(sys.argv[2]).execute(_READ_ALL, (0, 10**9)).fetchall()
+rows = sqlite3.connect(sys.argv[2]).execute(
+    _READ_ALL, {"after": 0, "upto": 10**9}
+).fetchall()
 records = _decode_rows(rows)
 for _ in range(int(sys.argv[1])):
     states = {}

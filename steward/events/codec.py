@@ -24,15 +24,15 @@ def encode(event: Event) -> bytes:
     return _mp_encoder.encode(event)
 
 
-def encode_blob(event: Event) -> bytearray:
-    """``encode`` into a bytearray, which sqlite3 binds as a blob directly.
+def encode_blob(events: Event | list[Event]) -> bytearray:
+    """``encode`` an event, or a list of them, into a bytearray.
 
-    For ``bytes`` (as for any type but int, float, str and bytearray) sqlite3
-    first searches for an adapter, in vain: about 3,000 instructions a row,
-    a tenth of inserting it.
+    sqlite3 binds a bytearray as a blob directly; for ``bytes`` (as for any
+    type but int, float, str and bytearray) it first searches for an adapter,
+    in vain: about 3,000 instructions a row, a tenth of inserting it.
     """
     blob = bytearray()
-    _mp_encoder.encode_into(event, blob)
+    _mp_encoder.encode_into(events, blob)
     return blob
 
 

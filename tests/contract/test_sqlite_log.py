@@ -67,26 +67,89 @@ def raw(path: Path) -> contextlib.closing[sqlite3.Connection]:
 
 
 async def test_open_creates_directories_file_and_schema(tmp_path: Path) -> None:
-    """open creates missing parent directories, the file, and the events table."""
+    """open creates missing parent directories, the file, and the commits table:
+    a row per commit, holding its one event or the list of its events."""
     path = tmp_path / "a" / "b" / "log.db"
     log = await SqliteEventLog.open(path)
     await log.append("run.r1", [note(1)], 0)
+    await log.append("run.r1", [note(2), note(3)], 1, correlation_id="c")
     await log.close()
     with raw(path) as conn:
-        columns = [row[1] for row in conn.execute("PRAGMA table_info(events)")]
+        columns = [row[1] for row in conn.execute("PRAGMA table_info(commits)")]
         assert columns == [
             "position",
             "stream",
             "version",
+            "count",
             "at",
-            "type",
             "correlation_id",
             "causation_id",
             "data",
         ]
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-        row = conn.execute("SELECT type, data FROM events").fetchone()
-    assert row == ("NoteRecorded", events.encode(note(1)))
+        rows = conn.execute(
+            "SELECT position, version, count, correlation_id, data FROM commits"
+        ).fetchall()
+    assert rows == [
+        (1, 1, 1, None, events.encode(note(1))),
+        (2, 2, 2, "c", msgspec.msgpack.encode([note(2), note(3)])),
+    ]
+
+
+async def test_a_log_of_rows_per_event_is_moved_into_commits(tmp_path: Path) -> None:
+    """A file written with the earlier row-per-event table opens with every
+    event where it was, and appends carry on after them."""
+    path = tmp_path / "old.db"
+    with raw(path) as conn:
+        conn.execute(
+            "CREATE TABLE events (position INTEGER PRIMARY KEY, stream TEXT NOT NULL,"
+            " version INTEGER NOT NULL, at REAL NOT NULL, type TEXT NOT NULL,"
+            " correlation_id TEXT, causation_id TEXT, data BLOB NOT NULL,"
+            " UNIQUE (stream, version))"
+        )
+        conn.executemany(
+            "INSERT INTO events VALUES (?, ?, ?, ?, 'NoteRecorded', ?, NULL, ?)",
+            [
+                (1, "run.a", 1, 1.5, "c", events.encode(note(1))),
+                (2, "run.b", 1, 2.5, None, events.encode(note(2))),
+                (3, "run.a", 2, 3.5, "c", events.encode(note(3))),
+            ],
+        )
+    async with await SqliteEventLog.open(path) as log:
+        assert [
+            (r.stream, r.version, r.position, r.at, r.event)
+            for r in await log.read_all()
+        ] == [
+            ("run.a", 1, 1, 1.5, note(1)),
+            ("run.b", 1, 2, 2.5, note(2)),
+            ("run.a", 2, 3, 3.5, note(3)),
+        ]
+        assert (await log.read("run.a"))[1].correlation_id == "c"
+        commit = await log.append("run.a", [note(4)], 2)
+        assert (commit.first_version, commit.first_position) == (3, 4)
+    with raw(path) as conn:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+    assert "events" not in tables
+
+
+async def test_reads_start_and_stop_inside_a_commit(log: SqliteEventLog) -> None:
+    """read_all and read return events from within a commit of several."""
+    await log.append("run.a", [note(1), note(2), note(3)], 0)
+    await log.append("run.b", [note(4), note(5)], 0)
+    await log.append("run.a", [note(6)], 3)
+    everything = await log.read_all()
+    assert [r.position for r in everything] == [1, 2, 3, 4, 5, 6]
+    for after in range(7):
+        for limit in range(1, 7):
+            got = await log.read_all(after, limit)
+            assert got == everything[after : after + limit], (after, limit)
+    stream = await log.read("run.a")
+    assert [r.version for r in stream] == [1, 2, 3, 4]
+    for start in range(1, 6):
+        assert await log.read("run.a", start) == stream[start - 1 :]
+    assert await log.version("run.a") == 4
+    assert await log.version("run.b") == 2
+    assert await log.head() == 6
 
 
 async def test_reopen_after_close_keeps_everything(path: Path) -> None:
@@ -189,7 +252,7 @@ async def test_writers_on_one_file_see_each_others_commits(
         assert (later.first_version, later.first_position) == (3, 4)
         with raw(path) as conn:  # a plain connection commits too
             conn.execute(
-                "INSERT INTO events VALUES (5, 'run.b', 2, 0, 'x', NULL, NULL, x'')"
+                "INSERT INTO commits VALUES (5, 'run.b', 2, 1, 0, NULL, NULL, x'')"
             )
         moved = await first.append("run.b", [note(5)], 2)
         assert (moved.first_version, moved.first_position) == (3, 6)
@@ -289,11 +352,12 @@ async def test_corrupt_event_names_its_stream_and_version(
     log: SqliteEventLog, path: Path
 ) -> None:
     """Bytes that are no event raise LogReadError naming the stream and version."""
-    await log.append("run.r1", [note(1), note(2), note(3)], 0)
+    for version in range(3):
+        await log.append("run.r1", [note(version + 1)], version)
     with raw(path) as conn:
         # The log never updates a row; a test may, to play a damaged disk.
         conn.execute(
-            "UPDATE events SET data = x'c1ff' WHERE stream = 'run.r1' AND version = 2"
+            "UPDATE commits SET data = x'c1ff' WHERE stream = 'run.r1' AND version = 2"
         )
     match = r"cannot decode event run\.r1/2 at position 2: .*corrupt"
     with pytest.raises(LogReadError, match=match) as caught:
@@ -313,6 +377,20 @@ async def test_corrupt_event_names_its_stream_and_version(
             await subscription.aclose()
 
 
+async def test_an_unreadable_event_inside_a_commit_is_named(
+    log: SqliteEventLog, path: Path
+) -> None:
+    """In a commit of several events, the one that is not an event is named."""
+    await log.append("run.r1", [note(1), note(2), note(3)], 0)
+    with raw(path) as conn:
+        conn.execute(
+            "UPDATE commits SET data = ? WHERE stream = 'run.r1'",
+            (msgspec.msgpack.encode([note(1), {"type": "Nope"}, note(3)]),),
+        )
+    with pytest.raises(LogReadError, match=r"event run\.r1/2 at position 2: "):
+        await log.read("run.r1")
+
+
 async def test_old_event_shapes_are_upcast_on_read(
     log: SqliteEventLog, path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -324,13 +402,18 @@ async def test_old_event_shapes_are_upcast_on_read(
     )
     await log.append("run.r1", [note(1)], 0)
     with raw(path) as conn:
+        legacy = {"type": "NoteTaken", "text": "legacy"}
         conn.execute(
-            "INSERT INTO events VALUES (2, 'run.r1', 2, 0.0, 'NoteTaken', NULL, NULL,"
-            " ?)",
-            (msgspec.msgpack.encode({"type": "NoteTaken", "text": "legacy"}),),
+            "INSERT INTO commits VALUES (2, 'run.r1', 2, 1, 0.0, NULL, NULL, ?)",
+            (msgspec.msgpack.encode(legacy),),
+        )
+        conn.execute(  # and inside a commit of several events
+            "INSERT INTO commits VALUES (3, 'run.r1', 3, 2, 0.0, NULL, NULL, ?)",
+            (msgspec.msgpack.encode([note(3), legacy]),),
         )
     got = [r.event for r in await log.read("run.r1")]
-    assert got == [note(1), events.NoteRecorded(category="old", content="legacy")]
+    old = events.NoteRecorded(category="old", content="legacy")
+    assert got == [note(1), old, note(3), old]
 
 
 # -- subscribe -----------------------------------------------------------------
