@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Protocol
 
 import msgspec
@@ -70,6 +70,31 @@ class EventLog(Protocol):
     async def streams(self, prefix: str = "") -> list[str]: ...
 
     async def close(self) -> None: ...
+
+
+def envelopes(
+    stream: str,
+    version: int,
+    position: int,
+    at: float,
+    events: Iterable[Event],
+    correlation_id: str | None,
+    causation_id: str | None,
+) -> list[Recorded]:
+    """The envelopes of one commit's events, the first at ``version`` and
+    ``position``; the commit's time and ids are every event's."""
+    return [
+        Recorded(
+            stream=stream,
+            version=version + i,
+            position=position + i,
+            at=at,
+            event=event,
+            correlation_id=correlation_id,
+            causation_id=causation_id,
+        )
+        for i, event in enumerate(events)
+    ]
 
 
 def check_append(stream: str, events: Sequence[Event], expected_version: int) -> None:

@@ -86,7 +86,7 @@ import msgspec
 import nats.aio.client
 import nats.errors
 
-from steward.bus.base import Commit, check_append
+from steward.bus.base import Commit, check_append, envelopes
 from steward.errors import ConcurrencyError, ConfigError, LogReadError, LogWriteError
 from steward.events import AnyEvent, Event, Recorded, decode
 
@@ -790,16 +790,15 @@ class JetStreamEventLog:
         self._remember(stream, last_version, seq)
         base = seq * POSITIONS_PER_COMMIT
         records = tuple(
-            Recorded(
-                stream=stream,
-                version=expected_version + 1 + i,
-                position=base + i,
-                at=at,
-                event=event,
-                correlation_id=correlation_id,
-                causation_id=causation_id,
+            envelopes(
+                stream,
+                expected_version + 1,
+                base,
+                at,
+                events,
+                correlation_id,
+                causation_id,
             )
-            for i, event in enumerate(events)
         )
         return Commit(
             stream=stream,
@@ -1051,22 +1050,15 @@ class JetStreamEventLog:
             events: list[Any] = commit.events
         except msgspec.DecodeError:
             events, commit = self._decode_slowly(stream, base, data)
-        first = commit.first_version
-        at = commit.at
-        correlation = commit.correlation_id
-        causation = commit.causation_id
-        return [
-            Recorded(
-                stream=stream,
-                version=first + i,
-                position=base + i,
-                at=at,
-                event=event,
-                correlation_id=correlation,
-                causation_id=causation,
-            )
-            for i, event in enumerate(events)
-        ]
+        return envelopes(
+            stream,
+            commit.first_version,
+            base,
+            commit.at,
+            events,
+            commit.correlation_id,
+            commit.causation_id,
+        )
 
     @staticmethod
     def _decode_slowly(

@@ -56,7 +56,7 @@ from typing import Any, Literal
 import aiosqlite
 import msgspec
 
-from steward.bus.base import Commit, check_append
+from steward.bus.base import Commit, check_append, envelopes
 from steward.errors import ConcurrencyError, LogReadError, LogWriteError
 from steward.events import AnyEvent, Event, Recorded, decode, encode_blob
 
@@ -164,10 +164,8 @@ _KNOWN_STREAMS = 100_000  # stream versions the writer keeps before starting ove
 _json = msgspec.json.Encoder()
 # Decodes the current shapes only; `decode` (the codec's entry point, which
 # also upcasts old shapes) takes over for a page where this one fails.
-_current_decoder: msgspec.msgpack.Decoder[AnyEvent] = msgspec.msgpack.Decoder(AnyEvent)
-_current_list_decoder: msgspec.msgpack.Decoder[list[AnyEvent]] = (
-    msgspec.msgpack.Decoder(list[AnyEvent])
-)
+_decode_one = msgspec.msgpack.Decoder(AnyEvent).decode
+_decode_many = msgspec.msgpack.Decoder(list[AnyEvent]).decode
 _raw_list_decoder = msgspec.msgpack.Decoder(list[msgspec.Raw])
 _Row = tuple[int, str, int, int, float, str | None, str | None, bytes]
 
@@ -595,40 +593,35 @@ class SqliteEventLog:
                 outcomes.append(ConcurrencyError(stream, r.expected, actual))
                 continue
             first_position = position + 1
-            version = actual
+            count = len(r.events)
             rows.append(
                 (
                     first_position,
                     stream,
                     actual + 1,
-                    len(r.events),
+                    count,
                     r.at,
                     r.correlation_id,
                     r.causation_id,
                     r.data,
                 )
             )
-            records = []
-            for event in r.events:
-                version += 1
-                position += 1
-                records.append(
-                    Recorded(
-                        stream=stream,
-                        version=version,
-                        position=position,
-                        at=r.at,
-                        event=event,
-                        correlation_id=r.correlation_id,
-                        causation_id=r.causation_id,
-                    )
-                )
-            versions[stream] = version
+            records = envelopes(
+                stream,
+                actual + 1,
+                first_position,
+                r.at,
+                r.events,
+                r.correlation_id,
+                r.causation_id,
+            )
+            position += count
+            versions[stream] = actual + count
             outcomes.append(
                 Commit(
                     stream=stream,
                     first_version=actual + 1,
-                    last_version=version,
+                    last_version=actual + count,
                     first_position=first_position,
                     last_position=position,
                     at=r.at,
@@ -824,11 +817,6 @@ def _migrate(conn: sqlite3.Connection) -> None:
 
 def _decode_rows(rows: list[_Row]) -> list[Recorded]:
     """The events of commit rows, naming the first event that is unreadable."""
-    recorded = Recorded
-    decode_one = _current_decoder.decode
-    decode_many = _current_list_decoder.decode
-    page: list[Recorded] = []
-    add = page.append
     # A page allocates a few objects per event and frees none, so the cyclic
     # collector would run many times per page and find nothing (envelopes and
     # events cannot form cycles). Paused for this loop only, which never
@@ -836,65 +824,51 @@ def _decode_rows(rows: list[_Row]) -> list[Recorded]:
     collecting = gc.isenabled()
     gc.disable()
     try:
-        # The hot path of every replay: the C decoders called directly, a
-        # commit's events decoded in one call, no per-row try.
-        for position, stream, version, count, at, correlation, causation, data in rows:
-            if count == 1:
-                add(
-                    recorded(
-                        stream=stream,
-                        version=version,
-                        position=position,
-                        at=at,
-                        event=decode_one(data),
-                        correlation_id=correlation,
-                        causation_id=causation,
-                    )
-                )
-                continue
-            for i, event in enumerate(decode_many(data)):
-                add(
-                    recorded(
-                        stream=stream,
-                        version=version + i,
-                        position=position + i,
-                        at=at,
-                        event=event,
-                        correlation_id=correlation,
-                        causation_id=causation,
-                    )
-                )
-        return page
+        return _envelopes(rows, _current_events)
     except msgspec.DecodeError:
-        pass
+        pass  # an old shape to upcast, or bytes that are no event
     finally:
         if collecting:
             gc.enable()
-    # Some event has an old shape to upcast, or bytes that are not an event:
-    # go event by event through the codec, which knows the upcasters.
-    page = []
+    return _envelopes(rows, _upcast_events)
+
+
+def _envelopes(
+    rows: list[_Row],
+    events_of: Callable[[bytes, int, str, int, int], Sequence[AnyEvent]],
+) -> list[Recorded]:
+    """A `Recorded` for each event of each row, decoded by ``events_of``."""
+    page: list[Recorded] = []
     for position, stream, version, count, at, correlation, causation, data in rows:
-        try:
-            parts = [data] if count == 1 else _raw_list_decoder.decode(data)
-        except msgspec.DecodeError as e:
-            raise _unreadable(stream, version, position, e) from e
-        for i, part in enumerate(parts):
-            try:
-                event = decode(part if count == 1 else bytes(part))
-            except Exception as e:
-                raise _unreadable(stream, version + i, position + i, e) from e
-            page.append(
-                recorded(
-                    stream=stream,
-                    version=version + i,
-                    position=position + i,
-                    at=at,
-                    event=event,
-                    correlation_id=correlation,
-                    causation_id=causation,
-                )
-            )
+        events = events_of(data, count, stream, version, position)
+        page += envelopes(stream, version, position, at, events, correlation, causation)
     return page
+
+
+def _current_events(
+    data: bytes, count: int, stream: str, version: int, position: int
+) -> Sequence[AnyEvent]:
+    """A row's events in their current shapes: the C decoder, one call."""
+    if count == 1:
+        return (_decode_one(data),)
+    return _decode_many(data)
+
+
+def _upcast_events(
+    data: bytes, count: int, stream: str, version: int, position: int
+) -> list[AnyEvent]:
+    """A row's events one by one through the codec, which knows the upcasters."""
+    try:
+        parts = [data] if count == 1 else _raw_list_decoder.decode(data)
+    except msgspec.DecodeError as e:
+        raise _unreadable(stream, version, position, e) from e
+    events = []
+    for i, part in enumerate(parts):
+        try:
+            events.append(decode(part if count == 1 else bytes(part)))
+        except Exception as e:
+            raise _unreadable(stream, version + i, position + i, e) from e
+    return events
 
 
 def _unreadable(stream: str, version: int, position: int, e: Exception) -> LogReadError:
