@@ -18,6 +18,7 @@ import shutil
 import signal
 import socket
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -288,7 +289,7 @@ async def _serve(env: Env, args: argparse.Namespace, *, services: bool) -> int:
             loop.add_signal_handler(sig, stop.set)
         metrics = _metrics_endpoint(env, args.metrics_port)
         try:
-            await host.start()
+            await host.start(_progress("catching up", await log.head()))
             closers = await _start_services(env, log, host) if services else []
             role = "serving" if services else f"working as {host.worker_id} on"
             env.out(f"steward {role} {env.log_url} (ctrl-c to stop)")
@@ -555,9 +556,36 @@ async def cmd_export(env: Env, args: argparse.Namespace) -> int:
 
 async def cmd_rebuild(env: Env, args: argparse.Namespace) -> int:
     async with _opened(env) as (log, projector):
-        position = await projector.rebuild(log)
+        head = await log.head()
+        position = await projector.rebuild(log, _progress("projections", head))
     env.out(f"projections rebuilt through position {position}")
     return 0
+
+
+PROGRESS_EVERY = 1.0
+"""Seconds between progress lines of long work (on standard error)."""
+
+
+def _progress(what: str, head: int) -> Callable[[int], None]:
+    """A reporter of ``what`` reaching positions towards ``head``: a line on
+    standard error at most every `PROGRESS_EVERY` seconds, none for quick work."""
+    started = last = time.monotonic()
+
+    def report(position: int) -> None:
+        nonlocal last
+        now = time.monotonic()
+        if now - last < PROGRESS_EVERY or position >= head:
+            return
+        last = now
+        rate = position / max(now - started, 1e-9)
+        print(
+            f"{what}: position {position:,} of {head:,} ({position / head:.0%}, "
+            f"{rate:,.0f} events/s)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    return report
 
 
 async def cmd_demo(env: Env, args: argparse.Namespace) -> int:
@@ -743,7 +771,12 @@ def build_parser() -> argparse.ArgumentParser:
     psub = pr.add_subparsers(
         dest="projections_command", required=True, metavar="ACTION"
     )
-    s = psub.add_parser("rebuild", help="drop the read models and replay the whole log")
+    s = psub.add_parser(
+        "rebuild",
+        help="drop the read models and replay the whole log",
+        description="Drop the read models and replay the whole log into them. "
+        "On a long log, prints its position each second on standard error.",
+    )
     s.set_defaults(fn=cmd_rebuild)
 
     s = sub.add_parser(

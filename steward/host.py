@@ -293,12 +293,16 @@ class Host:
         """
         self._delta_listeners.append(listener)
 
-    async def start(self) -> None:
-        """Resume unanswered effects and due timers, then follow the log."""
+    async def start(self, progress: Callable[[int], None] | None = None) -> None:
+        """Resume unanswered effects and due timers, then follow the log.
+
+        ``progress`` is called with the position the projections reached,
+        after each batch of their catch-up with the log.
+        """
         if self.provider is None or self.tools is None:
             raise StewardError("a host needs a provider and tools to start")
         if self.projector is not None:
-            await self.projector.catch_up(self.log)
+            await self.projector.catch_up(self.log, progress)
             self.position = self.projector.position
             for stream, version in await self.projector.pending_sources():
                 for rec in await self.log.read(stream, version):

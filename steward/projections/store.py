@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -106,14 +106,19 @@ class Projector:
 
     # -- feeding ------------------------------------------------------------------
 
-    async def catch_up(self, log: EventLog) -> None:
-        """Apply everything in ``log`` past the checkpoint."""
+    async def catch_up(
+        self, log: EventLog, progress: Callable[[int], None] | None = None
+    ) -> None:
+        """Apply everything in ``log`` past the checkpoint; ``progress`` is
+        called with the checkpoint's position after each batch."""
         await self.flush()
         while True:
             batch = await log.read_all(self.position, limit=5_000)
             if not batch:
                 return
             await self.apply(batch)
+            if progress is not None:
+                progress(self.position)
 
     def offer(self, rec: Recorded) -> None:
         """Queue one live event; a background task applies queued events."""
@@ -157,12 +162,15 @@ class Projector:
             conn.execute("ROLLBACK")
             raise
 
-    async def rebuild(self, log: EventLog) -> int:
-        """Drop every table and replay the log from position 0."""
+    async def rebuild(
+        self, log: EventLog, progress: Callable[[int], None] | None = None
+    ) -> int:
+        """Drop every table and replay the log from position 0 (``progress``:
+        as for `catch_up`)."""
         async with self._lock:
             await asyncio.to_thread(self._reset)
             self.position = 0
-        await self.catch_up(log)
+        await self.catch_up(log, progress)
         return self.position
 
     def _reset(self) -> None:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 import pytest
 from support import PLAN, act
 
-from steward import cli
+from steward import cli, events
+from steward.bus import SqliteEventLog
 
 
 def steward(*argv: str) -> int:
@@ -148,3 +150,29 @@ def test_runs_list_on_an_empty_log(
 ) -> None:
     assert steward("--db", str(tmp_path / "l.db"), "runs", "list") == 0
     assert "no runs" in capsys.readouterr().out.lower()
+
+
+def test_a_long_rebuild_reports_its_progress(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """projections rebuild prints where it is on standard error while it works
+    (at most every PROGRESS_EVERY seconds; here at every batch) and the
+    result alone on standard output."""
+    db = tmp_path / "log.db"
+
+    async def fill() -> None:
+        async with await SqliteEventLog.open(db) as log:
+            for n in range(60):
+                notes = [
+                    events.NoteRecorded(category="plan", content=str(i))
+                    for i in range(100)
+                ]
+                await log.append(f"run.r{n}", notes, 0)
+
+    asyncio.run(fill())
+    monkeypatch.setattr(cli, "PROGRESS_EVERY", 0.0)
+    assert steward("--db", str(db), "projections", "rebuild") == 0
+    out, err = capsys.readouterr()
+    assert out == "projections rebuilt through position 6000\n"
+    assert err.startswith("projections: position 5,000 of 6,000 (83%, ")
+    assert err.count("\n") == 1
