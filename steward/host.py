@@ -14,7 +14,10 @@ to create, a parent to tell, a child to cancel). On start, the requested but
 unanswered effects and the due timers are read from the ``pending``
 projection and routed again, so a crash delays work and never loses it.
 Effects are at-least-once; their recording is exactly-once because ``decide``
-refuses a result whose request is no longer pending.
+refuses a result whose request is no longer pending. One shortcut: the task
+that commits a model's answer makes the next model call that commit asks for
+(a run's model loop is one task), and the dispatcher skips a request already
+in flight; after a restart the pending projection routes it as any other.
 """
 
 from __future__ import annotations
