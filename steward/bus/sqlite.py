@@ -809,9 +809,15 @@ def _migrate(conn: sqlite3.Connection) -> None:
             if statement.strip():
                 conn.execute(statement)
         conn.execute("COMMIT")
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(sqlite3.Error):
             conn.execute("ROLLBACK")
+        if isinstance(e, sqlite3.IntegrityError):
+            raise sqlite3.DatabaseError(
+                "its row-per-event `events` table (written by an earlier steward) "
+                "and its `commits` table hold the same positions, so the events "
+                f"cannot be moved ({e}); were two steward versions writing it?"
+            ) from e
         raise
 
 

@@ -132,6 +132,32 @@ async def test_a_log_of_rows_per_event_is_moved_into_commits(tmp_path: Path) -> 
     assert "events" not in tables
 
 
+async def test_a_log_with_both_tables_at_the_same_positions_is_refused(
+    tmp_path: Path,
+) -> None:
+    """Rows of the earlier table that clash with commits are not moved; the
+    error says why, and nothing is lost."""
+    path = tmp_path / "both.db"
+    async with await SqliteEventLog.open(path) as log:
+        await log.append("run.a", [note(1)], 0)
+    with raw(path) as conn:  # an earlier steward wrote here afterwards
+        conn.execute(
+            "CREATE TABLE events (position INTEGER PRIMARY KEY, stream TEXT,"
+            " version INTEGER, at REAL, type TEXT, correlation_id TEXT,"
+            " causation_id TEXT, data BLOB)"
+        )
+        conn.execute(
+            "INSERT INTO events VALUES (1, 'run.b', 1, 0, 'NoteRecorded', NULL,"
+            " NULL, ?)",
+            (events.encode(note(2)),),
+        )
+    with pytest.raises(LogWriteError, match="hold the same positions"):
+        await SqliteEventLog.open(path)
+    with raw(path) as conn:
+        assert conn.execute("SELECT count(*) FROM events").fetchone() == (1,)
+        assert conn.execute("SELECT count(*) FROM commits").fetchone() == (1,)
+
+
 async def test_reads_start_and_stop_inside_a_commit(log: SqliteEventLog) -> None:
     """read_all and read return events from within a commit of several."""
     await log.append("run.a", [note(1), note(2), note(3)], 0)
