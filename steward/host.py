@@ -363,6 +363,8 @@ class Host:
     async def _route(self, rec: Recorded) -> None:
         match rec.event:
             case events.LlmRequested(request_id=rid):
+                # Usually the answering task took this call already: checked
+                # here, before `_spawn_effect` would, to build no coroutine.
                 if rid not in self._inflight and not self._answered(rec, rid):
                     self._spawn_effect(rid, "llm", self._call_model(rec, rec.event))
             case events.ToolRequested(request_id=rid):

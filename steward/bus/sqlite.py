@@ -96,15 +96,15 @@ DROP TABLE events;
 # prepared statement, is the same for every batch; each stream's version is one
 # seek on the (stream, version) index.
 _HEAD = "SELECT position + count - 1 FROM commits ORDER BY position DESC LIMIT 1"
-_VERSION = (
-    "SELECT version + count - 1 FROM commits WHERE stream = ? "
+_LAST_VERSION = (
+    "SELECT version + count - 1 FROM commits WHERE stream = {} "
     "ORDER BY version DESC LIMIT 1"
 )
+_VERSION = _LAST_VERSION.format("?")
 _BATCH_STATE = f"""
 SELECT NULL, coalesce(({_HEAD}), 0)
 UNION ALL
-SELECT s.value, coalesce((SELECT version + count - 1 FROM commits
-                          WHERE stream = s.value ORDER BY version DESC LIMIT 1), 0)
+SELECT s.value, coalesce(({_LAST_VERSION.format("s.value")}), 0)
 FROM json_each(?) AS s
 """
 
@@ -636,10 +636,10 @@ class SqliteEventLog:
         """The events of ``stream`` from ``from_version`` on, in version order."""
         rows = await self._fetch(_READ_STREAM, {"stream": stream, "from": from_version})
         records = _decode_rows(rows)
-        start = 0
-        while start < len(records) and records[start].version < from_version:
-            start += 1  # the first commit began before from_version
-        return records[start:] if start else records
+        # the first commit may begin before from_version; its versions follow
+        # one another, so how many to drop is a difference
+        skip = from_version - records[0].version if records else 0
+        return records[skip:] if skip > 0 else records
 
     async def read_all(
         self, from_position: int = 0, limit: int = 10_000
@@ -654,10 +654,10 @@ class SqliteEventLog:
             # it either, unless a gap was made outside steward: look past it.
             rows = await self._fetch(_READ_NEXT, (after,))
         records = _decode_rows(rows)
-        start = 0
-        while start < len(records) and records[start].position <= after:
-            start += 1  # the first commit began at or before from_position
-        return records[start : start + limit]
+        # the first commit may begin at or before `after`; its positions
+        # follow one another, so how many to drop is a difference
+        skip = max(after + 1 - records[0].position, 0) if records else 0
+        return records[skip : skip + limit]
 
     async def version(self, stream: str) -> int:
         """The stream's current version; 0 when it has no events."""
