@@ -9,7 +9,8 @@ It runs the runtime benchmark's workload (``--runs`` runs of N steps through
 one host, the scripted model answering instantly) at two sizes and prints the
 difference per extra step: the instructions of a step with start-up removed.
 ``--fold`` does the same for folding the replay benchmark's log (instructions
-per event through ``evolve``). Kernel work (system calls) is not counted.
+per event through its ``fold_page``). Kernel work (system calls) is not
+counted.
 
 Usage: ``python -m benchmarks.instructions [--runs N] [--fold]``; needs
 ``valgrind`` on the PATH. Takes a minute or two: callgrind runs ~50x slower.
@@ -34,16 +35,17 @@ uvloop.run(runtime_bench._measure(int(sys.argv[1]), int(sys.argv[2])))
 
 _FOLD = """
 import sys, sqlite3
-from steward.actors import run
+from benchmarks.log_bench import REPLAY_PAGE, fold_page
 from steward.bus.sqlite import _READ_ALL, _decode_rows
 rows = sqlite3.connect(sys.argv[2]).execute(
     _READ_ALL, {"after": 0, "upto": 10**9}
 ).fetchall()
 records = _decode_rows(rows)
+pages = [records[i : i + REPLAY_PAGE] for i in range(0, len(records), REPLAY_PAGE)]
 for _ in range(int(sys.argv[1])):
     states = {}
-    for r in records:
-        states[r.stream] = run.evolve(states.get(r.stream, run.initial), r.event)
+    for page in pages:
+        fold_page(states, page)
 """
 
 

@@ -48,6 +48,7 @@ from steward import events
 from steward.actors import run as run_actor
 from steward.bus import EventLog, JetStreamEventLog, SqliteEventLog
 from steward.bus.sqlite import Synchronous
+from steward.events import Event, Recorded
 
 WRITERS = 100
 REPLAY_EVENTS = 100_000
@@ -283,13 +284,25 @@ async def build_replay_log(path: Path) -> None:
         await log.close()
 
 
-def replay_measure(log: EventLog, page: int, fold: bool = True) -> Measure:
-    """Events/s read with read_all page by page, decoded, and (``fold``) folded.
+def fold_page(states: dict[str, run_actor.Run], records: list[Recorded]) -> None:
+    """Fold a page of the log into ``states``: each run's events of the page
+    through the run decider's ``fold``, from that run's state so far, as
+    ``steward replay`` and a restarting host fold a run's events."""
+    runs: dict[str, list[Event]] = {}
+    for record in records:
+        events = runs.get(record.stream)
+        if events is None:
+            runs[record.stream] = [record.event]
+        else:
+            events.append(record.event)
+    fold, initial = run_actor.fold, run_actor.initial
+    for stream, events in runs.items():
+        states[stream] = fold(events, states.get(stream, initial))
 
-    The fold is the real one: each event through the run decider's ``evolve``
-    into its run's state, as ``steward replay`` and a restarting host do.
-    """
-    evolve, initial = run_actor.evolve, run_actor.initial
+
+def replay_measure(log: EventLog, page: int, fold: bool = True) -> Measure:
+    """Events/s read with read_all page by page, decoded, and (``fold``) folded
+    (`fold_page`)."""
 
     async def measure() -> tuple[int, float]:
         states: dict[str, run_actor.Run] = {}
@@ -297,9 +310,7 @@ def replay_measure(log: EventLog, page: int, fold: bool = True) -> Measure:
         watch = Stopwatch()
         while records := await log.read_all(position, page):
             if fold:
-                for record in records:
-                    stream = record.stream
-                    states[stream] = evolve(states.get(stream, initial), record.event)
+                fold_page(states, records)
             position = records[-1].position
             seen += len(records)
         elapsed = watch.elapsed()

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left
+from collections.abc import Callable, Iterable
+from copy import copy
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
@@ -71,7 +73,7 @@ class PendingCall(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     call_id: str | None = None
 
 
-class Run(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class Run(msgspec.Struct, kw_only=True, gc=False):
     """Everything a run's decisions depend on, folded from its events."""
 
     status: str = "new"
@@ -136,214 +138,276 @@ _FENCE = re.compile(r"^```[a-zA-Z]*\s*\n?(.*?)\n?```$", re.DOTALL)
 
 
 # -- evolve ---------------------------------------------------------------------
+#
+# Each event kind has one function that applies it to a state the caller owns,
+# in place; `evolve` applies one event to a copy, `fold` many to one copy.
+# A `Run` is a value to everyone else: nothing changes a state it did not just
+# copy (a property test checks that `decide` and `evolve` leave theirs alone).
+# In place, because a replay folds millions of events: a new 37-field state per
+# event cost more than the change it records, and a match over event classes
+# more than the dict lookup that finds the function (measured in
+# docs/benchmarks.md).
+
+_Apply = Callable[[Run, Any], None]
+_APPLY: dict[type[Event], _Apply] = {}
+
+
+def _applies(kind: type[Event]) -> Callable[[_Apply], _Apply]:
+    def register(apply: _Apply) -> _Apply:
+        _APPLY[kind] = apply
+        return apply
+
+    return register
 
 
 def evolve(state: Run, event: Event) -> Run:
-    """Fold one recorded event (input or decision) into the run's state."""
-    # Cases in order of how often they occur: a class pattern that does not
-    # match costs an isinstance check, and replays fold millions of events.
-    match event:
-        case LlmRequested():
-            return replace(
-                state, llm_pending=event.request_id, iteration=event.iteration
-            )
-        case LlmResponded():
-            native = state.settings.protocol == "native"
-            said = ChatMessage(
-                role="assistant",
-                content=event.text,
-                tool_calls=event.tool_calls if native else (),
-            )
-            return replace(
-                state,
-                llm_pending=None,
-                claims=state.claims and _unclaimed(state, event.request_id),
-                transcript=(*state.transcript, said),
-                transcript_totals=_totals(state, said),
-                stall=state.stall + 1,
-                rounds=state.rounds + (1 if event.tool_calls else 0),
-                input_tokens=state.input_tokens + event.usage.input_tokens,
-                output_tokens=state.output_tokens + event.usage.output_tokens,
-                cost_usd=state.cost_usd + event.cost_usd,
-            )
-        case ToolRequested():
-            call = PendingCall(
-                request_id=event.request_id,
-                name=event.name,
-                args=event.args,
-                attempt=event.attempt,
-                call_id=event.call_id,
-            )
-            approved = (
-                _find(state.approvals, event.request_id) if state.approvals else None
-            )
-            return replace(
-                state,
-                calls=(*state.calls, call),
-                approvals=state.approvals
-                if approved is None
-                else _without(state.approvals, approved),
-                # an approved call keeps the id its ApprovalRequested already took
-                tool_requests=state.tool_requests + (approved is None),
-                tool_calls=state.tool_calls + (event.attempt == 1),
-                stall=0,
-            )
-        case ToolResulted():
-            done = _find(state.calls, event.request_id)
-            if done is None:
-                return state
-            calls = _without(state.calls, done)
-            claims = state.claims and _unclaimed(state, event.request_id)
-            if not event.ok and _will_retry(state, done, event):
-                return replace(state, calls=calls, claims=claims, tool_failed=True)
-            text = (
-                event.output
-                if event.ok
-                else f"Tool {done.name} failed: {event.error or 'unknown error'}"
-            )
-            result = _tool_message(state, done, text)
-            return replace(
-                state,
-                calls=calls,
-                claims=claims,
-                tool_failed=state.tool_failed or not event.ok,
-                transcript=(*state.transcript, result),
-                transcript_totals=_totals(state, result),
-            )
-        case OutputUpdated():
-            text = event.text if event.mode == "replace" else state.output + event.text
-            return replace(
-                state, output=text, output_updates=state.output_updates + 1, stall=0
-            )
-        case SystemNoteAdded():
-            message = (
-                ChatMessage(
-                    role="tool", content=event.content, tool_call_id=event.call_id
-                )
-                if event.call_id is not None
-                else ChatMessage(role="user", content=f"[system] {event.content}")
-            )
-            return replace(
-                state,
-                transcript=(*state.transcript, message),
-                transcript_totals=_totals(state, message),
-                invalid_replies=state.invalid_replies
-                + (event.reason == "invalid_command"),
-                tool_failed=state.tool_failed or event.reason == "tool_error",
-            )
-        case NoteRecorded():
-            return replace(
-                state,
-                has_requirements=state.has_requirements
-                or event.category == "requirements",
-                has_plan=state.has_plan or event.category == "plan",
-            )
-        case DecisionRecorded():
-            return state
-        case MessageSent():
-            return replace(state, last_message=event.text, stall=0)
-        case RunCreated():
-            conversation = _conversation(event)
-            return replace(
-                state,
-                status="pending",
-                run_id=event.run_id,
-                created=event,
-                kind=event.kind,
-                parent_run_id=event.parent_run_id,
-                settings=event.settings,
-                conversation=conversation,
-            )
-        case RunStarted():
-            return replace(state, status="running")
-        case LlmFailed():
-            return replace(
-                state, llm_pending=None, claims=_unclaimed(state, event.request_id)
-            )
-        case EffectClaimed():
-            claim = (event.request_id, event.worker, event.until)
-            return replace(state, claims=(*_unclaimed(state, event.request_id), claim))
-        case ApprovalRequested():
-            call = PendingCall(
-                request_id=event.request_id,
-                name=event.name,
-                args=event.args,
-                call_id=event.call_id,
-            )
-            return replace(
-                state,
-                status="waiting",
-                approvals=(*state.approvals, call),
-                tool_requests=state.tool_requests + 1,
-                stall=0,
-            )
-        case BudgetExceeded(policy="pause"):
-            return replace(state, status="waiting", budget_hold=event.request_id)
-        case ApprovalDecided() if event.request_id == state.budget_hold:
-            return replace(state, budget_hold=None, budget_lifted=event.approved)
-        case ApprovalDecided(approved=False):
-            denied = _find(state.approvals, event.request_id)
-            if denied is None:
-                return state
-            text = f"A person denied the call to {denied.name}: {event.reason}"
-            answer = _tool_message(state, denied, text)
-            return replace(
-                state,
-                approvals=tuple(
-                    a for a in state.approvals if a.request_id != event.request_id
-                ),
-                transcript=(*state.transcript, answer),
-                transcript_totals=_totals(state, answer),
-            )
-        case SubagentsSpawned():
-            return replace(
-                state,
-                status="waiting",
-                children=(*state.children, *(c.run_id for c in event.children)),
-                spawned=state.spawned + len(event.children),
-                stall=0,
-            )
-        case SubagentFinished():
-            if event.result.run_id not in state.children:
-                return state
-            children = tuple(c for c in state.children if c != event.result.run_id)
-            results = (*state.results, event.result)
-            if children:
-                return replace(state, children=children, results=results)
-            report = _results_message(results)
-            return replace(
-                state,
-                children=children,
-                results=(),
-                transcript=(*state.transcript, report),
-                transcript_totals=_totals(state, report),
-            )
-        case RunSlept():
-            return replace(
-                state,
-                status="waiting",
-                timer_id=event.timer_id,
-                wake_at=event.wake_at,
-                sleeps=state.sleeps + 1,
-                stall=0,
-            )
-        case RunResumed():
-            return replace(state, status="running", timer_id=None, wake_at=None)
-        case RunCompleted():
-            return replace(state, status="completed", output=event.output)
-        case RunFailed():
-            return replace(state, status="failed", reason=event.reason)
-        case RunCancelled():
-            return replace(state, status="cancelled", reason=event.reason)
-        case _:
-            return state
+    """The state after one recorded event (input or decision); ``state`` is
+    left as it was."""
+    apply = _APPLY.get(type(event))
+    if apply is None:
+        return state
+    after = copy(state)
+    apply(after, event)
+    return after
 
 
-def fold(events: Any, state: Run = initial) -> Run:
-    """The state after ``events`` (an iterable of events)."""
+def fold(events: Iterable[Event], state: Run = initial) -> Run:
+    """The state after ``events``; ``state`` is left as it was."""
+    after = copy(state)
+    table = _APPLY
     for event in events:
-        state = evolve(state, event)
-    return state
+        apply = table.get(type(event))
+        if apply is not None:
+            apply(after, event)
+    return after
+
+
+@_applies(LlmRequested)
+def _llm_requested(s: Run, event: LlmRequested) -> None:
+    s.llm_pending = event.request_id
+    s.iteration = event.iteration
+
+
+@_applies(LlmResponded)
+def _llm_responded(s: Run, event: LlmResponded) -> None:
+    native = s.settings.protocol == "native"
+    _say(
+        s,
+        ChatMessage(
+            role="assistant",
+            content=event.text,
+            tool_calls=event.tool_calls if native else (),
+        ),
+    )
+    s.llm_pending = None
+    if s.claims:
+        s.claims = _unclaimed(s, event.request_id)
+    s.stall += 1
+    if event.tool_calls:
+        s.rounds += 1
+    s.input_tokens += event.usage.input_tokens
+    s.output_tokens += event.usage.output_tokens
+    s.cost_usd += event.cost_usd
+
+
+@_applies(ToolRequested)
+def _tool_requested(s: Run, event: ToolRequested) -> None:
+    s.calls = (
+        *s.calls,
+        PendingCall(
+            request_id=event.request_id,
+            name=event.name,
+            args=event.args,
+            attempt=event.attempt,
+            call_id=event.call_id,
+        ),
+    )
+    approved = _find(s.approvals, event.request_id) if s.approvals else None
+    if approved is None:
+        s.tool_requests += 1
+    else:  # an approved call keeps the id its ApprovalRequested already took
+        s.approvals = _without(s.approvals, approved)
+    if event.attempt == 1:
+        s.tool_calls += 1
+    s.stall = 0
+
+
+@_applies(ToolResulted)
+def _tool_resulted(s: Run, event: ToolResulted) -> None:
+    done = _find(s.calls, event.request_id)
+    if done is None:
+        return
+    s.calls = _without(s.calls, done)
+    if s.claims:
+        s.claims = _unclaimed(s, event.request_id)
+    if event.ok:
+        _say(s, _tool_message(s, done, event.output))
+        return
+    s.tool_failed = True
+    if not _will_retry(s, done, event):
+        text = f"Tool {done.name} failed: {event.error or 'unknown error'}"
+        _say(s, _tool_message(s, done, text))
+
+
+@_applies(OutputUpdated)
+def _output_updated(s: Run, event: OutputUpdated) -> None:
+    s.output = event.text if event.mode == "replace" else s.output + event.text
+    s.output_updates += 1
+    s.stall = 0
+
+
+@_applies(SystemNoteAdded)
+def _system_note_added(s: Run, event: SystemNoteAdded) -> None:
+    if event.call_id is not None:
+        _say(
+            s,
+            ChatMessage(role="tool", content=event.content, tool_call_id=event.call_id),
+        )
+    else:
+        _say(s, ChatMessage(role="user", content=f"[system] {event.content}"))
+    if event.reason == "invalid_command":
+        s.invalid_replies += 1
+    elif event.reason == "tool_error":
+        s.tool_failed = True
+
+
+@_applies(NoteRecorded)
+def _note_recorded(s: Run, event: NoteRecorded) -> None:
+    if event.category == "requirements":
+        s.has_requirements = True
+    elif event.category == "plan":
+        s.has_plan = True
+
+
+@_applies(MessageSent)
+def _message_sent(s: Run, event: MessageSent) -> None:
+    s.last_message = event.text
+    s.stall = 0
+
+
+@_applies(RunCreated)
+def _run_created(s: Run, event: RunCreated) -> None:
+    s.status = "pending"
+    s.run_id = event.run_id
+    s.created = event
+    s.kind = event.kind
+    s.parent_run_id = event.parent_run_id
+    s.settings = event.settings
+    s.conversation = _conversation(event)
+
+
+@_applies(RunStarted)
+def _run_started(s: Run, event: RunStarted) -> None:
+    s.status = "running"
+
+
+@_applies(LlmFailed)
+def _llm_failed(s: Run, event: LlmFailed) -> None:
+    s.llm_pending = None
+    s.claims = _unclaimed(s, event.request_id)
+
+
+@_applies(EffectClaimed)
+def _effect_claimed(s: Run, event: EffectClaimed) -> None:
+    s.claims = (
+        *_unclaimed(s, event.request_id),
+        (event.request_id, event.worker, event.until),
+    )
+
+
+@_applies(ApprovalRequested)
+def _approval_requested(s: Run, event: ApprovalRequested) -> None:
+    call = PendingCall(
+        request_id=event.request_id,
+        name=event.name,
+        args=event.args,
+        call_id=event.call_id,
+    )
+    s.status = "waiting"
+    s.approvals = (*s.approvals, call)
+    s.tool_requests += 1
+    s.stall = 0
+
+
+@_applies(BudgetExceeded)
+def _budget_exceeded(s: Run, event: BudgetExceeded) -> None:
+    if event.policy == "pause":
+        s.status = "waiting"
+        s.budget_hold = event.request_id
+
+
+@_applies(ApprovalDecided)
+def _approval_decided(s: Run, event: ApprovalDecided) -> None:
+    if event.request_id == s.budget_hold:
+        s.budget_hold = None
+        s.budget_lifted = event.approved
+        return
+    denied = None if event.approved else _find(s.approvals, event.request_id)
+    if denied is not None:
+        s.approvals = _without(s.approvals, denied)
+        text = f"A person denied the call to {denied.name}: {event.reason}"
+        _say(s, _tool_message(s, denied, text))
+
+
+@_applies(SubagentsSpawned)
+def _subagents_spawned(s: Run, event: SubagentsSpawned) -> None:
+    s.status = "waiting"
+    s.children = (*s.children, *(c.run_id for c in event.children))
+    s.spawned += len(event.children)
+    s.stall = 0
+
+
+@_applies(SubagentFinished)
+def _subagent_finished(s: Run, event: SubagentFinished) -> None:
+    if event.result.run_id not in s.children:
+        return
+    s.children = tuple([c for c in s.children if c != event.result.run_id])
+    s.results = (*s.results, event.result)
+    if not s.children:
+        _say(s, _results_message(s.results))
+        s.results = ()
+
+
+@_applies(RunSlept)
+def _run_slept(s: Run, event: RunSlept) -> None:
+    s.status = "waiting"
+    s.timer_id = event.timer_id
+    s.wake_at = event.wake_at
+    s.sleeps += 1
+    s.stall = 0
+
+
+@_applies(RunResumed)
+def _run_resumed(s: Run, event: RunResumed) -> None:
+    s.status = "running"
+    s.timer_id = None
+    s.wake_at = None
+
+
+@_applies(RunCompleted)
+def _run_completed(s: Run, event: RunCompleted) -> None:
+    s.status = "completed"
+    s.output = event.output
+
+
+@_applies(RunFailed)
+def _run_failed(s: Run, event: RunFailed) -> None:
+    s.status = "failed"
+    s.reason = event.reason
+
+
+@_applies(RunCancelled)
+def _run_cancelled(s: Run, event: RunCancelled) -> None:
+    s.status = "cancelled"
+    s.reason = event.reason
+
+
+def _say(s: Run, message: ChatMessage) -> None:
+    """Add ``message`` to the transcript, and its estimated tokens to the totals."""
+    totals = s.transcript_totals
+    cost = len(message.content) // 4 + 1
+    s.transcript_totals = (*totals, totals[-1] + cost) if totals else (cost,)
+    s.transcript = (*s.transcript, message)
 
 
 # -- decide ---------------------------------------------------------------------
@@ -479,9 +543,9 @@ def _on_native_reply(reply: LlmResponded, state: Run) -> list[Event]:
     decisions: list[Event] = []
     for call in reply.tool_calls:
         decisions += _tool_call(
-            _fold(state, decisions), call.name, call.args, call_id=call.id
+            fold(decisions, state), call.name, call.args, call_id=call.id
         )
-    after = _fold(state, decisions)
+    after = fold(decisions, state)
     if after.calls or after.approvals:
         return decisions
     return _continue(state, decisions)
@@ -527,7 +591,7 @@ def _on_approval(decision: ApprovalDecided, state: Run) -> list[Event]:
             call_id=call.call_id,
         )
         return [*decisions, request]
-    after = _fold(evolve(state, decision), decisions)
+    after = fold(decisions, evolve(state, decision))
     if after.calls or after.approvals:
         return decisions
     return [*decisions, *_next_call(after, [])]
@@ -584,7 +648,7 @@ def _finish(state: Run, command: dict[str, Any]) -> list[Event]:
         decisions.append(
             OutputUpdated(text=_text(command, "output"), mode=_mode(command))
         )
-    after = _fold(state, decisions)
+    after = fold(decisions, state)
     return [*decisions, RunCompleted(output=after.output, reason="finish")]
 
 
@@ -650,7 +714,7 @@ def _timestamp(value: Any) -> float:
 
 def _continue(state: Run, decisions: list[Event]) -> list[Event]:
     """``decisions``, then the next model call (or the limit that stops it)."""
-    return [*decisions, *_next_call(_fold(state, decisions), decisions)]
+    return [*decisions, *_next_call(fold(decisions, state), decisions)]
 
 
 def _next_call(state: Run, decisions: list[Event]) -> list[Event]:
@@ -795,12 +859,6 @@ def _will_retry(state: Run, call: PendingCall, result: ToolResulted) -> bool:
 
 
 # -- small helpers --------------------------------------------------------------
-
-
-def _fold(state: Run, decisions: list[Event]) -> Run:
-    for decision in decisions:
-        state = evolve(state, decision)
-    return state
 
 
 def _find(calls: tuple[PendingCall, ...], request_id: str) -> PendingCall | None:
@@ -984,13 +1042,6 @@ def _system(settings: RunSettings) -> str:
 
 
 _SYSTEM_MEMO: dict[int, tuple[RunSettings, str]] = {}
-
-
-def _totals(state: Run, message: ChatMessage) -> tuple[int, ...]:
-    """``state.transcript_totals`` once ``message`` joins the transcript."""
-    totals = state.transcript_totals
-    cost = len(message.content) // 4 + 1
-    return (*totals, totals[-1] + cost) if totals else (cost,)
 
 
 def _window(state: Run) -> tuple[ChatMessage, ...]:

@@ -830,34 +830,42 @@ def _decode_rows(rows: list[_Row]) -> list[Recorded]:
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _envelopes(rows, _current_events)
+        return _current_envelopes(rows)
     except msgspec.DecodeError:
         pass  # an old shape to upcast, or bytes that are no event
     finally:
         if collecting:
             gc.enable()
-    return _envelopes(rows, _upcast_events)
-
-
-def _envelopes(
-    rows: list[_Row],
-    events_of: Callable[[bytes, int, str, int, int], Sequence[AnyEvent]],
-) -> list[Recorded]:
-    """A `Recorded` for each event of each row, decoded by ``events_of``."""
     page: list[Recorded] = []
     for position, stream, version, count, at, correlation, causation, data in rows:
-        events = events_of(data, count, stream, version, position)
+        events = _upcast_events(data, count, stream, version, position)
         page += envelopes(stream, version, position, at, events, correlation, causation)
     return page
 
 
-def _current_events(
-    data: bytes, count: int, stream: str, version: int, position: int
-) -> Sequence[AnyEvent]:
-    """A row's events in their current shapes: the C decoder, one call."""
-    if count == 1:
-        return (_decode_one(data),)
-    return _decode_many(data)
+def _current_envelopes(rows: list[_Row]) -> list[Recorded]:
+    """A `Recorded` for each event of each row, in its current shape: one call
+    of the C decoder per row. Every replay runs this loop, so it is written out
+    rather than through `envelopes` (a fifth less time per event, measured)."""
+    page: list[Recorded] = []
+    add = page.append
+    for position, stream, version, count, at, correlation, causation, data in rows:
+        events = (_decode_one(data),) if count == 1 else _decode_many(data)
+        for event in events:
+            add(
+                Recorded(
+                    stream=stream,
+                    version=version,
+                    position=position,
+                    at=at,
+                    event=event,
+                    correlation_id=correlation,
+                    causation_id=causation,
+                )
+            )
+            version += 1
+            position += 1
+    return page
 
 
 def _upcast_events(

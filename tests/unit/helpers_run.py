@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
+
 from steward.actors import run as run_actor
 from steward.actors.prompt import Prompt, prompt_hash
 from steward.events import (
@@ -78,6 +80,7 @@ class Story:
 
     def when(self, input: Event) -> list[Any]:
         """Decide ``input`` and commit it with its decisions; it must be accepted."""
+        before = msgspec.msgpack.encode(self.state)
         decided = run_actor.decide_and_fold(input, self.state)
         assert decided is not None, f"refused: {input!r}"
         decisions, after, prompt = decided
@@ -86,6 +89,9 @@ class Story:
         for event in (input, *decisions):
             state = run_actor.evolve(state, event)
         assert after == state, "decide_and_fold's state is not the folded one"
+        # states are values: deciding and evolving copy, never change, theirs
+        assert msgspec.msgpack.encode(self.state) == before, "the state was changed"
+        assert run_actor.initial == run_actor.Run(), "the initial state was changed"
         requested = [d for d in decisions if isinstance(d, LlmRequested)]
         assert prompt is None or prompt == run_actor.build_prompt(state)
         assert prompt is None or requested[-1] is decisions[-1]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hypothesis
-import msgspec
 from hypothesis import strategies as st
 
 from steward.actors import run as run_actor
@@ -43,13 +42,9 @@ messages = st.builds(
 def test_window_matches_the_definition(
     transcript: list[ChatMessage], limit: int, budget: int
 ) -> None:
-    state = run_actor.initial.__class__(
+    state = run_actor.Run(
         settings=RunSettings(transcript_limit=limit, transcript_token_limit=budget)
     )
     for message in transcript:
-        state = msgspec.structs.replace(
-            state,
-            transcript=(*state.transcript, message),
-            transcript_totals=run_actor._totals(state, message),
-        )
+        run_actor._say(state, message)
     assert list(run_actor._window(state)) == reference(tuple(transcript), limit, budget)
