@@ -88,8 +88,7 @@ def verify(
                 decided=again,
                 problem="the decider now decides differently",
             )
-        for rec in step:
-            state = run_actor.evolve(state, rec.event)
+        state = run_actor.fold((r.event for r in step), state)
     return None
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import re
 from bisect import bisect_left
 from collections.abc import Callable, Iterable
-from copy import copy
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
@@ -166,14 +165,14 @@ def evolve(state: Run, event: Event) -> Run:
     apply = _APPLY.get(type(event))
     if apply is None:
         return state
-    after = copy(state)
+    after = replace(state)  # a copy (msgspec's, in C)
     apply(after, event)
     return after
 
 
 def fold(events: Iterable[Event], state: Run = initial) -> Run:
     """The state after ``events``; ``state`` is left as it was."""
-    after = copy(state)
+    after = replace(state)
     table = _APPLY
     for event in events:
         apply = table.get(type(event))

@@ -78,7 +78,7 @@ class ToolCall(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     args: dict[str, Any] = {}
 
 
-class ChatMessage(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class ChatMessage(msgspec.Struct, frozen=True, kw_only=True, gc=False, cache_hash=True):
     """One message of a conversation or of a run's transcript.
 
     ``tool_calls`` is set on an assistant message that asked for native tool
