@@ -73,7 +73,11 @@ class PendingCall(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 
 
 class Run(msgspec.Struct, kw_only=True, gc=False):
-    """Everything a run's decisions depend on, folded from its events."""
+    """Everything a run's decisions depend on, folded from its events.
+
+    Not frozen, so that `fold` can apply events to one copy in place; to all
+    other code a `Run` is a value that nothing changes.
+    """
 
     status: str = "new"
     run_id: str = ""
@@ -139,7 +143,8 @@ _FENCE = re.compile(r"^```[a-zA-Z]*\s*\n?(.*?)\n?```$", re.DOTALL)
 # -- evolve ---------------------------------------------------------------------
 #
 # Each event kind has one function that applies it to a state the caller owns,
-# in place; `evolve` applies one event to a copy, `fold` many to one copy.
+# in place, found by the event's exact type (event classes are never
+# subclassed); `evolve` applies one event to a copy, `fold` many to one copy.
 # A `Run` is a value to everyone else: nothing changes a state it did not just
 # copy (a property test checks that `decide` and `evolve` leave theirs alone).
 # In place, because a replay folds millions of events: a new 37-field state per
