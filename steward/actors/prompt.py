@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Literal
+from typing import Literal, cast
 
 import msgspec
 
@@ -41,13 +41,21 @@ def prompt_hash(prompt: Prompt) -> str:
     """
     messages = prompt.messages
     # Looked up in C (map over the memo): a Python loop over the messages
-    # would cost about what the hashing it saves costs.
+    # would cost about what the hashing it saves costs. A call usually has a
+    # message or two no call had before, at the end: only those are digested.
     try:
-        digests = list(map(_messages.__getitem__, messages))
-    except (KeyError, TypeError):  # a new message, or one with tool arguments
+        digests = list(map(_messages.get, messages))
+    except TypeError:  # tool call arguments (dicts) cannot be hashed
         digests = [_message_digest(m) for m in messages]
+    new = digests.count(None)
+    i = len(digests)
+    while new:
+        i -= 1
+        if digests[i] is None:
+            digests[i] = _message_digest(messages[i])
+            new -= 1
     whole = hashlib.blake2b(_head_digest(prompt), digest_size=16)
-    whole.update(b"".join(digests))
+    whole.update(b"".join(cast("list[bytes]", digests)))  # no None is left
     return HASH_PREFIX + whole.hexdigest()
 
 

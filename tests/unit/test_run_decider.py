@@ -1288,6 +1288,34 @@ def test_prompt_hash_depends_on_every_part_and_nothing_else():
     assert same not in hashes and len(hashes) == len(variants)
 
 
+@hypothesis.settings(max_examples=200, database=None)
+@hypothesis.given(
+    texts=st.lists(st.sampled_from(["a", "b", "c", "d", "e"]), max_size=12),
+    known=st.sets(st.integers(0, 11)),
+    call_at=st.none() | st.integers(0, 11),
+)
+def test_prompt_hash_is_the_same_whatever_the_memo_holds(
+    texts: list[str], known: set[int], call_at: int | None
+):
+    """Messages digested before (anywhere in the window), repeated ones, and
+    ones that cannot be memoized (tool call arguments) all hash as afresh."""
+    messages = [ChatMessage(role="user", content=t) for t in texts]
+    if call_at is not None and call_at < len(messages):
+        call = ToolCall(id="c", name="t", args={"x": 1})
+        messages[call_at] = ChatMessage(
+            role="assistant", content="", tool_calls=(call,)
+        )
+    prompt = _prompt(messages=tuple(messages))
+    prompt_module._messages.clear()
+    fresh = prompt_hash(prompt)
+    prompt_module._messages.clear()
+    for n in sorted(known):
+        if n < len(messages) and not messages[n].tool_calls:
+            prompt_module._message_digest(messages[n])
+    assert prompt_hash(prompt) == fresh
+    assert prompt_hash(prompt) == fresh  # and again, everything memoized
+
+
 def test_first_kind_hashes_still_verify():
     """A log written when a prompt hash was the hash of the whole prompt
     verifies; a wrong hash of that kind is still caught."""
