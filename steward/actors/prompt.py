@@ -73,11 +73,15 @@ def first_kind_hash(prompt: Prompt) -> str:
 
 # Digests of messages, by message: equal messages have equal digests, so a
 # message folded again from the log (an equal object) finds its digest too.
-# Heads by the identity of their system prompt and tools (kept alive by the
-# memo, so an id is never reused while in it). Only work is saved: a miss
-# computes the same digest. Emptied when the messages it holds grow too big.
-_MEMO_CHARS = 32 * 1024 * 1024
+# Messages with tool call arguments (dicts) cannot be hashed: they are kept by
+# identity (a run's transcript holds the same objects from call to call, so a
+# native tool loop digests each once). Heads by the identity of their system
+# prompt and tools. Identity memos hold their objects, so an id is never
+# reused while in them. Only work is saved: a miss computes the same digest.
+# Emptied when what they hold grows too big.
+_MEMO_BYTES = 32 * 1024 * 1024
 _messages: dict[ChatMessage, bytes] = {}
+_unhashable: dict[int, tuple[ChatMessage, bytes]] = {}
 _heads: dict[tuple[object, ...], tuple[str, tuple[ToolSpec, ...], bytes]] = {}
 _held = 0
 
@@ -85,18 +89,26 @@ _held = 0
 def _message_digest(message: ChatMessage) -> bytes:
     """The digest of ``message``, from the memo or computed into it."""
     global _held
-    try:
-        return _messages[message]
-    except KeyError:
-        pass
-    except TypeError:  # tool call arguments (dicts) cannot be hashed
-        return hashlib.blake2b(_encoder.encode(message), digest_size=16).digest()
-    digest = hashlib.blake2b(_encoder.encode(message), digest_size=16).digest()
-    _held += len(message.content)
-    if _held > _MEMO_CHARS or len(_messages) > 100_000:
+    hashable = not message.tool_calls  # whose arguments are dicts
+    if hashable:
+        digest = _messages.get(message)
+        if digest is not None:
+            return digest
+    else:
+        kept = _unhashable.get(id(message))
+        if kept is not None and kept[0] is message:
+            return kept[1]
+    encoded = _encoder.encode(message)
+    digest = hashlib.blake2b(encoded, digest_size=16).digest()
+    _held += len(encoded)
+    if _held > _MEMO_BYTES or len(_messages) + len(_unhashable) > 100_000:
         _messages.clear()
-        _held = len(message.content)
-    _messages[message] = digest
+        _unhashable.clear()
+        _held = len(encoded)
+    if hashable:
+        _messages[message] = digest
+    else:
+        _unhashable[id(message)] = (message, digest)
     return digest
 
 

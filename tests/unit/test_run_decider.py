@@ -1269,6 +1269,7 @@ def test_prompt_hash_depends_on_every_part_and_nothing_else():
     same = prompt_hash(_prompt())
     assert prompt_hash(_prompt()) == same
     prompt_module._messages.clear()
+    prompt_module._unhashable.clear()
     prompt_module._heads.clear()
     assert prompt_hash(_prompt()) == same  # computed afresh: the same
     messages = _prompt().messages
@@ -1292,28 +1293,37 @@ def test_prompt_hash_depends_on_every_part_and_nothing_else():
 @hypothesis.given(
     texts=st.lists(st.sampled_from(["a", "b", "c", "d", "e"]), max_size=12),
     known=st.sets(st.integers(0, 11)),
-    call_at=st.none() | st.integers(0, 11),
+    calls=st.sets(st.integers(0, 11)),
 )
 def test_prompt_hash_is_the_same_whatever_the_memo_holds(
-    texts: list[str], known: set[int], call_at: int | None
+    texts: list[str], known: set[int], calls: set[int]
 ):
-    """Messages digested before (anywhere in the window), repeated ones, and
-    ones that cannot be memoized (tool call arguments) all hash as afresh."""
-    messages = [ChatMessage(role="user", content=t) for t in texts]
-    if call_at is not None and call_at < len(messages):
-        call = ToolCall(id="c", name="t", args={"x": 1})
-        messages[call_at] = ChatMessage(
-            role="assistant", content="", tool_calls=(call,)
-        )
-    prompt = _prompt(messages=tuple(messages))
-    prompt_module._messages.clear()
+    """Messages digested before (anywhere in the window), repeated ones, ones
+    memoized by identity (tool call arguments cannot be hashed), and equal
+    messages that are other objects all hash as afresh."""
+
+    def message(n: int, text: str) -> ChatMessage:
+        if n not in calls:
+            return ChatMessage(role="user", content=text)
+        call = ToolCall(id="c", name="t", args={"x": [n, text]})
+        return ChatMessage(role="assistant", content=text, tool_calls=(call,))
+
+    def forget() -> None:
+        prompt_module._messages.clear()
+        prompt_module._unhashable.clear()
+
+    prompt = _prompt(messages=tuple(message(n, t) for n, t in enumerate(texts)))
+    forget()
     fresh = prompt_hash(prompt)
-    prompt_module._messages.clear()
+    forget()
     for n in sorted(known):
-        if n < len(messages) and not messages[n].tool_calls:
-            prompt_module._message_digest(messages[n])
+        if n < len(texts):
+            prompt_module._message_digest(prompt.messages[n])
     assert prompt_hash(prompt) == fresh
     assert prompt_hash(prompt) == fresh  # and again, everything memoized
+    # equal messages that are other objects (as when read back from the log)
+    again = _prompt(messages=tuple(message(n, t) for n, t in enumerate(texts)))
+    assert prompt_hash(again) == fresh
 
 
 def test_first_kind_hashes_still_verify():
