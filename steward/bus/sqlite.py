@@ -35,8 +35,13 @@ write lock does not wait on the loop: it is retried on that thread with the
 busy timeout. With ``FULL`` every commit waits for the disk, so every
 transaction runs on the thread.
 
-Reads use a second connection, through aiosqlite, so a long replay never
-waits on the writer (WAL lets readers and one writer work side by side).
+Reads use connections of their own, so they never wait on the writer (WAL
+lets readers and one writer work side by side). They run on the event loop
+too: reading and decoding a page of 1,000 events takes about a millisecond,
+and through a thread every row handed the GIL over and back (reads measured
+1.3x faster on the loop). A read that meets a lock instead of reading (another
+process recovering the file after a crash, say) is retried on aiosqlite's
+thread, where it may wait the busy timeout without stopping the loop.
 Subscribers in the same process get this log's commits from memory.
 """
 
@@ -158,6 +163,8 @@ were written: SQLite's own automatic checkpoint threshold."""
 # How many events a subscriber reads per query: big enough to replay fast,
 # small enough that decoding one page does not stall the event loop for long.
 _SUBSCRIBE_PAGE = 1_000
+# Errors of a read that met a lock rather than a problem with the file.
+_LOCKED = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 _RECENT = 10_000  # records kept in memory for this process's subscribers
 _KNOWN_STREAMS = 100_000  # stream versions the writer keeps before starting over
 
@@ -219,6 +226,7 @@ class SqliteEventLog:
         executor: ThreadPoolExecutor,
         reader: aiosqlite.Connection,
         *,
+        quick_reader: sqlite3.Connection,
         clock: Callable[[], float],
         poll_interval: float,
         checkpointer: sqlite3.Connection | None = None,
@@ -238,6 +246,7 @@ class SqliteEventLog:
         self._frames = 0  # WAL frames written since the last checkpoint began
         self._checkpoint: asyncio.Future[None] | None = None
         self._reader = reader
+        self._quick_reader = quick_reader
         self._clock = clock
         self._poll_interval = poll_interval
         self._pending: list[_Append] = []
@@ -306,6 +315,7 @@ class SqliteEventLog:
         writer: sqlite3.Connection | None = None
         checkpointer: sqlite3.Connection | None = None
         reader: aiosqlite.Connection | None = None
+        quick_reader: sqlite3.Connection | None = None
         try:
             file.parent.mkdir(parents=True, exist_ok=True)
             writer = await loop.run_in_executor(
@@ -318,7 +328,10 @@ class SqliteEventLog:
             reader = await aiosqlite.connect(file, isolation_level=None)
             await reader.execute_fetchall(f"PRAGMA busy_timeout = {busy_ms}")
             await reader.execute_fetchall("PRAGMA query_only = ON")
+            quick_reader = _open_quick_reader(file)
         except (sqlite3.Error, OSError) as e:
+            if quick_reader is not None:
+                quick_reader.close()
             if reader is not None:
                 await reader.close()
             for conn in (writer, checkpointer):
@@ -334,6 +347,7 @@ class SqliteEventLog:
             writer,
             executor,
             reader,
+            quick_reader=quick_reader,
             clock=clock,
             poll_interval=poll_interval,
             checkpointer=checkpointer,
@@ -718,6 +732,12 @@ class SqliteEventLog:
                 f"the event log at {self.path} is closed; open it again to read"
             )
         try:
+            try:
+                return self._quick_reader.execute(sql, params).fetchall()
+            except sqlite3.OperationalError as e:
+                if e.sqlite_errorcode & 0xFF not in _LOCKED:
+                    raise
+            # locked: wait for it on the reader's thread, not here
             return list(await self._reader.execute_fetchall(sql, params))
         except sqlite3.Error as e:
             raise LogReadError(
@@ -749,6 +769,7 @@ class SqliteEventLog:
                 if conn is not None:
                     await loop.run_in_executor(self._executor, conn.close)
             self._executor.shutdown()
+            self._quick_reader.close()
             await self._reader.close()
 
     async def __aenter__(self) -> SqliteEventLog:
@@ -783,6 +804,18 @@ def _open_writer(
         if inline:
             conn.execute("PRAGMA busy_timeout = 0")
             conn.execute("PRAGMA wal_autocheckpoint = 0")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _open_quick_reader(file: Path) -> sqlite3.Connection:
+    """On the loop: the connection reads run on, never waiting for a lock."""
+    conn = sqlite3.connect(file, isolation_level=None)
+    try:
+        conn.execute("PRAGMA busy_timeout = 0")
+        conn.execute("PRAGMA query_only = ON")
     except BaseException:
         conn.close()
         raise

@@ -355,6 +355,63 @@ async def test_waiting_for_another_writer_does_not_block_the_loop(
         await log.close()
 
 
+def locked_error(directory: Path) -> sqlite3.OperationalError:
+    """The error SQLite gives a reader that meets a lock (a real one)."""
+    file = directory / "locked.db"
+    with raw(file) as holder, raw(file) as reader:
+        holder.execute("PRAGMA locking_mode = EXCLUSIVE")
+        holder.execute("CREATE TABLE t (x)")  # takes and keeps the lock
+        try:
+            reader.execute("SELECT * FROM t")
+        except sqlite3.OperationalError as e:
+            assert e.sqlite_errorcode == sqlite3.SQLITE_BUSY
+            return e
+    raise AssertionError("the reader was not locked out")
+
+
+class _LockedOnce:
+    """A reader connection whose next read meets ``error``, then reads."""
+
+    def __init__(self, conn: sqlite3.Connection, error: Exception) -> None:
+        self.conn, self.error = conn, error
+
+    def execute(self, *args: Any) -> sqlite3.Cursor:
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
+        return self.conn.execute(*args)
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+async def test_a_read_that_meets_a_lock_is_read_on_the_thread(path: Path) -> None:
+    """Reads run on the loop without waiting; one that meets a lock is read
+    again where it may wait, and returns the same events."""
+    log = await SqliteEventLog.open(path)
+    try:
+        await log.append("run.r1", [note(1), note(2)], 0)
+        log._quick_reader = _LockedOnce(log._quick_reader, locked_error(path.parent))
+        assert [r.event for r in await log.read("run.r1")] == [note(1), note(2)]
+        assert log._quick_reader.error is None  # the lock was met
+        assert [r.event for r in await log.read_all()] == [note(1), note(2)]
+    finally:
+        await log.close()
+
+
+async def test_a_read_that_fails_otherwise_is_a_log_read_error(path: Path) -> None:
+    log = await SqliteEventLog.open(path)
+    try:
+        with contextlib.closing(sqlite3.connect(":memory:")) as other:
+            with pytest.raises(sqlite3.OperationalError) as caught:
+                other.execute("SELECT * FROM commits")
+        log._quick_reader = _LockedOnce(log._quick_reader, caught.value)
+        with pytest.raises(LogReadError, match=r"cannot read .*no such table"):
+            await log.read("run.r1")
+    finally:
+        await log.close()
+
+
 @pytest.mark.parametrize("mode", ["NORMAL", "FULL"])
 async def test_the_wal_is_checkpointed_as_it_grows(path: Path, mode: Any) -> None:
     """Commits reach the database file, not only the WAL, while the log is open."""
