@@ -165,6 +165,7 @@ were written: SQLite's own automatic checkpoint threshold."""
 _SUBSCRIBE_PAGE = 1_000
 # Errors of a read that met a lock rather than a problem with the file.
 _LOCKED = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+_LONG_READ = 100  # rows after which a read lets other tasks run
 _RECENT = 10_000  # records kept in memory for this process's subscribers
 _KNOWN_STREAMS = 100_000  # stream versions the writer keeps before starting over
 
@@ -733,17 +734,22 @@ class SqliteEventLog:
             )
         try:
             try:
-                return self._quick_reader.execute(sql, params).fetchall()
+                rows = self._quick_reader.execute(sql, params).fetchall()
             except sqlite3.OperationalError as e:
                 if e.sqlite_errorcode & 0xFF not in _LOCKED:
                     raise
-            # locked: wait for it on the reader's thread, not here
-            return list(await self._reader.execute_fetchall(sql, params))
+                # locked: wait for it on the reader's thread, not here
+                return list(await self._reader.execute_fetchall(sql, params))
         except sqlite3.Error as e:
             raise LogReadError(
                 f"cannot read the event log at {self.path}: {e}; check that the "
                 "file is a steward SQLite log and readable"
             ) from e
+        if len(rows) >= _LONG_READ:
+            # Read on the loop: a loop of long reads (a catch-up) must still
+            # let other tasks run between them.
+            await asyncio.sleep(0)
+        return rows
 
     # -- lifecycle -------------------------------------------------------------
 

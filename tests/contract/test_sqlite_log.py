@@ -412,6 +412,38 @@ async def test_a_read_that_fails_otherwise_is_a_log_read_error(path: Path) -> No
         await log.close()
 
 
+async def test_a_long_catch_up_lets_other_tasks_run(path: Path) -> None:
+    """Reads run on the loop, so a subscriber reading page after page from
+    the file gives the loop back between pages."""
+    log = await SqliteEventLog.open(path)
+    other = await SqliteEventLog.open(path)  # has none of the commits in memory
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    ticker = asyncio.create_task(tick())
+    try:
+        for n in range(600):
+            await log.append(f"run.r{n}", [note(i) for i in range(5)], 0)
+        await asyncio.sleep(0)
+        at_page: list[int] = []
+        async for record in other.subscribe(0):
+            if record.position % 1000 == 1:
+                at_page.append(ticks)
+            if record.position == 3000:
+                break
+        assert len(at_page) == 3
+        assert at_page[0] < at_page[1] < at_page[2]
+    finally:
+        ticker.cancel()
+        await other.close()
+        await log.close()
+
+
 @pytest.mark.parametrize("mode", ["NORMAL", "FULL"])
 async def test_the_wal_is_checkpointed_as_it_grows(path: Path, mode: Any) -> None:
     """Commits reach the database file, not only the WAL, while the log is open."""
