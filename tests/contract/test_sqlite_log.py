@@ -328,31 +328,39 @@ async def test_waiting_for_another_writer_does_not_block_the_loop(
 ) -> None:
     """A commit that meets another process's write lock waits off the loop."""
     log = await SqliteEventLog.open(path, busy_timeout=5.0)
-    ticks = 0
-
-    async def tick() -> None:
-        nonlocal ticks
-        while True:
-            ticks += 1
-            await asyncio.sleep(0.001)
-
-    ticker = asyncio.create_task(tick())
     try:
-        with raw(path) as other:
-            other.execute("BEGIN IMMEDIATE")
-            append = asyncio.create_task(log.append("run.r1", [note(1)], 0))
-            await asyncio.sleep(0.2)
-            assert not append.done()  # waiting for the lock...
-            before = ticks
-            await asyncio.sleep(0.1)
-            assert ticks > before  # ...while the loop goes on
-            other.execute("COMMIT")
+        async with loop_turns(pause=0.001) as turns:
+            with raw(path) as other:
+                other.execute("BEGIN IMMEDIATE")
+                append = asyncio.create_task(log.append("run.r1", [note(1)], 0))
+                await asyncio.sleep(0.2)
+                assert not append.done()  # waiting for the lock...
+                before = turns[0]
+                await asyncio.sleep(0.1)
+                assert turns[0] > before  # ...while the loop goes on
+                other.execute("COMMIT")
         commit = await asyncio.wait_for(append, TIMEOUT)
         assert commit.last_version == 1
         assert [r.event for r in await log.read("run.r1")] == [note(1)]
     finally:
-        ticker.cancel()
         await log.close()
+
+
+@contextlib.asynccontextmanager
+async def loop_turns(pause: float = 0.0) -> AsyncIterator[list[int]]:
+    """``turns[0]`` counts the turns a task gets on the loop meanwhile."""
+    turns = [0]
+
+    async def tick() -> None:
+        while True:
+            turns[0] += 1
+            await asyncio.sleep(pause)
+
+    ticker = asyncio.create_task(tick())
+    try:
+        yield turns
+    finally:
+        ticker.cancel()
 
 
 def locked_error(directory: Path) -> sqlite3.OperationalError:
@@ -417,29 +425,19 @@ async def test_a_long_catch_up_lets_other_tasks_run(path: Path) -> None:
     the file gives the loop back between pages."""
     log = await SqliteEventLog.open(path)
     other = await SqliteEventLog.open(path)  # has none of the commits in memory
-    ticks = 0
-
-    async def tick() -> None:
-        nonlocal ticks
-        while True:
-            ticks += 1
-            await asyncio.sleep(0)
-
-    ticker = asyncio.create_task(tick())
     try:
         for n in range(600):
             await log.append(f"run.r{n}", [note(i) for i in range(5)], 0)
-        await asyncio.sleep(0)
         at_page: list[int] = []
-        async for record in other.subscribe(0):
-            if record.position % 1000 == 1:
-                at_page.append(ticks)
-            if record.position == 3000:
-                break
+        async with loop_turns() as turns:
+            async for record in other.subscribe(0):
+                if record.position % 1000 == 1:
+                    at_page.append(turns[0])
+                if record.position == 3000:
+                    break
         assert len(at_page) == 3
         assert at_page[0] < at_page[1] < at_page[2]
     finally:
-        ticker.cancel()
         await other.close()
         await log.close()
 
