@@ -77,10 +77,9 @@ def verify(
                 decided=None,
                 problem="the decider now refuses this recorded input",
             )
+        after = run_actor.fold((r.event for r in step), state)
         again = tuple(decided)
-        if again != recorded and again != _rehashed(
-            recorded, run_actor.fold((r.event for r in step), state)
-        ):
+        if again != recorded and again != _rehashed(recorded, after):
             return Mismatch(
                 version=head.version,
                 input=head.event,
@@ -88,7 +87,7 @@ def verify(
                 decided=again,
                 problem="the decider now decides differently",
             )
-        state = run_actor.fold((r.event for r in step), state)
+        state = after
     return None
 
 

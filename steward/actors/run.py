@@ -545,11 +545,11 @@ def _on_native_reply(reply: LlmResponded, state: Run) -> list[Event]:
             )
         ]
     decisions: list[Event] = []
+    after = state
     for call in reply.tool_calls:
-        decisions += _tool_call(
-            fold(decisions, state), call.name, call.args, call_id=call.id
-        )
-    after = fold(decisions, state)
+        made = _tool_call(after, call.name, call.args, call_id=call.id)
+        decisions += made
+        after = fold(made, after)
     if after.calls or after.approvals:
         return decisions
     return _continue(state, decisions)
