@@ -1,8 +1,8 @@
 """Run the benchmarks and print their figures beside the targets.
 
 Usage: ``python -m benchmarks [--only NAME]``, NAME being a module of
-``MODULES`` (``log_bench``, ``runtime_bench``, ``workers_bench``, or just
-``log``).
+``MODULES`` (``log_bench``, ``runtime_bench``, ``floor_bench``,
+``workers_bench``, or just ``log``).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from benchmarks.common import Figure, print_table
 MODULES = [
     "benchmarks.log_bench",
     "benchmarks.runtime_bench",
+    "benchmarks.floor_bench",
     "benchmarks.workers_bench",
 ]
 

@@ -132,7 +132,9 @@ def print_table(
         print(line(row), file=out)
     held = [f for f in figures if f.target is not None]
     missed = [f.name for f in held if not f.met]
-    if missed:
+    if not held:
+        print("These figures are context, held to no target.", file=out)
+    elif missed:
         print(f"{len(missed)} of {len(held)} targets missed.", file=out)
     else:
         print(f"All {len(held)} targets met.", file=out)
