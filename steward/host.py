@@ -29,6 +29,7 @@ import random
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,16 @@ forgotten prompt is built again from the state)."""
 _STALE_READS = 50
 """Reads of a stream that may come back older than a known commit (a replica
 that lags) before `Host.state` gives up."""
+
+_CACHED_STATES = 2_048
+"""Streams whose state a host keeps in memory; past this, the states written
+longest ago are forgotten (and folded from the log again when needed), so a
+host serving runs for months holds the active ones, not every run it saw."""
+
+_KNOWN_VERSIONS = 100_000
+"""Streams whose newest committed version a host remembers, forgetting those
+written longest ago: a stream idle for that many others' commits has no read
+in flight that could overlap its last commit."""
 
 Listener = Callable[[Recorded], None]
 DeltaListener = Callable[[RequestInfo, str], None]
@@ -223,7 +234,7 @@ class Host:
                 )
             except ConcurrencyError:
                 METRICS.conflicts += 1
-                self._cache.pop(stream, None)
+                self._forget(stream)
                 continue
             METRICS.commits += 1
             for event in batch:
@@ -236,7 +247,7 @@ class Host:
                 if len(self._prompts) >= _KEPT_PROMPTS:
                     self._prompts.clear()
                 self._prompts[request.request_id] = prompt
-            self._cache[stream] = (after, commit.last_version)
+            self._keep(stream, after, commit.last_version)
             self._own[stream] = commit.last_version
             self._know(stream, commit.last_version)
             return commit
@@ -266,15 +277,35 @@ class Host:
         else:
             raise StewardError(
                 f"stream {stream}: the log keeps returning version {version}, "
-                f"older than the committed {self._known[stream]}"
+                f"older than the committed {self._known.get(stream, version)}"
             )
         state = run_actor.fold(r.event for r in recorded)
-        self._cache[stream] = (state, version)
+        self._keep(stream, state, version)
         return state, version
 
+    def _keep(self, stream: str, state: run_actor.Run, version: int) -> None:
+        """Cache ``state`` as ``stream``'s, newest last; forget the oldest
+        tenth once more than `_CACHED_STATES` are held."""
+        cache = self._cache
+        cache.pop(stream, None)
+        cache[stream] = (state, version)
+        if len(cache) > _CACHED_STATES:
+            for old in list(islice(cache, len(cache) - _CACHED_STATES * 9 // 10)):
+                self._forget(old)
+
+    def _forget(self, stream: str) -> None:
+        """Drop the cached state of ``stream``: the next look folds the log."""
+        self._cache.pop(stream, None)
+        self._own.pop(stream, None)
+
     def _know(self, stream: str, version: int) -> None:
-        if version > self._known.get(stream, 0):
-            self._known[stream] = version
+        known = self._known
+        if version > known.get(stream, 0):
+            known.pop(stream, None)
+            known[stream] = version
+            if len(known) > _KNOWN_VERSIONS:
+                for old in list(islice(known, len(known) - _KNOWN_VERSIONS * 9 // 10)):
+                    del known[old]
 
     async def _state_at(self, stream: str, version: int) -> run_actor.Run:
         cached = self._cache.get(stream)
@@ -346,8 +377,7 @@ class Host:
             cached = self._cache.get(rec.stream)
             if cached is not None and cached[1] < rec.version:
                 # another process wrote this stream: our cached state is stale
-                self._cache.pop(rec.stream, None)
-                self._own.pop(rec.stream, None)
+                self._forget(rec.stream)
             if type(rec.event) in _ROUTED:
                 try:
                     await self._route(rec)

@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from support import PLAN, act
 
 from steward import events, replay
+from steward import host as host_module
 from steward.actors import run as run_actor
 from steward.actors.llm import ScriptedProvider
 from steward.actors.run import Run
@@ -106,6 +107,32 @@ async def test_tool_subagent_and_sleep_run_to_completion(make_host, log, clock) 
     assert state.output == "done"
     child = await wait_status(host, "r1-1", "completed")
     assert child.output == "a.txt says hi"
+    await check_log(log)
+
+
+async def test_a_host_keeps_a_bounded_number_of_states(
+    make_host, log, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past its caps a host forgets the states and versions written longest
+    ago; a forgotten run is folded from the log again when its input comes."""
+    monkeypatch.setattr(host_module, "_CACHED_STATES", 10)
+    monkeypatch.setattr(host_module, "_KNOWN_VERSIONS", 20)
+    replies = [act(type="sleep", delaySeconds=60), act(type="finish", output="up")]
+    host = await make_host(ScriptedProvider(replies, per_run=True))
+    runs = [f"r{n}" for n in range(30)]
+    for run_id in runs:
+        await host.submit(run_stream(run_id), created(run_id, planning_gate=False))
+    for run_id in runs:
+        await wait_status(host, run_id, "waiting")
+    assert len(host._cache) <= 10
+    assert len(host._known) <= 20
+    assert run_stream("r0") not in host._cache
+
+    clock.advance(61)
+    for run_id in runs:
+        state = await wait_status(host, run_id, "completed")
+        assert state.output == "up"
+    assert len(host._cache) <= 10
     await check_log(log)
 
 
