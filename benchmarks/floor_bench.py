@@ -25,8 +25,8 @@ from pathlib import Path
 
 import msgspec
 
-from benchmarks.common import REPEATS, Figure
-from benchmarks.runtime_bench import CONCURRENT, CONCURRENT_STEPS, STEPS
+from benchmarks.common import Figure
+from benchmarks.runtime_bench import CONCURRENT, step_medians
 
 
 class _Command(msgspec.Struct):
@@ -165,24 +165,19 @@ async def _measure(runs: int, steps: int) -> tuple[int, float, float]:
     return runs * steps, wall, cpu
 
 
-def _median(values: list[float]) -> float:
-    return sorted(values)[len(values) // 2]
-
-
 async def run() -> list[Figure]:
-    lone = [await _measure(1, STEPS) for _ in range(REPEATS)]
-    many = [await _measure(CONCURRENT, CONCURRENT_STEPS) for _ in range(REPEATS)]
+    cpu, _, rate = await step_medians(_measure)
     return [
         Figure(
             "floor (no steward): CPU per step, 1 run",
-            _median([cpu / n * 1e6 for n, _, cpu in lone]),
+            cpu,
             "us",
             None,
             higher_is_better=False,
         ),
         Figure(
             f"floor (no steward): steps/s, {CONCURRENT} concurrent runs",
-            _median([n / wall for n, wall, _ in many]),
+            rate,
             "steps/s",
             None,
         ),

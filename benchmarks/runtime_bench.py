@@ -21,7 +21,9 @@ import asyncio
 import json
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from statistics import median
 
 from benchmarks.common import REPEATS, Figure
 from steward import events
@@ -93,31 +95,42 @@ async def _measure(runs: int, steps: int) -> tuple[int, float, float]:
     return runs * steps, wall, cpu
 
 
-def _median(values: list[float]) -> float:
-    return sorted(values)[len(values) // 2]
+StepMeasure = Callable[[int, int], Awaitable[tuple[int, float, float]]]
+"""Runs ``runs`` runs of ``steps`` steps: (steps, wall s, CPU s)."""
+
+
+async def step_medians(measure: StepMeasure) -> tuple[float, float, float]:
+    """Medians of ``REPEATS`` runs each: a lone run's CPU and wall time per
+    step (us), and steps/s with ``CONCURRENT`` runs."""
+    lone = [await measure(1, STEPS) for _ in range(REPEATS)]
+    many = [await measure(CONCURRENT, CONCURRENT_STEPS) for _ in range(REPEATS)]
+    return (
+        median(cpu / n * 1e6 for n, _, cpu in lone),
+        median(wall / n * 1e6 for n, wall, _ in lone),
+        median(n / wall for n, wall, _ in many),
+    )
 
 
 async def run() -> list[Figure]:
-    lone = [await _measure(1, STEPS) for _ in range(REPEATS)]
-    many = [await _measure(CONCURRENT, CONCURRENT_STEPS) for _ in range(REPEATS)]
+    cpu, wall, rate = await step_medians(_measure)
     return [
         Figure(
             "runtime CPU per step, 1 run (NORMAL)",
-            _median([cpu / n * 1e6 for n, _, cpu in lone]),
+            cpu,
             "us",
             100,
             higher_is_better=False,
         ),
         Figure(
             "wall time per step, 1 run (NORMAL)",
-            _median([wall / n * 1e6 for n, wall, _ in lone]),
+            wall,
             "us",
             None,
             higher_is_better=False,
         ),
         Figure(
             f"steps/s, {CONCURRENT} concurrent runs (NORMAL)",
-            _median([n / wall for n, wall, _ in many]),
+            rate,
             "steps/s",
             20_000,
         ),
