@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Seque
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 from wsgiref.simple_server import WSGIServer
 
 import msgspec
@@ -648,6 +648,16 @@ def _port(text: str) -> int:
         ) from None
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number above 0")
+    return value
+
+
 def _metrics_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--metrics-port",
@@ -656,6 +666,9 @@ def _metrics_option(parser: argparse.ArgumentParser) -> None:
         help="serve Prometheus metrics at http://ADDRESS:PORT/metrics (default: "
         "[metrics] port; none unless set; 0 takes a free port)",
     )
+
+
+_RUN_ID = "the run's id (`steward runs list` shows them)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -702,7 +715,7 @@ def build_parser() -> argparse.ArgumentParser:
     _metrics_option(s)
 
     s = sub.add_parser("run", help="run TEXT to completion here, streaming each step")
-    s.add_argument("text")
+    s.add_argument("text", help="the run's input")
     s.add_argument("--profile", default="default", help="agent profile ([agents.NAME])")
     s.add_argument("-q", "--quiet", action="store_true", help="print only the result")
     s.add_argument(
@@ -715,11 +728,15 @@ def build_parser() -> argparse.ArgumentParser:
     runs = sub.add_parser("runs", help="list, inspect, start, cancel or approve runs")
     rsub = runs.add_subparsers(dest="runs_command", required=True, metavar="ACTION")
     s = rsub.add_parser("list", help="the newest runs")
-    s.add_argument("--status", help="only runs in this status")
-    s.add_argument("--limit", type=int, default=20)
+    s.add_argument(
+        "--status", choices=get_args(events.RunStatus), help="only runs in this status"
+    )
+    s.add_argument(
+        "--limit", type=_positive, default=20, help="at most this many (default: 20)"
+    )
     s.set_defaults(fn=cmd_runs_list)
     s = rsub.add_parser("show", help="a run's timeline: step, kind, duration, tokens")
-    s.add_argument("id")
+    s.add_argument("id", help=_RUN_ID)
     s.add_argument(
         "--prompts", action="store_true", help="rebuild and print every prompt"
     )
@@ -727,25 +744,29 @@ def build_parser() -> argparse.ArgumentParser:
     s = rsub.add_parser(
         "start", help="record a new run for a running `serve` to work on"
     )
-    s.add_argument("text")
-    s.add_argument("--profile", default="default")
+    s.add_argument("text", help="the run's input")
+    s.add_argument("--profile", default="default", help="agent profile ([agents.NAME])")
     s.set_defaults(fn=cmd_start)
     s = rsub.add_parser("cancel", help="cancel a run and its children")
-    s.add_argument("id")
-    s.add_argument("--reason", default="cancelled by operator")
+    s.add_argument("id", help=_RUN_ID)
+    s.add_argument(
+        "--reason",
+        default="cancelled by operator",
+        help="recorded with the cancellation (default: %(default)s)",
+    )
     s.set_defaults(fn=cmd_runs_cancel)
     s = rsub.add_parser("approve", help="approve the tool call a run waits on")
-    s.add_argument("id")
+    s.add_argument("id", help=_RUN_ID)
     s.add_argument("--request", help="request id (default: the oldest waiting)")
     s.set_defaults(fn=cmd_runs_approve)
     s = rsub.add_parser("deny", help="deny the tool call a run waits on")
-    s.add_argument("id")
+    s.add_argument("id", help=_RUN_ID)
     s.add_argument("--reason", required=True, help="why; the model sees it")
     s.add_argument("--request", help="request id (default: the oldest waiting)")
     s.set_defaults(fn=cmd_runs_deny)
 
     s = sub.add_parser("replay", help="rebuild a run's state from the log")
-    s.add_argument("id")
+    s.add_argument("id", help=_RUN_ID)
     s.add_argument(
         "--verify",
         action="store_true",
@@ -754,16 +775,22 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=cmd_replay)
 
     s = sub.add_parser("fork", help="copy a run up to a version and continue it")
-    s.add_argument("id")
-    s.add_argument("--at", type=int, required=True, metavar="VERSION")
+    s.add_argument("id", help=_RUN_ID)
+    s.add_argument(
+        "--at",
+        type=int,
+        required=True,
+        metavar="VERSION",
+        help="the fork gets the run's events up to this version",
+    )
     s.add_argument("--no-run", action="store_true", help="only create the fork")
-    s.add_argument("-q", "--quiet", action="store_true")
+    s.add_argument("-q", "--quiet", action="store_true", help="print only the result")
     s.set_defaults(fn=cmd_fork)
 
     ev = sub.add_parser("events", help="export a run's events")
     esub = ev.add_subparsers(dest="events_command", required=True, metavar="ACTION")
     s = esub.add_parser("export", help="a run's events as JSON lines")
-    s.add_argument("id")
+    s.add_argument("id", help=_RUN_ID)
     s.add_argument("-o", "--output", help="file to write (default: stdout)")
     s.set_defaults(fn=cmd_export)
 

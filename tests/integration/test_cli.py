@@ -91,6 +91,25 @@ def test_an_unknown_run_is_one_clear_line(
     )
 
 
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--limit", "0"], "argument --limit: '0' is not a whole number above 0"),
+        (["--limit", "x"], "argument --limit: 'x' is not a whole number above 0"),
+        (["--status", "done"], "argument --status: invalid choice: 'done'"),
+    ],
+)
+def test_runs_list_refuses_a_bad_option(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], expected: str
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        steward("--db", str(tmp_path / "l.db"), "runs", "list", *argv)
+    err = capsys.readouterr().err
+    assert exited.value.code == 2
+    assert expected in err.strip().splitlines()[-1]
+    assert "Traceback" not in err
+
+
 def test_run_streams_steps_then_show_export_replay_and_fork(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
