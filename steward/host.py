@@ -27,7 +27,7 @@ import heapq
 import logging
 import random
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -43,6 +43,7 @@ from steward.actors.llm import (
     ModelRouter,
     Provider,
     RequestInfo,
+    ResultEvent,
     StreamEvent,
     collect,
 )
@@ -588,6 +589,17 @@ class Host:
         if isinstance(provider, ModelRouter):
             model = provider.model(info.profile)
             retries, record = model.max_retries, model.record_stream
+        # A provider whose replies are whole before they are given (the
+        # scripted one) hands over the result alone when no one watches the
+        # stream's events: what `collect` would return, without the stream.
+        whole: Callable[[Prompt, RequestInfo], Awaitable[ResultEvent]] | None = None
+        if not record and not self._delta_listeners:
+            target = (
+                provider.provider(info.profile)
+                if isinstance(provider, ModelRouter)
+                else provider
+            )
+            whole = getattr(target, "result", None)
         seen: list[dict[str, Any]] = []
 
         def on_event(event: StreamEvent) -> None:
@@ -633,10 +645,13 @@ class Host:
                     ):
                         return None
                     started = self.clock.now()
-                    result = await collect(
-                        provider.stream(prompt, info),
-                        on_event if record or self._delta_listeners else None,
-                    )
+                    if whole is not None:
+                        result = await whole(prompt, info)
+                    else:
+                        result = await collect(
+                            provider.stream(prompt, info),
+                            on_event if record or self._delta_listeners else None,
+                        )
                 finally:
                     self._llm_slots.release()
             except ProviderError as e:

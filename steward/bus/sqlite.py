@@ -156,6 +156,9 @@ SELECT stream FROM names WHERE stream IS NOT NULL
 # Appends per transaction at most: bounds how long one commit holds the write
 # lock (and the event loop, while its rows are built) when a crowd is waiting.
 _MAX_BATCH = 2_000
+_RUN_NOW = 16
+"""Appends one task may commit in its own task in one turn of the event loop
+before the next waits for the writer (and lets other tasks run)."""
 _CHECKPOINT_FRAMES = 1_000
 """Checkpoint in the background after about this many WAL frames (pages)
 were written: SQLite's own automatic checkpoint threshold."""
@@ -252,6 +255,14 @@ class SqliteEventLog:
         self._poll_interval = poll_interval
         self._pending: list[_Append] = []
         self._wakeup = asyncio.Event()
+        # Committing appends in their callers' tasks (see `_may_commit_now`):
+        # whether the writer's batches hold one append each, the turn of the
+        # loop in which appends committed so, by which task and how many.
+        self._alone = False
+        self._turn: asyncio.Handle | None = None
+        self._turn_task: asyncio.Task[Any] | None = None
+        self._turn_commits = 0
+        self._on_thread_now = False  # a batch waits for the lock on the thread
         # Replaced after every commit; subscribers hold the one current when
         # they last read, so a commit they have not seen is never missed.
         self._committed = asyncio.Event()
@@ -383,20 +394,50 @@ class SqliteEventLog:
         # encoded fails its own append and never reaches the shared batch.
         data = encode_blob(events[0] if len(events) == 1 else list(events))
         future: asyncio.Future[Commit] = asyncio.get_running_loop().create_future()
-        self._pending.append(
-            _Append(
-                stream,
-                events,
-                data,
-                expected_version,
-                correlation_id,
-                causation_id,
-                self._clock() if at is None else at,
-                future,
-            )
+        request = _Append(
+            stream,
+            events,
+            data,
+            expected_version,
+            correlation_id,
+            causation_id,
+            self._clock() if at is None else at,
+            future,
         )
+        if self._alone and not self._pending and self._may_commit_now():
+            if self._commit_on_loop([request]):
+                return future.result()
+        self._pending.append(request)
         self._wakeup.set()
         return await future
+
+    def _may_commit_now(self) -> bool:
+        """Whether an append may be committed at once, in its caller's task.
+
+        Group commit pays for itself when appends arrive together; a lone
+        writer would only wait a turn of the event loop for the writer task
+        and another for its answer. So while the writer's batches hold one
+        append each (`_alone`), appends commit in the caller's task: the
+        first of a turn of the loop, and more of the same task (a run
+        stepping without waiting) up to `_RUN_NOW` a turn. An append of
+        another task in that turn queues for the writer, and the log goes
+        back to batching until a batch of one says it is alone again.
+        """
+        if self._checkpointer is None or self._on_thread_now:
+            return False  # commits run on the thread, in order
+        task = asyncio.current_task()
+        if self._turn is None:
+            self._turn = asyncio.get_running_loop().call_soon(self._end_turn)
+            self._turn_task, self._turn_commits = task, 1
+            return True
+        if self._turn_task is task and self._turn_commits < _RUN_NOW:
+            self._turn_commits += 1
+            return True
+        self._alone = False
+        return False
+
+    def _end_turn(self) -> None:
+        self._turn = self._turn_task = None
 
     async def _write_loop(self) -> None:
         batch: list[_Append] = []
@@ -411,6 +452,7 @@ class SqliteEventLog:
                     # written; once a batch has started, it is committed.
                     batch = [r for r in batch if not r.future.done()]
                     if batch:
+                        self._alone = len(batch) == 1
                         await self._commit(batch)
                     batch = []
                 if self._closing:
@@ -483,29 +525,61 @@ class SqliteEventLog:
         return versions, head
 
     async def _commit(self, batch: list[_Append]) -> None:
-        try:
-            if self._checkpointer is not None:
-                try:
-                    wrote, outcomes = self._transaction(batch)
-                except sqlite3.OperationalError as e:
-                    if e.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY:
-                        raise
-                    # Another process holds the write lock: wait for it on
-                    # the thread, not here.
-                    wrote, outcomes = await self._on_thread(self._waiting, batch)
-            else:
+        if self._checkpointer is not None:
+            if self._commit_on_loop(batch):
+                return
+            # Another process holds the write lock: wait for it on the
+            # thread, not here; appends queue behind this batch meanwhile.
+            self._on_thread_now = True
+            try:
+                wrote, outcomes = await self._on_thread(self._waiting, batch)
+            except Exception as e:
+                self._fail(batch, e)
+                return
+            finally:
+                self._on_thread_now = False
+        else:
+            try:
                 wrote, outcomes = await self._on_thread(self._transaction, batch)
+            except Exception as e:
+                self._fail(batch, e)
+                return
+        self._settle(batch, wrote, outcomes)
+
+    def _commit_on_loop(self, batch: list[_Append]) -> bool:
+        """Commit ``batch`` here, on the event loop, and answer its appends;
+        False (nothing done) when another process holds the write lock."""
+        try:
+            wrote, outcomes = self._transaction(batch)
+        except sqlite3.OperationalError as e:
+            if e.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:
+                return False
+            self._fail(batch, e)
+            return True
         except Exception as e:
-            for request in batch:
-                if not request.future.done():
-                    failure = LogWriteError(
-                        f"could not commit to {request.stream} in {self.path}: {e}; "
-                        "nothing was stored, retry the append (check disk space, "
-                        "permissions, and processes holding the file's write lock)"
-                    )
-                    failure.__cause__ = e
-                    request.future.set_exception(failure)
-            return
+            self._fail(batch, e)
+            return True
+        self._settle(batch, wrote, outcomes)
+        return True
+
+    def _fail(self, batch: list[_Append], e: Exception) -> None:
+        for request in batch:
+            if not request.future.done():
+                failure = LogWriteError(
+                    f"could not commit to {request.stream} in {self.path}: {e}; "
+                    "nothing was stored, retry the append (check disk space, "
+                    "permissions, and processes holding the file's write lock)"
+                )
+                failure.__cause__ = e
+                request.future.set_exception(failure)
+
+    def _settle(
+        self,
+        batch: list[_Append],
+        wrote: bool,
+        outcomes: list[Commit | ConcurrencyError],
+    ) -> None:
+        """Answer the appends of a committed batch and tell subscribers."""
         if wrote and self._checkpointer is not None:
             self._count_frames(outcomes)
         self._batches += 1

@@ -7,6 +7,8 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from steward.actors.llm import (
     AssistantDelta,
@@ -337,3 +339,53 @@ def test_unsupported_extension_is_refused(tmp_path: Path) -> None:
     path.write_text("replies: [a]\n")
     with pytest.raises(ScriptError, match=r"unsupported script format '\.txt'"):
         load_script(path)
+
+
+_replies = st.builds(
+    Reply,
+    text=st.text(max_size=20),
+    tool_calls=st.lists(
+        st.builds(
+            ToolCall,
+            id=st.text(min_size=1, max_size=4),
+            name=st.sampled_from(["files.read", "files.list"]),
+            args=st.dictionaries(st.text(max_size=4), st.integers(), max_size=2),
+        ),
+        max_size=2,
+    ).map(tuple),
+    usage=st.none()
+    | st.builds(
+        Usage, input_tokens=st.integers(0, 99), output_tokens=st.integers(0, 99)
+    ),
+    error=st.none()
+    | st.builds(
+        ReplyError,
+        kind=st.sampled_from(["rate_limit", "internal"]),
+        retryable=st.booleans(),
+    ),
+    metadata=st.dictionaries(st.text(max_size=4), st.integers(), max_size=2),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(script=st.lists(_replies, min_size=1, max_size=5))
+async def test_result_alone_is_what_collecting_the_stream_gives(
+    script: list[Reply],
+) -> None:
+    """`result` (taken by the host when no one watches the stream) answers
+    each request exactly as `collect(stream(...))` does, errors included,
+    and uses the script up the same way."""
+    streamed, whole = ScriptedProvider(script), ScriptedProvider(script)
+    for n in range(len(script) + 1):  # one past the end: the exhausted error
+        try:
+            expected: ResultEvent | str = await collect(
+                streamed.stream(PROMPT, info(n))
+            )
+        except ProviderError as e:
+            expected = f"{e.kind}: {e}"
+        try:
+            got: ResultEvent | str = await whole.result(PROMPT, info(n))
+        except ProviderError as e:
+            got = f"{e.kind}: {e}"
+        assert got == expected
+    assert whole.used == streamed.used

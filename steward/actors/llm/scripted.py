@@ -273,6 +273,16 @@ def estimate_usage(prompt: Prompt, reply: Reply) -> Usage:
     return Usage(input_tokens=sent // 4, output_tokens=said // 4)
 
 
+def _result(prompt: Prompt, reply: Reply) -> ResultEvent:
+    usage = reply.usage if reply.usage is not None else estimate_usage(prompt, reply)
+    return ResultEvent(
+        text=reply.text,
+        tool_calls=reply.tool_calls,
+        usage=usage,
+        metadata=reply.metadata,
+    )
+
+
 class ScriptedProvider:
     """A provider that plays scripted replies (see the module docstring).
 
@@ -343,14 +353,7 @@ class ScriptedProvider:
         self, prompt: Prompt, info: RequestInfo
     ) -> AsyncIterator[StreamEvent]:
         """Play the next reply as system, assistant, tool_use, usage and result."""
-        reply = self._next(prompt, info)
-        if reply.delay > 0:
-            await self._sleep(reply.delay)
-        if reply.error is not None:
-            e = reply.error
-            raise ProviderError(
-                e.kind, e.message, retryable=e.retryable, retry_after=e.retry_after
-            )
+        reply = await self._play(prompt, info)
         yield SystemEvent(
             message=f"scripted reply from {self.label}",
             metadata={"provider": self.name, "model": prompt.model},
@@ -359,20 +362,35 @@ class ScriptedProvider:
             yield AssistantDelta(text=reply.text)
         for call in reply.tool_calls:
             yield ToolUseEvent(id=call.id, name=call.name, args=call.args)
-        usage = (
-            reply.usage if reply.usage is not None else estimate_usage(prompt, reply)
-        )
+        result = _result(prompt, reply)
         yield UsageEvent(
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
+            input_tokens=result.usage.input_tokens,
+            output_tokens=result.usage.output_tokens,
             cumulative=True,
         )
-        yield ResultEvent(
-            text=reply.text,
-            tool_calls=reply.tool_calls,
-            usage=usage,
-            metadata=reply.metadata,
-        )
+        yield result
+
+    async def result(self, prompt: Prompt, info: RequestInfo) -> ResultEvent:
+        """The next reply's result alone: what ``collect(stream(...))`` returns,
+        for a caller that watches none of the stream's events.
+
+        The reply is whole before it is given, so nothing is lost by not
+        streaming it; the host asks for this when it records no stream and
+        has no delta listener (a run step skips the generator and four events).
+        """
+        return _result(prompt, await self._play(prompt, info))
+
+    async def _play(self, prompt: Prompt, info: RequestInfo) -> Reply:
+        """The next reply, after its delay; its error raised."""
+        reply = self._next(prompt, info)
+        if reply.delay > 0:
+            await self._sleep(reply.delay)
+        if reply.error is not None:
+            e = reply.error
+            raise ProviderError(
+                e.kind, e.message, retryable=e.retryable, retry_after=e.retry_after
+            )
+        return reply
 
     def _next(self, prompt: Prompt, info: RequestInfo) -> Reply:
         # Taken before any await, so concurrent requests never share a reply.
