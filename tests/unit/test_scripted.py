@@ -389,3 +389,17 @@ async def test_result_alone_is_what_collecting_the_stream_gives(
             got = f"{e.kind}: {e}"
         assert got == expected
     assert whole.used == streamed.used
+
+
+async def test_result_of_a_subclass_that_streams_its_own_way_is_its_stream() -> None:
+    """A subclass overriding `stream` is collected by `result` too, so the
+    host (which asks `result` when no one watches) gets what it streams."""
+
+    class Louder(ScriptedProvider):
+        async def stream(self, prompt: Prompt, info: RequestInfo):  # type: ignore[override]
+            async for event in super().stream(prompt, info):
+                if isinstance(event, ResultEvent):
+                    event = ResultEvent(text=event.text.upper(), usage=event.usage)
+                yield event
+
+    assert (await Louder(["quiet"]).result(PROMPT, info())).text == "QUIET"

@@ -42,6 +42,7 @@ from steward.actors.llm.base import (
     SystemEvent,
     ToolUseEvent,
     UsageEvent,
+    collect,
 )
 from steward.actors.prompt import Prompt
 from steward.errors import ProviderError, ScriptError
@@ -378,6 +379,10 @@ class ScriptedProvider:
         streaming it; the host asks for this when it records no stream and
         has no delta listener (a run step skips the generator and four events).
         """
+        if type(self).stream is not ScriptedProvider.stream:
+            # a subclass that streams its own way is collected, so this stays
+            # what collecting its stream gives
+            return await collect(self.stream(prompt, info))
         return _result(prompt, await self._play(prompt, info))
 
     async def _play(self, prompt: Prompt, info: RequestInfo) -> Reply:
