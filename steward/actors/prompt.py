@@ -40,9 +40,23 @@ def prompt_hash(prompt: Prompt) -> str:
     instructions; 16 bytes make collisions out of reach.
     """
     messages = prompt.messages
+    joined = _follow_on(messages)
+    if joined is None:
+        joined = _joined(messages)
+    if messages:
+        if len(_follows) >= _FOLLOWS:
+            _follows.clear()
+        _follows[id(messages[-1])] = (messages, joined)
+    whole = hashlib.blake2b(_head_digest(prompt), digest_size=16)
+    whole.update(joined)
+    return HASH_PREFIX + whole.hexdigest()
+
+
+def _joined(messages: tuple[ChatMessage, ...]) -> bytes:
+    """The digests of ``messages``, joined, from the memo where it has them."""
     # Looked up in C (map over the memo): a Python loop over the messages
-    # would cost about what the hashing it saves costs. A call usually has a
-    # message or two no call had before, at the end: only those are digested.
+    # would cost about what the hashing it saves costs. Usually only the
+    # newest messages are missing: only those are digested.
     try:
         digests = list(map(_messages.get, messages))
     except TypeError:  # tool call arguments (dicts) cannot be hashed
@@ -54,9 +68,47 @@ def prompt_hash(prompt: Prompt) -> str:
         if digests[i] is None:
             digests[i] = _message_digest(messages[i])
             new -= 1
-    whole = hashlib.blake2b(_head_digest(prompt), digest_size=16)
-    whole.update(b"".join(cast("list[bytes]", digests)))  # no None is left
-    return HASH_PREFIX + whole.hexdigest()
+    return b"".join(cast("list[bytes]", digests))  # no None is left
+
+
+def _follow_on(messages: tuple[ChatMessage, ...]) -> bytes | None:
+    """The joined digests of ``messages`` cut from those of the prompt hashed
+    before it in the same run, or None when no such prompt is remembered.
+
+    A run's next prompt is usually its last one with one to three messages
+    added at the end (a reply, a tool result) and, once the window is full,
+    its oldest transcript messages dropped from after the first few (the
+    conversation stays). Found by the identity of the message before the
+    new ones; the messages kept are checked against that prompt's by
+    comparing pointers in C, so no message's digest is looked up again (a
+    lookup per window message, with the messages out of the CPU's caches by
+    the next step, was most of what a lone step's hash cost).
+    """
+    n = len(messages)
+    for new in range(1, min(n, 4)):
+        old = n - new  # messages the earlier prompt must hold
+        kept = _follows.get(id(messages[old - 1]))
+        if kept is None:
+            continue
+        before, joined = kept
+        if before[-1] is not messages[old - 1] or len(before) < old:
+            continue
+        drop = len(before) - old
+        if drop == 0:
+            if messages[:old] != before:
+                continue
+            cut = joined
+        else:
+            # the messages both begin with (the conversation), then the rest
+            # of the earlier prompt's after the dropped ones
+            same, limit = 0, min(old, 8)
+            while same < limit and messages[same] is before[same]:
+                same += 1
+            if messages[same:old] != before[same + drop :]:
+                continue
+            cut = joined[: 16 * same] + joined[16 * (same + drop) :]
+        return cut + b"".join([_message_digest(m) for m in messages[old:]])
+    return None
 
 
 def prompt_matches(prompt: Prompt, recorded: str) -> bool:
@@ -83,6 +135,11 @@ _MEMO_BYTES = 32 * 1024 * 1024
 _messages: dict[ChatMessage, bytes] = {}
 _unhashable: dict[int, tuple[ChatMessage, bytes]] = {}
 _heads: dict[tuple[object, ...], tuple[str, tuple[ToolSpec, ...], bytes]] = {}
+# Each hashed prompt's messages and their joined digests, by the identity of
+# its last message (which the entry holds, so the id is not reused): where
+# `_follow_on` finds the prompt a run's next prompt grew from.
+_FOLLOWS = 4096
+_follows: dict[int, tuple[tuple[ChatMessage, ...], bytes]] = {}
 _held = 0
 
 

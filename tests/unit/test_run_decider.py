@@ -6,9 +6,11 @@ input, then the decisions. Everything is pure: no I/O, no clock.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import hypothesis
+import msgspec
 import pytest
 from helpers_run import (
     PLAN,
@@ -1324,6 +1326,56 @@ def test_prompt_hash_is_the_same_whatever_the_memo_holds(
     # equal messages that are other objects (as when read back from the log)
     again = _prompt(messages=tuple(message(n, t) for n, t in enumerate(texts)))
     assert prompt_hash(again) == fresh
+
+
+def _hash_afresh(prompt: Prompt) -> str:
+    """The prompt hash computed from its definition, with no memo at all."""
+    encode = msgspec.msgpack.Encoder(order="deterministic").encode
+    head = replace(prompt, messages=())
+    whole = hashlib.blake2b(
+        hashlib.blake2b(encode(head), digest_size=16).digest(), digest_size=16
+    )
+    for message in prompt.messages:
+        whole.update(hashlib.blake2b(encode(message), digest_size=16).digest())
+    return prompt_module.HASH_PREFIX + whole.hexdigest()
+
+
+@hypothesis.settings(max_examples=300, database=None)
+@hypothesis.given(
+    conversation=st.integers(0, 3),
+    window=st.integers(1, 12),
+    steps=st.lists(
+        st.tuples(st.integers(1, 4), st.sampled_from(["a", "b", "c"])),
+        min_size=1,
+        max_size=25,
+    ),
+    calls=st.sets(st.integers(0, 60)),
+)
+def test_prompt_hash_of_a_growing_sliding_window_is_the_hash_afresh(
+    conversation: int,
+    window: int,
+    steps: list[tuple[int, str]],
+    calls: set[int],
+):
+    """Prompts made as a run makes them (the conversation, then the newest
+    transcript messages within a limit; one to four added a step, equal
+    texts repeating, some with tool calls) hash as afresh, though each is
+    cut from the one before (`_follow_on`)."""
+    prefix = tuple(
+        ChatMessage(role="user", content=f"ask {n}") for n in range(conversation)
+    )
+    transcript: list[ChatMessage] = []
+    for added, text in steps:
+        for _ in range(added):
+            n = len(transcript)
+            call = ToolCall(id="c", name="t", args={"n": n}) if n in calls else None
+            transcript.append(
+                ChatMessage(
+                    role="assistant", content=text, tool_calls=(call,) if call else ()
+                )
+            )
+        prompt = _prompt(messages=(*prefix, *transcript[-window:]))
+        assert prompt_hash(prompt) == _hash_afresh(prompt)
 
 
 def test_first_kind_hashes_still_verify():
