@@ -35,6 +35,7 @@ from steward.host import Host, run_stream
 STEPS = 200  # iterations of the lone run
 CONCURRENT = 100
 CONCURRENT_STEPS = 50  # iterations of each of the concurrent runs
+_ENDS = (events.RunCompleted, events.RunFailed)  # the benchmark's listener waits for
 
 
 def _replies(steps: int) -> list[str]:
@@ -66,7 +67,7 @@ async def _measure(runs: int, steps: int) -> tuple[int, float, float]:
 
         def on_event(rec: events.Recorded) -> None:
             nonlocal finished
-            if isinstance(rec.event, events.RunCompleted | events.RunFailed):
+            if type(rec.event) in _ENDS:
                 finished += 1
                 if finished == runs:
                     done.set()

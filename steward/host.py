@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 from prometheus_client import Gauge
@@ -217,7 +217,7 @@ class Host:
         self, stream: str, input: Event, causation_id: str | None
     ) -> Commit | None:
         for _ in range(self._max_conflict_retries):
-            state, version = await self.state(stream)
+            state, version = self._cache.get(stream) or await self.state(stream)
             decided = run_actor.decide_and_fold(input, state)
             if decided is None:
                 METRICS.refusals += 1
@@ -372,14 +372,23 @@ class Host:
             await close()
 
     async def _dispatch(self) -> None:
+        known = self._known
+        inflight = self._inflight
         async for rec in self.log.subscribe(self.position):
             self.position = rec.position
-            self._know(rec.stream, rec.version)
-            cached = self._cache.get(rec.stream)
-            if cached is not None and cached[1] < rec.version:
-                # another process wrote this stream: our cached state is stale
-                self._forget(rec.stream)
-            if type(rec.event) in _ROUTED:
+            # Most records are of this host's own commits, known already
+            # (and then the cached state is at least as new).
+            if rec.version > known.get(rec.stream, 0):
+                self._know(rec.stream, rec.version)
+                cached = self._cache.get(rec.stream)
+                if cached is not None and cached[1] < rec.version:
+                    # another process wrote this stream: our cached state is stale
+                    self._forget(rec.stream)
+            event = rec.event
+            if type(event) in _ROUTED and not (
+                # the usual request: its run's model loop has taken it already
+                type(event) is events.LlmRequested and event.request_id in inflight
+            ):
                 try:
                     await self._route(rec)
                 except Exception:
@@ -511,7 +520,11 @@ class Host:
     ) -> Commit | None:
         """Ask the model ``request`` and submit its answer; the answer's commit."""
         kept = self._prompts.pop(request.request_id, None)
-        state = await self._state_at(rec.stream, rec.version)
+        cached = self._cache.get(rec.stream)
+        if cached is not None and cached[1] == rec.version:
+            state = cached[0]
+        else:
+            state = await self._state_at(rec.stream, rec.version)
         if state.llm_pending != request.request_id:
             return None  # answered already; nothing to do
         prompt = kept or run_actor.build_prompt(state)
@@ -593,32 +606,17 @@ class Host:
         # scripted one) hands over the result alone when no one watches the
         # stream's events: what `collect` would return, without the stream.
         whole: Callable[[Prompt, RequestInfo], Awaitable[ResultEvent]] | None = None
-        if not record and not self._delta_listeners:
+        on_event: Callable[[StreamEvent], None] | None = None
+        keep_stream: _KeepStream = _keep_nothing  # called only when `record`
+        if record or self._delta_listeners:
+            on_event, keep_stream = self._watchers(rec, info, record)
+        else:
             target = (
                 provider.provider(info.profile)
                 if isinstance(provider, ModelRouter)
                 else provider
             )
             whole = getattr(target, "result", None)
-        seen: list[dict[str, Any]] = []
-
-        def on_event(event: StreamEvent) -> None:
-            if record:
-                seen.append({"seq": len(seen) + 1, **msgspec.to_builtins(event)})
-            if isinstance(event, AssistantDelta):
-                for listener in self._delta_listeners:
-                    listener(info, event.text)
-
-        async def keep_stream(attempt: int, complete: bool) -> None:
-            recorded = events.LlmStreamRecorded(
-                request_id=info.request_id,
-                attempt=attempt,
-                events=tuple(seen),
-                complete=complete,
-                at=self.clock.now(),
-            )
-            seen.clear()
-            await self.submit(rec.stream, recorded, causation_id=rec.id)
 
         rate = None
         if isinstance(provider, ModelRouter):
@@ -648,10 +646,7 @@ class Host:
                     if whole is not None:
                         result = await whole(prompt, info)
                     else:
-                        result = await collect(
-                            provider.stream(prompt, info),
-                            on_event if record or self._delta_listeners else None,
-                        )
+                        result = await collect(provider.stream(prompt, info), on_event)
                 finally:
                     self._llm_slots.release()
             except ProviderError as e:
@@ -703,6 +698,34 @@ class Host:
                 attempts=attempt,
                 at=now,
             )
+
+    def _watchers(
+        self, rec: Recorded, info: RequestInfo, record: bool
+    ) -> tuple[Callable[[StreamEvent], None], _KeepStream]:
+        """For a model call someone watches: what sees each stream event
+        (delta listeners, and the stream kept when ``record``), and what
+        records an attempt's kept stream (called only when ``record``)."""
+        seen: list[dict[str, Any]] = []
+
+        def on_event(event: StreamEvent) -> None:
+            if record:
+                seen.append({"seq": len(seen) + 1, **msgspec.to_builtins(event)})
+            if isinstance(event, AssistantDelta):
+                for listener in self._delta_listeners:
+                    listener(info, event.text)
+
+        async def keep_stream(attempt: int, complete: bool) -> None:
+            recorded = events.LlmStreamRecorded(
+                request_id=info.request_id,
+                attempt=attempt,
+                events=tuple(seen),
+                complete=complete,
+                at=self.clock.now(),
+            )
+            seen.clear()
+            await self.submit(rec.stream, recorded, causation_id=rec.id)
+
+        return on_event, keep_stream
 
     async def _call_tool(self, rec: Recorded, request: events.ToolRequested) -> None:
         state = await self._state_at(rec.stream, rec.version)
@@ -761,6 +784,14 @@ _ROUTED = frozenset(
     }
 )
 """The event types `Host._route` acts on; the dispatcher skips the rest."""
+
+
+class _KeepStream(Protocol):
+    def __call__(self, attempt: int, complete: bool) -> Awaitable[None]: ...
+
+
+async def _keep_nothing(attempt: int, complete: bool) -> None:
+    pass
 
 
 def _waiting(limiter: PriorityLimiter, priority: str) -> Callable[[], float]:

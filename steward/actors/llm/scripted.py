@@ -383,11 +383,17 @@ class ScriptedProvider:
             # a subclass that streams its own way is collected, so this stays
             # what collecting its stream gives
             return await collect(self.stream(prompt, info))
-        return _result(prompt, await self._play(prompt, info))
+        reply = self._next(prompt, info)
+        if reply.delay > 0 or reply.error is not None:
+            reply = await self._wait_or_fail(reply)
+        return _result(prompt, reply)
 
     async def _play(self, prompt: Prompt, info: RequestInfo) -> Reply:
         """The next reply, after its delay; its error raised."""
-        reply = self._next(prompt, info)
+        return await self._wait_or_fail(self._next(prompt, info))
+
+    async def _wait_or_fail(self, reply: Reply) -> Reply:
+        """``reply`` after its delay; its error raised."""
         if reply.delay > 0:
             await self._sleep(reply.delay)
         if reply.error is not None:
