@@ -419,9 +419,11 @@ class SqliteEventLog:
         and another for its answer. So while the writer's batches hold one
         append each (`_alone`), appends commit in the caller's task: the
         first of a turn of the loop, and more of the same task (a run
-        stepping without waiting) up to `_RUN_NOW` a turn. An append of
-        another task in that turn queues for the writer, and the log goes
-        back to batching until a batch of one says it is alone again.
+        stepping without waiting) up to `_RUN_NOW` a turn, after which it
+        waits for the writer like any append and lets other tasks run. The
+        appends of other tasks in that turn queue for the writer, which
+        commits them together, and the log batches until a batch of one
+        says it is alone again.
         """
         if self._checkpointer is None or self._on_thread_now:
             return False  # commits run on the thread, in order
@@ -433,7 +435,6 @@ class SqliteEventLog:
         if self._turn_task is task and self._turn_commits < _RUN_NOW:
             self._turn_commits += 1
             return True
-        self._alone = False
         return False
 
     def _end_turn(self) -> None:

@@ -16,6 +16,7 @@ import pytest
 
 from steward import events
 from steward.bus import Commit, SqliteEventLog, open_log
+from steward.bus import sqlite as sqlite_module
 from steward.errors import ConcurrencyError, ConfigError, LogReadError, LogWriteError
 from steward.events import Recorded
 
@@ -257,6 +258,42 @@ async def test_appends_made_together_share_one_transaction(
     )
     assert log._batches == 1
     assert [c.first_position for c in commits] == list(range(1, 200, 2))
+
+
+async def test_a_lone_writer_commits_in_its_own_task(log: SqliteEventLog) -> None:
+    """Once the writer's batches say an appender is alone, its appends commit
+    in its own task: no turn of the loop for the writer task and another for
+    the answer (other tasks run when it waits for anything else). After
+    `_RUN_NOW` such commits in one turn it waits for the writer once."""
+    await log.append("run.lone", [note(0)], 0)  # a batch of one: alone
+    async with loop_turns() as turns:
+        await asyncio.sleep(0)
+        before = turns[0]
+        commits = [
+            await log.append("run.lone", [note(v)], v)
+            for v in range(1, sqlite_module._RUN_NOW + 1)
+        ]
+        assert turns[0] == before  # not one turn of the loop was taken
+        await log.append("run.lone", [note(99)], sqlite_module._RUN_NOW + 1)
+        assert turns[0] > before  # the next one let the loop turn
+    assert [c.first_version for c in commits] == list(
+        range(2, sqlite_module._RUN_NOW + 2)
+    )
+    assert [r.event for r in await log.read("run.lone")][-1] == note(99)
+
+
+async def test_appends_of_one_turn_share_a_transaction_after_a_lone_writer(
+    log: SqliteEventLog,
+) -> None:
+    """A crowd arriving while the log commits appends in their callers' tasks
+    (a lone writer before) takes two transactions: the first append's, in its
+    own task, and one for all the others; then the log batches again."""
+    await log.append("run.lone", [note(0)], 0)  # a batch of one: alone
+    batches = log._batches
+    await asyncio.gather(*(log.append(f"run.{i}", [note(i)], 0) for i in range(50)))
+    assert log._batches - batches == 2
+    await asyncio.gather(*(log.append(f"run.{i}", [note(i)], 1) for i in range(50)))
+    assert log._batches - batches == 3
 
 
 @pytest.mark.parametrize("mode", ["NORMAL", "FULL"])
