@@ -340,12 +340,17 @@ async def test_append_cancelled_before_its_turn_is_not_stored(
     assert [r.event for r in await log.read("run.r1")] == [note(2)]
 
 
+@pytest.mark.parametrize("alone", [False, True], ids=["batched", "in_own_task"])
 async def test_a_locked_file_gives_log_write_error_and_the_writer_recovers(
-    path: Path,
+    path: Path, alone: bool
 ) -> None:
-    """A write lock held too long fails the append cleanly; later appends work."""
+    """A write lock held too long fails the append cleanly; later appends work.
+    So also when the append would commit in its caller's task (a lone writer)."""
     log = await SqliteEventLog.open(path, busy_timeout=0.05)
     try:
+        if alone:
+            await log.append("run.warm", [note(0)], 0)
+            assert log._alone
         with raw(path) as other:
             other.execute("BEGIN IMMEDIATE")
             with pytest.raises(
@@ -360,12 +365,17 @@ async def test_a_locked_file_gives_log_write_error_and_the_writer_recovers(
         await log.close()
 
 
+@pytest.mark.parametrize("alone", [False, True], ids=["batched", "in_own_task"])
 async def test_waiting_for_another_writer_does_not_block_the_loop(
-    path: Path,
+    path: Path, alone: bool
 ) -> None:
-    """A commit that meets another process's write lock waits off the loop."""
+    """A commit that meets another process's write lock waits off the loop,
+    also one that would have committed in its caller's task."""
     log = await SqliteEventLog.open(path, busy_timeout=5.0)
     try:
+        if alone:
+            await log.append("run.warm", [note(0)], 0)
+            assert log._alone
         async with loop_turns(pause=0.001) as turns:
             with raw(path) as other:
                 other.execute("BEGIN IMMEDIATE")
