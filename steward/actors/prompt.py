@@ -47,7 +47,7 @@ def prompt_hash(prompt: Prompt) -> str:
         if len(_follows) >= _FOLLOWS:
             _follows.clear()
         _follows[id(messages[-1])] = (messages, joined)
-    whole = hashlib.blake2b(_head_digest(prompt), digest_size=16)
+    whole = _head_hasher(prompt).copy()
     whole.update(joined)
     return HASH_PREFIX + whole.hexdigest()
 
@@ -127,14 +127,15 @@ def first_kind_hash(prompt: Prompt) -> str:
 # message folded again from the log (an equal object) finds its digest too.
 # Messages with tool call arguments (dicts) cannot be hashed: they are kept by
 # identity (a run's transcript holds the same objects from call to call, so a
-# native tool loop digests each once). Heads by the identity of their system
-# prompt and tools. Identity memos hold their objects, so an id is never
-# reused while in them. Only work is saved: a miss computes the same digest.
-# Emptied when what they hold grows too big.
+# native tool loop digests each once). Head hashers (a BLAKE2b fed the digest
+# of the settings, copied by each call) by the identity of their system prompt
+# and tools. Identity memos hold their objects, so an id is never reused while
+# in them. Only work is saved: a miss computes the same digest. Emptied when
+# what they hold grows too big.
 _MEMO_BYTES = 32 * 1024 * 1024
 _messages: dict[ChatMessage, bytes] = {}
 _unhashable: dict[int, tuple[ChatMessage, bytes]] = {}
-_heads: dict[tuple[object, ...], tuple[str, tuple[ToolSpec, ...], bytes]] = {}
+_heads: dict[tuple[object, ...], tuple[str, tuple[ToolSpec, ...], hashlib.blake2b]] = {}
 # Each hashed prompt's messages and their joined digests, by the identity of
 # its last message (which the entry holds, so the id is not reused): where
 # `_follow_on` finds the prompt a run's next prompt grew from.
@@ -169,7 +170,9 @@ def _message_digest(message: ChatMessage) -> bytes:
     return digest
 
 
-def _head_digest(prompt: Prompt) -> bytes:
+def _head_hasher(prompt: Prompt) -> hashlib.blake2b:
+    """A BLAKE2b that has hashed the digest of the prompt's settings (copied by
+    each call, which then adds its messages' digests)."""
     system, tools = prompt.system, prompt.tools
     key = (
         id(system),
@@ -184,7 +187,8 @@ def _head_digest(prompt: Prompt) -> bytes:
         return memo[2]
     head = msgspec.structs.replace(prompt, messages=())
     digest = hashlib.blake2b(_encoder.encode(head), digest_size=16).digest()
+    hasher = hashlib.blake2b(digest, digest_size=16)
     if len(_heads) > 1024:
         _heads.clear()
-    _heads[key] = (system, tools, digest)
-    return digest
+    _heads[key] = (system, tools, hasher)
+    return hasher

@@ -792,6 +792,8 @@ def _unclaimed(state: Run, request_id: str) -> tuple[tuple[str, str, float], ...
 def _spent_budget(state: Run) -> list[Event] | None:
     """The decisions for a spent budget, or ``None`` while it lasts."""
     settings = state.settings
+    if settings.token_budget is None and settings.cost_budget_usd is None:
+        return None  # most runs have no budget: nothing to build
     exceeded: BudgetExceeded | None = None
     request_id = f"{state.run_id}/budget/{state.iteration + 1}"
     tokens = state.input_tokens + state.output_tokens
