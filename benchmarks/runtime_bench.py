@@ -27,9 +27,10 @@ from statistics import median
 
 from benchmarks.common import REPEATS, Figure
 from steward import events
-from steward.actors.llm import ScriptedProvider
+from steward.actors.llm import Reply, ScriptedProvider
 from steward.actors.tools import ToolRegistry
 from steward.bus import SqliteEventLog
+from steward.events.run import Usage
 from steward.host import Host, run_stream
 
 STEPS = 200  # iterations of the lone run
@@ -38,13 +39,24 @@ CONCURRENT_STEPS = 50  # iterations of each of the concurrent runs
 _ENDS = (events.RunCompleted, events.RunFailed)  # the benchmark's listener waits for
 
 
-def _replies(steps: int) -> list[str]:
-    """``steps - 1`` progress replies, then ``finish``: exactly ``steps`` steps."""
-    progress = [
-        json.dumps({"type": "set_output", "output": f"part {n}. ", "mode": "append"})
+def _replies(steps: int) -> list[Reply]:
+    """``steps - 1`` progress replies, then ``finish``: exactly ``steps`` steps.
+
+    Each reply reports its usage, as a real model's does; without it the
+    scripted model would estimate it by summing the prompt window's length,
+    the test model's own work (2-4 us a step), not the runtime's.
+    """
+    commands = [
+        {"type": "set_output", "output": f"part {n}. ", "mode": "append"}
         for n in range(steps - 1)
     ]
-    return [*progress, json.dumps({"type": "finish"})]
+    return [
+        Reply(text=json.dumps(command), usage=_USAGE)
+        for command in [*commands, {"type": "finish"}]
+    ]
+
+
+_USAGE = Usage(input_tokens=800, output_tokens=20)
 
 
 async def _measure(runs: int, steps: int) -> tuple[int, float, float]:
