@@ -24,6 +24,15 @@ expected version fails that append only). ``BEGIN IMMEDIATE`` also serialises
 writers in other processes sharing the file, and positions are assigned
 inside that lock, so position order is commit order everywhere.
 
+Group commit costs a lone appender two turns of the event loop per append
+(one for the writer task, one for the answer), a fifth of a lone run step.
+So while the writer's batches hold one append each, an append commits in its
+caller's task, at once: the first append of a turn of the loop, and further
+ones of the same task up to a bound (a run stepping on an instant model).
+Appends of other tasks in that turn queue for the writer as usual, and the
+log batches again until a batch of one shows the appender alone
+(`SqliteEventLog._may_commit_now`).
+
 Where the transaction runs depends on ``synchronous``. With ``NORMAL`` (and
 ``OFF``) a WAL commit writes to the OS and does not wait for the disk, a
 hundred microseconds or so: it runs right on the event loop, since a hop to a
