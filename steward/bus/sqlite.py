@@ -272,9 +272,11 @@ class SqliteEventLog:
         self._turn_task: asyncio.Task[Any] | None = None
         self._turn_commits = 0
         self._on_thread_now = False  # a batch waits for the lock on the thread
-        # Replaced after every commit; subscribers hold the one current when
-        # they last read, so a commit they have not seen is never missed.
-        self._committed = asyncio.Event()
+        # Made when a subscriber reads, set and dropped by the next commit:
+        # subscribers hold the one current when they last read, so a commit
+        # they have not seen is never missed, and commits with no subscriber
+        # reading in between (a run stepping in its own task) make none.
+        self._committed: asyncio.Event | None = None
         # The newest records this log committed, contiguous in position, so
         # subscribers in this process follow without reading them back. A
         # commit from another process breaks the run and empties it.
@@ -606,8 +608,9 @@ class SqliteEventLog:
 
     def _wake_subscribers(self) -> None:
         """Wake every subscriber waiting for a commit (they read what is new)."""
-        committed, self._committed = self._committed, asyncio.Event()
-        committed.set()
+        committed, self._committed = self._committed, None
+        if committed is not None:
+            committed.set()
 
     async def _on_thread(
         self,
@@ -790,6 +793,8 @@ class SqliteEventLog:
             # Taken before reading: a commit landing during the read sets it,
             # so the wait below returns at once instead of missing the commit.
             committed = self._committed
+            if committed is None:
+                committed = self._committed = asyncio.Event()
             page = self._recent_after(position) or await self.read_all(
                 position, _SUBSCRIBE_PAGE
             )
@@ -846,7 +851,7 @@ class SqliteEventLog:
             return
         self._closing = True
         self._wakeup.set()
-        self._committed.set()
+        self._wake_subscribers()
         try:
             await self._writer_task
         finally:
