@@ -545,11 +545,13 @@ class SqliteEventLog:
             self._on_thread_now = True
             try:
                 wrote, outcomes = await self._on_thread(self._waiting, batch)
+            except asyncio.CancelledError:
+                raise  # the thread may still hold the connection: stay off it
             except Exception as e:
+                self._on_thread_now = False
                 self._fail(batch, e)
                 return
-            finally:
-                self._on_thread_now = False
+            self._on_thread_now = False
         else:
             try:
                 wrote, outcomes = await self._on_thread(self._transaction, batch)

@@ -130,6 +130,12 @@ class Provider(Protocol):
       failure it can classify; SDK exceptions never escape untranslated;
     - keep secrets (keys, auth headers) out of every event and error message.
 
+    A provider whose replies are whole before they are given (the scripted
+    one) may also offer ``async result(prompt, info) -> ResultEvent``, which
+    must return (or raise) what ``collect(stream(prompt, info))`` would: the
+    host calls it instead of the stream when no one watches the stream's
+    events (no delta listener, no recorded stream).
+
     Implementations do not inherit from this class.
     """
 

@@ -354,7 +354,7 @@ class ScriptedProvider:
         self, prompt: Prompt, info: RequestInfo
     ) -> AsyncIterator[StreamEvent]:
         """Play the next reply as system, assistant, tool_use, usage and result."""
-        reply = await self._play(prompt, info)
+        reply = await self._wait_or_fail(self._next(prompt, info))
         yield SystemEvent(
             message=f"scripted reply from {self.label}",
             metadata={"provider": self.name, "model": prompt.model},
@@ -387,10 +387,6 @@ class ScriptedProvider:
         if reply.delay > 0 or reply.error is not None:
             reply = await self._wait_or_fail(reply)
         return _result(prompt, reply)
-
-    async def _play(self, prompt: Prompt, info: RequestInfo) -> Reply:
-        """The next reply, after its delay; its error raised."""
-        return await self._wait_or_fail(self._next(prompt, info))
 
     async def _wait_or_fail(self, reply: Reply) -> Reply:
         """``reply`` after its delay; its error raised."""
