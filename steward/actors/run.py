@@ -722,6 +722,11 @@ def _continue(state: Run, decisions: list[Event]) -> list[Event]:
 
 
 def _next_call(state: Run, decisions: list[Event]) -> list[Event]:
+    """The next model call from ``state``, or the limit that stops the loop.
+
+    ``state`` must be a copy made for this call (`decide_and_fold` applies
+    the request to it in place); every caller passes a fresh fold or evolve.
+    """
     limit = state.settings.max_iterations
     if state.iteration >= limit:
         return [RunCompleted(output=_fallback(state, limit), reason="max_iterations")]
@@ -771,7 +776,11 @@ def decide_and_fold(
         return None
     planned = _planned
     if decisions and planned is not None and decisions[-1] is planned.request:
-        return decisions, evolve(planned.state, planned.request), planned.prompt
+        # `_next_call` is only given states the decider made for this call
+        # (folded or evolved copies), so the request is applied in place
+        after = planned.state
+        _llm_requested(after, planned.request)
+        return decisions, after, planned.prompt
     return decisions, fold([input, *decisions], state), None
 
 
