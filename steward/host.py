@@ -308,10 +308,15 @@ class Host:
                 for old in list(islice(known, len(known) - _KNOWN_VERSIONS * 9 // 10)):
                     del known[old]
 
-    async def _state_at(self, stream: str, version: int) -> run_actor.Run:
+    def _cached_at(self, stream: str, version: int) -> run_actor.Run | None:
+        """The cached state of ``stream`` if it is at ``version``."""
         cached = self._cache.get(stream)
-        if cached is not None and cached[1] == version:
-            return cached[0]
+        return cached[0] if cached is not None and cached[1] == version else None
+
+    async def _state_at(self, stream: str, version: int) -> run_actor.Run:
+        cached = self._cached_at(stream, version)
+        if cached is not None:
+            return cached
         recorded = await self.log.read(stream)
         return run_actor.fold(r.event for r in recorded if r.version <= version)
 
@@ -520,11 +525,10 @@ class Host:
     ) -> Commit | None:
         """Ask the model ``request`` and submit its answer; the answer's commit."""
         kept = self._prompts.pop(request.request_id, None)
-        cached = self._cache.get(rec.stream)
-        if cached is not None and cached[1] == rec.version:
-            state = cached[0]
-        else:
-            state = await self._state_at(rec.stream, rec.version)
+        # the cached state taken without a coroutine, as it nearly always is
+        state = self._cached_at(rec.stream, rec.version) or await self._state_at(
+            rec.stream, rec.version
+        )
         if state.llm_pending != request.request_id:
             return None  # answered already; nothing to do
         prompt = kept or run_actor.build_prompt(state)
