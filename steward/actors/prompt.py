@@ -138,7 +138,8 @@ _unhashable: dict[int, tuple[ChatMessage, bytes]] = {}
 _heads: dict[tuple[object, ...], tuple[str, tuple[ToolSpec, ...], hashlib.blake2b]] = {}
 # Each hashed prompt's messages and their joined digests, by the identity of
 # its last message (which the entry holds, so the id is not reused): where
-# `_follow_on` finds the prompt a run's next prompt grew from.
+# `_follow_on` finds the prompt a run's next prompt grew from. Emptied with
+# the message memos too, so what it keeps alive stays within their budget.
 _FOLLOWS = 4096
 _follows: dict[int, tuple[tuple[ChatMessage, ...], bytes]] = {}
 _held = 0
@@ -162,6 +163,7 @@ def _message_digest(message: ChatMessage) -> bytes:
     if _held > _MEMO_BYTES or len(_messages) + len(_unhashable) > 100_000:
         _messages.clear()
         _unhashable.clear()
+        _follows.clear()  # holds messages too: forgotten with them
         _held = len(encoded)
     if hashable:
         _messages[message] = digest

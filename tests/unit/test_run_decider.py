@@ -1378,6 +1378,22 @@ def test_prompt_hash_of_a_growing_sliding_window_is_the_hash_afresh(
         assert prompt_hash(prompt) == _hash_afresh(prompt)
 
 
+def test_the_hash_memos_keep_no_prompt_past_their_byte_budget(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """Past the memos' byte budget the remembered prompts (which hold their
+    messages) are forgotten with the digests; hashes stay the same."""
+    monkeypatch.setattr(prompt_module, "_MEMO_BYTES", 200)
+    prompt_module._follows.clear()
+    small = _prompt()
+    assert prompt_hash(small) == _hash_afresh(small)
+    assert prompt_module._follows  # remembered while within the budget
+    big = _prompt(messages=(ChatMessage(role="user", content="x" * 500),))
+    assert prompt_hash(big) == _hash_afresh(big)
+    kept = [entry[0] for entry in prompt_module._follows.values()]
+    assert kept == [big.messages]  # the earlier prompt is forgotten
+
+
 def test_first_kind_hashes_still_verify():
     """A log written when a prompt hash was the hash of the whole prompt
     verifies; a wrong hash of that kind is still caught."""
