@@ -29,6 +29,7 @@ import random
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import islice
 from pathlib import Path
 from typing import Any, Protocol
@@ -187,7 +188,7 @@ class Host:
         try:
             return await self._decide_and_commit(stream, input, causation_id)
         except Exception:
-            log.exception("stream %s: input %s failed", stream, input)
+            log.exception("stream %s: input %s failed", stream, _brief(input))
             raise
         finally:
             if box.queue:
@@ -205,7 +206,7 @@ class Host:
                     stream, item.input, item.causation_id
                 )
             except Exception as e:  # a handler never lets an error escape
-                log.exception("stream %s: input %s failed", stream, item.input)
+                log.exception("stream %s: input %s failed", stream, _brief(item.input))
                 if not item.done.done():
                     item.done.set_exception(e)
             else:
@@ -218,43 +219,61 @@ class Host:
     ) -> Commit | None:
         for _ in range(self._max_conflict_retries):
             state, version = self._cache.get(stream) or await self.state(stream)
-            decided = run_actor.decide_and_fold(input, state)
-            if decided is None:
-                METRICS.refusals += 1
-                log.debug("stream %s refused %s", stream, events.type_name(input))
-                return None
-            decisions, after, prompt = decided
-            batch = [input, *decisions]
             try:
-                commit = await self.log.append(
-                    stream,
-                    batch,
-                    version,
-                    correlation_id=_correlation(state, input),
-                    causation_id=causation_id,
-                )
+                return await self._commit(stream, input, causation_id, state, version)
             except ConcurrencyError:
                 METRICS.conflicts += 1
                 self._forget(stream)
-                continue
-            METRICS.commits += 1
-            for event in batch:
-                if type(event) in COUNTED:
-                    METRICS.record(event)
-            if prompt is not None:
-                # the model call will send the prompt the decider hashed
-                request = decisions[-1]
-                assert isinstance(request, events.LlmRequested)
-                if len(self._prompts) >= _KEPT_PROMPTS:
-                    self._prompts.clear()
-                self._prompts[request.request_id] = prompt
-            self._keep(stream, after, commit.last_version)
-            self._own[stream] = commit.last_version
-            self._know(stream, commit.last_version)
-            return commit
+            except UnicodeEncodeError:
+                # Text from outside (a model's reply, a tool's output, a
+                # message) with a lone surrogate: recorded made encodable.
+                clean = events.encodable(input)
+                if clean == input:
+                    raise
+                log.info("stream %s: %s made encodable", stream, type(input).__name__)
+                input = clean
         raise StewardError(
             f"stream {stream}: gave up after {self._max_conflict_retries} conflicts"
         )
+
+    async def _commit(
+        self,
+        stream: str,
+        input: Event,
+        causation_id: str | None,
+        state: run_actor.Run,
+        version: int,
+    ) -> Commit | None:
+        """Decide ``input`` on ``state`` (at ``version``) and append the step."""
+        decided = run_actor.decide_and_fold(input, state)
+        if decided is None:
+            METRICS.refusals += 1
+            log.debug("stream %s refused %s", stream, events.type_name(input))
+            return None
+        decisions, after, prompt = decided
+        batch = [input, *decisions]
+        commit = await self.log.append(
+            stream,
+            batch,
+            version,
+            correlation_id=_correlation(state, input),
+            causation_id=causation_id,
+        )
+        METRICS.commits += 1
+        for event in batch:
+            if type(event) in COUNTED:
+                METRICS.record(event)
+        if prompt is not None:
+            # the model call will send the prompt the decider hashed
+            request = decisions[-1]
+            assert isinstance(request, events.LlmRequested)
+            if len(self._prompts) >= _KEPT_PROMPTS:
+                self._prompts.clear()
+            self._prompts[request.request_id] = prompt
+        self._keep(stream, after, commit.last_version)
+        self._own[stream] = commit.last_version
+        self._know(stream, commit.last_version)
+        return commit
 
     async def state(self, stream: str) -> tuple[run_actor.Run, int]:
         """The current state and version of ``stream`` (cached).
@@ -409,25 +428,29 @@ class Host:
         match rec.event:
             case events.LlmRequested(request_id=rid):
                 # Usually the answering task took this call already: checked
-                # here, before `_spawn_effect` would, to build no coroutine.
+                # here, before `_spawn_effect` would.
                 if rid not in self._inflight and not self._answered(rec, rid):
-                    self._spawn_effect(rid, "llm", self._call_model(rec, rec.event))
+                    self._spawn_effect(rid, partial(self._call_model, rec, rec.event))
             case events.ToolRequested(request_id=rid):
-                self._spawn_effect(rid, "tool", self._call_tool(rec, rec.event))
+                self._spawn_effect(rid, partial(self._call_tool, rec, rec.event))
             case events.RunSlept(timer_id=tid, wake_at=wake_at):
                 heapq.heappush(self._timers, (wake_at, tid, rec.stream))
                 self._timers_changed.set()
             case events.SubagentsSpawned(children=children):
+                # A child whose result the parent holds already (a fork copies
+                # history, children's results included) is never started again.
+                waiting = (await self.state(rec.stream))[0].children
                 state = await self._state_at(rec.stream, rec.version)
                 assert state.created is not None
                 for spec in children:
+                    if spec.run_id not in waiting:
+                        continue
                     created = run_actor.child_created(
                         state.created, spec, self.clock.now()
                     )
                     self._spawn_effect(
                         f"spawn:{spec.run_id}",
-                        "spawn",
-                        self._create_child(created, rec.id),
+                        partial(self._create_child, created, rec.id),
                     )
             case events.RunCompleted() | events.RunFailed() | events.RunCancelled():
                 state = await self._state_at(rec.stream, rec.version)
@@ -440,11 +463,11 @@ class Host:
                     finished = events.SubagentFinished(result=result, at=rec.at)
                     self._spawn_effect(
                         f"notify:{state.run_id}",
-                        "deliver",
-                        self.submit(
+                        partial(
+                            self._deliver,
                             run_stream(state.parent_run_id),
                             finished,
-                            causation_id=rec.id,
+                            rec.id,
                         ),
                     )
                 if isinstance(rec.event, events.RunCancelled):
@@ -454,22 +477,22 @@ class Host:
                         )
                         self._spawn_effect(
                             f"cancel:{child}",
-                            "deliver",
-                            self.submit(run_stream(child), cancel, causation_id=rec.id),
+                            partial(self._deliver, run_stream(child), cancel, rec.id),
                         )
             case _:
                 pass
 
-    def _spawn_effect(self, key: str, kind: str, work: Any) -> None:
+    def _spawn_effect(self, key: str, work: Callable[[], Awaitable[object]]) -> None:
+        """Carry out ``work()`` in a task of its own, unless effect ``key`` is
+        in flight already. The coroutine is made inside the task, so a task
+        cancelled before it starts leaves none behind never awaited."""
         if key in self._inflight:
-            work.close()
             return
         self._inflight.add(key)
-        METRICS.effects[kind] += 1
 
         async def run() -> None:
             try:
-                await work
+                await work()
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -481,11 +504,17 @@ class Host:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    async def _deliver(self, stream: str, input: Event, cause: str) -> None:
+        """Give another stream its input (each process counts those it made)."""
+        if await self.submit(stream, input, causation_id=cause) is not None:
+            METRICS.effects["deliver"] += 1
+
     async def _create_child(self, created: events.RunCreated, cause: str) -> None:
         stream = run_stream(created.run_id)
         if (await self.state(stream))[1] > 0:
             return
-        await self.submit(stream, created, causation_id=cause)
+        if await self.submit(stream, created, causation_id=cause) is not None:
+            METRICS.effects["spawn"] += 1
 
     # -- effects ------------------------------------------------------------------
 
@@ -514,7 +543,6 @@ class Host:
                 self._inflight.discard(request.request_id)
                 rec, request = follow, follow.event
                 self._inflight.add(request.request_id)
-                METRICS.effects["llm"] += 1
         except Exception:
             log.exception("effect %s failed", request.request_id)
         finally:
@@ -552,10 +580,36 @@ class Host:
                 at=self.clock.now(),
             )
         else:
-            answer = await self._ask(rec, prompt, info)
+            try:
+                answer = await self._ask(rec, prompt, info)
+            except Exception as e:  # a provider's set-up (profile, key) failed
+                answer = events.LlmFailed(
+                    request_id=request.request_id,
+                    kind="internal",
+                    message=_describe(e),
+                    at=self.clock.now(),
+                )
         if answer is None:
             return None
-        return await self.submit(rec.stream, answer, causation_id=rec.id)
+        return await self._record_answer(rec, answer)
+
+    async def _record_answer(self, rec: Recorded, answer: Event) -> Commit | None:
+        """Submit an effect's ``answer``; if that fails, the failure instead.
+
+        A call made (and maybe paid for) is always recorded: an answer the
+        log cannot take (too large for the backend, or one the decider
+        breaks on) becomes an `LlmFailed` with its usage and cost, or a
+        failed `ToolResulted`, which the decider acts on like any failure.
+        """
+        try:
+            return await self.submit(rec.stream, answer, causation_id=rec.id)
+        except Exception as e:
+            problem = f"the answer was not recorded: {_describe(e)}"
+            failed = _unrecordable(answer, problem)
+            if failed is None:
+                raise
+        log.warning("stream %s: %s", rec.stream, failed)
+        return await self.submit(rec.stream, failed, causation_id=rec.id)
 
     async def _claim(self, rec: Recorded, request_id: str) -> bool:
         """Take effect ``request_id`` for this worker; whether it is ours.
@@ -646,6 +700,8 @@ class Host:
                         and not await self._claim(rec, info.request_id)
                     ):
                         return None
+                    if attempt == 1:
+                        METRICS.effects["llm"] += 1
                     started = self.clock.now()
                     if whole is not None:
                         result = await whole(prompt, info)
@@ -737,12 +793,15 @@ class Host:
             return  # another worker runs it, or it is answered already
         ctx = ToolContext(workspace=self.workspace, run_id=state.run_id)
         assert self.tools is not None
+        METRICS.effects["tool"] += 1
+        started = self.clock.now()
         outcome = await self.tools.call(
             request.name,
             request.args,
             ctx=ctx,
             timeout=request.timeout or self._tool_timeout,
         )
+        METRICS.effect_seconds["tool"].observe(max(0.0, self.clock.now() - started))
         result = events.ToolResulted(
             request_id=request.request_id,
             ok=outcome.ok,
@@ -752,7 +811,7 @@ class Host:
             truncated=outcome.truncated,
             at=self.clock.now(),
         )
-        await self.submit(rec.stream, result, causation_id=rec.id)
+        await self._record_answer(rec, result)
 
     async def _run_timers(self) -> None:
         while True:
@@ -773,7 +832,11 @@ class Host:
                 continue
             heapq.heappop(self._timers)
             wake = events.WakeDue(timer_id=timer_id, at=self.clock.now())
-            self._spawn_effect(timer_id, "timer", self.submit(stream, wake))
+            self._spawn_effect(timer_id, partial(self._fire, stream, wake))
+
+    async def _fire(self, stream: str, wake: events.WakeDue) -> None:
+        if await self.submit(stream, wake) is not None:
+            METRICS.effects["timer"] += 1
 
 
 _ROUTED = frozenset(
@@ -800,6 +863,47 @@ async def _keep_nothing(attempt: int, complete: bool) -> None:
 
 def _waiting(limiter: PriorityLimiter, priority: str) -> Callable[[], float]:
     return lambda: limiter.depth()[priority]
+
+
+def _brief(input: Event) -> str:
+    """An input named for a log line: its type and request, not its text
+    (a model's reply may be megabytes)."""
+    request = getattr(input, "request_id", None)
+    name = events.type_name(input)
+    return f"{name} {request}" if request is not None else name
+
+
+def _describe(error: Exception) -> str:
+    """An exception as one line: steward's own errors say it all already."""
+    if isinstance(error, StewardError):
+        return str(error)
+    return f"{type(error).__name__}: {error}"
+
+
+def _unrecordable(answer: Event, message: str) -> Event | None:
+    """The failure to record when an effect's ``answer`` cannot be: the
+    model call's usage and cost kept, the message cut to a readable length."""
+    message = message[:2_000]
+    match answer:
+        case events.LlmResponded():
+            return events.LlmFailed(
+                request_id=answer.request_id,
+                kind="internal",
+                message=message,
+                usage=answer.usage,
+                cost_usd=answer.cost_usd,
+                at=answer.at,
+            )
+        case events.ToolResulted():
+            return events.ToolResulted(
+                request_id=answer.request_id,
+                ok=False,
+                error=message,
+                retryable=False,
+                at=answer.at,
+            )
+        case _:
+            return None
 
 
 def _correlation(state: run_actor.Run, input: Event) -> str | None:

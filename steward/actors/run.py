@@ -12,6 +12,7 @@ helpers that turn a reply into decisions, then the prompt builder.
 
 from __future__ import annotations
 
+import json
 import re
 from bisect import bisect_left
 from collections.abc import Callable, Iterable
@@ -23,6 +24,7 @@ from croniter import croniter  # pure computation over a base time we pass in
 
 from steward.actors.prompt import Prompt, prompt_hash
 from steward.events.base import Event
+from steward.events.codec import encodable_value
 from steward.events.run import (
     ApprovalDecided,
     ApprovalRequested,
@@ -309,6 +311,9 @@ def _run_started(s: Run, event: RunStarted) -> None:
 def _llm_failed(s: Run, event: LlmFailed) -> None:
     s.llm_pending = None
     s.claims = _unclaimed(s, event.request_id)
+    s.input_tokens += event.usage.input_tokens
+    s.output_tokens += event.usage.output_tokens
+    s.cost_usd += event.cost_usd
 
 
 @_applies(EffectClaimed)
@@ -946,8 +951,13 @@ def parse_command(text: str) -> dict[str, Any] | str:
         body = fenced.group(1).strip()
     try:
         value = msgspec.json.decode(body)
-    except msgspec.DecodeError as e:
-        return f"invalid JSON ({e})"
+    except (msgspec.DecodeError, UnicodeEncodeError) as e:
+        # msgspec refuses lone surrogates, raw or escaped (valid JSON all the
+        # same): the standard parser takes them, and they become U+FFFD
+        try:
+            value = encodable_value(json.loads(body))
+        except ValueError:
+            return f"invalid JSON ({e})"
     if not isinstance(value, dict):
         return "the reply must be one JSON object"
     kind = value.get("type")

@@ -4,6 +4,8 @@ from steward.events.base import UPCASTERS, Event, Recorded, event_id, type_name
 from steward.events.codec import (
     AnyEvent,
     decode,
+    encodable,
+    encodable_value,
     encode,
     encode_blob,
     from_json,
@@ -20,6 +22,8 @@ __all__ = [
     "Event",
     "Recorded",
     "decode",
+    "encodable",
+    "encodable_value",
     "encode",
     "encode_blob",
     "event_id",

@@ -36,6 +36,32 @@ def encode_blob(events: Event | list[Event]) -> bytearray:
     return blob
 
 
+def encodable(event: Event) -> Event:
+    """``event`` with every text made encodable as UTF-8.
+
+    A lone surrogate (``"\\ud800"``: valid in JSON and in a Python string, as
+    an SDK or a tool hands it over, but not in UTF-8) becomes U+FFFD, and a
+    split surrogate pair is joined into its character. The host applies this at
+    the boundary, to an input that cannot be encoded as given, so the event
+    recorded is the cleaned one and replay sees exactly what was decided on.
+    """
+    return msgspec.convert(
+        encodable_value(msgspec.to_builtins(event)), type(event), strict=False
+    )
+
+
+def encodable_value(value: Any) -> Any:
+    """A JSON-like ``value`` (str, list, dict, scalars) with every string,
+    keys included, made encodable as `encodable` does for an event."""
+    if isinstance(value, str):
+        return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    if isinstance(value, list):
+        return [encodable_value(v) for v in value]
+    if isinstance(value, dict):
+        return {encodable_value(k): encodable_value(v) for k, v in value.items()}
+    return value
+
+
 def decode(data: bytes) -> AnyEvent:
     """Decode stored bytes, upcasting an old shape when its tag asks for it."""
     try:

@@ -231,11 +231,17 @@ class LlmStreamRecorded(Event, frozen=True, kw_only=True):
 
 
 class LlmFailed(Event, frozen=True, kw_only=True):
-    """The model call ``request_id`` failed for good (after its retries)."""
+    """The model call ``request_id`` failed for good (after its retries).
+
+    ``usage`` and ``cost_usd`` are those of a reply that came but could not be
+    recorded (too large for the log, say): a call paid for is always counted.
+    """
 
     request_id: str
     kind: str
     message: str
+    usage: Usage = Usage()
+    cost_usd: float = 0.0
     at: float = 0.0
 
 

@@ -26,11 +26,12 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from steward.events import Event
-from steward.events.run import LlmResponded, ToolResulted
+from steward.events.run import LlmFailed, LlmResponded, ToolResulted
 
 __all__ = [
     "COUNTED",
     "EFFECT_KINDS",
+    "TIMED_KINDS",
     "HOST",
     "Histogram",
     "HostMetrics",
@@ -39,6 +40,9 @@ __all__ = [
 ]
 
 EFFECT_KINDS = ("llm", "tool", "spawn", "deliver", "timer")
+TIMED_KINDS = ("llm", "tool")
+"""The effects whose durations are observed: the calls that take time (the
+others are a commit each, counted in ``steward_effects_total``)."""
 
 _BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0)
 """Upper bounds in seconds, those of a default Prometheus histogram."""
@@ -70,9 +74,11 @@ class Histogram:
 class HostMetrics:
     """What every host of this process counted since it started.
 
-    Model answers and tool results are counted by the host that made the
-    call and committed its answer, so with several workers on one log each
-    is counted once, and a dashboard sums the workers' figures.
+    Effects are counted by the process that carried them out (made the model
+    or tool call, committed the delivery or the timer's wake), and model
+    answers and tool results by the host that committed them, so with several
+    workers on one log each is counted once, and a dashboard sums the
+    workers' figures.
     """
 
     def __init__(self) -> None:
@@ -80,7 +86,7 @@ class HostMetrics:
         self.refusals = 0
         self.conflicts = 0
         self.effects = dict.fromkeys(EFFECT_KINDS, 0)
-        self.effect_seconds = {kind: Histogram() for kind in EFFECT_KINDS}
+        self.effect_seconds = {kind: Histogram() for kind in TIMED_KINDS}
         self.llm_tokens = dict.fromkeys(("input", "output"), 0)
         self.llm_cost_usd = 0.0
         self.tool_calls = dict.fromkeys(("ok", "error"), 0)
@@ -88,7 +94,10 @@ class HostMetrics:
     def record(self, event: Event) -> None:
         """Count ``event``, committed by this process (see `COUNTED`)."""
         match event:
-            case LlmResponded(usage=usage, cost_usd=cost):
+            case (
+                LlmResponded(usage=usage, cost_usd=cost)
+                | LlmFailed(usage=usage, cost_usd=cost)
+            ):
                 self.llm_tokens["input"] += usage.input_tokens
                 self.llm_tokens["output"] += usage.output_tokens
                 self.llm_cost_usd += cost
@@ -96,7 +105,7 @@ class HostMetrics:
                 self.tool_calls["ok" if ok else "error"] += 1
 
 
-COUNTED = frozenset({LlmResponded, ToolResulted})
+COUNTED = frozenset({LlmResponded, LlmFailed, ToolResulted})
 """The event types `HostMetrics.record` counts; the host skips the rest."""
 
 
@@ -116,9 +125,13 @@ class _HostCollector(Collector):
             "Commits retried after a conflict",
             value=HOST.conflicts,
         )
-        yield _labelled("steward_effects", "Effects dispatched", "kind", HOST.effects)
+        yield _labelled(
+            "steward_effects", "Effects this process carried out", "kind", HOST.effects
+        )
         seconds = HistogramMetricFamily(
-            "steward_effect_seconds", "Time an effect took", labels=["kind"]
+            "steward_effect_seconds",
+            "Time a model or tool call took",
+            labels=["kind"],
         )
         for kind, histogram in HOST.effect_seconds.items():
             seconds.add_metric([kind], histogram.cumulative(), histogram.sum)

@@ -262,18 +262,19 @@ def _handle(conn: sqlite3.Connection, rec: Recorded) -> None:
             _want(conn, rid, rec, "llm")
         case events.LlmResponded(request_id=rid) | events.LlmFailed(request_id=rid):
             duration = _done(conn, rid, rec.at)
-            if isinstance(event, events.LlmResponded):
-                tokens = event.usage.input_tokens + event.usage.output_tokens
+            usage = event.usage
+            if (
+                isinstance(event, events.LlmResponded)
+                or event.cost_usd
+                or usage.input_tokens
+                or usage.output_tokens
+            ):
+                tokens = usage.input_tokens + usage.output_tokens
                 cost = event.cost_usd
                 conn.execute(
                     "UPDATE runs SET input_tokens=input_tokens+?, "
                     "output_tokens=output_tokens+?, cost_usd=cost_usd+? WHERE id=?",
-                    (
-                        event.usage.input_tokens,
-                        event.usage.output_tokens,
-                        cost,
-                        run_id,
-                    ),
+                    (usage.input_tokens, usage.output_tokens, cost, run_id),
                 )
         case events.ToolRequested(request_id=rid):
             _done(conn, rid)  # an approved call: its approval row is answered
@@ -303,6 +304,8 @@ def _handle(conn: sqlite3.Connection, rec: Recorded) -> None:
             _status(conn, run_id, rec, "waiting")
         case events.SubagentFinished(result=result):
             _done(conn, f"notify:{result.run_id}")
+            # a finished child needs no creating (a fork copies its result)
+            _done(conn, f"spawn:{result.run_id}")
         case events.RunSlept():
             _want(conn, event.timer_id, rec, "timer", due_at=event.wake_at)
             _status(
