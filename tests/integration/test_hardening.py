@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
+import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +20,7 @@ from test_host import check_log, created, wait_status
 from steward import events
 from steward.actors.llm import ModelRouter, ScriptedProvider
 from steward.actors.tools import ToolRegistry, tool
-from steward.bus import EventLog, JetStreamEventLog
+from steward.bus import EventLog, JetStreamEventLog, SqliteEventLog
 from steward.config import Settings
 from steward.host import run_stream
 from steward.projections.metrics import HOST as METRICS
@@ -170,3 +176,71 @@ async def test_workers_count_only_the_calls_they_make(
         calls += sum(isinstance(r.event, events.LlmResponded) for r in records)
     assert calls == 12
     assert METRICS.effects["llm"] - llm_before == calls
+
+
+def test_a_fork_never_starts_a_finished_child_again(tmp_path: Path) -> None:
+    """Forking a run whose subagent finished copies its result: no child is
+    created again, no pending row is left, and no coroutine is left unawaited."""
+    script = tmp_path / "script.json"
+    script.write_text(
+        json.dumps(
+            {
+                "replies": [
+                    {"text": r}
+                    for r in [
+                        *PLAN,
+                        act(type="spawn_subagent", subagent={"task": "look"}),
+                        act(type="finish", output="parent done"),
+                    ]
+                ],
+                "subagent_replies": [
+                    {"text": act(type="send_message", message="child done")}
+                ],
+            }
+        )
+    )
+    db = str(tmp_path / "log.db")
+
+    def steward(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "steward",
+                "--db",
+                db,
+                "--script",
+                str(script),
+                *argv,
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    ran = steward("run", "-q", "go")
+    assert ran.returncode == 0, ran.stderr
+    run_id = ran.stdout.split()[1]
+
+    async def streams_and_last() -> tuple[list[str], int]:
+        log = await SqliteEventLog.open(db)
+        try:
+            records = await log.read(run_stream(run_id))
+            return await log.streams("run."), records[-1].version
+        finally:
+            await log.close()
+
+    streams, last = asyncio.run(streams_and_last())
+    assert len(streams) == 2  # the run and its child
+    forked = steward("fork", run_id, "--at", str(last), "-q")
+    assert forked.returncode == 0, forked.stderr
+    assert "completed" in forked.stdout
+    assert "Warning" not in forked.stderr and "Traceback" not in forked.stderr
+    again = steward("run", "-q", "another")  # the next run of this log
+    assert "Traceback" not in again.stderr
+    streams, _ = asyncio.run(streams_and_last())
+    assert len([s for s in streams if "-fork" in s]) == 1, streams  # no fork child
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        rows = conn.execute("SELECT key, kind FROM pending").fetchall()
+    assert not [row for row in rows if row[1] == "spawn"], rows
