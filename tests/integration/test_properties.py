@@ -12,6 +12,7 @@ version it changes.
 from __future__ import annotations
 
 import asyncio
+import logging
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -71,7 +72,32 @@ REPLIES: list[Reply | str] = [
     Reply(error=ReplyError(kind="auth", message="bad key", retryable=False)),
 ]
 
+HOSTILE: list[Reply | str] = [
+    # a model's reply is untrusted input: none of these may wedge a run
+    act(type="spawn_subagents", subagents=[{"task": "write", "profile": "writer"}]),
+    act(type="tool_call", name="files.read", args={"path": "n" * 300}),
+    act(type="files.write", path="d/" + "n" * 300, content="x"),
+    '{"type": "send_message", "message": "lone \ud800 raw"}',
+    '{"type": "set_output", "output": "escaped \\ud800 lone"}',
+    "\ud800 not JSON at all",
+    act(type="set_output", output="ctl \x00\x07\x1b[31m\r", mode="append"),
+    act(type="set_output", output="y" * 300_000),
+    act(type="odd.echo", args={}),
+]
+
+
+class NoArgs(msgspec.Struct, frozen=True):
+    pass
+
+
+@tool("odd.echo")
+async def odd_echo(args: NoArgs, *, ctx: Any) -> str:
+    """Prints what a broken program might: lone surrogates, control characters."""
+    return "odd \ud800\udfff \x00\x1b[0m" + "z" * 20_000
+
+
 scripts = st.lists(st.sampled_from(REPLIES), max_size=12)
+hostile_scripts = st.lists(st.sampled_from(REPLIES + HOSTILE), max_size=12)
 
 
 def _player(plan: list[Reply | str], children: list[list[Reply | str]]) -> Any:
@@ -103,6 +129,7 @@ async def _play(
     _failures.clear()
     tools = ToolRegistry.with_builtins()
     tools.register(flaky)
+    tools.register(odd_echo)
     settings = load_settings(None, env={}).run_settings("default", tools.specs())
     settings = msgspec.structs.replace(
         settings, max_iterations=12, planning_gate=planning_gate
@@ -168,6 +195,44 @@ def test_random_runs_fold_to_the_live_state_and_verify(
         assert states["p1"].status in TERMINAL
         for run_id in states:
             assert cli.main(["--db", str(db), "replay", run_id, "--verify"]) == 0
+
+
+class _Errors(logging.Handler):
+    """Collects what steward logs at ERROR: a traceback a user would see."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.seen: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.seen.append(record.getMessage()[:300])
+
+
+@hypothesis.settings(
+    max_examples=30,
+    deadline=None,
+    database=None,
+    suppress_health_check=[hypothesis.HealthCheck.too_slow],
+)
+@hypothesis.given(
+    plan=st.one_of(hostile_scripts, hostile_scripts.map(lambda s: [*PLAN, *s])),
+    children=st.lists(hostile_scripts, max_size=2),
+)
+def test_hostile_replies_never_wedge_a_run(
+    plan: list[Reply | str], children: list[list[Reply | str]]
+) -> None:
+    """Unknown profiles, over-long paths, lone surrogates, control characters and
+    huge texts: every run ends, nothing is logged as an error, replay verifies."""
+    errors = _Errors()
+    logging.getLogger("steward").addHandler(errors)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            db = Path(tmp) / "log.db"
+            states = asyncio.run(_play(db, plan, children))
+            assert states["p1"].status in TERMINAL
+    finally:
+        logging.getLogger("steward").removeHandler(errors)
+    assert errors.seen == []
 
 
 def test_a_changed_decider_is_reported_at_the_first_diverging_version(
