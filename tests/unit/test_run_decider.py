@@ -276,9 +276,7 @@ def test_tool_call_shortcut_with_args_takes_args_and_ignores_the_rest(key: str):
 
 @pytest.mark.parametrize("key", ["type", "name"])
 @pytest.mark.parametrize("args", [[1], "notes.txt", 3])
-def test_tool_call_shortcut_with_args_not_an_object_is_corrected(
-    key: str, args: Any
-):
+def test_tool_call_shortcut_with_args_not_an_object_is_corrected(key: str, args: Any):
     """A shortcut whose `args` is not an object gets a correction, no tool call."""
     story = planned()
     decisions = story.say(act(**{key: "files.read", "args": args}))
