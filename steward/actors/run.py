@@ -673,12 +673,19 @@ def _spawn(state: Run, subagents: list[Any]) -> list[Event]:
         )
         if not isinstance(task, str) or not task:
             raise _Invalid("each subagent needs a `task` string")
+        profile = sub.get("profile")
+        known = state.settings.profiles
+        if profile is not None and known is not None and profile not in known:
+            raise _Invalid(
+                f"a subagent's `profile` {profile!r} is not an agent profile; "
+                f"known profiles: {', '.join(known) or 'none'}"
+            )
         tools = sub.get("tools")
         children.append(
             SubagentSpec(
                 run_id=f"{state.run_id}-{n}",
                 input_text=task,
-                profile=sub.get("profile"),
+                profile=profile,
                 allowed_tools=tuple(tools) if isinstance(tools, list) else None,
             )
         )
@@ -943,8 +950,11 @@ def _mode(command: dict[str, Any]) -> Any:
 def parse_command(text: str) -> dict[str, Any] | str:
     """A reply's JSON command, normalized; or a sentence saying what is wrong.
 
-    A reply whose ``type`` (or, without ``type``, whose ``name``) is a tool
-    name such as ``files.read`` is the tool-call shortcut.
+    A reply whose ``type`` is a tool name such as ``files.read`` (or, without
+    ``type``, one with a ``name``) is the tool-call shortcut: the keys beside
+    that one are the call's arguments, ``{"type": "files.list", "path": "."}``
+    is ``files.list`` with ``{"path": "."}``. An ``args`` key, if given, is the
+    arguments instead, and every other key beside it is ignored.
     """
     body = text.strip()
     if fenced := _FENCE.match(body):
@@ -962,12 +972,21 @@ def parse_command(text: str) -> dict[str, Any] | str:
         return "the reply must be one JSON object"
     kind = value.get("type")
     if kind is None and isinstance(value.get("name"), str):
-        return {**value, "type": "tool_call"}
+        return _shortcut(value, "name")
     if not isinstance(kind, str):
         return "the object needs a string `type`"
     if kind not in KNOWN_COMMANDS and "." in kind:
-        return {"type": "tool_call", "name": kind, "args": value.get("args", {})}
+        return _shortcut(value, "type")
     return value
+
+
+def _shortcut(value: dict[str, Any], key: str) -> dict[str, Any]:
+    """The ``tool_call`` a shortcut naming its tool in ``key`` stands for."""
+    if "args" in value:
+        args = value["args"]  # `_args` corrects it if it is not an object
+    else:
+        args = {k: v for k, v in value.items() if k not in (key, "type")}
+    return {"type": "tool_call", "name": value[key], "args": args}
 
 
 # -- children -------------------------------------------------------------------

@@ -14,6 +14,9 @@ misspelt one is an error rather than silently ignored):
   matches a table of the file case-insensitively, or creates a lower-case one;
 - ``STEWARD_LLM_MAX_CONCURRENCY`` for the top-level key.
 
+``[tools] require_approval`` may only name built-in tools (``files.read``,
+``files.list``, ``files.write``); another name is an error listing them.
+
 Values are converted to the field's type: integers and floats as written,
 booleans from ``true``/``false``/``1``/``0``, lists as comma-separated names,
 and an empty value, ``none`` or ``null`` gives ``None`` where a field allows it.
@@ -32,6 +35,7 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import msgspec
 
+from steward.actors.tools import files
 from steward.config.settings import AgentProfile, ModelConfig, Settings
 from steward.errors import ConfigError
 
@@ -72,6 +76,7 @@ def load_settings(
     environ = os.environ if env is None else env
     _apply_env(data, environ)
     settings = _build(data, source)
+    _check_approval(settings, source, environ)
     models = data.get("models")
     if not (isinstance(models, dict) and "default" in models):
         keyed = _keyed_default(environ)
@@ -95,6 +100,26 @@ def _keyed_default(environ: Mapping[str, str]) -> ModelConfig | None:
         if environ.get(variable):
             return model
     return None
+
+
+_APPROVAL_VARIABLE = f"{ENV_PREFIX}TOOLS_REQUIRE_APPROVAL"
+
+
+def _check_approval(
+    settings: Settings, source: str, environ: Mapping[str, str]
+) -> None:
+    """Refuse a ``[tools] require_approval`` name that is no built-in tool."""
+    known = sorted(t.name for t in files.TOOLS)
+    for var in environ:  # the part after the prefix in any case, as _resolve reads it
+        if var.startswith(ENV_PREFIX) and var.upper() == _APPROVAL_VARIABLE:
+            source = f"environment variable {var}"
+    for n, name in enumerate(settings.tools.require_approval):
+        if name not in known:
+            raise ConfigError(
+                source,
+                f"tools.require_approval[{n}]",
+                f"no tool {name!r}; known tools: {', '.join(known)}",
+            )
 
 
 # -- the file -------------------------------------------------------------------

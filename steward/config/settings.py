@@ -122,6 +122,11 @@ class ToolsConfig(_Section, frozen=True, kw_only=True):
     timeout: Seconds = 30.0
     """Seconds a tool call may take before it fails as timed out."""
 
+    require_approval: list[str] = []
+    """Tools whose every call waits for a person's ``steward runs approve`` (or
+    ``deny``) before it runs, e.g. ``["files.write"]``; each must be a built-in
+    tool (a tool registered in code declares ``requires_approval`` itself)."""
+
 
 class MetricsConfig(_Section, frozen=True, kw_only=True):
     """``[metrics]``: the Prometheus endpoint of ``steward serve`` and ``worker``."""
@@ -297,13 +302,22 @@ class Settings(_Section, frozen=True, kw_only=True):
         """The ``RunSettings`` a run started with ``profile`` records.
 
         ``tools`` are the specs the host offers; a profile with a ``tools`` list
-        keeps only those names.
+        keeps only those names, and those in ``[tools] require_approval`` ask
+        for approval.
         """
         agent = self.profile(profile)
         model = self.model_for(profile)
         if agent.tools is not None:
             allowed = frozenset(agent.tools)
             tools = tuple(t for t in tools if t.name in allowed)
+        if self.tools.require_approval:
+            approve = frozenset(self.tools.require_approval)
+            tools = tuple(
+                msgspec.structs.replace(t, requires_approval=True)
+                if t.name in approve
+                else t
+                for t in tools
+            )
         run = self.run
         return RunSettings(
             model=model.model or model.provider,
@@ -331,4 +345,5 @@ class Settings(_Section, frozen=True, kw_only=True):
             token_budget=run.token_budget,
             cost_budget_usd=run.cost_budget_usd,
             budget_policy=run.budget_policy,
+            profiles=tuple(sorted(self.agents)),
         )

@@ -118,6 +118,10 @@ class RunSettings(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """US dollars the run may spend on model calls; checked before each call."""
     budget_policy: Literal["fail", "pause"] = "fail"
     """When a budget is spent: fail the run, or wait for a person's approval."""
+    profiles: tuple[str, ...] | None = None
+    """The agent profiles (``[agents]``) a subagent may be spawned with; a
+    spawn naming another is corrected. ``None`` (a run recorded before this
+    field existed) checks none."""
 
 
 class Usage(msgspec.Struct, frozen=True, kw_only=True, gc=False):

@@ -72,7 +72,9 @@ def test_other_section_defaults() -> None:
 def test_defaults_match_recorded_run_settings_defaults() -> None:
     """Default settings give RunSettings' own defaults, but for the prompt."""
     built = Settings().run_settings()
-    assert built == RunSettings(system_prompt=DEFAULT_SYSTEM_PROMPT)
+    assert built == RunSettings(
+        system_prompt=DEFAULT_SYSTEM_PROMPT, profiles=("default",)
+    )
 
 
 def test_settings_are_frozen_and_keyword_only() -> None:
@@ -376,6 +378,7 @@ max_tool_call_rounds = 2
         max_tokens=500,
         max_iterations=9,
         max_tool_call_rounds=2,
+        profiles=("default", "reviewer"),
     )
     default = s.run_settings("default", specs)
     assert default.tools == specs
@@ -433,3 +436,63 @@ def test_a_configured_default_model_wins_over_keys(tmp_path: Path) -> None:
     assert load_settings(config, env=env).models["default"].model == "local"
     env = {"ANTHROPIC_API_KEY": "k", "STEWARD_MODELS_DEFAULT_SCRIPT": "s.yaml"}
     assert load_settings(None, env=env).models["default"].provider == "scripted"
+
+
+# -- tool approval --------------------------------------------------------------
+
+
+def test_require_approval_marks_those_tools_in_run_settings(tmp_path: Path) -> None:
+    """`[tools] require_approval` makes the named tools ask for approval."""
+    path = write(tmp_path, '[tools]\nrequire_approval = ["files.write"]\n')
+    s = load_settings(path, env={})
+    specs = (ToolSpec(name="files.read"), ToolSpec(name="files.write"))
+    assert s.run_settings("default", specs).tools == (
+        ToolSpec(name="files.read"),
+        ToolSpec(name="files.write", requires_approval=True),
+    )
+
+
+def test_require_approval_from_the_environment_overrides_the_file(
+    tmp_path: Path,
+) -> None:
+    """STEWARD_TOOLS_REQUIRE_APPROVAL is a comma-separated list replacing the file's."""
+    path = write(tmp_path, '[tools]\nrequire_approval = ["files.write"]\n')
+    env = {"STEWARD_TOOLS_REQUIRE_APPROVAL": "files.read, files.list"}
+    assert load_settings(path, env=env).tools.require_approval == [
+        "files.read",
+        "files.list",
+    ]
+    env = {"STEWARD_TOOLS_REQUIRE_APPROVAL": ""}
+    assert load_settings(path, env=env).tools.require_approval == []
+
+
+def test_require_approval_of_an_unknown_tool_names_file_key_and_tools(
+    tmp_path: Path,
+) -> None:
+    """An unknown tool in require_approval is one error naming the file, the key
+    and the known tools."""
+    path = write(tmp_path, '[tools]\nrequire_approval = ["files.write", "shell"]\n')
+    with pytest.raises(
+        ConfigError,
+        match=rf"^{re.escape(str(path))}: tools\.require_approval\[1\]: no tool "
+        r"'shell'; known tools: files\.list, files\.read, files\.write$",
+    ):
+        load_settings(path, env={})
+
+
+def test_require_approval_of_an_unknown_tool_names_the_variable() -> None:
+    """An unknown tool given in the environment names the variable, not a file."""
+    env = {"STEWARD_TOOLS_REQUIRE_APPROVAL": "files.remove"}
+    with pytest.raises(
+        ConfigError,
+        match=r"^environment variable STEWARD_TOOLS_REQUIRE_APPROVAL: "
+        r"tools\.require_approval\[0\]: no tool 'files\.remove'; known tools: ",
+    ):
+        load_settings(None, env=env)
+
+
+def test_run_settings_record_the_configured_profiles(tmp_path: Path) -> None:
+    """RunSettings carry the names of every [agents] profile, for spawn checks."""
+    path = write(tmp_path, "[agents.writer]\n[agents.coder]\n")
+    s = load_settings(path, env={})
+    assert s.run_settings("writer").profiles == ("coder", "default", "writer")

@@ -238,6 +238,53 @@ def test_tool_call_shortcut(reply: dict[str, Any]):
     ]
 
 
+@pytest.mark.parametrize(
+    "reply",
+    [
+        {"type": "files.read", "path": "notes.txt", "limit": 3},
+        {"name": "files.read", "path": "notes.txt", "limit": 3},
+    ],
+    ids=["type", "name"],
+)
+def test_tool_call_shortcut_keeps_the_arguments_beside_the_name(
+    reply: dict[str, Any],
+):
+    """The keys beside a shortcut's tool name are the call's arguments."""
+    story = planned()
+    decisions = story.say(act(**reply))
+    assert decisions == [
+        ToolRequested(
+            request_id=f"{RUN}/tool/1",
+            name="files.read",
+            args={"path": "notes.txt", "limit": 3},
+        )
+    ]
+
+
+@pytest.mark.parametrize("key", ["type", "name"])
+def test_tool_call_shortcut_with_args_takes_args_and_ignores_the_rest(key: str):
+    """An explicit `args` object wins over keys beside a shortcut's tool name."""
+    story = planned()
+    reply = {key: "files.read", "args": {"path": "a.txt"}, "path": "b.txt"}
+    decisions = story.say(act(**reply))
+    assert decisions == [
+        ToolRequested(
+            request_id=f"{RUN}/tool/1", name="files.read", args={"path": "a.txt"}
+        )
+    ]
+
+
+@pytest.mark.parametrize("key", ["type", "name"])
+@pytest.mark.parametrize("args", [[1], "notes.txt", 3])
+def test_tool_call_shortcut_with_args_not_an_object_is_corrected(key: str, args: Any):
+    """A shortcut whose `args` is not an object gets a correction, no tool call."""
+    story = planned()
+    decisions = story.say(act(**{key: "files.read", "args": args}))
+    assert kinds(decisions) == ["SystemNoteAdded", "LlmRequested"]
+    assert decisions[0].reason == "invalid_command"
+    assert "`args` must be an object" in decisions[0].content
+
+
 def test_spawn_subagent_spawns_one_child_and_waits():
     """spawn_subagent → SubagentsSpawned with child <run>-1; the run waits."""
     story = started()
@@ -294,6 +341,76 @@ def test_malformed_spawn_is_an_invalid_command(subagents: Any):
     decisions = story.say(act(type="spawn_subagents", subagents=subagents))
     assert kinds(decisions) == ["SystemNoteAdded", "LlmRequested"]
     assert decisions[0].reason == "invalid_command"
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        {"type": "spawn_subagent", "subagent": {"task": "t", "profile": "writer"}},
+        {
+            "type": "spawn_subagents",
+            "subagents": ["a", {"task": "b", "profile": "writer"}],
+        },
+    ],
+    ids=["spawn_subagent", "spawn_subagents"],
+)
+def test_spawn_with_an_unknown_profile_is_corrected_naming_the_known_ones(
+    reply: dict[str, Any],
+):
+    """A subagent naming a profile the run does not know is corrected, not
+    spawned, and the correction lists the known profiles."""
+    story = started(profiles=("default", "reviewer"))
+    decisions = story.say(act(**reply))
+    assert kinds(decisions) == ["SystemNoteAdded", "LlmRequested"]
+    assert decisions[0].reason == "invalid_command"
+    assert (
+        "a subagent's `profile` 'writer' is not an agent profile; "
+        "known profiles: default, reviewer" in decisions[0].content
+    )
+    assert story.state.children == () and story.state.spawned == 0
+
+
+def test_spawn_with_an_unknown_profile_counts_toward_max_json_retries():
+    """Unknown profiles are invalid commands: past max_json_retries the run fails."""
+    story = started(profiles=("default",))
+    spawn = act(type="spawn_subagent", subagent={"task": "t", "profile": "writer"})
+    story.say(spawn)
+    decisions = story.say(spawn)
+    assert kinds(decisions) == ["RunFailed"]
+    assert "'writer' is not an agent profile" in decisions[0].reason
+
+
+def test_spawn_with_a_known_profile_spawns_the_child():
+    """A subagent naming a known profile is spawned with it."""
+    story = started(profiles=("default", "reviewer"))
+    decisions = story.say(
+        act(type="spawn_subagent", subagent={"task": "t", "profile": "reviewer"})
+    )
+    assert decisions == [
+        SubagentsSpawned(
+            children=(
+                SubagentSpec(run_id=f"{RUN}-1", input_text="t", profile="reviewer"),
+            )
+        )
+    ]
+
+
+def test_spawn_in_a_run_recorded_without_profiles_checks_none():
+    """A run whose settings predate `profiles` (None) spawns any profile, as
+    it did when it was recorded, so its log still verifies."""
+    story = started()
+    decisions = story.say(
+        act(type="spawn_subagent", subagent={"task": "t", "profile": "writer"})
+    )
+    assert kinds(decisions) == ["SubagentsSpawned"]
+
+
+def test_children_inherit_the_known_profiles():
+    """A child's settings carry its parent's profiles, so it checks them too."""
+    parent = created(settings=settings(profiles=("default",)))
+    spec = SubagentSpec(run_id=f"{RUN}-1", input_text="t")
+    child = run_actor.child_created(parent, spec, NOW)
+    assert child.settings.profiles == ("default",)
 
 
 def test_sleep_with_delay_seconds_wakes_after_the_delay():

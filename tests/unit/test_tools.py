@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
+import errno
 import pathlib
 from typing import Any, Literal
 
@@ -252,6 +254,98 @@ async def test_tool_exception_is_a_retryable_outcome() -> None:
         "bad", {}, ctx=_ctx()
     )
     assert outcome == ToolOutcome(ok=False, error="RuntimeError: disk hiccup")
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        OSError(errno.ENAMETOOLONG, "File name too long"),
+        OSError(errno.ENOTDIR, "Not a directory"),
+        OSError(errno.EISDIR, "Is a directory"),
+        OSError(errno.ELOOP, "Too many levels of symbolic links"),
+        OSError(errno.EINVAL, "Invalid argument"),
+        PermissionError(errno.EACCES, "Permission denied"),
+        PermissionError("no entry"),
+        FileNotFoundError("gone"),
+        ValueError("embedded null byte"),
+    ],
+    ids=repr,
+)
+async def test_an_error_the_arguments_caused_is_not_retryable(
+    exc: Exception,
+) -> None:
+    """An OSError about the path a call names, or a ValueError, would fail the
+    same way again: a one-line error the model sees, not retried."""
+    outcome = await _registry(_raising(exc)).call("bad", {}, ctx=_ctx())
+    assert outcome.error is not None and "\n" not in outcome.error
+    assert outcome.error.startswith(type(exc).__name__)
+    assert not outcome.ok and not outcome.retryable
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        OSError(errno.EIO, "Input/output error"),
+        OSError(errno.ENOSPC, "No space left on device"),
+        ConnectionResetError(errno.ECONNRESET, "Connection reset by peer"),
+        OSError("no errno"),
+    ],
+    ids=repr,
+)
+async def test_a_transient_os_error_stays_retryable(exc: Exception) -> None:
+    """An I/O error, a full disk or a dropped connection may pass: retryable."""
+    outcome = await _registry(_raising(exc)).call("bad", {}, ctx=_ctx())
+    assert not outcome.ok and outcome.retryable
+
+
+async def test_an_exception_that_cannot_be_shown_is_still_an_outcome() -> None:
+    """A tool's exception whose message itself raises is reported by its type."""
+
+    class Unprintable(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("no words")
+
+    outcome = await _registry(_raising(Unprintable())).call("bad", {}, ctx=_ctx())
+    assert outcome == ToolOutcome(ok=False, error="Unprintable")
+
+
+async def test_args_whose_own_check_raises_anything_are_invalid_arguments() -> None:
+    """An args Struct whose __post_init__ raises (not a ValueError) is an
+    invalid-arguments outcome, not an exception out of call."""
+
+    class Checked(msgspec.Struct, frozen=True, kw_only=True):
+        n: int = 0
+
+        def __post_init__(self) -> None:
+            raise LookupError("n unknown")
+
+    async def fn(args: Checked, *, ctx: ToolContext) -> str:
+        return ""
+
+    checked = Tool(name="checked", description="", args_type=Checked, fn=fn)
+    outcome = await _registry(checked).call("checked", {}, ctx=_ctx())
+    assert outcome == ToolOutcome(
+        ok=False,
+        error="invalid arguments for checked: LookupError: n unknown",
+        retryable=False,
+    )
+
+
+async def test_output_whose_encoding_raises_anything_is_an_outcome() -> None:
+    """A returned value whose encoding raises (here a tzinfo's RuntimeError)
+    is a tool bug reported as an outcome, not an exception out of call."""
+
+    class Broken(datetime.tzinfo):
+        def utcoffset(self, dt: datetime.datetime | None) -> datetime.timedelta:
+            raise RuntimeError("no offset")
+
+    value = datetime.datetime(2024, 1, 1, tzinfo=Broken())
+    outcome = await _registry(_returning(value)).call("out", {}, ctx=_ctx())
+    assert outcome == ToolOutcome(
+        ok=False,
+        error="out returned a value that is not JSON: RuntimeError: no offset",
+        retryable=False,
+    )
 
 
 async def test_exception_without_message_is_named() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
 from typing import Any
 
@@ -178,6 +179,122 @@ async def test_binary_file_is_refused(workspace: pathlib.Path) -> None:
     (workspace / "b.bin").write_bytes(b"\xff\xfe\x00")
     outcome = await _call(workspace, "files.read", path="b.bin")
     assert outcome.error == "'b.bin' is not UTF-8 text"
+
+
+LONG = "a" * 300
+"""A file name longer than any file system allows (255 bytes)."""
+_LONG_SHOWN = f"{LONG[:60]!r}… (300 characters)"
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "error"),
+    [
+        (
+            "files.read",
+            {"path": LONG},
+            f"cannot use path {_LONG_SHOWN}: File name too long",
+        ),
+        (
+            "files.write",
+            {"path": LONG, "content": "x"},
+            f"cannot use path {_LONG_SHOWN}: File name too long",
+        ),
+        (
+            "files.write",
+            {"path": f"{LONG}/notes.md", "content": "x"},
+            f"cannot use path {f'{LONG}/notes.md'[:60]!r}… (309 characters): "
+            "File name too long",
+        ),
+        (
+            "files.list",
+            {"path": LONG},
+            f"cannot use path {_LONG_SHOWN}: File name too long",
+        ),
+        (
+            "files.read",
+            {"path": "d/" * 3000},
+            f"cannot use path {('d/' * 30)!r}… (6000 characters): File name too long",
+        ),
+        (
+            "files.read",
+            {"path": "f.txt/x"},
+            "cannot use path 'f.txt/x': Not a directory",
+        ),
+        (
+            "files.read",
+            {"path": "d"},
+            "'d' is a directory; use files.list to see inside it",
+        ),
+        (
+            "files.write",
+            {"path": "d", "content": "x"},
+            "'d' is a directory, not a file",
+        ),
+        ("files.read", {"path": "loop"}, "path 'loop' is a loop of symbolic links"),
+        ("files.list", {"path": "loop"}, "path 'loop' is a loop of symbolic links"),
+        ("files.read", {"path": "a\0b"}, "path 'a\\x00b' contains a NUL character"),
+        (
+            "files.write",
+            {"path": "a\0b", "content": "x"},
+            "path 'a\\x00b' contains a NUL character",
+        ),
+        ("files.list", {"path": "a\0b"}, "path 'a\\x00b' contains a NUL character"),
+    ],
+    ids=[
+        "read-long-name",
+        "write-long-name",
+        "write-long-folder",
+        "list-long-name",
+        "read-long-path",
+        "read-through-a-file",
+        "read-a-directory",
+        "write-a-directory",
+        "read-a-symlink-loop",
+        "list-a-symlink-loop",
+        "read-nul",
+        "write-nul",
+        "list-nul",
+    ],
+)
+async def test_a_bad_path_is_a_one_line_error_the_model_can_correct(
+    workspace: pathlib.Path, name: str, args: dict[str, Any], error: str
+) -> None:
+    """A path the OS refuses is a one-line, non-retryable error naming it, from
+    the registry's call, never an exception or a retryable failure."""
+    (workspace / "f.txt").write_text("")
+    (workspace / "d").mkdir()
+    (workspace / "loop").symlink_to(workspace / "pool")
+    (workspace / "pool").symlink_to(workspace / "loop")
+    outcome = await _call(workspace, name, **args)
+    assert outcome == ToolOutcome(ok=False, error=error, retryable=False)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may read and write anything")
+@pytest.mark.parametrize(
+    ("name", "args", "error"),
+    [
+        ("files.read", {"path": "locked/f.txt"}, "'locked/f.txt' is not readable"),
+        (
+            "files.write",
+            {"path": "locked/f.txt", "content": "x"},
+            "'locked/f.txt' is not writable",
+        ),
+        ("files.list", {"path": "locked"}, "'locked' is not readable"),
+    ],
+)
+async def test_a_path_without_permission_is_a_clear_error(
+    workspace: pathlib.Path, name: str, args: dict[str, Any], error: str
+) -> None:
+    """A path the process may not use is a non-retryable error naming it."""
+    locked = workspace / "locked"
+    locked.mkdir()
+    (locked / "f.txt").write_text("")
+    locked.chmod(0)
+    try:
+        outcome = await _call(workspace, name, **args)
+    finally:
+        locked.chmod(0o700)
+    assert outcome == ToolOutcome(ok=False, error=error, retryable=False)
 
 
 @pytest.mark.parametrize(

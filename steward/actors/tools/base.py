@@ -4,11 +4,14 @@ A tool takes one argument, a frozen msgspec Struct the registry has already
 validated, and a keyword-only `ToolContext`; it returns a string or any value
 msgspec can encode (sent to the model as JSON). It raises `ToolError` for a
 problem the model should hear about and not retry as-is (a missing file, a path
-outside the workspace); anything else it raises counts as a transient failure.
+outside the workspace). A ValueError, or an OSError about what the arguments
+name (`is_argument_error`), is not retried either: the same call would fail the
+same way. Anything else it raises counts as a transient failure.
 """
 
 from __future__ import annotations
 
+import errno
 import inspect
 import pathlib
 import typing
@@ -19,7 +22,7 @@ import msgspec
 
 from steward.errors import ToolError
 
-__all__ = ["Tool", "ToolContext", "ToolFn", "tool"]
+__all__ = ["Tool", "ToolContext", "ToolFn", "is_argument_error", "tool"]
 
 A = TypeVar("A", bound=msgspec.Struct)
 A_contra = TypeVar("A_contra", bound=msgspec.Struct, contravariant=True)
@@ -133,3 +136,37 @@ def _first_arg_type(fn: Callable[..., Any]) -> Any:
             "Struct or pass args_type="
         )
     return hints[params[0].name]
+
+
+_ARGUMENT_ERRNOS = frozenset(
+    {
+        errno.ENAMETOOLONG,  # a name (or the whole path) too long
+        errno.ENOENT,  # nothing there
+        errno.ENOTDIR,  # a file where a directory is expected
+        errno.EISDIR,  # a directory where a file is expected
+        errno.EEXIST,  # something already there
+        errno.EACCES,  # permission denied
+        errno.EPERM,  # operation not permitted
+        errno.EROFS,  # a read-only file system
+        errno.ELOOP,  # a loop of symbolic links
+        errno.EINVAL,  # an invalid name
+    }
+)
+_ARGUMENT_OS_ERRORS = (
+    FileNotFoundError,
+    FileExistsError,
+    IsADirectoryError,
+    NotADirectoryError,
+    PermissionError,
+)
+
+
+def is_argument_error(error: BaseException) -> bool:
+    """Whether ``error`` says the call's arguments are wrong, so running the
+    same call again would fail the same way: a ValueError, or an OSError about
+    the path it names (too long, missing, a directory or not one, not
+    permitted, a symlink loop). A full disk, an I/O error or a dropped
+    connection is not: those may pass."""
+    if isinstance(error, OSError):
+        return isinstance(error, _ARGUMENT_OS_ERRORS) or error.errno in _ARGUMENT_ERRNOS
+    return isinstance(error, ValueError)

@@ -3,7 +3,10 @@
 Every path is relative to ``ctx.workspace``. An absolute path, a ``..`` that
 climbs out, or a symlink whose real target lies outside is refused with
 `PathEscapeError`: the check is on the fully resolved real path, so no chain of
-links or dots gets around it.
+links or dots gets around it. Any other path the operating system refuses (too
+long, a file where a folder should be, not permitted, a symlink loop) is a
+`ToolError` naming the path: the model's mistake to correct, not a failure to
+retry.
 
 The I/O runs in a worker thread (`asyncio.to_thread`): a model can ask for a
 large file or a workspace on a slow disk, and blocking the event loop would
@@ -14,13 +17,15 @@ thread finishes on its own; its result is dropped.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import pathlib
+from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
 import msgspec
 
-from steward.actors.tools.base import Tool, ToolContext, tool
+from steward.actors.tools.base import Tool, ToolContext, is_argument_error, tool
 from steward.errors import PathEscapeError, ToolError
 
 __all__ = ["ListArgs", "ReadArgs", "TOOLS", "WriteArgs", "list_files", "read", "write"]
@@ -64,19 +69,22 @@ class ListArgs(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
 @tool("files.read")
 async def read(args: ReadArgs, *, ctx: ToolContext) -> str:
     """Read a text file in the workspace, optionally a range of its lines."""
-    return await asyncio.to_thread(_read, ctx.workspace, args)
+    with _path_errors(args.path):
+        return await asyncio.to_thread(_read, ctx.workspace, args)
 
 
 @tool("files.write")
 async def write(args: WriteArgs, *, ctx: ToolContext) -> str:
     """Write or append text to a file in the workspace, creating its folders."""
-    return await asyncio.to_thread(_write, ctx.workspace, args)
+    with _path_errors(args.path):
+        return await asyncio.to_thread(_write, ctx.workspace, args)
 
 
 @tool("files.list")
 async def list_files(args: ListArgs, *, ctx: ToolContext) -> str:
     """List a workspace directory, one entry a line; folders end with `/`."""
-    return await asyncio.to_thread(_list, ctx.workspace, args)
+    with _path_errors(args.path):
+        return await asyncio.to_thread(_list, ctx.workspace, args)
 
 
 TOOLS: tuple[Tool[Any], ...] = (read, write, list_files)
@@ -99,10 +107,32 @@ def resolve(workspace: pathlib.Path, path: str) -> pathlib.Path:
         raise PathEscapeError(path, str(root))
     # resolve() follows every symlink (dangling ones too) and folds `..` after
     # them, so the containment check sees where the I/O would really land.
-    target = (root / path).resolve()
+    try:
+        target = (root / path).resolve()
+    except RuntimeError:  # what Python 3.11 raises for a loop of symlinks
+        raise ToolError(f"path {_shown(path)} is a loop of symbolic links") from None
     if not target.is_relative_to(root):
         raise PathEscapeError(path, str(root))
     return target
+
+
+@contextlib.contextmanager
+def _path_errors(path: str) -> Iterator[None]:
+    """Turn an OSError that ``path`` caused into a `ToolError` naming it."""
+    try:
+        yield
+    except OSError as e:
+        if not is_argument_error(e):
+            raise  # a full disk, an I/O error: transient, the registry retries
+        reason = e.strerror or type(e).__name__
+        raise ToolError(f"cannot use path {_shown(path)}: {reason}") from None
+
+
+def _shown(path: str) -> str:
+    """``path`` quoted for a message, cut short if long."""
+    if len(path) <= 80:
+        return repr(path)
+    return f"{path[:60]!r}… ({len(path)} characters)"
 
 
 def _read(workspace: pathlib.Path, args: ReadArgs) -> str:

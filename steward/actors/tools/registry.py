@@ -1,9 +1,9 @@
 """The tools a host can run, what the model is told about them, and calling them.
 
 `ToolRegistry.call` is an effect handler's step: it never raises for a tool's
-problem. An unknown name, bad arguments, an exception, a timeout all come back
+problem. An unknown name, bad arguments, any exception, a timeout all come back
 as a `ToolOutcome` with a one-line error the model can read, and ``retryable``
-says whether running the same call again could help.
+says whether running the same call again could help (`is_argument_error`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,13 @@ from typing import Any
 import msgspec
 
 from steward.actors.tools import files
-from steward.actors.tools.base import Tool, ToolContext, ToolFn, tool
+from steward.actors.tools.base import (
+    Tool,
+    ToolContext,
+    ToolFn,
+    is_argument_error,
+    tool,
+)
 from steward.errors import ToolError
 from steward.events.run import ToolSpec
 
@@ -145,7 +151,9 @@ class ToolRegistry:
         """Validate ``args`` and run tool ``name``; never raises for its problems.
 
         The time limit is the tool's own ``timeout``, else ``timeout``, else the
-        registry's default. Cancelling the caller still cancels the call.
+        registry's default. Every `Exception` becomes an outcome; cancelling the
+        caller still cancels the call (and a KeyboardInterrupt or SystemExit
+        still stops the process).
         """
         t = self._tools.get(name)
         if t is None:
@@ -156,6 +164,12 @@ class ToolRegistry:
             return ToolOutcome(
                 ok=False,
                 error=f"invalid arguments for {name}: {_one_line(str(e))}",
+                retryable=False,
+            )
+        except Exception as e:  # an args Struct's own check raised something else
+            return ToolOutcome(
+                ok=False,
+                error=f"invalid arguments for {name}: {_describe(e)}",
                 retryable=False,
             )
 
@@ -178,18 +192,20 @@ class ToolRegistry:
             return ToolOutcome(ok=False, error=f"{name} timed out after {limit:g} s")
         except Exception as e:
             _log.warning("tool %s raised", name, exc_info=True)
-            return ToolOutcome(ok=False, error=_describe(e))
+            return ToolOutcome(
+                ok=False, error=_describe(e), retryable=not is_argument_error(e)
+            )
 
         if isinstance(result, str):
             output = result
         else:
             try:
                 output = _json.encode(result).decode()
-            except (TypeError, ValueError) as e:
+            except Exception as e:
                 # The same value would fail again: a bug in the tool, not luck.
                 return ToolOutcome(
                     ok=False,
-                    error=f"{name} returned a value that is not JSON: {e}",
+                    error=f"{name} returned a value that is not JSON: {_describe(e)}",
                     retryable=False,
                 )
         return self._bounded(output)
@@ -270,7 +286,10 @@ def _def_name(ref: str) -> str:
 
 
 def _describe(e: BaseException) -> str:
-    message = _one_line(str(e))
+    try:
+        message = _one_line(str(e))
+    except Exception:  # an exception whose __str__ fails is still reported
+        message = ""
     return f"{type(e).__name__}: {message}" if message else type(e).__name__
 
 
