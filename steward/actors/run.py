@@ -480,7 +480,7 @@ def decide(input: Event, state: Run) -> list[Event] | None:
 
 
 def _on_json_reply(reply: LlmResponded, state: Run) -> list[Event]:
-    command = parse_command(reply.text)
+    command = parse_command(reply.text, beside=state.settings.revision >= 1)
     if isinstance(command, str):
         return _invalid_reply(state, command)
     kind = command["type"]
@@ -947,14 +947,15 @@ def _mode(command: dict[str, Any]) -> Any:
     return mode
 
 
-def parse_command(text: str) -> dict[str, Any] | str:
+def parse_command(text: str, *, beside: bool = True) -> dict[str, Any] | str:
     """A reply's JSON command, normalized; or a sentence saying what is wrong.
 
     A reply whose ``type`` is a tool name such as ``files.read`` (or, without
     ``type``, one with a ``name``) is the tool-call shortcut: the keys beside
     that one are the call's arguments, ``{"type": "files.list", "path": "."}``
     is ``files.list`` with ``{"path": "."}``. An ``args`` key, if given, is the
-    arguments instead, and every other key beside it is ignored.
+    arguments instead, and every other key beside it is ignored. With
+    ``beside`` false (runs of revision 0) only ``args`` is taken.
     """
     body = text.strip()
     if fenced := _FENCE.match(body):
@@ -972,20 +973,22 @@ def parse_command(text: str) -> dict[str, Any] | str:
         return "the reply must be one JSON object"
     kind = value.get("type")
     if kind is None and isinstance(value.get("name"), str):
-        return _shortcut(value, "name")
+        return _shortcut(value, "name", beside)
     if not isinstance(kind, str):
         return "the object needs a string `type`"
     if kind not in KNOWN_COMMANDS and "." in kind:
-        return _shortcut(value, "type")
+        return _shortcut(value, "type", beside)
     return value
 
 
-def _shortcut(value: dict[str, Any], key: str) -> dict[str, Any]:
+def _shortcut(value: dict[str, Any], key: str, beside: bool) -> dict[str, Any]:
     """The ``tool_call`` a shortcut naming its tool in ``key`` stands for."""
     if "args" in value:
         args = value["args"]  # `_args` corrects it if it is not an object
-    else:
+    elif beside:
         args = {k: v for k, v in value.items() if k not in (key, "type")}
+    else:
+        args = {}
     return {"type": "tool_call", "name": value[key], "args": args}
 
 

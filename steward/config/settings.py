@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from steward.errors import ConfigError
-from steward.events.run import RunSettings, ToolSpec
+from steward.events.run import LATEST_REVISION, RunSettings, ToolSpec
 
 __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
@@ -346,4 +346,5 @@ class Settings(_Section, frozen=True, kw_only=True):
             cost_budget_usd=run.cost_budget_usd,
             budget_policy=run.budget_policy,
             profiles=tuple(sorted(self.agents)),
+            revision=LATEST_REVISION,
         )

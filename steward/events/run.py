@@ -14,6 +14,7 @@ import msgspec
 from steward.events.base import Event
 
 __all__ = [
+    "LATEST_REVISION",
     "ApprovalDecided",
     "ApprovalRequested",
     "BudgetExceeded",
@@ -122,6 +123,16 @@ class RunSettings(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """The agent profiles (``[agents]``) a subagent may be spawned with; a
     spawn naming another is corrected. ``None`` (a run recorded before this
     field existed) checks none."""
+    revision: int = 0
+    """The decider behaviour the run was created under (`LATEST_REVISION` for
+    new runs, 0 for runs recorded before revisions existed). A change to what
+    a run decides is gated on it, so an old run still re-decides exactly as it
+    was recorded (Temporal's ``patched``). Revision 1: the tool-name shortcut
+    takes the keys beside the name as the call's arguments."""
+
+
+LATEST_REVISION = 1
+"""The revision new runs are created with; see `RunSettings.revision`."""
 
 
 class Usage(msgspec.Struct, frozen=True, kw_only=True, gc=False):

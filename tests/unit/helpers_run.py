@@ -20,6 +20,7 @@ import msgspec
 from steward.actors import run as run_actor
 from steward.actors.prompt import Prompt, prompt_hash
 from steward.events import (
+    LATEST_REVISION,
     ChatMessage,
     Event,
     LlmRequested,
@@ -54,8 +55,10 @@ PLAN = act(type="note", category="plan", content="how to do it")
 
 
 def settings(**overrides: Any) -> RunSettings:
-    """Run settings with the three test tools; ``overrides`` win."""
-    return RunSettings(**{"tools": (READ, WRITE, DELETE), **overrides})
+    """Run settings with the three test tools, of a run created now (the
+    latest revision); ``overrides`` win."""
+    fields = {"tools": (READ, WRITE, DELETE), "revision": LATEST_REVISION}
+    return RunSettings(**{**fields, **overrides})
 
 
 def created(**overrides: Any) -> RunCreated:

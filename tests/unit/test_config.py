@@ -19,7 +19,7 @@ from steward.config import (
     load_settings,
 )
 from steward.errors import ConfigError
-from steward.events.run import RunSettings, ToolSpec
+from steward.events.run import LATEST_REVISION, RunSettings, ToolSpec
 
 
 def write(tmp_path: Path, text: str, name: str = "steward.toml") -> Path:
@@ -70,10 +70,13 @@ def test_other_section_defaults() -> None:
 
 
 def test_defaults_match_recorded_run_settings_defaults() -> None:
-    """Default settings give RunSettings' own defaults, but for the prompt."""
+    """Default settings give RunSettings' own defaults, but for the prompt,
+    the profiles and the revision of a run created now."""
     built = Settings().run_settings()
     assert built == RunSettings(
-        system_prompt=DEFAULT_SYSTEM_PROMPT, profiles=("default",)
+        system_prompt=DEFAULT_SYSTEM_PROMPT,
+        profiles=("default",),
+        revision=LATEST_REVISION,
     )
 
 
@@ -379,6 +382,7 @@ max_tool_call_rounds = 2
         max_iterations=9,
         max_tool_call_rounds=2,
         profiles=("default", "reviewer"),
+        revision=LATEST_REVISION,
     )
     default = s.run_settings("default", specs)
     assert default.tools == specs

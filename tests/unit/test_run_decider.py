@@ -262,6 +262,17 @@ def test_tool_call_shortcut_keeps_the_arguments_beside_the_name(
 
 
 @pytest.mark.parametrize("key", ["type", "name"])
+def test_tool_call_shortcut_of_an_old_run_takes_only_args(key: str):
+    """A run recorded before revision 1 re-decides its shortcut as it did then:
+    the keys beside the tool name are not arguments (old logs verify)."""
+    story = planned(revision=0)
+    decisions = story.say(act(**{key: "files.read", "path": "notes.txt"}))
+    assert decisions == [
+        ToolRequested(request_id=f"{RUN}/tool/1", name="files.read", args={})
+    ]
+
+
+@pytest.mark.parametrize("key", ["type", "name"])
 def test_tool_call_shortcut_with_args_takes_args_and_ignores_the_rest(key: str):
     """An explicit `args` object wins over keys beside a shortcut's tool name."""
     story = planned()
