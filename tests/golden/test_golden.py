@@ -21,7 +21,6 @@ from steward.bus import SqliteEventLog
 from steward.events import Recorded
 
 GOLDEN = Path(__file__).resolve().parent
-RECORD = "record one with `.venv/bin/python tests/golden/make_golden.py NAME`"
 
 
 class Final(NamedTuple):
@@ -142,8 +141,9 @@ def test_every_event_type_has_a_golden_log() -> None:
     seen = {events.type_name(r.event) for name in NAMES for r in load(name)}
     missing = sorted(union - seen)
     assert not missing, (
-        f"no golden log holds {', '.join(missing)}: {RECORD} (a new scenario that "
-        "records them; see that script's docstring)"
+        f"no golden log holds {', '.join(missing)}: record one with "
+        "`.venv/bin/python tests/golden/make_golden.py NAME` (a new scenario "
+        "that records them; see that script's docstring)"
     )
 
 
