@@ -1,0 +1,549 @@
+"""Record the golden logs of tests/golden/ with the real host.
+
+Run by hand from the repository root::
+
+    .venv/bin/python tests/golden/make_golden.py           # every missing log
+    .venv/bin/python tests/golden/make_golden.py NAME ...  # only these scenarios
+    .venv/bin/python tests/golden/make_golden.py --list    # the scenarios
+
+Each scenario drives a real `Host` over a real `SqliteEventLog` with the
+scripted model and a fake clock, then writes every event of its log, in
+position order, as JSON lines (`events.recorded_to_json`, what ``steward
+events export`` writes) to ``NAME.jsonl``. The ``subagents`` scenario also
+keeps its SQLite log file as ``subagents.db``.
+
+A committed golden file is never rewritten: a change that breaks one is a
+bug, fixed with an upcaster. So this script skips a file that exists;
+``--force`` rewrites the named scenarios, for one not yet committed.
+
+To add a scenario (every new event type comes with one): write an async
+function below, add it to `SCENARIOS`, run this script with its name, add its
+final states to ``EXPECTED`` in test_golden.py and a row to README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from steward import events, replay
+from steward.actors import run as run_actor
+from steward.actors.llm import ModelRouter, Reply, RequestInfo, ScriptedProvider
+from steward.actors.llm.scripted import ReplyError
+from steward.actors.prompt import Prompt
+from steward.actors.tools import ToolContext, ToolRegistry, tool
+from steward.bus import SqliteEventLog
+from steward.clock import FakeClock
+from steward.config import ModelConfig, Settings
+from steward.host import Host, run_stream
+
+HERE = Path(__file__).resolve().parent
+KEEP_DB = {"subagents"}
+"""Scenarios whose SQLite log file is committed too (``NAME.db``)."""
+
+
+def act(**command: Any) -> str:
+    """A JSON-protocol reply."""
+    return json.dumps(command)
+
+
+# -- tools beside the built-ins ---------------------------------------------------
+
+
+class TrashArgs(msgspec.Struct, frozen=True, kw_only=True):
+    path: str
+
+
+class FetchArgs(msgspec.Struct, frozen=True, kw_only=True):
+    url: str
+
+
+def tools() -> ToolRegistry:
+    """The built-ins, a tool that needs approval and one whose first try fails."""
+
+    @tool("files.trash", args_type=TrashArgs, requires_approval=True)
+    async def trash(args: TrashArgs, *, ctx: ToolContext) -> str:
+        """Move a workspace file to the trash (a person approves each call)."""
+        return f"moved {args.path} to the trash"
+
+    tried: set[str] = set()
+
+    @tool("net.fetch", args_type=FetchArgs)
+    async def fetch(args: FetchArgs, *, ctx: ToolContext) -> str:
+        """Fetch a URL."""
+        if args.url not in tried:  # a transient failure: the run retries it
+            tried.add(args.url)
+            raise ConnectionError("connection reset by peer")
+        return "<title>Release notes</title>"
+
+    registry = ToolRegistry.with_builtins()
+    registry.register(trash)
+    registry.register(fetch)
+    return registry
+
+
+# -- the rig ------------------------------------------------------------------------
+
+
+class CountingClock(FakeClock):
+    """A fake clock that knows whether someone sleeps on it, so a scenario
+    advances it only once the sleeper it means to wake is waiting."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sleeping = 0
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeping += 1
+        try:
+            await super().sleep(seconds)
+        finally:
+            self.sleeping -= 1
+
+
+def per_run(script: dict[str, list[Reply | str]]) -> ScriptedProvider:
+    """A scripted model playing each run's own replies, whatever the order of
+    its requests among other runs' (subagents run side by side)."""
+    cursors = {run_id: iter(replies) for run_id, replies in script.items()}
+
+    def reply(prompt: Prompt, info: RequestInfo) -> Reply | str:
+        answer = next(cursors[info.run_id], None)
+        if answer is None:
+            raise AssertionError(f"the script has no reply left for {info.run_id}")
+        return answer
+
+    return ScriptedProvider(reply)
+
+
+class Rig:
+    """One scenario's log, clock, workspace and hosts."""
+
+    def __init__(self, log: SqliteEventLog, clock: CountingClock, root: Path) -> None:
+        self.log = log
+        self.clock = clock
+        self.root = root
+        self.workspace = root / "workspace"
+        self.workspace.mkdir()
+        self.tools = tools()
+        self.hosts: list[Host] = []
+
+    async def host(self, provider: Any, **kw: Any) -> Host:
+        """A started host over the scenario's log."""
+        host = Host(
+            self.log,
+            provider=provider,
+            tools=self.tools,
+            workspace=self.workspace,
+            clock=self.clock,
+            **kw,
+        )
+        await host.start()
+        self.hosts.append(host)
+        return host
+
+    async def start(self, host: Host, run_id: str, **settings: Any) -> None:
+        """Start run ``run_id`` with the default profile's settings, overridden."""
+        base = Settings().run_settings(tools=self.tools.specs())
+        created = events.RunCreated(
+            run_id=run_id,
+            input_text=f"golden scenario {run_id}",
+            settings=msgspec.structs.replace(base, **settings),
+            at=self.clock.now(),
+        )
+        await host.submit(run_stream(run_id), created)
+
+    async def state(self, run_id: str) -> run_actor.Run:
+        return replay.rebuild(await self.log.read(run_stream(run_id)))
+
+    async def until(
+        self,
+        run_id: str,
+        *statuses: str,
+        when: Callable[[run_actor.Run], bool] = lambda state: True,
+    ) -> run_actor.Run:
+        """Poll run ``run_id`` until it is in one of ``statuses`` and ``when``."""
+        deadline = asyncio.get_running_loop().time() + 10
+        while True:
+            state = await self.state(run_id)
+            if state.status in statuses and when(state):
+                return state
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"run {run_id} stayed {state.status}")
+            await asyncio.sleep(0.005)
+
+    async def advance(self, seconds: float) -> None:
+        """Move the clock on once something sleeps on it."""
+        deadline = asyncio.get_running_loop().time() + 10
+        while not self.clock.sleeping:
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError("nothing sleeps on the clock")
+            await asyncio.sleep(0.005)
+        self.clock.advance(seconds)
+
+    async def recorded(self, kind: type[events.Event], n: int) -> None:
+        """Wait until ``n`` events of type ``kind`` are in the log."""
+        deadline = asyncio.get_running_loop().time() + 10
+        while sum(isinstance(r.event, kind) for r in await self.log.read_all()) < n:
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"fewer than {n} {kind.__name__} recorded")
+            await asyncio.sleep(0.005)
+
+    async def decide(
+        self, host: Host, request_id: str, approved: bool, why: str
+    ) -> None:
+        """A person approves or denies ``request_id`` once its run waits for it."""
+        run_id = request_id.split("/")[0]
+        await self.until(
+            run_id,
+            "waiting",
+            when=lambda s: (
+                s.budget_hold == request_id
+                or any(a.request_id == request_id for a in s.approvals)
+            ),
+        )
+        decided = events.ApprovalDecided(
+            request_id=request_id, approved=approved, reason=why, at=self.clock.now()
+        )
+        await host.submit(run_stream(run_id), decided)
+
+
+# -- the scenarios ------------------------------------------------------------------
+
+
+async def json_protocol(rig: Rig) -> None:
+    """The JSON loop, most of its commands and their failures.
+
+    Planning gate, notes, a tool call, a message, a decision, an invalid
+    reply, an unknown tool, a failed call retried, a call that fails for
+    good, output and finish.
+    """
+    run = "json-protocol"
+    replies: list[Reply | str] = [
+        act(type="set_output", output="draft"),  # before the plan: gated
+        act(type="note", category="requirements", content="A report in report.txt."),
+        act(type="note", category="plan", content="Write it, fetch the notes."),
+        act(
+            type="tool_call",
+            name="files.write",
+            args={"path": "report.txt", "content": "all good"},
+        ),
+        act(type="send_message", message="report.txt is written; fetching notes."),
+        act(type="decision", content="Cite the release notes.", importance="high"),
+        "I will now fetch the release notes.",  # not a command
+        act(type="tool_call", name="web.search", args={"q": "release notes"}),
+        act(type="tool_call", name="net.fetch", args={"url": "https://example.org"}),
+        act(type="tool_call", name="files.read", args={"path": "missing.txt"}),
+        act(type="set_output", output="Report written to report.txt."),
+        act(type="finish"),
+    ]
+    host = await rig.host(per_run({run: replies}))
+    await rig.start(host, run)
+    await rig.until(run, "completed")
+
+
+async def json_invalid(rig: Rig) -> None:
+    """Two replies that are no valid command: a correction, then the run fails."""
+    run = "json-invalid"
+    host = await rig.host(
+        per_run({run: ["Sure! Here is the answer.", act(type="dance")]})
+    )
+    await rig.start(host, run, planning_gate=False)
+    await rig.until(run, "failed")
+
+
+async def native_protocol(rig: Rig) -> None:
+    """Native tool calling: three calls (one unknown), then a plain answer."""
+    run = "native-protocol"
+    write = events.ToolCall(
+        id="c1", name="files.write", args={"path": "notes.md", "content": "# notes"}
+    )
+    unknown = events.ToolCall(id="c2", name="web.search", args={"q": "notes"})
+    listing = events.ToolCall(id="c3", name="files.list", args={})
+    replies: list[Reply | str] = [
+        Reply(text="Writing the notes.", tool_calls=(write, unknown)),
+        Reply(tool_calls=(listing,)),
+        "Wrote notes.md; the workspace holds it.",
+    ]
+    host = await rig.host(per_run({run: replies}))
+    await rig.start(host, run, protocol="native")
+    await rig.until(run, "completed")
+
+
+async def approvals(rig: Rig) -> None:
+    """A tool that needs approval: one call approved and run, one denied."""
+    run = "approvals"
+    replies: list[Reply | str] = [
+        act(type="tool_call", name="files.trash", args={"path": "old.txt"}),
+        act(type="tool_call", name="files.trash", args={"path": "keep.txt"}),
+        act(type="finish", output="Trashed old.txt; kept keep.txt."),
+    ]
+    host = await rig.host(per_run({run: replies}))
+    await rig.start(host, run, planning_gate=False)
+    await rig.decide(host, f"{run}/tool/1", True, "old.txt is obsolete")
+    await rig.decide(host, f"{run}/tool/2", False, "keep.txt is still needed")
+    await rig.until(run, "completed")
+
+
+async def budget_pause(rig: Rig) -> None:
+    """A token budget with policy pause: spent, the run waits; approved, it goes on."""
+    run = "budget-pause"
+    replies: list[Reply | str] = [
+        act(type="decision", content="Spend more than the budget."),
+        act(type="finish", output="Finished on an approved budget."),
+    ]
+    host = await rig.host(per_run({run: replies}))
+    await rig.start(
+        host, run, planning_gate=False, token_budget=50, budget_policy="pause"
+    )
+    await rig.decide(host, f"{run}/budget/2", True, "worth it")
+    await rig.until(run, "completed")
+
+
+async def budget_fail(rig: Rig) -> None:
+    """A token budget with policy fail: spent, the run fails."""
+    run = "budget-fail"
+    replies: list[Reply | str] = [act(type="decision", content="Spend it all.")]
+    host = await rig.host(per_run({run: replies}))
+    await rig.start(host, run, planning_gate=False, token_budget=50)
+    await rig.until(run, "failed")
+
+
+async def sleep_wake(rig: Rig) -> None:
+    """A sleep of 60 s and a cron sleep, each woken by the (fake) clock."""
+    run = "sleep-wake"
+    replies: list[Reply | str] = [
+        act(type="sleep", delaySeconds=60, reason="wait for the build"),
+        act(type="sleep", cron="0 * * * *", reason="the next full hour"),
+        act(type="finish", output="Woke twice."),
+    ]
+    host = await rig.host(per_run({run: replies}))
+    await rig.start(host, run, planning_gate=False)
+
+    async def wake(sleep: int) -> None:
+        state = await rig.until(run, "waiting", when=lambda s: s.sleeps == sleep)
+        assert state.wake_at is not None
+        await rig.advance(state.wake_at - rig.clock.now())
+
+    await wake(1)
+    await wake(2)
+    await rig.until(run, "completed")
+
+
+async def subagents(rig: Rig) -> None:
+    """Two subagents spawned at once; their results resume the parent."""
+    run = "subagents"
+    host = await rig.host(
+        per_run(
+            {
+                run: [
+                    act(
+                        type="spawn_subagents",
+                        subagents=[
+                            {"task": "Count the words of the request."},
+                            {"task": "Name its language.", "tools": ["files.read"]},
+                        ],
+                    ),
+                    act(type="finish", output="Four words, in English."),
+                ],
+                f"{run}-1": [act(type="send_message", message="Four words.")],
+                f"{run}-2": [act(type="send_message", message="English.")],
+            }
+        )
+    )
+    await rig.start(host, run, planning_gate=False)
+    await rig.until(run, "completed")
+    for child in (f"{run}-1", f"{run}-2"):
+        await rig.until(child, "completed")
+
+
+async def cancel(rig: Rig) -> None:
+    """An operator cancels a run waiting on a sleeping subagent: both end."""
+    run = "cancel"
+    host = await rig.host(
+        per_run(
+            {
+                run: [
+                    act(type="spawn_subagent", subagent={"task": "Watch the queue."})
+                ],
+                f"{run}-1": [act(type="sleep", delaySeconds=3600)],
+            }
+        )
+    )
+    await rig.start(host, run, planning_gate=False)
+    await rig.until(f"{run}-1", "waiting", when=lambda s: s.timer_id is not None)
+    cancel = events.CancelRequested(reason="stopped by an operator", at=rig.clock.now())
+    await host.submit(run_stream(run), cancel)
+    for stream in (run, f"{run}-1"):
+        await rig.until(stream, "cancelled")
+
+
+async def model_errors(rig: Rig) -> None:
+    """Model errors: a call answered on its retry, one that fails for good.
+
+    The second call fails three times (two retries) and fails the run.
+    """
+    run = "model-errors"
+
+    def error(kind: Any) -> Reply:
+        return Reply(
+            error=ReplyError(
+                kind=kind, message=f"scripted {kind}", retryable=True, retry_after=5.0
+            )
+        )
+
+    replies: list[Reply | str] = [
+        error("rate_limit"),
+        act(type="decision", content="Carry on after the retry."),
+        error("transport"),
+        error("transport"),
+        error("transport"),
+    ]
+    host = await rig.host(per_run({run: replies}), llm_retries=2)
+    await rig.start(host, run, planning_gate=False)
+    for n in (1, 2, 3):
+        await rig.recorded(events.LlmAttemptFailed, n)
+        await rig.advance(5.0)
+    await rig.until(run, "failed")
+
+
+async def streams(rig: Rig) -> None:
+    """Recorded streams (``record_stream``) and costs of a priced model.
+
+    A failed attempt's stream, then whole ones, and the replies' costs.
+    """
+    run = "streams"
+    script = rig.root / "script.json"
+    replies = [
+        {"error": {"kind": "rate_limit", "retryable": True, "retry_after": 5.0}},
+        {"json": {"type": "decision", "content": "Stream it."}},
+        {"json": {"type": "finish", "output": "Streamed and priced."}},
+    ]
+    script.write_text(json.dumps({"replies": replies}))
+    model = ModelConfig(
+        provider="scripted",
+        script=script.name,  # the provider's label, kept in the recorded streams
+        record_stream=True,
+        input_price_per_mtok=3.0,
+        output_price_per_mtok=15.0,
+    )
+    router = ModelRouter(Settings(models={"default": model}))
+    with working_directory(rig.root):
+        host = await rig.host(router)
+        await rig.start(host, run, planning_gate=False)
+        await rig.recorded(events.LlmAttemptFailed, 1)
+        await rig.advance(5.0)
+        await rig.until(run, "completed")
+
+
+async def claims(rig: Rig) -> None:
+    """A worker (``worker_id``) claims each model and tool call in the log."""
+    run = "claims"
+    replies: list[Reply | str] = [
+        act(type="tool_call", name="files.list", args={}),
+        act(type="finish", output="Listed the workspace."),
+    ]
+    host = await rig.host(per_run({run: replies}), worker_id="worker-a")
+    await rig.start(host, run, planning_gate=False)
+    await rig.until(run, "completed")
+
+
+Scenario = Callable[[Rig], Awaitable[None]]
+SCENARIOS: dict[str, Scenario] = {
+    "json_protocol": json_protocol,
+    "json_invalid": json_invalid,
+    "native_protocol": native_protocol,
+    "approvals": approvals,
+    "budget_pause": budget_pause,
+    "budget_fail": budget_fail,
+    "sleep_wake": sleep_wake,
+    "subagents": subagents,
+    "cancel": cancel,
+    "model_errors": model_errors,
+    "streams": streams,
+    "claims": claims,
+}
+
+
+# -- recording ------------------------------------------------------------------------
+
+
+@contextmanager
+def working_directory(path: Path) -> Iterator[None]:
+    before = Path.cwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+async def record(name: str, scenario: Scenario) -> list[Path]:
+    """Run ``scenario`` on a fresh log; write its golden files, return them."""
+    written = []
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        clock = CountingClock()
+        log = await SqliteEventLog.open(root / "log.db", clock=clock.now)
+        rig = Rig(log, clock, root)
+        try:
+            await scenario(rig)
+        finally:
+            for host in rig.hosts:
+                await host.stop()
+            records = await log.read_all()
+            await log.close()
+        for stream in sorted({r.stream for r in records}):
+            mine = [r for r in records if r.stream == stream]
+            mismatch = replay.verify(mine)
+            assert mismatch is None, f"{name}: {stream} does not verify: {mismatch}"
+        jsonl = HERE / f"{name}.jsonl"
+        jsonl.write_bytes(b"".join(events.recorded_to_json(r) + b"\n" for r in records))
+        written.append(jsonl)
+        if name in KEEP_DB:
+            assert not (root / "log.db-wal").exists(), "the log was not checkpointed"
+            shutil.copyfile(root / "log.db", HERE / f"{name}.db")
+            written.append(HERE / f"{name}.db")
+    return written
+
+
+async def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        description="Record the golden logs of tests/golden/ (see the docstring)."
+    )
+    parser.add_argument("names", nargs="*", help="scenarios to record (default: all)")
+    parser.add_argument(
+        "--force", action="store_true", help="rewrite files that exist already"
+    )
+    parser.add_argument("--list", action="store_true", help="list the scenarios")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.ERROR)  # the failing tool's warning is planned
+    if args.list:
+        for name, scenario in SCENARIOS.items():
+            print(f"{name:16} {(scenario.__doc__ or '').split(chr(10))[0]}")
+        return 0
+    unknown = sorted(set(args.names) - set(SCENARIOS))
+    if unknown:
+        parser.error(f"no scenario {', '.join(unknown)}; --list shows them")
+    for name in args.names or SCENARIOS:
+        if (HERE / f"{name}.jsonl").exists() and not args.force:
+            print(f"{name}: kept (committed golden files are never rewritten)")
+            continue
+        for path in await record(name, SCENARIOS[name]):
+            print(f"{name}: wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main(sys.argv[1:])))

@@ -1,0 +1,163 @@
+"""Old logs replay: every committed golden log folds and verifies with today's code.
+
+A change that breaks a golden log is a bug, fixed with an upcaster
+(`steward.events.UPCASTERS`), never by editing the golden file. See
+README.md beside this file, and make_golden.py for how the logs were recorded.
+"""
+
+from __future__ import annotations
+
+import shutil
+import typing
+from functools import cache
+from pathlib import Path
+from typing import NamedTuple
+
+import msgspec
+import pytest
+
+from steward import events, replay
+from steward.bus import SqliteEventLog
+from steward.events import Recorded
+
+GOLDEN = Path(__file__).resolve().parent
+
+
+class Final(NamedTuple):
+    """What a run's folded state must say at the end of its golden log."""
+
+    status: str
+    output: str = ""
+    reason: str | None = None
+    """The start of the run's ``reason`` (``None``: it has none)."""
+
+
+EXPECTED: dict[str, dict[str, Final]] = {
+    "json_protocol": {
+        "json-protocol": Final("completed", "Report written to report.txt."),
+    },
+    "json_invalid": {
+        "json-invalid": Final(
+            "failed", reason="the model's reply was not a valid command after 1 retry"
+        ),
+    },
+    "native_protocol": {
+        "native-protocol": Final(
+            "completed", "Wrote notes.md; the workspace holds it."
+        ),
+    },
+    "approvals": {"approvals": Final("completed", "Trashed old.txt; kept keep.txt.")},
+    "budget_pause": {
+        "budget-pause": Final("completed", "Finished on an approved budget."),
+    },
+    "budget_fail": {
+        "budget-fail": Final("failed", reason="tokens budget spent: 605 of 50"),
+    },
+    "sleep_wake": {"sleep-wake": Final("completed", "Woke twice.")},
+    "subagents": {
+        "subagents": Final("completed", "Four words, in English."),
+        "subagents-1": Final("completed", "Four words."),
+        "subagents-2": Final("completed", "English."),
+    },
+    "cancel": {
+        "cancel": Final("cancelled", reason="stopped by an operator"),
+        "cancel-1": Final("cancelled", reason="parent run was cancelled"),
+    },
+    "model_errors": {
+        "model-errors": Final(
+            "failed", reason="model call failed: transport: scripted transport"
+        ),
+    },
+    "streams": {"streams": Final("completed", "Streamed and priced.")},
+    "claims": {"claims": Final("completed", "Listed the workspace.")},
+}
+"""Each golden log's runs (by run id) and their final states."""
+
+NAMES = sorted({p.stem for p in GOLDEN.glob("*.jsonl")} | set(EXPECTED))
+
+
+@cache
+def load(name: str) -> tuple[Recorded, ...]:
+    """The records of golden log ``name``, decoded as an export is read."""
+    path = GOLDEN / f"{name}.jsonl"
+    if not path.exists():
+        pytest.fail(
+            f"{path.name} is gone: restore it from git (a golden log is never "
+            "deleted) or take it out of EXPECTED with its scenario"
+        )
+    records = []
+    for n, line in enumerate(path.read_bytes().splitlines(), start=1):
+        try:
+            records.append(events.recorded_from_json(line))
+        except msgspec.DecodeError as e:  # a ValidationError is one too
+            pytest.fail(
+                f"{path.name}:{n}: an event no longer decodes ({e}): its type was "
+                "changed in place; add an upcaster (steward.events.UPCASTERS) "
+                "and never edit a golden log"
+            )
+    return tuple(records)
+
+
+def by_stream(records: typing.Iterable[Recorded]) -> dict[str, list[Recorded]]:
+    streams: dict[str, list[Recorded]] = {}
+    for r in records:
+        streams.setdefault(r.stream, []).append(r)
+    return streams
+
+
+def check_replays(name: str, records: typing.Iterable[Recorded]) -> None:
+    """Each run of ``records`` is contiguous, verifies, and ends as EXPECTED says."""
+    runs = by_stream(records)
+    assert name in EXPECTED, (
+        f"golden log {name} has no final states: add them to EXPECTED in {__file__}"
+    )
+    assert sorted(runs) == sorted(f"run.{run_id}" for run_id in EXPECTED[name])
+    for run_id, final in EXPECTED[name].items():
+        stream = runs[f"run.{run_id}"]
+        assert [r.version for r in stream] == list(range(1, len(stream) + 1))
+        mismatch = replay.verify(stream)
+        assert mismatch is None, (
+            f"{name}: run {run_id} no longer replays at version {mismatch.version}: "
+            f"{mismatch.problem}\n  recorded: {mismatch.recorded}\n"
+            f"  decided:  {mismatch.decided}\nkeep old logs working (an "
+            "upcaster, or a decider that still decides old inputs the old way)"
+        )
+        state = replay.rebuild(stream)
+        reason = state.reason
+        if final.reason is not None and reason is not None:
+            reason = reason[: len(final.reason)]
+        assert (state.status, state.output, reason) == final, run_id
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_golden_log_replays(name: str) -> None:
+    """A golden log decodes, each run re-decides exactly, and ends as expected."""
+    check_replays(name, load(name))
+
+
+def test_every_event_type_has_a_golden_log() -> None:
+    """Each event type of the codec's union appears in some golden log."""
+    union = {t.__name__ for t in typing.get_args(events.AnyEvent)}
+    seen = {events.type_name(r.event) for name in NAMES for r in load(name)}
+    missing = sorted(union - seen)
+    assert not missing, (
+        f"no golden log holds {', '.join(missing)}: record one with "
+        "`.venv/bin/python tests/golden/make_golden.py NAME` (a new scenario "
+        "that records them; see that script's docstring)"
+    )
+
+
+async def test_golden_sqlite_log_opens_and_replays(tmp_path: Path) -> None:
+    """A log file written by an earlier SqliteEventLog opens and reads back the
+    same events as its export; its runs replay."""
+    path = tmp_path / "subagents.db"
+    shutil.copyfile(GOLDEN / "subagents.db", path)
+    log = await SqliteEventLog.open(path)
+    try:
+        records = await log.read_all()
+        streams = {s: await log.read(s) for s in await log.streams("run.")}
+    finally:
+        await log.close()
+    assert tuple(records) == load("subagents")
+    assert streams == by_stream(records)
+    check_replays("subagents", records)
