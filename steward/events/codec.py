@@ -115,8 +115,23 @@ def recorded_to_json(r: Recorded) -> bytes:
     )
 
 
+_raw_line_decoder = msgspec.json.Decoder(dict[str, Any])
+
+
 def recorded_from_json(line: bytes | str) -> Recorded:
-    j = _line_decoder.decode(line)
+    """A recorded event from one exported JSON line, upcasting an old event
+    shape as `decode` does (an exported or golden log replays as the log)."""
+    try:
+        j = _line_decoder.decode(line)
+    except msgspec.ValidationError:
+        raw = _raw_line_decoder.decode(line)
+        event = raw.get("event")
+        upcast = (
+            UPCASTERS.get(str(event.get("type"))) if isinstance(event, dict) else None
+        )
+        if upcast is None:
+            raise
+        j = msgspec.convert({**raw, "event": upcast(event)}, RecordedJson)
     return Recorded(
         stream=j.stream,
         version=j.version,

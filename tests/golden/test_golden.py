@@ -161,3 +161,23 @@ async def test_golden_sqlite_log_opens_and_replays(tmp_path: Path) -> None:
     assert tuple(records) == load("subagents")
     assert streams == by_stream(records)
     check_replays("subagents", records)
+
+
+def test_an_exported_old_event_shape_is_upcast(monkeypatch) -> None:
+    """An exported (or golden) line of a retired event type is read through
+    its upcaster, as the log's own reads are, so a golden log can be kept."""
+    monkeypatch.setitem(
+        events.UPCASTERS,
+        "NoteTaken",
+        lambda old: {"type": "NoteRecorded", "category": "old", "content": old["text"]},
+    )
+    line = (
+        '{"id": "run.r1/2", "stream": "run.r1", "version": 2, "position": 7, '
+        '"at": 1.5, "correlation_id": "r1", "causation_id": null, '
+        '"event": {"type": "NoteTaken", "text": "legacy"}}'
+    )
+    rec = events.recorded_from_json(line)
+    assert rec.event == events.NoteRecorded(category="old", content="legacy")
+    assert (rec.stream, rec.version, rec.position, rec.at) == ("run.r1", 2, 7, 1.5)
+    with pytest.raises(msgspec.ValidationError):
+        events.recorded_from_json(line.replace("NoteTaken", "NoteLost"))
