@@ -301,7 +301,7 @@ async def _see_run(
                 for rec in batch:
                     watch.see(rec)
                 watch.printed = batch[-1].position
-        host = _host(env, log, projector, provider=provider, takes={root})
+        host = _host(env, log, projector, provider=provider, scope=root)
         if stream:
             _stream_deltas(host)
         stopped = await _host_run(host, log, watch, interrupted, created)

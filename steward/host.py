@@ -27,7 +27,7 @@ import heapq
 import logging
 import random
 from collections import deque
-from collections.abc import Awaitable, Callable, Container
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -126,7 +126,7 @@ class Host:
         max_conflict_retries: int = 20,
         worker_id: str | None = None,
         claim_seconds: float = 300.0,
-        takes: Container[str] | None = None,
+        scope: str | None = None,
     ) -> None:
         self.log = log
         self.provider = provider
@@ -138,9 +138,9 @@ class Host:
         # claimed in the run's log first, and abandoned claims are retaken.
         self.worker_id = worker_id
         self.claim_seconds = claim_seconds
-        # Which queued runs (`RunCreated.queued`) this host takes: every one
-        # (a serve, a worker), or only those named (a `steward run`).
-        self.takes = takes
+        # The run whose tree alone this host carries out (`steward run`), by
+        # its correlation id; None carries every run in the log (a serve).
+        self.scope = scope
         # This worker's claims being renewed while their calls run.
         self._renewals: dict[str, tuple[asyncio.Task[None], asyncio.Event]] = {}
         self._sweeper: asyncio.Task[None] | None = None
@@ -412,10 +412,10 @@ class Host:
     # -- routing ------------------------------------------------------------------
 
     async def _route(self, rec: Recorded) -> None:
+        if self.scope is not None and rec.correlation_id != self.scope:
+            return  # another run's: the serve's work, not this host's
         match rec.event:
-            case events.RunCreated(queued=True, run_id=rid) if (
-                self.takes is None or rid in self.takes
-            ):
+            case events.RunCreated(queued=True, run_id=rid):
                 taken = events.RunTaken(at=self.clock.now())
                 self._spawn_effect(
                     f"take:{rid}",
