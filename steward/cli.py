@@ -233,8 +233,7 @@ class _Watch:
             self.env.out(_step_line(rec))
         event = rec.event
         if (
-            rec.stream == run_stream(self.root)
-            and isinstance(event, _ENDS)
+            (rec.stream == run_stream(self.root) and isinstance(event, _ENDS))
             or isinstance(event, events.ApprovalRequested)
             or (isinstance(event, events.BudgetExceeded) and event.policy == "pause")
         ):

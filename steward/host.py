@@ -18,6 +18,11 @@ refuses a result whose request is no longer pending. One shortcut: the task
 that commits a model's answer makes the next model call that commit asks for
 (a run's model loop is one task), and the dispatcher skips a request already
 in flight; after a restart the pending projection routes it as any other.
+
+A queued run (``RunCreated.queued``: `steward runs start`) waits, pending,
+until a host that sees it, live or in the pending projection, records
+`RunTaken`; the decider refuses a second host's. A host scoped to one run
+(`steward run`) carries out that run and its subagents only.
 """
 
 from __future__ import annotations

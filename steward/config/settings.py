@@ -102,7 +102,9 @@ class LogConfig(_Section, frozen=True, kw_only=True):
 
     claim_seconds: Seconds = 300.0
     """On a shared (``nats://``) log, how long a worker's claim on a model or
-    tool call lasts; a call whose worker died is retaken after this."""
+    tool call lasts; the worker renews it while the call runs, and a call
+    whose worker died is retaken after this. At least the longest call a
+    worker may make (see `Settings.check_claims`)."""
 
     projections: str | None = None
     """The SQLite file of the projections when the log is on JetStream
