@@ -377,15 +377,16 @@ def _awaited(state: run_actor.Run) -> str | None:
     """What a person must decide for run ``state`` to go on, if anything."""
     if state.status != "waiting":
         return None
+    run_id = state.run_id
     if state.budget_hold is not None:
         return (
-            "its budget is spent: `steward runs approve {id}` lifts it, "
-            "`steward runs deny {id} --reason WHY` fails the run"
+            f"its budget is spent: `steward runs approve {run_id}` lifts it, "
+            f"`steward runs deny {run_id} --reason WHY` fails the run"
         )
     if state.approvals:
         return (
-            f"its call to {state.approvals[0].name} needs approval: "
-            "`steward runs approve {id}` or `steward runs deny {id} --reason WHY`"
+            f"its call to {state.approvals[0].name} needs approval: `steward runs "
+            f"approve {run_id}` or `steward runs deny {run_id} --reason WHY`"
         )
     return None
 
@@ -412,7 +413,6 @@ async def _ending(
     if stopped and waiting is not None:
         run, need = waiting
         of = "" if run.run_id == root else f" (a subagent of {root})"
-        need = need.format(id=run.run_id)
         env.out(f"run {run.run_id}{of} is waiting for a person: {need}")
         env.out("a running `steward serve` carries the run on from there")
         return EXIT_WAITING
@@ -470,11 +470,9 @@ async def cmd_start(env: Env, args: argparse.Namespace) -> int:
         await host.submit(stream, created)
         env.out(created.run_id)
         if args.wait > 0 and not await _taken(log, stream, args.wait):
-            where = (
-                "`steward worker` or `steward serve`"
-                if env.distributed
-                else ("`steward serve`")
-            )
+            where = "`steward serve`"
+            if env.distributed:
+                where = "`steward worker` or `steward serve`"
             print(
                 f"run {created.run_id} is queued, but no host took it within "
                 f"{args.wait:g}s; start {where} on {env.log_url} to run it",
