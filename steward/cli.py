@@ -39,12 +39,16 @@ from steward.config import LogConfig, Settings, load_settings
 from steward.config.settings import Port
 from steward.errors import ConfigError, NotFoundError, StewardError
 from steward.host import Host, run_stream
+from steward.hostlock import Holder, HostLock
 from steward.ingress import Egress, Ingress
 from steward.projections.metrics import endpoint_registry
 from steward.projections.store import Projector
 
+EXIT_FAILED = 1
 EXIT_INPUT = 2
 EXIT_MISMATCH = 3
+EXIT_WAITING = 4
+EXIT_INTERRUPTED = 130
 DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
 
 
@@ -128,6 +132,8 @@ def _provider(env: Env) -> Provider:
 
 
 def _host(env: Env, log: EventLog, projector: Projector, **kw: Any) -> Host:
+    if env.distributed:
+        env.settings.check_claims()
     tools = ToolRegistry.with_builtins(
         output_limit=env.settings.tools.output_limit,
         timeout=env.settings.tools.timeout,
@@ -205,40 +211,238 @@ def _stream_deltas(host: Host) -> None:
     host.listen(on_record)
 
 
-async def _follow_run(
+class _Watch:
+    """What a foreground command watches in the log while its run goes on:
+    it prints the steps of run ``root`` and its subagents (each once), and
+    notes when the run ends or one of them stops for a person."""
+
+    def __init__(self, env: Env, root: str, quiet: bool) -> None:
+        self.env = env
+        self.root = root
+        self.quiet = quiet
+        self.printed = 0
+        """The position of the last step printed."""
+        self.stopped = asyncio.Event()
+        """Set when the run ended or a run of it waits for a person."""
+
+    def see(self, rec: events.Recorded) -> None:
+        if rec.correlation_id != self.root or rec.position <= self.printed:
+            return
+        self.printed = rec.position
+        if not self.quiet:
+            self.env.out(_step_line(rec))
+        event = rec.event
+        if (
+            (rec.stream == run_stream(self.root) and isinstance(event, _ENDS))
+            or isinstance(event, events.ApprovalRequested)
+            or (isinstance(event, events.BudgetExceeded) and event.policy == "pause")
+        ):
+            self.stopped.set()
+
+    async def until_stopped(
+        self, interrupted: asyncio.Event, timeout: float | None = None
+    ) -> bool | None:
+        """Wait for the run to stop or for Ctrl-C: whether it stopped, or
+        ``None`` when neither came within ``timeout`` seconds."""
+        stopped = asyncio.ensure_future(self.stopped.wait())
+        interrupt = asyncio.ensure_future(interrupted.wait())
+        await asyncio.wait(
+            {stopped, interrupt}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+        )
+        stopped.cancel()
+        interrupt.cancel()
+        if self.stopped.is_set():
+            return True
+        return False if interrupted.is_set() else None
+
+
+_ENDS = (events.RunCompleted, events.RunFailed, events.RunCancelled)
+
+
+async def _see_run(
     env: Env,
-    host: Host,
+    log: EventLog,
+    projector: Projector,
     root: str,
     quiet: bool,
+    *,
     created: events.RunCreated | None = None,
-) -> run_actor.Run:
-    """Host the log until run ``root`` ends (creating it first if given)."""
-    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    target = run_stream(root)
+    stream: bool = False,
+    provider: Provider | None = None,
+) -> int:
+    """Carry run ``root`` (creating it first from ``created``, if given) until
+    it ends, waits for a person, or Ctrl-C; the exit status, with what it
+    means said. On a SQLite log held by another host (a `serve`), the run is
+    handed to that host (recorded queued) and followed in the log; should
+    that host stop, this process takes the log over and hosts the run."""
+    provider = provider or _provider(env)  # bad settings fail before the run starts
+    watch = _Watch(env, root, quiet)
+    interrupted = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGINT, interrupted.set)
+    lock = None if env.distributed else HostLock(env.db)
+    try:
+        if lock is not None and not lock.acquire():
+            holder = lock.holder()
+            watch.printed = await log.head()
+            if created is not None:
+                queued = replace(created, queued=True)
+                await Host(log).submit(run_stream(root), queued)
+                created = None
+            stopped = await _follow_log(log, watch, interrupted, lock)
+            if stopped is not None:
+                close = getattr(provider, "aclose", None)
+                if close is not None:
+                    await close()
+                return await _ending(env, log, watch, stopped, holder)
+            # the other host stopped and this process took the log over
+            while batch := await log.read_all(watch.printed):
+                for rec in batch:
+                    watch.see(rec)
+                watch.printed = batch[-1].position
+        host = _host(env, log, projector, provider=provider, scope=root)
+        if stream:
+            _stream_deltas(host)
+        stopped = await _host_run(host, log, watch, interrupted, created)
+        return await _ending(env, log, watch, stopped, None)
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+        if lock is not None:
+            lock.release()
 
-    def on_record(rec: events.Recorded) -> None:
-        if rec.correlation_id != root:
-            return
-        if not quiet:
-            env.out(_step_line(rec))
-        if (
-            rec.stream == target
-            and isinstance(
-                rec.event, events.RunCompleted | events.RunFailed | events.RunCancelled
-            )
-            and not done.done()
-        ):
-            done.set_result(None)
 
-    host.listen(on_record)
+async def _host_run(
+    host: Host,
+    log: EventLog,
+    watch: _Watch,
+    interrupted: asyncio.Event,
+    created: events.RunCreated | None,
+) -> bool:
+    """Host the log (creating the run from ``created``, if given) until
+    ``watch`` says its run stopped, or Ctrl-C; whether it stopped."""
+    host.listen(watch.see)
     await host.start()
-    if created is not None:
-        await host.submit(target, created)
-    state, _ = await host.state(target)
-    if state.status not in events.TERMINAL:
-        await done
-    await host.stop()
-    return (await host.state(target))[0]
+    try:
+        target = run_stream(watch.root)
+        if created is not None:
+            await host.submit(target, created)
+        if await _stopped(log, watch.root):
+            return True
+        return bool(await watch.until_stopped(interrupted))
+    finally:
+        await host.stop()
+
+
+async def _follow_log(
+    log: EventLog, watch: _Watch, interrupted: asyncio.Event, lock: HostLock
+) -> bool | None:
+    """Follow the log past ``watch.printed`` while another process hosts it,
+    until the run stops or Ctrl-C (whether it stopped); ``None`` once this
+    process took the host lock (the other host ended)."""
+
+    async def follow(since: int) -> None:
+        async for rec in log.subscribe(since):
+            watch.see(rec)
+
+    follower = asyncio.create_task(follow(watch.printed))
+    try:
+        if await _stopped(log, watch.root):
+            return True
+        while True:
+            stopped = await watch.until_stopped(interrupted, _TAKE_OVER_EVERY)
+            if stopped is not None:
+                return stopped
+            if lock.acquire():
+                return None
+    finally:
+        follower.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await follower
+
+
+_TAKE_OVER_EVERY = 0.5
+"""Seconds between a follower's tries to take the log over from its host."""
+
+
+async def _stopped(log: EventLog, root: str) -> bool:
+    """Whether run ``root`` ended, or it or a subagent waits for a person."""
+    state = replay.rebuild(await log.read(run_stream(root)))
+    return (
+        state.status in events.TERMINAL
+        or await _waiting_for_person(log, state) is not None
+    )
+
+
+def _awaited(state: run_actor.Run) -> str | None:
+    """What a person must decide for run ``state`` to go on, if anything."""
+    if state.status != "waiting":
+        return None
+    run_id = state.run_id
+    if state.budget_hold is not None:
+        return (
+            f"its budget is spent: `steward runs approve {run_id}` lifts it, "
+            f"`steward runs deny {run_id} --reason WHY` fails the run"
+        )
+    if state.approvals:
+        return (
+            f"its call to {state.approvals[0].name} needs approval: `steward runs "
+            f"approve {run_id}` or `steward runs deny {run_id} --reason WHY`"
+        )
+    return None
+
+
+async def _ending(
+    env: Env,
+    log: EventLog,
+    watch: _Watch,
+    stopped: bool,
+    holder: Holder | None,
+) -> int:
+    """Say how run ``watch.root`` stands now that its command returns; the
+    exit status."""
+    root = watch.root
+    state = replay.rebuild(await log.read(run_stream(root)))
+    if state.status in events.TERMINAL:
+        env.out(f"run {root} {state.status}")
+        if state.status == "completed":
+            env.out(state.output)
+            return 0
+        env.out(f"reason: {state.reason}")
+        return EXIT_FAILED
+    waiting = await _waiting_for_person(log, state)
+    if stopped and waiting is not None:
+        run, need = waiting
+        of = "" if run.run_id == root else f" (a subagent of {root})"
+        env.out(f"run {run.run_id}{of} is waiting for a person: {need}")
+        env.out("a running `steward serve` carries the run on from there")
+        return EXIT_WAITING
+    if holder is not None:
+        left = f"run {root} goes on in the host that has the log ({holder})"
+    else:
+        left = f"run {root} is left {state.status}; `steward serve` resumes it"
+    print(
+        f"interrupted: {left}; `steward runs cancel {root}` ends it",
+        file=sys.stderr,
+        flush=True,
+    )
+    return EXIT_INTERRUPTED
+
+
+async def _waiting_for_person(
+    log: EventLog, state: run_actor.Run
+) -> tuple[run_actor.Run, str] | None:
+    """The run of ``state``'s tree (itself first, then its subagents) that
+    waits for a person, and what it waits for."""
+    need = _awaited(state)
+    if need is not None:
+        return state, need
+    for child in state.children:
+        found = await _waiting_for_person(
+            log, replay.rebuild(await log.read(run_stream(child)))
+        )
+        if found is not None:
+            return found
+    return None
 
 
 # -- commands -------------------------------------------------------------------
@@ -247,22 +451,45 @@ async def _follow_run(
 async def cmd_run(env: Env, args: argparse.Namespace) -> int:
     created = _new_run(env, args.text, args.profile)
     async with _opened(env) as (log, projector):
-        host = _host(env, log, projector)
-        if args.stream:
-            _stream_deltas(host)
-        state = await _follow_run(env, host, created.run_id, args.quiet, created)
-    env.out(f"run {created.run_id} {state.status}")
-    env.out(state.output if state.status == "completed" else f"reason: {state.reason}")
-    return 0 if state.status == "completed" else 1
+        return await _see_run(
+            env,
+            log,
+            projector,
+            created.run_id,
+            args.quiet,
+            created=created,
+            stream=args.stream,
+        )
 
 
 async def cmd_start(env: Env, args: argparse.Namespace) -> int:
-    created = _new_run(env, args.text, args.profile)
+    created = replace(_new_run(env, args.text, args.profile), queued=True)
+    stream = run_stream(created.run_id)
     async with _opened(env) as (log, projector):
         host = Host(log, projector=projector)
-        await host.submit(run_stream(created.run_id), created)
-    env.out(created.run_id)
+        await host.submit(stream, created)
+        env.out(created.run_id)
+        if args.wait > 0 and not await _taken(log, stream, args.wait):
+            where = "`steward serve`"
+            if env.distributed:
+                where = "`steward worker` or `steward serve`"
+            print(
+                f"run {created.run_id} is queued, but no host took it within "
+                f"{args.wait:g}s; start {where} on {env.log_url} to run it",
+                file=sys.stderr,
+            )
     return 0
+
+
+async def _taken(log: EventLog, stream: str, seconds: float) -> bool:
+    """Whether a host takes queued run ``stream`` within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        if any(isinstance(r.event, events.RunTaken) for r in await log.read(stream)):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.05)
 
 
 async def cmd_serve(env: Env, args: argparse.Namespace) -> int:
@@ -281,6 +508,17 @@ async def cmd_worker(env: Env, args: argparse.Namespace) -> int:
 
 
 async def _serve(env: Env, args: argparse.Namespace, *, services: bool) -> int:
+    lock = None if env.distributed else HostLock(env.db)
+    if lock is not None and not lock.acquire():
+        raise StewardError(lock.refusal())
+    try:
+        return await _serve_log(env, args, services=services)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+async def _serve_log(env: Env, args: argparse.Namespace, *, services: bool) -> int:
     async with _opened(env) as (log, projector):
         host = _host(env, log, projector)
         stop = asyncio.Event()
@@ -519,26 +757,30 @@ async def cmd_fork(env: Env, args: argparse.Namespace) -> int:
             )
         if not kept:
             raise StewardError("fork needs --at of at least the first step's version")
-        host = (
-            _host(env, log, projector)
-            if not args.no_run
-            else Host(log, projector=projector)
-        )
-        stream = run_stream(new_id)
+        provider = None if args.no_run else _provider(env)  # bad settings fail here
+        # Every input re-decided, and all of them recorded in one commit: a
+        # host beside this process (a serve) sees the copy whole and carries
+        # out only what its last step asks for.
+        copy: list[events.Event] = []
+        state = run_actor.initial
         for step in kept:
             event = replay.remap(step[0].event, args.id, new_id)
             if isinstance(event, events.RunCreated):
                 event = replace(event, parent_run_id=None, root_run_id=None)
-            if await host.submit(stream, event) is None:
+            decided = run_actor.decide(event, state)
+            if decided is None:
                 raise StewardError(
                     f"the fork refused the input at version {step[0].version}"
                 )
+            copy += [event, *decided]
+            state = run_actor.fold([event, *decided], state)
+        await log.append(run_stream(new_id), copy, 0, correlation_id=new_id)
         env.out(f"forked {args.id} at version {args.at} as {new_id}")
-        if args.no_run:
+        if provider is None:
             return 0
-        state = await _follow_run(env, host, new_id, args.quiet)
-    env.out(f"run {new_id} {state.status}")
-    return 0
+        return await _see_run(
+            env, log, projector, new_id, args.quiet, provider=provider
+        )
 
 
 async def cmd_export(env: Env, args: argparse.Namespace) -> int:
@@ -589,6 +831,10 @@ def _progress(what: str, head: int) -> Callable[[int], None]:
 
 
 async def cmd_demo(env: Env, args: argparse.Namespace) -> int:
+    lock = HostLock(env.db)
+    if not lock.acquire():
+        raise StewardError(lock.refusal())
+    lock.release()
     workspace = env.db.parent / "demo-workspace"
     shutil.rmtree(workspace, ignore_errors=True)
     workspace.mkdir(parents=True)
@@ -606,9 +852,9 @@ async def cmd_demo(env: Env, args: argparse.Namespace) -> int:
         )
         env.out(f"demo: run {created.run_id} (scripted model, workspace {workspace})")
         async with _opened(env) as (log, projector):
-            host = _host(env, log, projector)
-            state = await _follow_run(env, host, created.run_id, False, created)
-    env.out(f"run {created.run_id} {state.status}: {state.output or state.reason}")
+            status = await _see_run(
+                env, log, projector, created.run_id, False, created=created
+            )
     env.out("")
     await cmd_runs_show(env, argparse.Namespace(id=created.run_id, prompts=False))
     env.out("")
@@ -623,7 +869,7 @@ async def cmd_demo(env: Env, args: argparse.Namespace) -> int:
                 worst = max(worst, _report(env, mismatch))
     if worst == 0:
         env.out(f"verify: ok ({len(streams)} runs re-decided from the log)")
-    return worst or (0 if state.status == "completed" else 1)
+    return worst or status
 
 
 # -- parser ---------------------------------------------------------------------
@@ -648,6 +894,18 @@ def _port(text: str) -> int:
         ) from None
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of seconds (0 or more)"
+        )
+    return value
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
@@ -670,6 +928,16 @@ def _metrics_option(parser: argparse.ArgumentParser) -> None:
 
 _RUN_ID = "the run's id (`steward runs list` shows them)"
 
+EXIT_STATUSES = (
+    "exit status: 0 the run completed, 1 it failed or was cancelled, 2 bad input, "
+    "3 replay --verify found a mismatch, 4 the run waits for a person "
+    "(`steward runs approve|deny ID`), 130 interrupted (Ctrl-C)."
+)
+_FOREGROUND = (
+    "The run is hosted here, or, when a `steward serve` hosts the log, handed "
+    "to it and followed; Ctrl-C stops following and says how the run goes on."
+)
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -677,6 +945,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="An event-sourced actor runtime for LLM agents. Every step of "
         "every run is an event in one append-only log; runs can be replayed, "
         "verified and forked from it.",
+        epilog=EXIT_STATUSES,
     )
     p.add_argument(
         "--config", help="settings file (default: ./steward.toml if present)"
@@ -714,7 +983,12 @@ def build_parser() -> argparse.ArgumentParser:
     _backend_option(s, argparse.SUPPRESS)
     _metrics_option(s)
 
-    s = sub.add_parser("run", help="run TEXT to completion here, streaming each step")
+    s = sub.add_parser(
+        "run",
+        help="run TEXT to completion, streaming each step",
+        description=f"Run TEXT to completion, printing each step. {_FOREGROUND}",
+        epilog=EXIT_STATUSES,
+    )
     s.add_argument("text", help="the run's input")
     s.add_argument("--profile", default="default", help="agent profile ([agents.NAME])")
     s.add_argument("-q", "--quiet", action="store_true", help="print only the result")
@@ -742,10 +1016,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.set_defaults(fn=cmd_runs_show)
     s = rsub.add_parser(
-        "start", help="record a new run for a running `serve` to work on"
+        "start",
+        help="queue a new run for a running `serve` (or worker) to take",
+        description="Record a new run, queued (status pending) until a host "
+        "takes it, and print its id. Exits 0 once it is recorded; says so on "
+        "standard error when no host took it within --wait seconds.",
     )
     s.add_argument("text", help="the run's input")
     s.add_argument("--profile", default="default", help="agent profile ([agents.NAME])")
+    s.add_argument(
+        "--wait",
+        type=_seconds,
+        default=3.0,
+        metavar="SECONDS",
+        help="how long to watch for a host to take the run (default: %(default)g; "
+        "0 does not wait)",
+    )
     s.set_defaults(fn=cmd_start)
     s = rsub.add_parser("cancel", help="cancel a run and its children")
     s.add_argument("id", help=_RUN_ID)
@@ -774,7 +1060,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.set_defaults(fn=cmd_replay)
 
-    s = sub.add_parser("fork", help="copy a run up to a version and continue it")
+    s = sub.add_parser(
+        "fork",
+        help="copy a run up to a version and continue it",
+        description="Copy a run up to a version into a new run and continue "
+        f"that, printing each step. {_FOREGROUND}",
+        epilog=EXIT_STATUSES,
+    )
     s.add_argument("id", help=_RUN_ID)
     s.add_argument(
         "--at",

@@ -18,6 +18,11 @@ refuses a result whose request is no longer pending. One shortcut: the task
 that commits a model's answer makes the next model call that commit asks for
 (a run's model loop is one task), and the dispatcher skips a request already
 in flight; after a restart the pending projection routes it as any other.
+
+A queued run (``RunCreated.queued``: `steward runs start`) waits, pending,
+until a host that sees it, live or in the pending projection, records
+`RunTaken`; the decider refuses a second host's. A host scoped to one run
+(`steward run`) carries out that run and its subagents only.
 """
 
 from __future__ import annotations
@@ -127,6 +132,7 @@ class Host:
         max_conflict_retries: int = 20,
         worker_id: str | None = None,
         claim_seconds: float = 300.0,
+        scope: str | None = None,
     ) -> None:
         self.log = log
         self.provider = provider
@@ -138,6 +144,11 @@ class Host:
         # claimed in the run's log first, and abandoned claims are retaken.
         self.worker_id = worker_id
         self.claim_seconds = claim_seconds
+        # The run whose tree alone this host carries out (`steward run`), by
+        # its correlation id; None carries every run in the log (a serve).
+        self.scope = scope
+        # This worker's claims being renewed while their calls run.
+        self._renewals: dict[str, tuple[asyncio.Task[None], asyncio.Event]] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self._llm_slots = PriorityLimiter(llm_concurrency)
         for priority in PRIORITIES:
@@ -425,7 +436,14 @@ class Host:
     # -- routing ------------------------------------------------------------------
 
     async def _route(self, rec: Recorded) -> None:
+        if self.scope is not None and rec.correlation_id != self.scope:
+            return  # another run's: the serve's work, not this host's
         match rec.event:
+            case events.RunCreated(queued=True, run_id=rid):
+                taken = events.RunTaken(at=self.clock.now())
+                self._spawn_effect(
+                    f"take:{rid}", partial(self._deliver, rec.stream, taken, rec.id)
+                )
             case events.LlmRequested(request_id=rid):
                 # Usually the answering task took this call already: checked
                 # here, before `_spawn_effect` would.
@@ -554,9 +572,14 @@ class Host:
         """Ask the model ``request`` and submit its answer; the answer's commit."""
         kept = self._prompts.pop(request.request_id, None)
         # the cached state taken without a coroutine, as it nearly always is
-        state = self._cached_at(rec.stream, rec.version) or await self._state_at(
-            rec.stream, rec.version
-        )
+        state = self._cached_at(rec.stream, rec.version)
+        if state is None:
+            # A request read back from the log (after a restart, or written by
+            # another process, maybe with its answer in the same commit, as a
+            # fork's copy) is asked only while the run still waits on it.
+            if (await self.state(rec.stream))[0].llm_pending != request.request_id:
+                return None
+            state = await self._state_at(rec.stream, rec.version)
         if state.llm_pending != request.request_id:
             return None  # answered already; nothing to do
         prompt = kept or run_actor.build_prompt(state)
@@ -589,6 +612,8 @@ class Host:
                     message=_describe(e),
                     at=self.clock.now(),
                 )
+            finally:
+                await self._stop_renewing(request.request_id)
         if answer is None:
             return None
         return await self._record_answer(rec, answer)
@@ -633,7 +658,50 @@ class Host:
             until=now + self.claim_seconds,
             at=now,
         )
-        return await self.submit(rec.stream, claim, causation_id=rec.id) is not None
+        if await self.submit(rec.stream, claim, causation_id=rec.id) is None:
+            return False
+        stop = asyncio.Event()
+        renewing = asyncio.create_task(self._renew(rec, request_id, stop))
+        self._tasks.add(renewing)
+        renewing.add_done_callback(self._tasks.discard)
+        self._renewals[request_id] = (renewing, stop)
+        return True
+
+    async def _renew(self, rec: Recorded, request_id: str, stop: asyncio.Event) -> None:
+        """Renew this worker's claim on ``request_id`` every third of
+        ``claim_seconds`` until ``stop`` is set (its call ended), so a call
+        that takes long is not retaken from a live worker (a heartbeat, as
+        Temporal's activities send). The decider accepts a renewal by the
+        claim's own worker; a refusal (the call was answered) ends it."""
+        assert self.worker_id is not None
+        while not stop.is_set():
+            sleeper = asyncio.ensure_future(self.clock.sleep(self.claim_seconds / 3))
+            stopped = asyncio.ensure_future(stop.wait())
+            await asyncio.wait({sleeper, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            sleeper.cancel()
+            stopped.cancel()
+            if stop.is_set():
+                return
+            now = self.clock.now()
+            claim = events.EffectClaimed(
+                request_id=request_id,
+                worker=self.worker_id,
+                until=now + self.claim_seconds,
+                at=now,
+            )
+            try:
+                if await self.submit(rec.stream, claim, causation_id=rec.id) is None:
+                    return
+            except Exception:
+                log.exception("renewing the claim on %s failed", request_id)
+
+    async def _stop_renewing(self, request_id: str) -> None:
+        """Stop renewing this worker's claim on ``request_id`` (if it is)."""
+        renewal = self._renewals.pop(request_id, None)
+        if renewal is not None:
+            renewing, stop = renewal
+            stop.set()
+            await asyncio.gather(renewing, return_exceptions=True)
 
     async def _sweep(self) -> None:
         """Retake effects whose worker died: route pending ones again, often.
@@ -788,19 +856,25 @@ class Host:
         return on_event, keep_stream
 
     async def _call_tool(self, rec: Recorded, request: events.ToolRequested) -> None:
-        state = await self._state_at(rec.stream, rec.version)
-        if not await self._claim(rec, request.request_id):
+        state, _ = await self.state(rec.stream)
+        rid = request.request_id
+        if not any(call.request_id == rid for call in state.calls):
+            return  # answered already (read back from the log, as a fork's copy)
+        if not await self._claim(rec, rid):
             return  # another worker runs it, or it is answered already
         ctx = ToolContext(workspace=self.workspace, run_id=state.run_id)
         assert self.tools is not None
         METRICS.effects["tool"] += 1
         started = self.clock.now()
-        outcome = await self.tools.call(
-            request.name,
-            request.args,
-            ctx=ctx,
-            timeout=request.timeout or self._tool_timeout,
-        )
+        try:
+            outcome = await self.tools.call(
+                request.name,
+                request.args,
+                ctx=ctx,
+                timeout=request.timeout or self._tool_timeout,
+            )
+        finally:
+            await self._stop_renewing(rid)
         METRICS.effect_seconds["tool"].observe(max(0.0, self.clock.now() - started))
         result = events.ToolResulted(
             request_id=request.request_id,
@@ -841,6 +915,7 @@ class Host:
 
 _ROUTED = frozenset(
     {
+        events.RunCreated,
         events.LlmRequested,
         events.ToolRequested,
         events.RunSlept,

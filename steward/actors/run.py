@@ -49,6 +49,7 @@ from steward.events.run import (
     RunSettings,
     RunSlept,
     RunStarted,
+    RunTaken,
     SubagentFinished,
     SubagentResult,
     SubagentSpec,
@@ -429,9 +430,13 @@ def decide(input: Event, state: Run) -> list[Event] | None:
     still running): then the input alone is recorded.
     """
     match input, state.status:
+        case RunCreated(queued=True), "new":
+            return []  # pending until a host takes it
         case RunCreated(), "new":
             after = evolve(evolve(state, input), RunStarted())
             return [RunStarted(), *_next_call(after, [])]
+        case RunTaken(), "pending":
+            return [RunStarted(), *_next_call(evolve(state, RunStarted()), [])]
         case LlmResponded(request_id=rid), "running" if rid == state.llm_pending:
             after = evolve(state, input)
             if state.settings.protocol == "native":

@@ -102,7 +102,9 @@ class LogConfig(_Section, frozen=True, kw_only=True):
 
     claim_seconds: Seconds = 300.0
     """On a shared (``nats://``) log, how long a worker's claim on a model or
-    tool call lasts; a call whose worker died is retaken after this."""
+    tool call lasts; the worker renews it while the call runs, and a call
+    whose worker died is retaken after this. At least the longest call a
+    worker may make (see `Settings.check_claims`)."""
 
     projections: str | None = None
     """The SQLite file of the projections when the log is on JetStream
@@ -295,6 +297,33 @@ class Settings(_Section, frozen=True, kw_only=True):
                 f"names model {agent.model!r}, which has no [models.{agent.model}] "
                 f"table; known models: {known}",
             ) from None
+
+    def check_claims(self) -> None:
+        """Refuse a ``[log] claim_seconds`` shorter than the longest call a
+        worker may make: a model's ``timeout × (max_retries + 1)`` or
+        ``[tools] timeout`` (a claim renewed while its call runs still must
+        not lapse while its worker is alive but cannot write)."""
+        seconds = self.log.claim_seconds
+        for name, model in sorted(self.models.items()):
+            longest = model.timeout * (model.max_retries + 1)
+            if seconds < longest:
+                raise ConfigError(
+                    "settings",
+                    "log.claim_seconds",
+                    f"{seconds:g} is below models.{name}.timeout × (max_retries + "
+                    f"1) = {model.timeout:g} × {model.max_retries + 1} = "
+                    f"{longest:g}: a claim could lapse while its call still runs; "
+                    "raise [log] claim_seconds or lower the model's timeout or "
+                    "max_retries",
+                )
+        if seconds < self.tools.timeout:
+            raise ConfigError(
+                "settings",
+                "log.claim_seconds",
+                f"{seconds:g} is below tools.timeout = {self.tools.timeout:g}: a "
+                "claim could lapse while its tool call still runs; raise [log] "
+                "claim_seconds or lower [tools] timeout",
+            )
 
     def run_settings(
         self, profile: str = "default", tools: tuple[ToolSpec, ...] = ()

@@ -125,13 +125,11 @@ def recorded_from_json(line: bytes | str) -> Recorded:
         j = _line_decoder.decode(line)
     except msgspec.ValidationError:
         raw = _raw_line_decoder.decode(line)
-        event = raw.get("event")
-        upcast = (
-            UPCASTERS.get(str(event.get("type"))) if isinstance(event, dict) else None
-        )
-        if upcast is None:
+        old = raw.get("event")
+        if not isinstance(old, dict) or str(old.get("type")) not in UPCASTERS:
             raise
-        j = msgspec.convert({**raw, "event": upcast(event)}, RecordedJson)
+        upcast = UPCASTERS[str(old["type"])]
+        j = msgspec.convert({**raw, "event": upcast(old)}, RecordedJson)
     return Recorded(
         stream=j.stream,
         version=j.version,

@@ -43,6 +43,7 @@ __all__ = [
     "RunSlept",
     "RunStarted",
     "RunStatus",
+    "RunTaken",
     "SubagentFinished",
     "SubagentResult",
     "SubagentSpec",
@@ -179,6 +180,16 @@ class RunCreated(Event, frozen=True, kw_only=True):
     kind: Literal["coordinator", "subagent"] = "coordinator"
     profile: str | None = None
     allowed_tools: tuple[str, ...] | None = None
+    at: float = 0.0
+    queued: bool = False
+    """Recorded for a host to take (`steward runs start`, or `steward run`
+    beside a `serve`): the run stays pending until a host records `RunTaken`.
+    ``False`` (every run before this field) starts the run at once."""
+
+
+class RunTaken(Event, frozen=True, kw_only=True):
+    """A host took a queued run (``RunCreated.queued``): the run starts now."""
+
     at: float = 0.0
 
 
@@ -434,6 +445,7 @@ class RunCancelled(Event, frozen=True, kw_only=True):
 
 RunInput = (
     RunCreated
+    | RunTaken
     | LlmResponded
     | LlmFailed
     | LlmAttemptFailed
@@ -467,6 +479,7 @@ RunEvent = RunInput | RunDecision
 
 INPUT_TYPES: tuple[type[Event], ...] = (
     RunCreated,
+    RunTaken,
     LlmResponded,
     LlmFailed,
     LlmAttemptFailed,

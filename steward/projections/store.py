@@ -15,9 +15,10 @@ Tables:
 - ``run_steps`` — one row per recorded event of a run, ordered by ``seq`` (the
   stream version): kind, a one-line summary, tokens, and for answers the
   seconds since their request.
-- ``pending`` — requested but unanswered effects (model and tool calls,
-  approvals), armed timers, and deliveries to other runs (children to create,
-  parents to tell, children to cancel). The host routes these again on start.
+- ``pending`` — queued runs no host has taken yet, requested but unanswered
+  effects (model and tool calls, approvals), armed timers, and deliveries to
+  other runs (children to create, parents to tell, children to cancel). The
+  host routes these again on start.
 """
 
 from __future__ import annotations
@@ -249,6 +250,10 @@ def _handle(conn: sqlite3.Connection, rec: Recorded) -> None:
             )
             if event.parent_run_id is not None:
                 _done(conn, f"spawn:{run_id}")
+            if event.queued:
+                _want(conn, f"take:{run_id}", rec, "take")
+        case events.RunTaken():
+            _done(conn, f"take:{run_id}")
         case events.RunStarted() | events.RunResumed():
             _status(conn, run_id, rec, "running", wake_at=None, wake_reason=None)
             if isinstance(event, events.RunResumed):
@@ -326,7 +331,7 @@ def _handle(conn: sqlite3.Connection, rec: Recorded) -> None:
             }[type(event)]
             conn.execute(
                 "DELETE FROM pending WHERE stream=? AND kind IN "
-                "('llm','tool','approval','timer')",
+                "('take','llm','tool','approval','timer')",
                 (rec.stream,),
             )
             _done(conn, f"cancel:{run_id}")

@@ -459,6 +459,29 @@ async def claims(rig: Rig) -> None:
     await rig.until(run, "completed")
 
 
+async def queued(rig: Rig) -> None:
+    """A run queued by an operator (``runs start``) and taken by the next host;
+    its model uses the tool-name shortcut with arguments beside the name
+    (revision 1) and replies once with a lone surrogate (recorded as U+FFFD)."""
+    run = "queued"
+    base = Settings().run_settings(tools=rig.tools.specs())
+    created = events.RunCreated(
+        run_id=run,
+        input_text="golden scenario queued",
+        settings=msgspec.structs.replace(base, planning_gate=False),
+        queued=True,
+        at=rig.clock.now(),
+    )
+    replies: list[Reply | str] = [
+        act(type="files.list", path="."),
+        '{"type": "send_message", "message": "odd \\ud800 text"}',
+        act(type="finish", output="Listed and said so."),
+    ]
+    await rig.host(per_run({run: replies}))  # follows the log from here
+    await Host(rig.log).submit(run_stream(run), created)  # as `runs start` does
+    await rig.until(run, "completed")
+
+
 Scenario = Callable[[Rig], Awaitable[None]]
 SCENARIOS: dict[str, Scenario] = {
     "json_protocol": json_protocol,
@@ -473,6 +496,7 @@ SCENARIOS: dict[str, Scenario] = {
     "model_errors": model_errors,
     "streams": streams,
     "claims": claims,
+    "queued": queued,
 }
 
 

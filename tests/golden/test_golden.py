@@ -59,6 +59,7 @@ EXPECTED: dict[str, dict[str, Final]] = {
         "subagents-1": Final("completed", "Four words."),
         "subagents-2": Final("completed", "English."),
     },
+    "queued": {"queued": Final("completed", "Listed and said so.")},
     "cancel": {
         "cancel": Final("cancelled", reason="stopped by an operator"),
         "cancel-1": Final("cancelled", reason="parent run was cancelled"),

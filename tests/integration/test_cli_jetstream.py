@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -119,3 +122,51 @@ def test_a_backend_that_contradicts_the_log_is_one_clear_line(
     err = capsys.readouterr().err
     assert code == 2
     assert err.strip() == f"steward: --backend jetstream does not fit --log {db}"
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        (
+            {"STEWARD_LOG_CLAIM_SECONDS": "5"},
+            "steward: settings: log.claim_seconds: 5 is below models.default.timeout"
+            " × (max_retries + 1) = 60 × 3 = 180",
+        ),
+        (
+            {
+                "STEWARD_LOG_CLAIM_SECONDS": "20",
+                "STEWARD_MODELS_DEFAULT_TIMEOUT": "5",
+            },
+            "steward: settings: log.claim_seconds: 20 is below tools.timeout = 30",
+        ),
+    ],
+)
+def test_a_worker_whose_claims_could_lapse_mid_call_is_refused(
+    tmp_path: Path, nats_server: NatsServer, env: dict[str, str], expected: str
+) -> None:
+    """worker on a nats:// log refuses a claim_seconds below the longest call
+    (a model's timeout × attempts, or the tools' timeout) in one line."""
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"replies": ["x"]}))
+    worker = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "steward",
+            "--log",
+            f"{nats_server.url}?stream=CLAIMS&prefix=claims.ev",
+            "--db",
+            str(tmp_path / "projections.db"),
+            "--script",
+            str(script),
+            "worker",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=30,  # a worker that starts would serve until stopped
+        env={**os.environ, **env},
+    )
+    assert worker.returncode == 2
+    assert worker.stderr.startswith(expected), worker.stderr
+    assert len(worker.stderr.strip().splitlines()) == 1

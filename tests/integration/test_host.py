@@ -536,3 +536,131 @@ async def test_each_model_request_reaches_the_provider_once(
     ]
     assert len(requested) == 9
     assert asked == requested
+
+
+def queued(run_id: str) -> events.RunCreated:
+    return msgspec.structs.replace(created(run_id, planning_gate=False), queued=True)
+
+
+async def test_a_queued_run_waits_pending_for_the_next_host(
+    tmp_path: Path, make_host, log
+) -> None:
+    """A run queued with no host stays pending (its projection too, with a
+    pending row); a host started later takes it from the pending projection."""
+    await Host(log).submit(run_stream("q1"), queued("q1"))
+    projector = await Projector.open(tmp_path / "log.db")
+    try:
+        await projector.catch_up(log)
+        runs = await projector.query("SELECT status, iterations FROM runs")
+        pending = await projector.query("SELECT key, kind FROM pending")
+    finally:
+        await projector.close()
+    assert runs == [("pending", 0)]
+    assert pending == [("take:q1", "take")]
+
+    host = await make_host([act(type="finish", output="taken")])
+    state = await wait_status(host, "q1", "completed")
+    assert state.output == "taken"
+    kinds = [type(r.event).__name__ for r in await log.read(run_stream("q1"))]
+    assert kinds[:3] == ["RunCreated", "RunTaken", "RunStarted"]
+    await check_log(log)
+
+
+async def test_a_host_takes_a_run_queued_while_it_runs(
+    make_host, log, open_log_handle
+) -> None:
+    """A run queued through another handle reaches a running host, which takes it."""
+    host = await make_host([act(type="finish", output="taken live")])
+    await Host(await open_log_handle()).submit(run_stream("q2"), queued("q2"))
+    state = await wait_status(host, "q2", "completed")
+    assert state.output == "taken live"
+    await check_log(log)
+
+
+async def test_a_host_scoped_to_a_run_does_no_other_runs_work(make_host, log) -> None:
+    """A host scoped to one run (`steward run`) neither takes a queued run nor
+    makes another run's pending model call; it carries out its own run."""
+    other = Host(log)
+    await other.submit(run_stream("left"), created("left", planning_gate=False))
+    await other.submit(run_stream("queued"), queued("queued"))
+    provider = ScriptedProvider([act(type="finish", output="mine done")])
+    host = await make_host(provider, scope="mine")
+    await host.submit(run_stream("mine"), created("mine", planning_gate=False))
+    assert (await wait_status(host, "mine", "completed")).output == "mine done"
+    await asyncio.sleep(0.1)  # time a wrong take or call would have had
+    assert provider.used == 1
+    left = replay.rebuild(await log.read(run_stream("left")))
+    assert (left.status, left.llm_pending) == ("running", "left/llm/1")
+    assert replay.rebuild(await log.read(run_stream("queued"))).status == "pending"
+
+
+async def test_a_request_answered_in_its_own_commit_is_not_asked(
+    make_host, log, open_log_handle
+) -> None:
+    """Of a run written as one commit by another process (a fork's copy), a
+    host asks only the model call still open, not those answered in it."""
+    state = run_actor.initial
+    copy: list[events.Event] = []
+    for input in (
+        created("copied", planning_gate=False),
+        events.LlmResponded(
+            request_id="copied/llm/1", text=act(type="note", category="n", content="c")
+        ),
+    ):
+        decided = run_actor.decide(input, state)
+        assert decided is not None
+        copy += [input, *decided]
+        state = run_actor.fold([input, *decided], state)
+    assert state.llm_pending == "copied/llm/2"
+    asked: list[str] = []
+
+    def reply(prompt: Any, info: Any) -> str:
+        asked.append(info.request_id)
+        return act(type="finish", output="from the copy")
+
+    await make_host(ScriptedProvider(reply))
+    writer = await open_log_handle()
+    await writer.append(run_stream("copied"), copy, 0, correlation_id="copied")
+    for _ in range(500):  # read from the log: the host's cache stays its own
+        state = replay.rebuild(await log.read(run_stream("copied")))
+        if state.status == "completed":
+            break
+        await asyncio.sleep(0.01)
+    assert state.output == "from the copy"
+    await asyncio.sleep(0.1)  # time a second call would have had
+    assert asked == ["copied/llm/2"]
+
+
+async def test_a_tool_call_answered_in_its_own_commit_is_not_made(
+    tmp_path: Path, make_host, log, open_log_handle
+) -> None:
+    """Of a run written as one commit by another process (a fork's copy), a
+    host makes no tool call that the copy answers already."""
+    write = act(
+        type="tool_call",
+        name="files.write",
+        args={"path": "out.txt", "content": "x\n", "mode": "append"},
+    )
+    state = run_actor.initial
+    copy: list[events.Event] = []
+    for input in (
+        created("copied", planning_gate=False),
+        events.LlmResponded(request_id="copied/llm/1", text=write),
+        events.ToolResulted(request_id="copied/tool/1", ok=True, output="done"),
+    ):
+        decided = run_actor.decide(input, state)
+        assert decided is not None, input
+        copy += [input, *decided]
+        state = run_actor.fold([input, *decided], state)
+    assert state.llm_pending == "copied/llm/2"
+    await make_host([act(type="finish", output="from the copy")])
+    writer = await open_log_handle()
+    await writer.append(run_stream("copied"), copy, 0, correlation_id="copied")
+    for _ in range(500):  # read from the log: the host's cache stays its own
+        state = replay.rebuild(await log.read(run_stream("copied")))
+        if state.status == "completed":
+            break
+        await asyncio.sleep(0.01)
+    assert state.output == "from the copy"
+    await asyncio.sleep(0.1)  # time a repeated call would have had
+    assert not (tmp_path / "workspace" / "out.txt").exists()

@@ -10,15 +10,21 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 
+import msgspec
 import pytest
 from nats_server import NatsServer
+from support import act
 
 from steward import events
+from steward.actors.llm import ScriptedProvider
+from steward.actors.llm.scripted import Reply
 from steward.actors.tools import ToolRegistry
 from steward.bus import JetStreamEventLog
 from steward.host import Host, run_stream
 from steward.projections.metrics import HOST as METRICS
+from steward.projections.store import Projector
 
 SETTINGS = events.RunSettings(tools=ToolRegistry.with_builtins().specs())
 
@@ -111,3 +117,55 @@ async def test_the_loser_of_a_version_retries_on_the_new_state(
     assert kinds.count("LlmResponded") == 1
     assert kinds.count("CancelRequested") == 1
     assert kinds[-1] == "RunCancelled"
+
+
+async def test_a_claim_is_renewed_while_its_call_runs(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """A model call longer than claim_seconds keeps its claim (its worker
+    renews it): the other worker's sweeps never retake it, the model is
+    called once, and the renewals stop when the call ends."""
+    logs = [await _open(nats_server, "RENEW") for _ in range(2)]
+    hosts: list[tuple[Host, Projector, ScriptedProvider]] = []
+    try:
+        for n, log in enumerate(logs):
+            provider = ScriptedProvider(
+                [Reply(text=act(type="finish", output="slow"), delay=2.0)]
+            )
+            projector = await Projector.open(tmp_path / f"projections-{n}.db")
+            host = Host(
+                log,
+                provider=provider,
+                tools=ToolRegistry.with_builtins(),
+                projector=projector,
+                worker_id=f"w{n}",
+                claim_seconds=0.6,
+            )
+            await host.start()
+            hosts.append((host, projector, provider))
+        stream = run_stream("slow")
+        settings = msgspec.structs.replace(SETTINGS, planning_gate=False)
+        created = events.RunCreated(run_id="slow", input_text="go", settings=settings)
+        await hosts[0][0].submit(stream, created)
+        for _ in range(300):
+            records = await logs[1].read(stream)
+            if isinstance(records[-1].event, events.RunCompleted):
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)  # a renewal after the call would land by now
+        records = await logs[1].read(stream)
+    finally:
+        for host, projector, _ in hosts:
+            await host.stop()
+            await projector.close()
+        for log in logs:
+            await log.close()
+    assert isinstance(records[-1].event, events.RunCompleted)
+    assert sum(provider.used for _, _, provider in hosts) == 1
+    claims = [r.event for r in records if isinstance(r.event, events.EffectClaimed)]
+    assert len({c.worker for c in claims}) == 1, claims
+    assert len(claims) >= 3, claims  # the claim and its renewals
+    answered = next(
+        r.version for r in records if isinstance(r.event, events.LlmResponded)
+    )
+    assert all(r.version < answered for r in records if r.event in claims)

@@ -59,6 +59,10 @@ def _worker(tmp: Path, url: str, n: int) -> subprocess.Popen[bytes]:
         str(tmp / "script.json"),
         "worker",
         STEWARD_LOG_CLAIM_SECONDS="1.5",
+        # a claim must outlive the longest call a worker may make
+        STEWARD_MODELS_DEFAULT_TIMEOUT="0.5",
+        STEWARD_MODELS_DEFAULT_MAX_RETRIES="1",
+        STEWARD_TOOLS_TIMEOUT="1.5",
         STEWARD_LLM_MAX_CONCURRENCY="8",
     )
 

@@ -500,3 +500,31 @@ def test_run_settings_record_the_configured_profiles(tmp_path: Path) -> None:
     path = write(tmp_path, "[agents.writer]\n[agents.coder]\n")
     s = load_settings(path, env={})
     assert s.run_settings("writer").profiles == ("coder", "default", "writer")
+
+
+def test_a_claim_must_outlive_the_longest_call() -> None:
+    """check_claims refuses a claim_seconds below a model's timeout × attempts
+    or the tools' timeout, naming both settings and their values."""
+    ok = load_settings(None, env={"STEWARD_LOG_CLAIM_SECONDS": "180"})
+    ok.check_claims()  # 60 s × 3 attempts, and tools 30 s: just long enough
+    short = load_settings(
+        None,
+        env={
+            "STEWARD_LOG_CLAIM_SECONDS": "8",
+            "STEWARD_MODELS_DEFAULT_TIMEOUT": "4",
+            "STEWARD_MODELS_DEFAULT_MAX_RETRIES": "1",
+        },
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"log.claim_seconds: 8 is below tools.timeout = 30: ",
+    ):
+        short.check_claims()
+    with pytest.raises(
+        ConfigError,
+        match=r"log.claim_seconds: 7 is below models.default.timeout × "
+        r"\(max_retries \+ 1\) = 4 × 2 = 8: ",
+    ):
+        msgspec.structs.replace(
+            short, log=msgspec.structs.replace(short.log, claim_seconds=7.0)
+        ).check_claims()

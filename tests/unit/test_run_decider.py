@@ -54,6 +54,7 @@ from steward.events import (
     RunResumed,
     RunSlept,
     RunStarted,
+    RunTaken,
     SubagentFinished,
     SubagentResult,
     SubagentSpec,
@@ -1179,6 +1180,39 @@ def test_a_timer_wakes_the_run_once():
     assert story.refuses(WakeDue(timer_id=f"{RUN}/wake/1"))
     decisions = story.say(act(type="sleep", delaySeconds=5), at=NOW + 100)
     assert decisions == [RunSlept(timer_id=f"{RUN}/wake/2", wake_at=NOW + 105)]
+
+
+# -- queued runs ----------------------------------------------------------------
+
+
+def test_a_queued_run_is_pending_until_a_host_takes_it():
+    """A queued RunCreated decides nothing; RunTaken starts the run, once."""
+    story = Story()
+    assert story.when(created(queued=True)) == []
+    assert story.state.status == "pending"
+    assert story.state.llm_pending is None
+    decisions = story.when(RunTaken(at=1_700_000_001.0))
+    assert decisions == [RunStarted(), asks(story, 1)]
+    assert story.state.status == "running"
+    assert story.refuses(RunTaken())  # a second host's take
+
+
+def test_a_queued_run_cancelled_before_a_host_takes_it_is_never_taken():
+    """CancelRequested ends a pending queued run; a later RunTaken is refused."""
+    story = Story()
+    story.when(created(queued=True))
+    assert story.when(CancelRequested()) == [
+        RunCancelled(reason="cancelled by operator")
+    ]
+    assert story.refuses(RunTaken())
+
+
+def test_a_run_started_at_once_refuses_a_take():
+    """An unqueued run (as every run before `queued`) starts at once; RunTaken
+    is refused."""
+    story = started()
+    assert story.state.status == "running"
+    assert story.refuses(RunTaken())
 
 
 # -- cancel ---------------------------------------------------------------------
