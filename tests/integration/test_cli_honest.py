@@ -49,8 +49,10 @@ def script(path: Path, replies: list[Any]) -> str:
 
 
 def run_id(out: str) -> str:
-    """The id in `run`'s last-but-one line (``run ID STATUS``)."""
-    return out.strip().splitlines()[-2].split()[1]
+    """The id of the run `run` reports completed (``run ID completed``)."""
+    found = re.search(r"^run (\S+) completed$", out, re.MULTILINE)
+    assert found, out
+    return found[1]
 
 
 def files(directory: Path) -> list[str]:

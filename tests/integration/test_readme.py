@@ -143,9 +143,9 @@ def test_every_command_line_in_using_it_works_as_written(tmp_path: Path) -> None
     waiting = next(a for a in by_command["cmd_runs_list"] if "waiting" in a)
 
     (ran,) = shell.run(shell.start(run))
-    done = ran.strip().splitlines()[-2].split()
-    assert done[2] == "completed", ran
-    run_id = done[1]
+    completed = re.search(r"^run (\S+) completed$", ran, re.MULTILINE)
+    assert completed, ran
+    run_id = completed[1]
 
     server = shell.start(serve)
     try:
