@@ -1,16 +1,20 @@
 """The ``steward`` command.
 
 Every command reads settings from ``steward.toml`` (or ``--config``) and
-``STEWARD_*`` variables, and works on the event log at ``--db`` (default: the
-``[log] url`` setting, ``.steward/steward.db``). Errors caused by input are one
-line on stderr and a non-zero exit, never a traceback.
+``STEWARD_*`` variables, and works on the event log at ``--log`` (default: the
+``[log] url`` setting, ``.steward/steward.db``). Only commands that write
+create a log, and only the default ``.steward/`` directory is created. Errors
+caused by input are one line on stderr and a non-zero exit, never a
+traceback; a closed standard output ends a command quietly.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import contextlib
+import itertools
 import logging
 import os
 import secrets
@@ -23,7 +27,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Seque
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, NoReturn, get_args
 from wsgiref.simple_server import WSGIServer
 
 import msgspec
@@ -34,7 +38,7 @@ from steward import events, replay
 from steward.actors import run as run_actor
 from steward.actors.llm import ModelRouter, Provider, RequestInfo
 from steward.actors.tools import ToolRegistry
-from steward.bus import EventLog, open_log
+from steward.bus import EventLog, log_file, open_log
 from steward.config import LogConfig, Settings, load_settings
 from steward.config.settings import Port
 from steward.errors import ConfigError, NotFoundError, StewardError
@@ -49,6 +53,9 @@ EXIT_INPUT = 2
 EXIT_MISMATCH = 3
 EXIT_WAITING = 4
 EXIT_INTERRUPTED = 130
+EXIT_PIPE = 141
+"""The reader of standard output went away: 128 + SIGPIPE, as the shell
+reports a process that signal ended."""
 DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
 
 
@@ -84,27 +91,59 @@ def _env(settings: Settings, args: argparse.Namespace) -> Env:
     log keeps them in ``--db`` or ``[log] projections``.
     """
     url = args.log or settings.log.url
-    distributed = url.partition("://")[0] in ("nats", "tls")
-    if args.backend is not None and distributed != (args.backend == "jetstream"):
+    file = _log_file(url, args)
+    if args.backend is not None and (file is None) != (args.backend == "jetstream"):
         if args.log is not None:
             raise StewardError(
                 f"--backend {args.backend} does not fit --log {args.log}"
             )
-        distributed = not distributed
-        url = DEFAULT_NATS_URL if distributed else LogConfig().url
-    if distributed:
+        url = DEFAULT_NATS_URL if file is not None else LogConfig().url
+        file = _log_file(url, args)
+    if file is None:
         db = Path(args.db or settings.log.projections or ".steward/projections.db")
         return Env(settings=settings, db=db, script=args.script, out=print, log_url=url)
     if args.log is None and args.db is not None:
-        url = args.db
-    # sqlite:///abs/path and sqlite://relative/path, as open_log reads them
-    db = Path(url.removeprefix("sqlite://"))
-    return Env(settings=settings, db=db, script=args.script, out=print)
+        file = Path(args.db)
+    return Env(settings=settings, db=file, script=args.script, out=print)
+
+
+def _log_file(url: str, args: argparse.Namespace) -> Path | None:
+    """`steward.bus.log_file`, its error naming where ``url`` came from."""
+    try:
+        return log_file(url)
+    except ConfigError as e:
+        source = "--log" if args.log is not None else "settings: log.url"
+        raise ConfigError(source, url, e.problem) from None
+
+
+DEFAULT_DIR = Path(LogConfig().url).parent
+"""The one directory steward creates by itself (``.steward``)."""
+
+
+def _directory(file: Path) -> None:
+    """Make sure ``file``'s directory exists: create the default one, refuse
+    to create any other (a mistyped path should not become a new log)."""
+    parent = file.parent
+    if parent.is_dir():
+        return
+    if parent == DEFAULT_DIR:
+        parent.mkdir()
+        return
+    raise NotFoundError(
+        f"no directory {parent} for {file}; create it first (steward creates "
+        f"only its default {DEFAULT_DIR}/ by itself)"
+    )
 
 
 @contextlib.asynccontextmanager
-async def _opened(env: Env) -> AsyncIterator[tuple[EventLog, Projector]]:
-    env.db.parent.mkdir(parents=True, exist_ok=True)
+async def _opened(
+    env: Env, *, create: bool = True
+) -> AsyncIterator[tuple[EventLog, Projector]]:
+    """The log and the projections; an embedded log must exist already
+    unless ``create`` (commands that only read never create one)."""
+    if not (create or env.distributed or env.db.exists()):
+        raise NotFoundError(f"no log at {env.db}; --log names another")
+    _directory(env.db)
     if env.distributed:
         log = await open_log(env.log_url)
     else:
@@ -600,7 +639,7 @@ async def _start_services(
 
 
 async def cmd_runs_list(env: Env, args: argparse.Namespace) -> int:
-    async with _opened(env) as (log, projector):
+    async with _opened(env, create=False) as (log, projector):
         await projector.catch_up(log)
         where, params = ("WHERE status=?", [args.status]) if args.status else ("", [])
         rows = await projector.query(
@@ -621,7 +660,7 @@ async def cmd_runs_list(env: Env, args: argparse.Namespace) -> int:
 
 
 async def cmd_runs_show(env: Env, args: argparse.Namespace) -> int:
-    async with _opened(env) as (log, projector):
+    async with _opened(env, create=False) as (log, projector):
         records = await _records(log, args.id)
         await projector.catch_up(log)
         run = await projector.query(
@@ -713,7 +752,7 @@ async def cmd_runs_deny(env: Env, args: argparse.Namespace) -> int:
 
 
 async def cmd_replay(env: Env, args: argparse.Namespace) -> int:
-    async with _opened(env) as (log, _):
+    async with _opened(env, create=False) as (log, _):
         records = await _records(log, args.id)
     state = replay.rebuild(records)
     env.out(f"run {args.id}: {len(records)} events, status {state.status}")
@@ -746,17 +785,7 @@ async def cmd_fork(env: Env, args: argparse.Namespace) -> int:
     new_id = args.id.split("-fork")[0] + "-fork" + secrets.token_hex(3)
     async with _opened(env) as (log, projector):
         records = await _records(log, args.id)
-        steps = replay.commits(records)
-        kept = [s for s in steps if s[-1].version <= args.at]
-        inside = [s for s in steps if s[0].version <= args.at < s[-1].version]
-        if inside:
-            first, last = inside[0][0].version, inside[0][-1].version
-            raise StewardError(
-                f"version {args.at} is inside a step (versions {first}..{last}); "
-                f"fork at {first - 1} or {last}"
-            )
-        if not kept:
-            raise StewardError("fork needs --at of at least the first step's version")
+        kept = _fork_steps(replay.commits(records), args.at)
         provider = None if args.no_run else _provider(env)  # bad settings fail here
         # Every input re-decided, and all of them recorded in one commit: a
         # host beside this process (a serve) sees the copy whole and carries
@@ -783,16 +812,58 @@ async def cmd_fork(env: Env, args: argparse.Namespace) -> int:
         )
 
 
+def _fork_steps(
+    steps: list[list[events.Recorded]], at: int
+) -> list[list[events.Recorded]]:
+    """The steps a fork at version ``at`` copies: those up to the one ending
+    there. Any other version is refused, naming the versions that work."""
+    ends = [step[-1].version for step in steps]
+    if at in ends:
+        return steps[: ends.index(at) + 1]
+    if at > ends[-1]:
+        problem = f"version {at} is past the run's last version {ends[-1]}"
+    elif at < 1:
+        problem = f"version {at} is before the run's first step"
+    else:
+        step = next(step for step in steps if step[-1].version > at)
+        problem = (
+            f"version {at} is inside a step "
+            f"(versions {step[0].version}..{step[-1].version})"
+        )
+    raise StewardError(
+        f"{problem}; fork at a version where a step ends: {_near(ends, at)}"
+    )
+
+
+def _near(versions: list[int], at: int) -> str:
+    """Sorted ``versions`` as a short list: all of up to ten; of more, the
+    first two, the last two and the two around ``at``, with … for the rest."""
+    if len(versions) <= 10:
+        return ", ".join(map(str, versions))
+    n = len(versions)
+    i = bisect.bisect_left(versions, at)
+    shown = sorted({0, 1, n - 2, n - 1} | {j for j in (i - 1, i) if 0 <= j < n})
+    parts: list[str] = []
+    for before, j in itertools.pairwise([-1, *shown]):
+        if j > before + 1:
+            parts.append("…")
+        parts.append(str(versions[j]))
+    return ", ".join(parts)
+
+
 async def cmd_export(env: Env, args: argparse.Namespace) -> int:
-    async with _opened(env) as (log, _):
+    async with _opened(env, create=False) as (log, _):
         records = await _records(log, args.id)
     lines = b"".join(events.recorded_to_json(r) + b"\n" for r in records)
     if args.output and args.output != "-":
         Path(args.output).write_bytes(lines)
         env.out(f"wrote {len(records)} events to {args.output}")
     else:
-        sys.stdout.buffer.write(lines)
-        sys.stdout.flush()
+        out = sys.stdout.buffer
+        rest = memoryview(lines)
+        while rest:  # a write cut short by a reader going away returns a count
+            rest = rest[out.write(rest) :]
+        out.flush()
     return 0
 
 
@@ -831,6 +902,7 @@ def _progress(what: str, head: int) -> Callable[[int], None]:
 
 
 async def cmd_demo(env: Env, args: argparse.Namespace) -> int:
+    _directory(env.db)
     lock = HostLock(env.db)
     if not lock.acquire():
         raise StewardError(lock.refusal())
@@ -939,8 +1011,19 @@ _FOREGROUND = (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line, as steward's others are
+    (argparse prints its usage block first); its subparsers are of this class
+    too."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(
+            EXIT_INPUT, f"{self.prog}: error: {message}; see `{self.prog} --help`\n"
+        )
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="steward",
         description="An event-sourced actor runtime for LLM agents. Every step of "
         "every run is an event in one append-only log; runs can be replayed, "
@@ -953,14 +1036,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--db",
         help="SQLite file of the embedded event log (default: [log] url, "
-        ".steward/steward.db); with a nats:// log, of the projections",
+        ".steward/steward.db); with a nats:// log, of the projections. Its "
+        "directory must exist (only .steward/ is created)",
     )
     p.add_argument(
         "--log",
         metavar="URL",
-        help="the event log: a SQLite file or sqlite:///path, or "
-        "nats://host:4222[,host2:4222]?stream=NAME&replicas=3 for JetStream "
-        "(default: [log] url)",
+        help="the event log: a SQLite file (a path, sqlite:///abs/path or "
+        "sqlite://rel/path; only commands that write create it), or "
+        "nats://host:4222[,host2:4222]?stream=NAME&replicas=3 (or tls://) for "
+        "JetStream (default: [log] url)",
     )
     _backend_option(p, None)
     p.add_argument(
@@ -1073,7 +1158,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         required=True,
         metavar="VERSION",
-        help="the fork gets the run's events up to this version",
+        help="the fork gets the run's events up to this version, where a step "
+        "ends (a refusal lists those versions)",
     )
     s.add_argument("--no-run", action="store_true", help="only create the fork")
     s.add_argument("-q", "--quiet", action="store_true", help="print only the result")
@@ -1116,12 +1202,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = load_settings(args.config)
         env = _env(settings, args)
         fn: Callable[[Env, argparse.Namespace], Coroutine[Any, Any, int]] = args.fn
-        return _run(fn(env, args))
+        code = _run(fn(env, args))
+        sys.stdout.flush()  # a reader that went away shows here, not at exit
+        return code
     except StewardError as e:
         print(f"steward: {e}", file=sys.stderr)
         return EXIT_INPUT
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `steward ... | head`: end quietly, as `yes | head` does. Output still
+        # buffered would fail again at exit, so it goes to devnull (the recipe
+        # of Python's signal module documentation).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_PIPE
 
 
 def _run(coro: Coroutine[Any, Any, int]) -> int:

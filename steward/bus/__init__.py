@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from steward.bus.base import Commit, EventLog
@@ -9,7 +10,14 @@ from steward.bus.jetstream import JetStreamEventLog, parse_url
 from steward.bus.sqlite import SqliteEventLog
 from steward.errors import ConfigError
 
-__all__ = ["Commit", "EventLog", "JetStreamEventLog", "SqliteEventLog", "open_log"]
+__all__ = [
+    "Commit",
+    "EventLog",
+    "JetStreamEventLog",
+    "SqliteEventLog",
+    "log_file",
+    "open_log",
+]
 
 
 async def open_log(url: str, **kw: Any) -> EventLog:
@@ -28,21 +36,35 @@ async def open_log(url: str, **kw: Any) -> EventLog:
     Raises:
         ConfigError: the scheme names no backend steward has.
     """
+    file = log_file(url)
+    if file is not None:
+        return await SqliteEventLog.open(file, **kw)
+    servers, options = parse_url(url)
+    return await JetStreamEventLog.open(servers, **{**options, **kw})
+
+
+def log_file(url: str) -> Path | None:
+    """The SQLite file of an embedded log's ``url`` (see `open_log`), or
+    ``None`` for a JetStream one.
+
+    Raises:
+        ConfigError: the scheme names no backend steward has, or a
+            ``sqlite://`` URL names no file.
+    """
     scheme, sep, rest = url.partition("://")
     if not sep:
-        return await SqliteEventLog.open(url, **kw)
+        return Path(url)
     if scheme == "sqlite":
         if not rest:
             raise ConfigError(
                 "event log url", url, "it names no file; use sqlite:///path/to/log.db"
             )
-        return await SqliteEventLog.open(rest, **kw)
+        return Path(rest)
     if scheme in ("nats", "tls"):
-        servers, options = parse_url(url)
-        return await JetStreamEventLog.open(servers, **{**options, **kw})
+        return None
     raise ConfigError(
         "event log url",
         url,
-        f"there is no {scheme!r} backend; use sqlite:///path/to/log.db, "
-        "a plain file path, or nats://host:4222?stream=NAME",
+        f"there is no {scheme!r} backend; use sqlite:///abs/path, "
+        "sqlite://rel/path, a plain path, nats://host:4222 or tls://host:4222",
     )

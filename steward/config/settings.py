@@ -137,8 +137,9 @@ class MetricsConfig(_Section, frozen=True, kw_only=True):
     """TCP port serving ``/metrics``; ``None`` (the default) serves none, ``0``
     takes any free port."""
 
-    address: str = "0.0.0.0"
-    """Address the endpoint listens on; ``127.0.0.1`` keeps it to this machine."""
+    address: str = "127.0.0.1"
+    """Address the endpoint listens on; the default keeps it to this machine,
+    ``0.0.0.0`` serves every interface (for a Prometheus on another host)."""
 
 
 class ModelConfig(_Section, frozen=True, kw_only=True):

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -454,9 +455,11 @@ def summary(event: events.Event, width: int = 160) -> str:
         case events.SubagentFinished():
             text = f"{event.result.run_id} {event.result.status}: {event.result.output}"
         case events.RunSlept():
-            text = f"until {event.wake_at:.3f}" + (
+            text = f"until {iso_time(event.wake_at)}" + (
                 f" ({event.reason})" if event.reason else ""
             )
+        case events.EffectClaimed():
+            text = f"{event.request_id} by {event.worker} until {iso_time(event.until)}"
         case events.WakeDue():
             text = event.timer_id
         case events.RunResumed():
@@ -469,3 +472,13 @@ def summary(event: events.Event, width: int = 160) -> str:
             text = ""
     text = " ".join(text.split())
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def iso_time(at: float) -> str:
+    """Epoch seconds as people read them: ISO 8601 in UTC, to the millisecond
+    (``2026-11-24T10:15:03.828Z``)."""
+    try:
+        moment = datetime.fromtimestamp(at, UTC)
+    except (OverflowError, OSError, ValueError):  # beyond the calendar's years
+        return f"{at:.3f}"
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")

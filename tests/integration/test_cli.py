@@ -82,6 +82,7 @@ def test_an_invalid_config_is_named_with_its_field(
 def test_an_unknown_run_is_one_clear_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
 ) -> None:
+    asyncio.run(_create_log(tmp_path / "l.db"))
     code = steward("--db", str(tmp_path / "l.db"), *argv)
     err = capsys.readouterr().err
     assert code == 2
@@ -150,9 +151,10 @@ def test_run_streams_steps_then_show_export_replay_and_fork(
     assert "verify: ok" in capsys.readouterr().out
 
     assert steward("--db", db, "fork", run_id, "--at", "4", "--no-run") == 2
-    assert "version 4 is inside a step (versions 4..6); fork at 3 or 6" in (
-        capsys.readouterr().err
-    )
+    assert (
+        "version 4 is inside a step (versions 4..6); fork at a version where a "
+        "step ends: 3, 6, "
+    ) in capsys.readouterr().err
     assert steward("--db", db, "fork", run_id, "--at", "6", "--no-run") == 0
     forked = capsys.readouterr().out.split()[-1]
     assert forked.startswith(f"{run_id}-fork")
@@ -164,9 +166,14 @@ def test_run_streams_steps_then_show_export_replay_and_fork(
     assert steward("--db", db, "replay", forked, "--verify") == 0
 
 
+async def _create_log(path: Path) -> None:
+    await (await SqliteEventLog.open(path)).close()
+
+
 def test_runs_list_on_an_empty_log(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    asyncio.run(_create_log(tmp_path / "l.db"))
     assert steward("--db", str(tmp_path / "l.db"), "runs", "list") == 0
     assert "no runs" in capsys.readouterr().out.lower()
 

@@ -126,7 +126,7 @@ def test_a_metrics_port_in_use_is_one_clear_line(tmp_path: Path) -> None:
         )
     assert served.returncode != 0
     assert "Traceback" not in served.stderr
-    assert f"cannot serve metrics on 0.0.0.0:{port}" in served.stderr
+    assert f"cannot serve metrics on 127.0.0.1:{port}" in served.stderr
 
 
 @pytest.mark.parametrize("port", ["70000", "-1", "http"])

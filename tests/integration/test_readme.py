@@ -1,0 +1,195 @@
+"""README's command lines work as written, from a fresh directory."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import select
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from steward import cli, events
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text()
+STEWARD = str(Path(sys.executable).with_name("steward"))
+PAUSED = {"STEWARD_RUN_TOKEN_BUDGET": "1", "STEWARD_RUN_BUDGET_POLICY": "pause"}
+"""A run started with these waits for `runs approve|deny` after its first reply."""
+PLACEHOLDER = re.compile(r"\b[A-Z]{2,}\b|\.\.\.|\|")
+"""What marks an inline `steward ...` as a template rather than a command."""
+
+
+def _using_it() -> list[list[str]]:
+    """Every command line of README's "Using it" block, with each ``[...]``
+    part both left out and put in."""
+    block = README.split("## Using it", 1)[1].split("```")[1]
+    lines = [line for line in block.splitlines() if line.startswith(".venv/bin/")]
+    assert lines, "README's Using it block shows no .venv/bin/steward lines"
+    commands = []
+    for line in lines:
+        optional = re.findall(r"\[([^]]*)\]", line)
+        parts = re.split(r"\[[^]]*\]", line)
+        for chosen in itertools.product(*[("", o) for o in optional]):
+            text = "".join(p + c for p, c in zip(parts, [*chosen, ""], strict=True))
+            commands.append(shlex.split(text, comments=True))
+    return commands
+
+
+def _command(argv: list[str]) -> str:
+    """The function that carries out a command line (`cmd_run`, ...)."""
+    args = [{"VERSION": "1"}.get(a, a) for a in argv[1:]]
+    try:
+        return str(cli.build_parser().parse_args(args).fn.__name__)
+    except SystemExit:
+        raise AssertionError(f"README's {shlex.join(argv)} does not parse") from None
+
+
+COMMANDS = _using_it()
+
+
+class Shell:
+    """Starts README's command lines in a directory, as a person would type
+    them there, with ID and VERSION put in."""
+
+    def __init__(self, cwd: Path) -> None:
+        self.cwd = cwd
+
+    def start(
+        self, argv: list[str], run_id: str = "", version: int = 0, **env: str
+    ) -> subprocess.Popen[str]:
+        words = [{"ID": run_id, "VERSION": str(version)}.get(a, a) for a in argv]
+        assert words[0] == ".venv/bin/steward"
+        return subprocess.Popen(
+            [STEWARD, *words[1:]],
+            cwd=self.cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **env},
+        )
+
+    def run(self, *started: subprocess.Popen[str]) -> list[str]:
+        """Wait for ``started``; each must exit 0 with no traceback."""
+        outs = []
+        for proc in started:
+            out, err = proc.communicate(timeout=60)
+            assert proc.returncode == 0 and "Traceback" not in err, (proc.args, err)
+            outs.append(out)
+        return outs
+
+
+def _serving(proc: subprocess.Popen[str], timeout: float = 20) -> None:
+    """Wait until ``serve`` says it is serving."""
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout
+    seen = ""
+    while "serving" not in seen and time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], 0.1)
+        if ready:
+            line = proc.stdout.readline()
+            assert line, f"serve ended: {proc.communicate()[1]}"
+            seen += line
+    assert "serving" in seen, seen
+
+
+def _waiting(shell: Shell, listing: list[str], ids: set[str]) -> None:
+    """Poll README's `runs list --status waiting` until it lists ``ids``."""
+    deadline = time.monotonic() + 20
+    while True:
+        (out,) = shell.run(shell.start(listing))
+        if ids <= {line.split()[0] for line in out.splitlines()[1:]}:
+            return
+        assert time.monotonic() < deadline, out
+        time.sleep(0.1)
+
+
+def _first_step_end(exported: str) -> int:
+    """The version where a run's first step ends (before its second input)."""
+    inputs = {t.__name__ for t in events.INPUT_TYPES}
+    records = [json.loads(line) for line in exported.splitlines()]
+    return next(r["version"] - 1 for r in records[1:] if r["event"]["type"] in inputs)
+
+
+def test_every_command_line_in_using_it_works_as_written(tmp_path: Path) -> None:
+    """Each line of README's Using it block (each [option] with and without)
+    exits 0 with no traceback, run as written in a fresh directory with a run
+    in the state it needs: ID a completed run, a run waiting on its budget for
+    approve and deny, a waiting one for cancel, VERSION where a step ends."""
+    (tmp_path / "steward").mkdir()
+    shutil.copy(ROOT / "steward" / "demo.yaml", tmp_path / "steward" / "demo.yaml")
+    shell = Shell(tmp_path)
+    by_command: dict[str, list[list[str]]] = {}
+    for argv in COMMANDS:
+        by_command.setdefault(_command(argv), []).append(argv)
+    (run,) = by_command.pop("cmd_run")
+    (serve,) = by_command.pop("cmd_serve")
+    starts = by_command.pop("cmd_start")  # with and without its [--wait]
+    (fork,) = by_command.pop("cmd_fork")
+    (rebuild,) = by_command.pop("cmd_rebuild")
+    (approve,) = by_command.pop("cmd_runs_approve")
+    (deny,) = by_command.pop("cmd_runs_deny")
+    (cancel,) = by_command.pop("cmd_runs_cancel")
+    waiting = next(a for a in by_command["cmd_runs_list"] if "waiting" in a)
+
+    (ran,) = shell.run(shell.start(run))
+    completed = re.search(r"^run (\S+) completed$", ran, re.MULTILINE)
+    assert completed, ran
+    run_id = completed[1]
+
+    server = shell.start(serve)
+    try:
+        _serving(server)
+        started = shell.run(
+            *(shell.start(starts[n % len(starts)], **PAUSED) for n in range(3))
+        )
+        approved, denied, cancelled = (
+            re.findall(r"\br[0-9a-f]{12}\b", out)[0] for out in started
+        )
+        _waiting(shell, waiting, {approved, denied, cancelled})
+        reads = [
+            shell.start(argv, run_id) for argvs in by_command.values() for argv in argvs
+        ]
+        outs = shell.run(
+            shell.start(approve, approved),
+            shell.start(deny, denied),
+            shell.start(cancel, cancelled),
+            *reads,
+        )
+    finally:
+        server.send_signal(signal.SIGINT)
+        _, err = server.communicate(timeout=30)
+    assert server.returncode == 0 and "Traceback" not in err, err
+
+    exported = next(out for out in outs if out.startswith('{"id":'))
+    shell.run(shell.start(fork, run_id, _first_step_end(exported)))
+    shell.run(shell.start(rebuild))
+
+
+def test_inline_steward_commands_are_templates_or_shown_in_using_it() -> None:
+    """A `steward ...` in README's prose either has placeholders (ID, ...,
+    a|b) or is a command the Using it block runs, so none goes untested."""
+    covered = {_command(argv) for argv in COMMANDS}
+    for span in re.findall(r"`+ ?(steward [^`]*?) ?`+", README):
+        if PLACEHOLDER.search(span):
+            continue
+        argv = [".venv/bin/steward", *shlex.split(span)[1:]]
+        if "--help" in argv:
+            assert (
+                subprocess.run(
+                    [STEWARD, *argv[1:]], capture_output=True, check=False
+                ).returncode
+                == 0
+            )
+            continue
+        assert _command(argv) in covered, f"README shows `{span}`: test it"
