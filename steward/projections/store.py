@@ -146,23 +146,34 @@ class Projector:
         async with self._lock:
             todo = [r for r in batch if r.position > self.position]
             if todo:
-                await asyncio.to_thread(self._apply, todo)
-                self.position = todo[-1].position
+                self.position = await asyncio.to_thread(self._apply, todo)
 
-    def _apply(self, batch: list[Recorded]) -> None:
+    def _apply(self, batch: list[Recorded]) -> int:
+        """Apply what of ``batch`` lies past the stored checkpoint; the new
+        checkpoint. The checkpoint is read inside the write transaction: a
+        file may be shared (a ``serve`` projecting while ``runs list`` catches
+        up in another process), and an event must be applied only once."""
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for rec in batch:
+            row = conn.execute(
+                "SELECT position FROM projection_checkpoint WHERE name='main'"
+            ).fetchone()
+            done = row[0] if row else 0
+            todo = [rec for rec in batch if rec.position > done]
+            for rec in todo:
                 _handle(conn, rec)
-            conn.execute(
-                "INSERT OR REPLACE INTO projection_checkpoint VALUES ('main', ?)",
-                (batch[-1].position,),
-            )
+            if todo:
+                done = todo[-1].position
+                conn.execute(
+                    "INSERT OR REPLACE INTO projection_checkpoint VALUES ('main', ?)",
+                    (done,),
+                )
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
             raise
+        return int(done)
 
     async def rebuild(
         self, log: EventLog, progress: Callable[[int], None] | None = None

@@ -35,3 +35,33 @@ async def test_an_old_schema_is_dropped_and_rebuilt_from_the_log(
     with sqlite3.connect(proj_path) as conn:
         assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
     conn.close()
+
+
+async def test_two_projectors_on_one_file_apply_each_event_once(
+    tmp_path: Path,
+) -> None:
+    """A serve projecting and a `runs list` catching up in another process
+    share one file: each event is applied once, so tokens are not doubled."""
+    log_path = tmp_path / "log.db"
+    async with await SqliteEventLog.open(log_path) as log:
+        start = events.RunCreated(
+            run_id="r1", input_text="hello", settings=events.RunSettings()
+        )
+        asked = events.LlmRequested(request_id="r1/llm/1", iteration=1, prompt_hash="")
+        reply = events.LlmResponded(
+            request_id="r1/llm/1", text="hi", usage=events.Usage(input_tokens=7)
+        )
+        await log.append("run.r1", [start, events.RunStarted(), asked], 0)
+        serve = await Projector.open(log_path)
+        await serve.catch_up(log)
+        lister = await Projector.open(log_path)  # opens at checkpoint 3
+        try:
+            await log.append("run.r1", [reply], 3)
+            await serve.catch_up(log)
+            await lister.catch_up(log)  # its checkpoint in memory is still 3
+            serve_rows = await serve.query("SELECT input_tokens FROM runs")
+            assert lister.position == serve.position == 4
+        finally:
+            await serve.close()
+            await lister.close()
+    assert serve_rows == [(7,)]
