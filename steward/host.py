@@ -898,11 +898,14 @@ class Host:
             if delay > 0:
                 sleeper = asyncio.ensure_future(self.clock.sleep(delay))
                 changed = asyncio.ensure_future(self._timers_changed.wait())
-                await asyncio.wait(
-                    {sleeper, changed}, return_when=asyncio.FIRST_COMPLETED
-                )
-                sleeper.cancel()
-                changed.cancel()
+                try:
+                    await asyncio.wait(
+                        {sleeper, changed}, return_when=asyncio.FIRST_COMPLETED
+                    )
+                finally:  # also when the host stops: leave no task pending
+                    sleeper.cancel()
+                    changed.cancel()
+                    await asyncio.gather(sleeper, changed, return_exceptions=True)
                 continue
             heapq.heappop(self._timers)
             wake = events.WakeDue(timer_id=timer_id, at=self.clock.now())

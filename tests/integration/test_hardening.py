@@ -22,7 +22,7 @@ from steward.actors.llm import ModelRouter, ScriptedProvider
 from steward.actors.tools import ToolRegistry, tool
 from steward.bus import EventLog, JetStreamEventLog, SqliteEventLog
 from steward.config import Settings
-from steward.host import run_stream
+from steward.host import Host, run_stream
 from steward.projections.metrics import HOST as METRICS
 
 LONE = "\ud800"
@@ -244,3 +244,23 @@ def test_a_fork_never_starts_a_finished_child_again(tmp_path: Path) -> None:
     with contextlib.closing(sqlite3.connect(db)) as conn:
         rows = conn.execute("SELECT key, kind FROM pending").fetchall()
     assert not [row for row in rows if row[1] == "spawn"], rows
+
+
+async def test_a_stopped_host_leaves_no_task_behind(tmp_path: Path, clock) -> None:
+    """A host stopped while a timer is armed leaves no task pending."""
+    log = await SqliteEventLog.open(tmp_path / "log.db")
+    host = Host(
+        log,
+        provider=ScriptedProvider([act(type="sleep", delaySeconds=60)]),
+        tools=ToolRegistry.with_builtins(),
+        clock=clock,
+    )
+    before = asyncio.all_tasks()
+    await host.start()
+    await host.submit(run_stream("t1"), created("t1", planning_gate=False))
+    await wait_status(host, "t1", "waiting")
+    await asyncio.sleep(0.01)  # the timer task sleeps on the armed timer
+    await host.stop()
+    await log.close()
+    left = [t for t in asyncio.all_tasks() - before if not t.done()]
+    assert left == [], left
