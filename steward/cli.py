@@ -570,6 +570,7 @@ async def _serve_log(env: Env, args: argparse.Namespace, *, services: bool) -> i
             closers = await _start_services(env, log, host) if services else []
             role = "serving" if services else f"working as {host.worker_id} on"
             env.out(f"steward {role} {env.log_url} (ctrl-c to stop)")
+            sys.stdout.flush()  # seen at once through a pipe (`serve | tee`)
             await stop.wait()
             for close in reversed(closers):
                 await close()
