@@ -12,10 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import prometheus_client
-from prometheus_client.parser import text_string_to_metric_families
 from support import PLAN, act
-from test_host import check_log, created, wait_status
+from test_host import _scrape, check_log, created, wait_status
 
 from steward import events
 from steward.actors.llm import ModelRouter, ScriptedProvider
@@ -128,15 +126,6 @@ async def test_a_provider_that_fails_to_set_up_fails_the_call(make_host, log) ->
     state = await wait_status(host, "s4", "failed")
     assert state.reason is not None and "agents.writer" in state.reason
     await check_log(log)
-
-
-def _scrape() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    text = prometheus_client.generate_latest().decode()
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
 
 
 async def test_effect_seconds_exported_for_observed_kinds(make_host, log) -> None:

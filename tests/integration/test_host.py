@@ -599,19 +599,8 @@ async def test_a_request_answered_in_its_own_commit_is_not_asked(
 ) -> None:
     """Of a run written as one commit by another process (a fork's copy), a
     host asks only the model call still open, not those answered in it."""
-    state = run_actor.initial
-    copy: list[events.Event] = []
-    for input in (
-        created("copied", planning_gate=False),
-        events.LlmResponded(
-            request_id="copied/llm/1", text=act(type="note", category="n", content="c")
-        ),
-    ):
-        decided = run_actor.decide(input, state)
-        assert decided is not None
-        copy += [input, *decided]
-        state = run_actor.fold([input, *decided], state)
-    assert state.llm_pending == "copied/llm/2"
+    note = act(type="note", category="n", content="c")
+    copy = _one_commit(events.LlmResponded(request_id="copied/llm/1", text=note))
     asked: list[str] = []
 
     def reply(prompt: Any, info: Any) -> str:
@@ -619,16 +608,38 @@ async def test_a_request_answered_in_its_own_commit_is_not_asked(
         return act(type="finish", output="from the copy")
 
     await make_host(ScriptedProvider(reply))
-    writer = await open_log_handle()
+    await _written_elsewhere(copy, log, await open_log_handle())
+    await asyncio.sleep(0.1)  # time a second call would have had
+    assert asked == ["copied/llm/2"]
+
+
+def _one_commit(*inputs: events.Event) -> list[events.Event]:
+    """Run "copied" created and given ``inputs``, decided here as one commit
+    (as a fork writes its copy); the copy leaves model call 2 open."""
+    state = run_actor.initial
+    copy: list[events.Event] = []
+    for input in (created("copied", planning_gate=False), *inputs):
+        decided = run_actor.decide(input, state)
+        assert decided is not None, input
+        copy += [input, *decided]
+        state = run_actor.fold([input, *decided], state)
+    assert state.llm_pending == "copied/llm/2"
+    return copy
+
+
+async def _written_elsewhere(
+    copy: list[events.Event], log: EventLog, writer: EventLog
+) -> None:
+    """Append ``copy`` through another handle and wait until the host
+    completes the run "from the copy" (read from the log: the host's cache
+    stays its own)."""
     await writer.append(run_stream("copied"), copy, 0, correlation_id="copied")
-    for _ in range(500):  # read from the log: the host's cache stays its own
+    for _ in range(500):
         state = replay.rebuild(await log.read(run_stream("copied")))
         if state.status == "completed":
             break
         await asyncio.sleep(0.01)
     assert state.output == "from the copy"
-    await asyncio.sleep(0.1)  # time a second call would have had
-    assert asked == ["copied/llm/2"]
 
 
 async def test_a_tool_call_answered_in_its_own_commit_is_not_made(
@@ -641,26 +652,11 @@ async def test_a_tool_call_answered_in_its_own_commit_is_not_made(
         name="files.write",
         args={"path": "out.txt", "content": "x\n", "mode": "append"},
     )
-    state = run_actor.initial
-    copy: list[events.Event] = []
-    for input in (
-        created("copied", planning_gate=False),
+    copy = _one_commit(
         events.LlmResponded(request_id="copied/llm/1", text=write),
         events.ToolResulted(request_id="copied/tool/1", ok=True, output="done"),
-    ):
-        decided = run_actor.decide(input, state)
-        assert decided is not None, input
-        copy += [input, *decided]
-        state = run_actor.fold([input, *decided], state)
-    assert state.llm_pending == "copied/llm/2"
+    )
     await make_host([act(type="finish", output="from the copy")])
-    writer = await open_log_handle()
-    await writer.append(run_stream("copied"), copy, 0, correlation_id="copied")
-    for _ in range(500):  # read from the log: the host's cache stays its own
-        state = replay.rebuild(await log.read(run_stream("copied")))
-        if state.status == "completed":
-            break
-        await asyncio.sleep(0.01)
-    assert state.output == "from the copy"
+    await _written_elsewhere(copy, log, await open_log_handle())
     await asyncio.sleep(0.1)  # time a repeated call would have had
     assert not (tmp_path / "workspace" / "out.txt").exists()
