@@ -205,6 +205,8 @@ def _decode(data: bytes, content_type: str | None) -> InboundMessage:
             "bad_schema", f"the message does not match inbound schema v1: {e}"
         ) from None
     except msgspec.DecodeError as e:
+        if not msgpack and (loose := _loose_json(data)) is not None:
+            return loose
         if msgpack:
             raise _Rejected(
                 "not_msgpack",
@@ -215,6 +217,21 @@ def _decode(data: bytes, content_type: str | None) -> InboundMessage:
             "not_json",
             f"the payload is not valid JSON ({e}); send JSON, or msgpack with "
             f"the header Content-Type: {MSGPACK}",
+        ) from None
+
+
+def _loose_json(data: bytes) -> InboundMessage | None:
+    """A message msgspec refuses only for a lone surrogate (``"\\ud800"``,
+    valid JSON): read by the standard parser, the surrogate made U+FFFD."""
+    try:
+        value = json.loads(data)
+    except ValueError:
+        return None
+    try:
+        return msgspec.convert(events.encodable_value(value), InboundMessage)
+    except msgspec.ValidationError as e:
+        raise _Rejected(
+            "bad_schema", f"the message does not match inbound schema v1: {e}"
         ) from None
 
 

@@ -305,3 +305,17 @@ async def test_a_message_without_reply_subject_is_still_dead_lettered(
     letter = await js.get_last_msg(DEADLETTER_STREAM, "steward.deadletter.inbound.web")
     assert letter.data == b"nope"
     assert letter.headers["Steward-Error-Code"] == "not_json"
+
+
+async def test_a_lone_surrogate_in_a_message_is_recorded_replaced(
+    setup: Setup,
+) -> None:
+    """Valid JSON with an escaped lone surrogate starts its run, the surrogate
+    recorded as U+FFFD; a message that is not JSON is still refused."""
+    data = b'{"text": "odd \\ud800 text", "message_id": "lone"}'
+    reply = await setup.request("web", data)
+    assert reply["ok"] is True, reply
+    state = await wait_done(setup.host, reply["run_id"])
+    assert state.created.input_text == "odd \ufffd text"
+    refused = await setup.request("web", b'{"text": "cut \\ud800')
+    assert refused["ok"] is False and refused["error"]["code"] == "not_json"
