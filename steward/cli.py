@@ -170,16 +170,23 @@ def _provider(env: Env) -> Provider:
     return router
 
 
-def _host(env: Env, log: EventLog, projector: Projector, **kw: Any) -> Host:
+def _checked_provider(env: Env) -> Provider:
+    """The model provider a hosting command needs, with its settings checked
+    (model, key, claims): called before a log is opened or created, so bad
+    settings leave nothing behind."""
     if env.distributed:
         env.settings.check_claims()
+    return _provider(env)
+
+
+def _host(env: Env, log: EventLog, projector: Projector, **kw: Any) -> Host:
     tools = ToolRegistry.with_builtins(
         output_limit=env.settings.tools.output_limit,
         timeout=env.settings.tools.timeout,
     )
     return Host(
         log,
-        provider=kw.pop("provider", None) or _provider(env),
+        provider=kw.pop("provider", None) or _checked_provider(env),
         tools=tools,
         workspace=Path(env.settings.tools.workspace),
         llm_concurrency=env.settings.llm_max_concurrency,
@@ -262,14 +269,20 @@ class _Watch:
         self.printed = 0
         """The position of the last step printed."""
         self.stopped = asyncio.Event()
-        """Set when the run ended or a run of it waits for a person."""
+        """Set when the run ended or a run of it waits for a person, or when
+        standard output closed (`pipe_closed`)."""
+        self.pipe_closed = False
 
     def see(self, rec: events.Recorded) -> None:
         if rec.correlation_id != self.root or rec.position <= self.printed:
             return
         self.printed = rec.position
-        if not self.quiet:
-            self.env.out(_step_line(rec))
+        if not self.quiet and not self.pipe_closed:
+            try:
+                self.env.out(_step_line(rec))
+            except BrokenPipeError:  # `steward run ... | head`: the command ends
+                self.pipe_closed = True
+                self.stopped.set()
         event = rec.event
         if (
             (rec.stream == run_stream(self.root) and isinstance(event, _ENDS))
@@ -279,10 +292,20 @@ class _Watch:
             self.stopped.set()
 
     async def until_stopped(
-        self, interrupted: asyncio.Event, timeout: float | None = None
+        self, log: EventLog, interrupted: asyncio.Event, timeout: float | None = None
     ) -> bool | None:
         """Wait for the run to stop or for Ctrl-C: whether it stopped, or
-        ``None`` when neither came within ``timeout`` seconds."""
+        ``None`` when neither came within ``timeout`` seconds. A stop the log
+        no longer shows (an approval given at once) is waited past."""
+        while True:
+            stopped = await self._until_stopped(interrupted, timeout)
+            if not stopped or self.pipe_closed or await _stopped(log, self.root):
+                return stopped
+            self.stopped.clear()
+
+    async def _until_stopped(
+        self, interrupted: asyncio.Event, timeout: float | None
+    ) -> bool | None:
         stopped = asyncio.ensure_future(self.stopped.wait())
         interrupt = asyncio.ensure_future(interrupted.wait())
         await asyncio.wait(
@@ -314,15 +337,22 @@ async def _see_run(
     means said. On a SQLite log held by another host (a `serve`), the run is
     handed to that host (recorded queued) and followed in the log; should
     that host stop, this process takes the log over and hosts the run."""
-    provider = provider or _provider(env)  # bad settings fail before the run starts
+    provider = provider or _checked_provider(env)
     watch = _Watch(env, root, quiet)
     interrupted = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGINT, interrupted.set)
     lock = None if env.distributed else HostLock(env.db)
     try:
-        if lock is not None and not lock.acquire():
+        if lock is not None and not lock.acquire(scope=root):
             holder = lock.holder()
+            if holder is not None and holder.scope is not None:
+                print(
+                    f"the log is held by {holder}, which hosts only its run "
+                    f"{holder.scope}; run {root} starts when it ends",
+                    file=sys.stderr,
+                    flush=True,
+                )
             watch.printed = await log.head()
             if created is not None:
                 queued = replace(created, queued=True)
@@ -367,7 +397,7 @@ async def _host_run(
             await host.submit(target, created)
         if await _stopped(log, watch.root):
             return True
-        return bool(await watch.until_stopped(interrupted))
+        return bool(await watch.until_stopped(log, interrupted))
     finally:
         await host.stop()
 
@@ -388,10 +418,10 @@ async def _follow_log(
         if await _stopped(log, watch.root):
             return True
         while True:
-            stopped = await watch.until_stopped(interrupted, _TAKE_OVER_EVERY)
+            stopped = await watch.until_stopped(log, interrupted, _TAKE_OVER_EVERY)
             if stopped is not None:
                 return stopped
-            if lock.acquire():
+            if lock.acquire(scope=watch.root):
                 return None
     finally:
         follower.cancel()
@@ -441,6 +471,15 @@ async def _ending(
     exit status."""
     root = watch.root
     state = replay.rebuild(await log.read(run_stream(root)))
+    if watch.pipe_closed:  # stdout is gone: say on stderr how the run stands
+        if state.status not in events.TERMINAL:
+            print(
+                f"output closed: run {root} is left {state.status}; `steward "
+                f"serve` carries it on, `steward runs cancel {root}` ends it",
+                file=sys.stderr,
+                flush=True,
+            )
+        return EXIT_PIPE
     if state.status in events.TERMINAL:
         env.out(f"run {root} {state.status}")
         if state.status == "completed":
@@ -455,8 +494,13 @@ async def _ending(
         env.out(f"run {run.run_id}{of} is waiting for a person: {need}")
         env.out("a running `steward serve` carries the run on from there")
         return EXIT_WAITING
-    if holder is not None:
+    if holder is not None and holder.scope is None:
         left = f"run {root} goes on in the host that has the log ({holder})"
+    elif holder is not None:
+        left = (
+            f"run {root} is left {state.status}, queued; `steward serve` takes it "
+            f"once {holder} ends"
+        )
     else:
         left = f"run {root} is left {state.status}; `steward serve` resumes it"
     print(
@@ -489,6 +533,7 @@ async def _waiting_for_person(
 
 async def cmd_run(env: Env, args: argparse.Namespace) -> int:
     created = _new_run(env, args.text, args.profile)
+    provider = _checked_provider(env)  # bad settings fail before the log is made
     async with _opened(env) as (log, projector):
         return await _see_run(
             env,
@@ -498,6 +543,7 @@ async def cmd_run(env: Env, args: argparse.Namespace) -> int:
             args.quiet,
             created=created,
             stream=args.stream,
+            provider=provider,
         )
 
 
@@ -547,19 +593,25 @@ async def cmd_worker(env: Env, args: argparse.Namespace) -> int:
 
 
 async def _serve(env: Env, args: argparse.Namespace, *, services: bool) -> int:
-    lock = None if env.distributed else HostLock(env.db)
+    provider = _checked_provider(env)  # bad settings fail before the log is made
+    lock = None
+    if not env.distributed:
+        _directory(env.db)
+        lock = HostLock(env.db)
     if lock is not None and not lock.acquire():
         raise StewardError(lock.refusal())
     try:
-        return await _serve_log(env, args, services=services)
+        return await _serve_log(env, args, provider, services=services)
     finally:
         if lock is not None:
             lock.release()
 
 
-async def _serve_log(env: Env, args: argparse.Namespace, *, services: bool) -> int:
+async def _serve_log(
+    env: Env, args: argparse.Namespace, provider: Provider, *, services: bool
+) -> int:
     async with _opened(env) as (log, projector):
-        host = _host(env, log, projector)
+        host = _host(env, log, projector, provider=provider)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -784,10 +836,10 @@ def _report(env: Env, mismatch: replay.Mismatch | None) -> int:
 
 async def cmd_fork(env: Env, args: argparse.Namespace) -> int:
     new_id = args.id.split("-fork")[0] + "-fork" + secrets.token_hex(3)
-    async with _opened(env) as (log, projector):
+    async with _opened(env, create=False) as (log, projector):  # the run's log
         records = await _records(log, args.id)
         kept = _fork_steps(replay.commits(records), args.at)
-        provider = None if args.no_run else _provider(env)  # bad settings fail here
+        provider = None if args.no_run else _checked_provider(env)
         # Every input re-decided, and all of them recorded in one commit: a
         # host beside this process (a serve) sees the copy whole and carries
         # out only what its last step asks for.

@@ -110,3 +110,13 @@ class ProviderError(StewardError):
 
 class NotFoundError(StewardError):
     """A run, stream or file the caller named does not exist."""
+
+
+def describe(error: BaseException) -> str:
+    """``error`` as one line, ``Type: message``, for an event a person or a
+    model reads; an exception whose message itself fails is still named."""
+    try:
+        message = " ".join(str(error).split())
+    except Exception:
+        message = ""
+    return f"{type(error).__name__}: {message}" if message else type(error).__name__

@@ -19,6 +19,14 @@ that commits a model's answer makes the next model call that commit asks for
 (a run's model loop is one task), and the dispatcher skips a request already
 in flight; after a restart the pending projection routes it as any other.
 
+An effect never leaves a run stuck: a provider that fails to set up, an
+answer the log will not take (too large, say) after a few tries, an
+exception anywhere in the call, each is recorded as the call's failure
+(`LlmFailed` with the usage of a paid reply, a failed `ToolResulted`), which
+the decider acts on. Text from outside with a lone surrogate is recorded made
+encodable (U+FFFD). With worker ids (hosts sharing a JetStream log) each call
+is claimed in the log first and the claim renewed while the call runs.
+
 A queued run (``RunCreated.queued``: `steward runs start`) waits, pending,
 until a host that sees it, live or in the pending projection, records
 `RunTaken`; the decider refuses a second host's. A host scoped to one run
@@ -59,7 +67,7 @@ from steward.actors.prompt import Prompt, prompt_matches
 from steward.actors.tools import ToolContext, ToolRegistry
 from steward.bus import Commit, EventLog
 from steward.clock import Clock, SystemClock
-from steward.errors import ConcurrencyError, ProviderError, StewardError
+from steward.errors import ConcurrencyError, ProviderError, StewardError, describe
 from steward.events import Event, Recorded
 from steward.projections.metrics import COUNTED
 from steward.projections.metrics import HOST as METRICS
@@ -82,6 +90,11 @@ _CACHED_STATES = 2_048
 """Streams whose state a host keeps in memory; past this, the states written
 longest ago are forgotten (and folded from the log again when needed), so a
 host serving runs for months holds the active ones, not every run it saw."""
+
+_RECORD_RETRIES = (0.2, 1.0)
+"""Pauses before each new try to record an effect's answer the log refused (a
+busy file, an unconfirmed publish); when the last fails too, the failure is
+recorded instead, so the run goes on (`Host._record_answer`)."""
 
 _KNOWN_VERSIONS = 100_000
 """Streams whose newest committed version a host remembers, forgetting those
@@ -431,7 +444,10 @@ class Host:
             if self.projector is not None:
                 self.projector.offer(rec)
             for listener in self._listeners:
-                listener(rec)
+                try:
+                    listener(rec)
+                except Exception:  # a listener's fault must not stop routing
+                    log.exception("a listener of %s failed", rec.id)
 
     # -- routing ------------------------------------------------------------------
 
@@ -456,8 +472,11 @@ class Host:
                 self._timers_changed.set()
             case events.SubagentsSpawned(children=children):
                 # A child whose result the parent holds already (a fork copies
-                # history, children's results included) is never started again.
-                waiting = (await self.state(rec.stream))[0].children
+                # history, children's results included) is never started
+                # again, nor one of a parent that ended (was cancelled, say).
+                latest, _ = await self.state(rec.stream)
+                ended = latest.status in events.TERMINAL
+                waiting = () if ended else latest.children
                 state = await self._state_at(rec.stream, rec.version)
                 assert state.created is not None
                 for spec in children:
@@ -609,11 +628,12 @@ class Host:
                 answer = events.LlmFailed(
                     request_id=request.request_id,
                     kind="internal",
-                    message=_describe(e),
+                    message=describe(e),
                     at=self.clock.now(),
                 )
             finally:
-                await self._stop_renewing(request.request_id)
+                if self._renewals:
+                    await self._stop_renewing(request.request_id)
         if answer is None:
             return None
         return await self._record_answer(rec, answer)
@@ -626,13 +646,21 @@ class Host:
         breaks on) becomes an `LlmFailed` with its usage and cost, or a
         failed `ToolResulted`, which the decider acts on like any failure.
         """
-        try:
-            return await self.submit(rec.stream, answer, causation_id=rec.id)
-        except Exception as e:
-            problem = f"the answer was not recorded: {_describe(e)}"
-            failed = _unrecordable(answer, problem)
-            if failed is None:
-                raise
+        problem = ""
+        for pause in (0.0, *_RECORD_RETRIES):
+            if pause:
+                log.warning("stream %s: %s; trying again", rec.stream, problem)
+                await asyncio.sleep(pause)  # the log's time, not the run's
+            try:
+                return await self.submit(rec.stream, answer, causation_id=rec.id)
+            except StewardError as e:  # the log's: maybe passing (a busy file)
+                problem = f"the answer was not recorded: {describe(e)}"
+            except Exception as e:  # the answer's own: it will not go in
+                problem = f"the answer was not recorded: {describe(e)}"
+                break
+        failed = _unrecordable(answer, problem)
+        if failed is None:
+            raise StewardError(f"stream {rec.stream}: {problem}")
         log.warning("stream %s: %s", rec.stream, failed)
         return await self.submit(rec.stream, failed, causation_id=rec.id)
 
@@ -675,11 +703,7 @@ class Host:
         claim's own worker; a refusal (the call was answered) ends it."""
         assert self.worker_id is not None
         while not stop.is_set():
-            sleeper = asyncio.ensure_future(self.clock.sleep(self.claim_seconds / 3))
-            stopped = asyncio.ensure_future(stop.wait())
-            await asyncio.wait({sleeper, stopped}, return_when=asyncio.FIRST_COMPLETED)
-            sleeper.cancel()
-            stopped.cancel()
+            await self._sleep_or(self.claim_seconds / 3, stop)
             if stop.is_set():
                 return
             now = self.clock.now()
@@ -874,7 +898,8 @@ class Host:
                 timeout=request.timeout or self._tool_timeout,
             )
         finally:
-            await self._stop_renewing(rid)
+            if self._renewals:
+                await self._stop_renewing(rid)
         METRICS.effect_seconds["tool"].observe(max(0.0, self.clock.now() - started))
         result = events.ToolResulted(
             request_id=request.request_id,
@@ -896,20 +921,24 @@ class Host:
             due, timer_id, stream = self._timers[0]
             delay = due - self.clock.now()
             if delay > 0:
-                sleeper = asyncio.ensure_future(self.clock.sleep(delay))
-                changed = asyncio.ensure_future(self._timers_changed.wait())
-                try:
-                    await asyncio.wait(
-                        {sleeper, changed}, return_when=asyncio.FIRST_COMPLETED
-                    )
-                finally:  # also when the host stops: leave no task pending
-                    sleeper.cancel()
-                    changed.cancel()
-                    await asyncio.gather(sleeper, changed, return_exceptions=True)
+                await self._sleep_or(delay, self._timers_changed)
                 continue
             heapq.heappop(self._timers)
             wake = events.WakeDue(timer_id=timer_id, at=self.clock.now())
             self._spawn_effect(timer_id, partial(self._fire, stream, wake))
+
+    async def _sleep_or(self, seconds: float, event: asyncio.Event) -> None:
+        """Sleep ``seconds`` on the host's clock or until ``event`` is set,
+        whichever comes first; cancelled (the host stops), it leaves no task
+        pending."""
+        sleeper = asyncio.ensure_future(self.clock.sleep(seconds))
+        waiter = asyncio.ensure_future(event.wait())
+        try:
+            await asyncio.wait({sleeper, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeper.cancel()
+            waiter.cancel()
+            await asyncio.gather(sleeper, waiter, return_exceptions=True)
 
     async def _fire(self, stream: str, wake: events.WakeDue) -> None:
         if await self.submit(stream, wake) is not None:
@@ -949,13 +978,6 @@ def _brief(input: Event) -> str:
     request = getattr(input, "request_id", None)
     name = events.type_name(input)
     return f"{name} {request}" if request is not None else name
-
-
-def _describe(error: Exception) -> str:
-    """An exception as one line: steward's own errors say it all already."""
-    if isinstance(error, StewardError):
-        return str(error)
-    return f"{type(error).__name__}: {error}"
 
 
 def _unrecordable(answer: Event, message: str) -> Event | None:

@@ -1,7 +1,8 @@
 """One host per SQLite log: an exclusive lock on a file beside it.
 
 A process that carries out a SQLite log's model and tool calls (`steward
-serve`, or a `steward run` with no serve beside it) holds an exclusive
+serve`; a `steward run` or `fork` with no serve beside it, which hosts only
+its own run; `steward demo` while it checks) holds an exclusive
 ``flock`` on ``<log>.host.lock``, which names the holder (pid, command line,
 start time) as JSON written once the lock is taken. The operating system
 releases the lock when the process ends, however it ends (SIGKILL too), so
@@ -30,6 +31,9 @@ class Holder(msgspec.Struct, frozen=True, kw_only=True):
     pid: int
     command: str
     started: float
+    scope: str | None = None
+    """The run a `steward run` or `fork` hosts alone (``None``: a `serve`,
+    which hosts every run)."""
 
     def __str__(self) -> str:
         since = datetime.fromtimestamp(self.started).strftime("%Y-%m-%d %H:%M:%S")
@@ -44,18 +48,20 @@ class HostLock:
         self.path = Path(f"{db}.host.lock")
         self._fd: int | None = None
 
-    def acquire(self) -> bool:
-        """Take the lock without waiting; whether this process holds it now."""
+    def acquire(self, scope: str | None = None) -> bool:
+        """Take the lock without waiting; whether this process holds it now.
+        ``scope``: the one run this process hosts, if it hosts only that."""
         if self._fd is not None:
             return True
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
             return False
-        me = Holder(pid=os.getpid(), command=_command(), started=time.time())
+        me = Holder(
+            pid=os.getpid(), command=_command(), started=time.time(), scope=scope
+        )
         os.ftruncate(fd, 0)
         os.pwrite(fd, msgspec.json.encode(me), 0)
         self._fd = fd
@@ -82,6 +88,11 @@ class HostLock:
         """The sentence refusing a second host, naming the first."""
         holder = self.holder()
         who = str(holder) if holder is not None else "another steward process"
+        if holder is not None and holder.scope is not None:
+            return (
+                f"the log {self.db} is held by {who}, which hosts only its run "
+                f"{holder.scope}; start this when it ends"
+            )
         return (
             f"the log {self.db} is hosted by {who}; stop that process first, or "
             "hand it work with `steward runs start`"

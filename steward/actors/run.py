@@ -26,6 +26,7 @@ from steward.actors.prompt import Prompt, prompt_hash
 from steward.events.base import Event
 from steward.events.codec import encodable_value
 from steward.events.run import (
+    LATEST_REVISION,
     ApprovalDecided,
     ApprovalRequested,
     BudgetExceeded,
@@ -485,7 +486,7 @@ def decide(input: Event, state: Run) -> list[Event] | None:
 
 
 def _on_json_reply(reply: LlmResponded, state: Run) -> list[Event]:
-    command = parse_command(reply.text, beside=state.settings.revision >= 1)
+    command = parse_command(reply.text, revision=state.settings.revision)
     if isinstance(command, str):
         return _invalid_reply(state, command)
     kind = command["type"]
@@ -952,37 +953,46 @@ def _mode(command: dict[str, Any]) -> Any:
     return mode
 
 
-def parse_command(text: str, *, beside: bool = True) -> dict[str, Any] | str:
+def parse_command(
+    text: str, *, revision: int = LATEST_REVISION
+) -> dict[str, Any] | str:
     """A reply's JSON command, normalized; or a sentence saying what is wrong.
 
     A reply whose ``type`` is a tool name such as ``files.read`` (or, without
     ``type``, one with a ``name``) is the tool-call shortcut: the keys beside
     that one are the call's arguments, ``{"type": "files.list", "path": "."}``
     is ``files.list`` with ``{"path": "."}``. An ``args`` key, if given, is the
-    arguments instead, and every other key beside it is ignored. With
-    ``beside`` false (runs of revision 0) only ``args`` is taken.
+    arguments instead, and every other key beside it is ignored.
+
+    ``revision`` is the run's (`RunSettings.revision`): from 1 on, the keys
+    beside a shortcut's name are its arguments (before, only ``args``), and
+    JSON that msgspec refuses for a lone surrogate alone is read all the same.
     """
     body = text.strip()
     if fenced := _FENCE.match(body):
         body = fenced.group(1).strip()
     try:
         value = msgspec.json.decode(body)
+    except RecursionError:
+        return "invalid JSON (nested too deep)"
     except (msgspec.DecodeError, UnicodeEncodeError) as e:
+        if revision < 1:
+            return f"invalid JSON ({e})"
         # msgspec refuses lone surrogates, raw or escaped (valid JSON all the
         # same): the standard parser takes them, and they become U+FFFD
         try:
             value = encodable_value(json.loads(body))
-        except ValueError:
+        except (ValueError, RecursionError):
             return f"invalid JSON ({e})"
     if not isinstance(value, dict):
         return "the reply must be one JSON object"
     kind = value.get("type")
     if kind is None and isinstance(value.get("name"), str):
-        return _shortcut(value, "name", beside)
+        return _shortcut(value, "name", revision >= 1)
     if not isinstance(kind, str):
         return "the object needs a string `type`"
     if kind not in KNOWN_COMMANDS and "." in kind:
-        return _shortcut(value, "type", beside)
+        return _shortcut(value, "type", revision >= 1)
     return value
 
 

@@ -129,7 +129,9 @@ class RunSettings(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     new runs, 0 for runs recorded before revisions existed). A change to what
     a run decides is gated on it, so an old run still re-decides exactly as it
     was recorded (Temporal's ``patched``). Revision 1: the tool-name shortcut
-    takes the keys beside the name as the call's arguments."""
+    takes the keys beside the name as the call's arguments, and a reply whose
+    JSON holds a lone surrogate (``"\\ud800"``) is read, the surrogate made
+    U+FFFD (before, it was invalid JSON)."""
 
 
 LATEST_REVISION = 1

@@ -343,7 +343,7 @@ def _handle(conn: sqlite3.Connection, rec: Recorded) -> None:
             }[type(event)]
             conn.execute(
                 "DELETE FROM pending WHERE stream=? AND kind IN "
-                "('take','llm','tool','approval','timer')",
+                "('take','llm','tool','approval','timer','spawn')",
                 (rec.stream,),
             )
             _done(conn, f"cancel:{run_id}")

@@ -347,3 +347,38 @@ def test_metrics_listen_on_this_machine_unless_told(
         _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     assert metrics.startswith(f"metrics: http://{address}:")
+
+
+# -- found in review ------------------------------------------------------------------
+
+
+def test_hosting_commands_with_bad_settings_create_nothing(tmp_path: Path) -> None:
+    """`serve` and `run` with no model configured fail before any log,
+    directory or lock file is made, even on a path in a missing directory."""
+    served = steward(tmp_path, "--log", str(tmp_path / "typo/dir/x.db"), "serve")
+    ran = steward(tmp_path, "run", "hello")
+    for done in (served, ran):
+        assert done.returncode == 2 and "no model is configured" in done.stderr
+    assert files(tmp_path) == []
+
+
+def test_run_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
+    """`steward run ... | head -1`: the command ends with 141 and one line on
+    stderr saying how the run stands, not a hang."""
+    notes = [{"json": {"type": "decision", "content": f"d{n}"}} for n in range(150)]
+    replies = script(tmp_path / "s.json", [*PLAN, *notes, FINISH])
+    proc = subprocess.Popen(
+        [STEWARD, "--script", replies, "run", "go"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "STEWARD_RUN_MAX_ITERATIONS": "500"},
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.readline()
+    proc.stdout.close()  # as `head -1` does
+    assert proc.wait(timeout=30) == 141
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    assert "Traceback" not in err
+    assert len(err.splitlines()) <= 1, err

@@ -52,7 +52,8 @@ async def test_lone_surrogates_in_a_reply_are_recorded_replaced(make_host, log) 
         ]
     )
     host = await make_host(provider)
-    await host.submit(run_stream("s1"), created("s1"))
+    new = created("s1", revision=events.LATEST_REVISION)  # a run created now
+    await host.submit(run_stream("s1"), new)
     state = await wait_status(host, "s1", "completed", "failed")
     assert state.status == "completed", state.reason
     assert state.output == "bad \ufffd text"
@@ -107,7 +108,7 @@ async def test_a_reply_the_log_cannot_take_is_recorded_as_paid_failure(
     if isinstance(log, JetStreamEventLog):  # a commit is one message of <= 1 MiB
         assert state.status == "failed"
         (failed,) = [r.event for r in records if isinstance(r.event, events.LlmFailed)]
-        assert "not recorded" in failed.message
+        assert "not recorded" in failed.message, failed.message
         assert failed.usage.output_tokens > 0
         assert state.output_tokens >= failed.usage.output_tokens
     else:  # SQLite takes it

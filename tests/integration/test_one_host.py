@@ -264,3 +264,23 @@ def test_runs_start_with_no_host_says_the_run_waits(tmp_path: Path) -> None:
     verify = _steward(tmp_path, "replay", run_id, "--verify")
     out, _ = verify.communicate(timeout=30)
     assert verify.returncode == 0 and "verify: ok" in out, out
+
+
+def test_a_serve_beside_a_run_is_told_the_run_hosts_only_itself(
+    tmp_path: Path,
+) -> None:
+    """A `serve` refused because a `steward run` holds the log says that the
+    holder hosts only its own run, and when this can start."""
+    script = _script(tmp_path / "script.json", delay=1.0)
+    run = _steward(tmp_path, "--script", str(script), "run", "slow")
+    try:
+        assert run.stdout is not None
+        run.stdout.readline()  # the run is created: its host holds the log
+        second = _steward(tmp_path, "--script", str(script), "serve")
+        _, refused = second.communicate(timeout=30)
+    finally:
+        run.send_signal(signal.SIGINT)
+        run.communicate(timeout=30)
+    assert second.returncode == 2
+    assert f"is held by pid {run.pid}" in refused, refused
+    assert "hosts only its run" in refused and "start this when it ends" in refused

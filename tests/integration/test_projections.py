@@ -65,3 +65,24 @@ async def test_two_projectors_on_one_file_apply_each_event_once(
             await serve.close()
             await lister.close()
     assert serve_rows == [(7,)]
+
+
+async def test_a_cancelled_parent_leaves_no_child_to_create(tmp_path: Path) -> None:
+    """A run cancelled before its children were created leaves no pending
+    spawn row that a restarted host would act on."""
+    async with await SqliteEventLog.open(tmp_path / "log.db") as log:
+        start = events.RunCreated(
+            run_id="p", input_text="hello", settings=events.RunSettings()
+        )
+        child = events.SubagentSpec(run_id="p-1", input_text="look")
+        spawned = events.SubagentsSpawned(children=(child,))
+        cancelled = events.RunCancelled(reason="stop", children=("p-1",))
+        await log.append("run.p", [start, events.RunStarted(), spawned], 0)
+        await log.append("run.p", [events.CancelRequested(reason="stop"), cancelled], 3)
+        projector = await Projector.open(tmp_path / "log.db")
+        try:
+            await projector.catch_up(log)
+            rows = await projector.query("SELECT key, kind FROM pending")
+        finally:
+            await projector.close()
+    assert ("spawn:p-1", "spawn") not in rows, rows

@@ -1803,3 +1803,21 @@ def test_any_run_replays_and_never_reuses_an_id(data: st.DataObject):
     assert len(set(asked)) == len(asked)
     # an approved call runs under the id its approval took; no other id is shared
     assert set(tool_ids) & set(asked) <= approved
+
+
+def test_an_escaped_lone_surrogate_is_invalid_json_for_an_old_run():
+    """A run of revision 0 re-decides a reply with an escaped lone surrogate as
+    it was recorded then (invalid JSON, a correction); a new run reads it."""
+    reply = '{"type": "send_message", "message": "odd \\ud800"}'
+    old = planned(revision=0).say(reply)
+    assert kinds(old) == ["SystemNoteAdded", "LlmRequested"]
+    assert "invalid JSON" in old[0].content
+    new = planned().say(reply)
+    assert kinds(new)[0] == "MessageSent" and new[0].text == "odd \ufffd"
+
+
+def test_json_nested_too_deep_is_invalid_not_a_crash():
+    """A reply nested deeper than a parser recurses is an invalid command."""
+    decisions = planned().say("[" * 50_000)
+    assert kinds(decisions) == ["SystemNoteAdded", "LlmRequested"]
+    assert "invalid JSON" in decisions[0].content

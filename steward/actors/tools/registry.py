@@ -23,7 +23,7 @@ from steward.actors.tools.base import (
     is_argument_error,
     tool,
 )
-from steward.errors import ToolError
+from steward.errors import ToolError, describe
 from steward.events.run import ToolSpec
 
 __all__ = [
@@ -169,7 +169,7 @@ class ToolRegistry:
         except Exception as e:  # an args Struct's own check raised something else
             return ToolOutcome(
                 ok=False,
-                error=f"invalid arguments for {name}: {_describe(e)}",
+                error=f"invalid arguments for {name}: {describe(e)}",
                 retryable=False,
             )
 
@@ -188,12 +188,12 @@ class ToolRegistry:
             # A TimeoutError the tool raised itself (a socket, say) is a plain
             # transient failure, not our deadline.
             if not deadline.expired():
-                return ToolOutcome(ok=False, error=_describe(e))
+                return ToolOutcome(ok=False, error=describe(e))
             return ToolOutcome(ok=False, error=f"{name} timed out after {limit:g} s")
         except Exception as e:
             _log.warning("tool %s raised", name, exc_info=True)
             return ToolOutcome(
-                ok=False, error=_describe(e), retryable=not is_argument_error(e)
+                ok=False, error=describe(e), retryable=not is_argument_error(e)
             )
 
         if isinstance(result, str):
@@ -205,7 +205,7 @@ class ToolRegistry:
                 # The same value would fail again: a bug in the tool, not luck.
                 return ToolOutcome(
                     ok=False,
-                    error=f"{name} returned a value that is not JSON: {_describe(e)}",
+                    error=f"{name} returned a value that is not JSON: {describe(e)}",
                     retryable=False,
                 )
         return self._bounded(output)
@@ -283,14 +283,6 @@ def _strip_title(schema: dict[str, Any]) -> dict[str, Any]:
 
 def _def_name(ref: str) -> str:
     return ref.removeprefix("#/$defs/")
-
-
-def _describe(e: BaseException) -> str:
-    try:
-        message = _one_line(str(e))
-    except Exception:  # an exception whose __str__ fails is still reported
-        message = ""
-    return f"{type(e).__name__}: {message}" if message else type(e).__name__
 
 
 def _one_line(text: str) -> str:
