@@ -1,5 +1,5 @@
 """What the HTTP providers share: keys, tool names, failures as typed errors,
-and calls and streams bounded by the call's deadline.
+calls and streams bounded by the call's deadline, and replies as normalized events.
 
 Both SDKs sit on the same HTTP stack (``httpx2``), so a transport failure looks
 the same under either; the status codes mean the same too. Every message built
@@ -9,6 +9,7 @@ here has the API key taken out, whatever the server echoed back.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import time
@@ -18,15 +19,26 @@ from collections.abc import (
     Awaitable,
     Callable,
     Iterable,
+    Iterator,
     Mapping,
+    Sequence,
 )
 from typing import Any, TypeVar
 
 import httpx2
 
+from steward.actors.llm.base import (
+    AssistantDelta,
+    ResultEvent,
+    StreamEvent,
+    SystemEvent,
+    ToolUseEvent,
+    UsageEvent,
+)
 from steward.actors.llm.retry import retry_after_from_headers
 from steward.config import ModelConfig
 from steward.errors import ProviderError
+from steward.events.run import ToolCall, Usage
 
 _DETAIL_LIMIT = 300  # characters of a server's error message kept in ours
 
@@ -320,3 +332,53 @@ async def items(
         except Exception as e:
             raise translate(e) from cause(e, key)
         yield item
+
+
+# -- replies --------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def reading(label: str, what: str, key: str | None) -> Iterator[None]:
+    """Reads of an SDK's reply objects: a shape they lack is ``invalid_response``.
+
+    ``what`` names the thing read, as in "sent a chunk it cannot read".
+    """
+    try:
+        yield
+    except (AttributeError, KeyError, TypeError, ValueError) as e:
+        raise invalid_response(label, f"{what} it cannot read ({e!r})", key) from None
+
+
+def total(usage: Usage) -> UsageEvent:
+    """``usage`` as a cumulative usage event (the total so far)."""
+    return UsageEvent(
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cumulative=True,
+    )
+
+
+def tool_uses(calls: Iterable[ToolCall]) -> list[StreamEvent]:
+    """One ``ToolUseEvent`` per call, in order."""
+    return [ToolUseEvent(id=c.id, name=c.name, args=c.args) for c in calls]
+
+
+def whole_reply(
+    started: str,
+    text: str,
+    calls: Sequence[ToolCall],
+    usage: Usage,
+    metadata: dict[str, Any],
+) -> list[StreamEvent]:
+    """The events of a reply that came whole (not streamed): the system event
+    (``started`` is its message), the text as one delta, the tool calls, the
+    usage and the result."""
+    events: list[StreamEvent] = [SystemEvent(message=started, metadata=metadata)]
+    if text:
+        events.append(AssistantDelta(text=text))
+    events.extend(tool_uses(calls))
+    events.append(total(usage))
+    events.append(
+        ResultEvent(text=text, tool_calls=tuple(calls), usage=usage, metadata=metadata)
+    )
+    return events

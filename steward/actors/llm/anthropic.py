@@ -35,7 +35,6 @@ from steward.actors.llm.base import (
     ResultEvent,
     StreamEvent,
     SystemEvent,
-    ToolUseEvent,
     UsageEvent,
 )
 from steward.actors.prompt import Prompt
@@ -315,12 +314,8 @@ class _Turn:
 
     def feed(self, event: object) -> list[StreamEvent]:
         """The normalized events ``event`` gives; ``ProviderError`` if malformed."""
-        try:
+        with _wire.reading(self.label, "a stream event", self.key):
             return self._feed(event)
-        except (AttributeError, KeyError, TypeError, ValueError) as e:
-            raise _wire.invalid_response(
-                self.label, f"a stream event it cannot read ({e!r})", self.key
-            ) from None
 
     def _feed(self, event: object) -> list[StreamEvent]:
         if not self.started and not isinstance(event, wire.RawMessageStartEvent):
@@ -374,7 +369,7 @@ class _Turn:
                     raise TypeError(f"tool input {args!r} is not an object")
                 call = ToolCall(id=tool.id, name=name, args=args)
                 self.calls.append(call)
-                return [ToolUseEvent(id=call.id, name=call.name, args=call.args)]
+                return _wire.tool_uses([call])
             case wire.RawMessageDeltaEvent(delta=delta, usage=usage):
                 if delta.stop_reason is not None:
                     self.metadata["stop_reason"] = delta.stop_reason
@@ -400,22 +395,12 @@ class _Turn:
 
     def _usage(self, usage: Any) -> UsageEvent:
         """A cumulative usage event; both payloads carry totals so far."""
-        if usage is None:
-            return UsageEvent(
-                input_tokens=self.usage.input_tokens,
-                output_tokens=self.usage.output_tokens,
-                cumulative=True,
+        if usage is not None:
+            self.usage = Usage(
+                input_tokens=max(self.usage.input_tokens, _input_tokens(usage)),
+                output_tokens=max(self.usage.output_tokens, usage.output_tokens or 0),
             )
-        sent = _input_tokens(usage)
-        self.usage = Usage(
-            input_tokens=max(self.usage.input_tokens, sent),
-            output_tokens=max(self.usage.output_tokens, usage.output_tokens or 0),
-        )
-        return UsageEvent(
-            input_tokens=self.usage.input_tokens,
-            output_tokens=self.usage.output_tokens,
-            cumulative=True,
-        )
+        return _wire.total(self.usage)
 
     def unfinished(self) -> ProviderError:
         """The error for a stream that ended before ``message_stop``."""
@@ -446,7 +431,7 @@ def _from_message(
         raise _wire.invalid_response(
             label, f"a {type(message).__name__} where a message was due", key
         )
-    try:
+    with _wire.reading(label, "a message", key):
         text: list[str] = []
         calls: list[ToolCall] = []
         for block in message.content:
@@ -468,32 +453,9 @@ def _from_message(
         }
         if message.stop_reason is not None:
             metadata["stop_reason"] = message.stop_reason
-    except (AttributeError, KeyError, TypeError, ValueError) as e:
-        raise _wire.invalid_response(
-            label, f"a message it cannot read ({e!r})", key
-        ) from None
-    events: list[StreamEvent] = [
-        SystemEvent(message=f"{label} sent message {message.id}", metadata=metadata)
-    ]
-    if text:
-        events.append(AssistantDelta(text="".join(text)))
-    events.extend(ToolUseEvent(id=c.id, name=c.name, args=c.args) for c in calls)
-    events.append(
-        UsageEvent(
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
-            cumulative=True,
-        )
+    return _wire.whole_reply(
+        f"{label} sent message {message.id}", "".join(text), calls, usage, metadata
     )
-    events.append(
-        ResultEvent(
-            text="".join(text),
-            tool_calls=tuple(calls),
-            usage=usage,
-            metadata=metadata,
-        )
-    )
-    return events
 
 
 class _ToolBlock:

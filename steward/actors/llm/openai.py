@@ -38,8 +38,6 @@ from steward.actors.llm.base import (
     ResultEvent,
     StreamEvent,
     SystemEvent,
-    ToolUseEvent,
-    UsageEvent,
 )
 from steward.actors.prompt import Prompt
 from steward.config import ModelConfig
@@ -339,12 +337,8 @@ class _Turn:
 
     def feed(self, chunk: object) -> list[StreamEvent]:
         """The normalized events ``chunk`` gives; ``ProviderError`` if malformed."""
-        try:
+        with _wire.reading(self.label, "a chunk", self.key):
             return self._feed(chunk)
-        except (AttributeError, KeyError, TypeError, ValueError) as e:
-            raise _wire.invalid_response(
-                self.label, f"a chunk it cannot read ({e!r})", self.key
-            ) from None
 
     def _feed(self, chunk: object) -> list[StreamEvent]:
         if not isinstance(chunk, wire.ChatCompletionChunk):
@@ -384,13 +378,7 @@ class _Turn:
                 input_tokens=chunk.usage.prompt_tokens or 0,
                 output_tokens=chunk.usage.completion_tokens or 0,
             )
-            events.append(
-                UsageEvent(
-                    input_tokens=self.usage.input_tokens,
-                    output_tokens=self.usage.output_tokens,
-                    cumulative=True,
-                )
-            )
+            events.append(_wire.total(self.usage))
         return events
 
     def finish(self) -> list[StreamEvent]:
@@ -416,9 +404,7 @@ class _Turn:
                 "".join(call.arguments), label=self.label, tool=name
             )
             calls.append(ToolCall(id=call.id or f"call_{index}", name=name, args=args))
-        events: list[StreamEvent] = [
-            ToolUseEvent(id=c.id, name=c.name, args=c.args) for c in calls
-        ]
+        events = _wire.tool_uses(calls)
         events.append(
             ResultEvent(
                 text="".join(self.text),
@@ -438,7 +424,7 @@ def _from_completion(
         raise _wire.invalid_response(
             label, f"a {type(completion).__name__} where a completion was due", key
         )
-    try:
+    with _wire.reading(label, "a completion", key):
         if not completion.choices:
             raise ValueError("the completion has no choices")
         choice = completion.choices[0]
@@ -465,26 +451,6 @@ def _from_completion(
         }
         if completion.usage is None:
             metadata["usage_reported"] = False
-    except (AttributeError, KeyError, TypeError, ValueError) as e:
-        raise _wire.invalid_response(
-            label, f"a completion it cannot read ({e!r})", key
-        ) from None
-    events: list[StreamEvent] = [
-        SystemEvent(
-            message=f"{label} sent completion {completion.id}", metadata=metadata
-        )
-    ]
-    if text:
-        events.append(AssistantDelta(text=text))
-    events.extend(ToolUseEvent(id=c.id, name=c.name, args=c.args) for c in calls)
-    events.append(
-        UsageEvent(
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
-            cumulative=True,
-        )
+    return _wire.whole_reply(
+        f"{label} sent completion {completion.id}", text, calls, usage, metadata
     )
-    events.append(
-        ResultEvent(text=text, tool_calls=tuple(calls), usage=usage, metadata=metadata)
-    )
-    return events
