@@ -23,7 +23,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 import httpx2
 
@@ -296,6 +296,64 @@ def other_error(
                 "internal",
                 redact(f"{label} failed: {type(error).__name__}: {error}", key),
             )
+
+
+class StatusError(Protocol):
+    """What an SDK's error for an HTTP error answer carries."""
+
+    @property
+    def status_code(self) -> int: ...
+
+    @property
+    def body(self) -> object: ...
+
+    @property
+    def response(self) -> httpx2.Response: ...
+
+
+class SdkErrors(NamedTuple):
+    """An SDK's exception classes, by what they mean.
+
+    Both SDKs are generated from one template, so their classes line up:
+    ``APIStatusError``, ``APITimeoutError`` (a kind of ``APIConnectionError``)
+    and ``APIResponseValidationError``.
+    """
+
+    status: type[StatusError]
+    timeout: type[Exception]
+    connection: type[Exception]
+    validation: type[Exception]
+
+
+def sdk_error(
+    errors: SdkErrors,
+    label: str,
+    error: Exception,
+    *,
+    key: str | None,
+    key_source: str,
+    timeout: float,
+) -> ProviderError:
+    """``error`` (from the SDK whose classes are ``errors``, the HTTP stack or
+    the deadline) as a typed one."""
+    if isinstance(error, errors.status):
+        return status_error(
+            label,
+            error.status_code,
+            error.body,
+            error.response.headers,
+            key=key,
+            key_source=key_source,
+        )
+    if isinstance(error, errors.timeout):
+        return transport_error(label, TimeoutError(), key, timeout=timeout)
+    if isinstance(error, errors.connection):
+        return transport_error(label, error.__cause__ or error, key, timeout=timeout)
+    if isinstance(error, errors.validation):
+        return invalid_response(
+            label, f"a reply that does not match the API: {error}", key
+        )
+    return other_error(label, error, key, timeout=timeout)
 
 
 # -- deadlines ----------------------------------------------------------------------

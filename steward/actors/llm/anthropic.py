@@ -182,31 +182,22 @@ class AnthropicProvider:
 
     def _error(self, label: str, error: Exception) -> ProviderError:
         """``error`` (from the SDK, the HTTP stack or the deadline) as a typed one."""
-        key = self._key
-        match error:
-            case anthropic.APIStatusError():
-                return _wire.status_error(
-                    label,
-                    error.status_code,
-                    error.body,
-                    error.response.headers,
-                    key=key,
-                    key_source=self._key_source,
-                )
-            case anthropic.APITimeoutError():
-                return _wire.transport_error(
-                    label, TimeoutError(), key, timeout=self._timeout
-                )
-            case anthropic.APIConnectionError():
-                return _wire.transport_error(
-                    label, error.__cause__ or error, key, timeout=self._timeout
-                )
-            case anthropic.APIResponseValidationError():
-                return _wire.invalid_response(
-                    label, f"a reply that does not match the API: {error}", key
-                )
-            case _:
-                return _wire.other_error(label, error, key, timeout=self._timeout)
+        return _wire.sdk_error(
+            _ERRORS,
+            label,
+            error,
+            key=self._key,
+            key_source=self._key_source,
+            timeout=self._timeout,
+        )
+
+
+_ERRORS = _wire.SdkErrors(
+    status=anthropic.APIStatusError,
+    timeout=anthropic.APITimeoutError,
+    connection=anthropic.APIConnectionError,
+    validation=anthropic.APIResponseValidationError,
+)
 
 
 # -- the request -----------------------------------------------------------------

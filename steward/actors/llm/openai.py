@@ -196,43 +196,35 @@ class OpenAIProvider:
 
     def _error(self, label: str, error: Exception) -> ProviderError:
         """``error`` (from the SDK, the HTTP stack or the deadline) as a typed one."""
-        key = self._key
-        match error:
-            case openai.APIStatusError():
-                return _wire.status_error(
-                    label,
-                    error.status_code,
-                    error.body,
-                    error.response.headers,
-                    key=key,
-                    key_source=self._key_source,
-                )
-            case openai.APITimeoutError():
-                return _wire.transport_error(
-                    label, TimeoutError(), key, timeout=self._timeout
-                )
-            case openai.APIConnectionError():
-                return _wire.transport_error(
-                    label, error.__cause__ or error, key, timeout=self._timeout
-                )
-            case openai.APIResponseValidationError():
-                return _wire.invalid_response(
-                    label, f"a reply that does not match the API: {error}", key
-                )
-            case openai.APIError():  # an error object inside the stream
-                body = error.body if isinstance(error.body, Mapping) else {}
-                code = str(body.get("code"))
-                status = int(code) if code.isdigit() else 200
-                return _wire.status_error(
-                    label,
-                    status,
-                    {"error": error.body if body else error.message},
-                    {},
-                    key=key,
-                    key_source=self._key_source,
-                )
-            case _:
-                return _wire.other_error(label, error, key, timeout=self._timeout)
+        # An error object inside the stream: the SDK raises APIError itself.
+        if type(error) is openai.APIError:
+            body = error.body if isinstance(error.body, Mapping) else {}
+            code = str(body.get("code"))
+            status = int(code) if code.isdigit() else 200
+            return _wire.status_error(
+                label,
+                status,
+                {"error": error.body if body else error.message},
+                {},
+                key=self._key,
+                key_source=self._key_source,
+            )
+        return _wire.sdk_error(
+            _ERRORS,
+            label,
+            error,
+            key=self._key,
+            key_source=self._key_source,
+            timeout=self._timeout,
+        )
+
+
+_ERRORS = _wire.SdkErrors(
+    status=openai.APIStatusError,
+    timeout=openai.APITimeoutError,
+    connection=openai.APIConnectionError,
+    validation=openai.APIResponseValidationError,
+)
 
 
 # -- the request -----------------------------------------------------------------
