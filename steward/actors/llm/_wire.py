@@ -335,37 +335,6 @@ class SdkErrors(NamedTuple):
     validation: type[Exception]
 
 
-def sdk_error(
-    errors: SdkErrors,
-    label: str,
-    error: Exception,
-    *,
-    key: str | None,
-    key_source: str,
-    timeout: float,
-) -> ProviderError:
-    """``error`` (from the SDK whose classes are ``errors``, the HTTP stack or
-    the deadline) as a typed one."""
-    if isinstance(error, errors.status):
-        return status_error(
-            label,
-            error.status_code,
-            error.body,
-            error.response.headers,
-            key=key,
-            key_source=key_source,
-        )
-    if isinstance(error, errors.timeout):
-        return transport_error(label, TimeoutError(), key, timeout=timeout)
-    if isinstance(error, errors.connection):
-        return transport_error(label, error.__cause__ or error, key, timeout=timeout)
-    if isinstance(error, errors.validation):
-        return invalid_response(
-            label, f"a reply that does not match the API: {error}", key
-        )
-    return other_error(label, error, key, timeout=timeout)
-
-
 # -- deadlines ----------------------------------------------------------------------
 
 
@@ -543,12 +512,13 @@ class HttpProvider(abc.ABC, Generic[C]):
     ) -> None:
         key_source = key_source or self.key_env
         if not api_key and (self.keyless is None or base_url is None):
-            may_go_without = " (a base_url server may go without)"
+            unless = (
+                "" if self.keyless is None else " (a base_url server may go without)"
+            )
             raise ProviderError(
                 "config",
                 f"{self.name} needs an API key: set {key_source}, or api_key_env or "
-                "api_key in the model's [models.<name>] table"
-                + ("" if self.keyless is None else may_go_without),
+                f"api_key in the model's [models.<name>] table{unless}",
             )
         self.model = model
         self._key = api_key or None
@@ -562,7 +532,7 @@ class HttpProvider(abc.ABC, Generic[C]):
             api_key=api_key or self.keyless,
             base_url=base_url,
             timeout=timeout,
-            max_retries=0,
+            max_retries=0,  # steward retries, and records each attempt
             http_client=http_client,
         )
 
@@ -635,14 +605,27 @@ class HttpProvider(abc.ABC, Generic[C]):
 
     def _error(self, label: str, error: Exception) -> ProviderError:
         """``error`` (from the SDK, the HTTP stack or the deadline) as a typed one."""
-        return sdk_error(
-            self.errors,
-            label,
-            error,
-            key=self._key,
-            key_source=self._key_source,
-            timeout=self._timeout,
-        )
+        key, sdk = self._key, self.errors
+        if isinstance(error, sdk.status):
+            return status_error(
+                label,
+                error.status_code,
+                error.body,
+                error.response.headers,
+                key=key,
+                key_source=self._key_source,
+            )
+        if isinstance(error, sdk.timeout):
+            return transport_error(label, TimeoutError(), key, timeout=self._timeout)
+        if isinstance(error, sdk.connection):
+            return transport_error(
+                label, error.__cause__ or error, key, timeout=self._timeout
+            )
+        if isinstance(error, sdk.validation):
+            return invalid_response(
+                label, f"a reply that does not match the API: {error}", key
+            )
+        return other_error(label, error, key, timeout=self._timeout)
 
     # What each API does its own way:
 
