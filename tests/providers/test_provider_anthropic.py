@@ -7,9 +7,15 @@ from typing import Any
 
 import pytest
 from conftest import KEY
-from fake_api import FakeAPI, anthropic_frames, sse_reply
+from fake_api import FakeAPI, a_event, anthropic_frames, sse_reply
 
-from steward.actors.llm import RequestInfo, ResultEvent, collect
+from steward.actors.llm import (
+    AssistantDelta,
+    RequestInfo,
+    ResultEvent,
+    StreamEvent,
+    collect,
+)
 from steward.actors.llm.anthropic import DEFAULT_MAX_TOKENS, AnthropicProvider
 from steward.actors.prompt import Prompt
 from steward.config import ModelConfig
@@ -221,3 +227,60 @@ def test_from_config_without_a_model_says_to_set_one() -> None:
     """An anthropic model table without a model id is a config error."""
     with pytest.raises(ProviderError, match=r"^config: anthropic needs a model id"):
         AnthropicProvider.from_config(ModelConfig(provider="anthropic"), env={})
+
+
+def test_config_errors_name_what_to_set() -> None:
+    """No key and no model id are config errors that say, word for word, what
+    to set."""
+    with pytest.raises(ProviderError) as no_key:
+        AnthropicProvider(api_key="", key_source="TEAM_KEY")
+    assert str(no_key.value) == (
+        "config: anthropic needs an API key: set TEAM_KEY, or api_key_env or "
+        "api_key in the model's [models.<name>] table"
+    )
+    with pytest.raises(ProviderError) as no_model:
+        AnthropicProvider.from_config(ModelConfig(provider="anthropic"), env={})
+    assert str(no_model.value) == (
+        'config: anthropic needs a model id: set model (e.g. "claude-sonnet-4-5") '
+        "in the [models.<name>] table"
+    )
+
+
+async def test_from_config_without_max_tokens_sends_the_default(api: FakeAPI) -> None:
+    """A model table without max_tokens sends DEFAULT_MAX_TOKENS (the API needs
+    a cap); one with it sends its own."""
+    for max_tokens, sent in ((None, DEFAULT_MAX_TOKENS), (77, 77)):
+        config = ModelConfig(
+            provider="anthropic",
+            model="claude-test",
+            base_url=api.url,
+            api_key=KEY,
+            max_tokens=max_tokens,
+        )
+        provider = AnthropicProvider.from_config(config, env={})
+        try:
+            api.queue(sse_reply(anthropic_frames(["ok"])))
+            await collect(provider.stream(HELLO, INFO))
+        finally:
+            await provider.aclose()
+        assert api.requests[-1].body["max_tokens"] == sent
+
+
+async def test_frames_after_message_stop_are_not_read(
+    api: FakeAPI, claude: Callable[..., AnthropicProvider]
+) -> None:
+    """The reply ends at message_stop: a frame the server sends after it is not
+    read (it would follow the result)."""
+    late = a_event(
+        "content_block_delta",
+        {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "text_delta", "text": "late"},
+        },
+    )
+    api.queue(sse_reply([*anthropic_frames(["ok"]), late]))
+    seen: list[StreamEvent] = []
+    result = await collect(claude().stream(HELLO, INFO), seen.append)
+    assert result.text == "ok"
+    assert [e.text for e in seen if isinstance(e, AssistantDelta)] == ["ok"]

@@ -164,6 +164,17 @@ async def test_plain_json_reply_when_streaming_is_off(
     assert "stream" not in api.requests[0].body or not api.requests[0].body["stream"]
 
 
+async def test_repr_names_the_class_and_the_model(
+    dialect: Dialect, connect: ProviderFactory
+) -> None:
+    """A provider's repr is its class and default model, nothing else."""
+    expected = {
+        "anthropic": "AnthropicProvider(model='claude-test')",
+        "openai": "OpenAIProvider(model='gpt-test')",
+    }
+    assert repr(connect()) == expected[dialect.name]
+
+
 # -- failures ---------------------------------------------------------------------
 
 
@@ -183,6 +194,23 @@ async def test_rate_limit_with_retry_after_seconds(
     assert error.status == 429
     assert "Too many requests" in str(error)
     assert len(api.requests) == 1, "the SDK must not retry on its own"
+
+
+async def test_an_error_answer_to_a_plain_call_is_typed_alike(
+    api: FakeAPI, dialect: Dialect, connect: ProviderFactory
+) -> None:
+    """With streaming off, a 429 with Retry-After is typed as a streamed call's."""
+    api.queue(
+        json_reply(
+            dialect.error(429, "Too many requests"),
+            status=429,
+            headers={"Retry-After": "7"},
+        )
+    )
+    error = await fail(connect(stream=False))
+    assert (error.kind, error.retryable, error.retry_after) == ("rate_limit", True, 7)
+    assert error.status == 429
+    assert "Too many requests" in str(error)
 
 
 async def test_retry_after_as_an_http_date(

@@ -205,3 +205,21 @@ def test_from_config_without_a_model_says_to_set_one() -> None:
     """An openai model table without a model id is a config error."""
     with pytest.raises(ProviderError, match=r"^config: openai needs a model id"):
         OpenAIProvider.from_config(ModelConfig(provider="openai"), env={})
+
+
+def test_config_errors_name_what_to_set() -> None:
+    """No key (and no base_url) and no model id are config errors that say, word
+    for word, what to set."""
+    with pytest.raises(ProviderError) as no_key:
+        OpenAIProvider(api_key=None, key_source="TEAM_KEY")
+    assert str(no_key.value) == (
+        "config: openai needs an API key: set TEAM_KEY, or api_key_env or "
+        "api_key in the model's [models.<name>] table (a base_url server may go "
+        "without)"
+    )
+    with pytest.raises(ProviderError) as no_model:
+        OpenAIProvider.from_config(ModelConfig(provider="openai"), env={})
+    assert str(no_model.value) == (
+        'config: openai needs a model id: set model (e.g. "gpt-4o-mini", or the '
+        "name your server serves) in the [models.<name>] table"
+    )

@@ -1,5 +1,10 @@
-"""What the HTTP providers share: keys, tool names, failures as typed errors,
-and calls and streams bounded by the call's deadline.
+"""What the HTTP providers share: the provider itself (``HttpProvider``), keys,
+tool names, failures as typed errors, calls and streams bounded by the call's
+deadline, and replies as normalized events.
+
+A provider module subclasses ``HttpProvider`` and holds only what is its API's
+own: the SDK client, the request's shape, the reading of a reply, and its SDK's
+exception classes.
 
 Both SDKs sit on the same HTTP stack (``httpx2``), so a transport failure looks
 the same under either; the status codes mean the same too. Every message built
@@ -8,8 +13,12 @@ here has the API key taken out, whatever the server echoed back.
 
 from __future__ import annotations
 
+import abc
 import asyncio
+import contextlib
+import functools
 import json
+import os
 import re
 import time
 from collections.abc import (
@@ -18,15 +27,28 @@ from collections.abc import (
     Awaitable,
     Callable,
     Iterable,
+    Iterator,
     Mapping,
+    Sequence,
 )
-from typing import Any, TypeVar
+from typing import Any, ClassVar, Generic, NamedTuple, Protocol, Self, TypeVar
 
 import httpx2
 
+from steward.actors.llm.base import (
+    AssistantDelta,
+    RequestInfo,
+    ResultEvent,
+    StreamEvent,
+    SystemEvent,
+    ToolUseEvent,
+    UsageEvent,
+)
 from steward.actors.llm.retry import retry_after_from_headers
+from steward.actors.prompt import Prompt
 from steward.config import ModelConfig
 from steward.errors import ProviderError
+from steward.events.run import ToolCall, Usage
 
 _DETAIL_LIMIT = 300  # characters of a server's error message kept in ours
 
@@ -286,6 +308,33 @@ def other_error(
             )
 
 
+class StatusError(Protocol):
+    """What an SDK's error for an HTTP error answer carries."""
+
+    @property
+    def status_code(self) -> int: ...
+
+    @property
+    def body(self) -> object: ...
+
+    @property
+    def response(self) -> httpx2.Response: ...
+
+
+class SdkErrors(NamedTuple):
+    """An SDK's exception classes, by what they mean.
+
+    Both SDKs are generated from one template, so their classes line up:
+    ``APIStatusError``, ``APITimeoutError`` (a kind of ``APIConnectionError``)
+    and ``APIResponseValidationError``.
+    """
+
+    status: type[StatusError]
+    timeout: type[Exception]
+    connection: type[Exception]
+    validation: type[Exception]
+
+
 # -- deadlines ----------------------------------------------------------------------
 
 
@@ -320,3 +369,286 @@ async def items(
         except Exception as e:
             raise translate(e) from cause(e, key)
         yield item
+
+
+# -- replies --------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def reading(label: str, what: str, key: str | None) -> Iterator[None]:
+    """Reads of an SDK's reply objects: a shape they lack is ``invalid_response``.
+
+    ``what`` names the thing read, as in "sent a chunk it cannot read".
+    """
+    try:
+        yield
+    except (AttributeError, KeyError, TypeError, ValueError) as e:
+        raise invalid_response(label, f"{what} it cannot read ({e!r})", key) from None
+
+
+def total(usage: Usage) -> UsageEvent:
+    """``usage`` as a cumulative usage event (the total so far)."""
+    return UsageEvent(
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cumulative=True,
+    )
+
+
+def tool_uses(calls: Iterable[ToolCall]) -> list[StreamEvent]:
+    """One ``ToolUseEvent`` per call, in order."""
+    return [ToolUseEvent(id=c.id, name=c.name, args=c.args) for c in calls]
+
+
+def whole_reply(
+    started: str,
+    text: str,
+    calls: Sequence[ToolCall],
+    usage: Usage,
+    metadata: dict[str, Any],
+) -> list[StreamEvent]:
+    """The events of a reply that came whole (not streamed): the system event
+    (``started`` is its message), the text as one delta, the tool calls, the
+    usage and the result."""
+    events: list[StreamEvent] = [SystemEvent(message=started, metadata=metadata)]
+    if text:
+        events.append(AssistantDelta(text=text))
+    events.extend(tool_uses(calls))
+    events.append(total(usage))
+    events.append(
+        ResultEvent(text=text, tool_calls=tuple(calls), usage=usage, metadata=metadata)
+    )
+    return events
+
+
+# -- the provider ---------------------------------------------------------------------
+
+
+class Client(Protocol):
+    """An SDK's async client, as far as the shared half uses it."""
+
+    async def close(self) -> None: ...
+
+
+C = TypeVar("C", bound=Client)
+
+
+class ReplyStream(Protocol):
+    """An SDK's streamed reply: its raw events, and its connection to let go of."""
+
+    def __aiter__(self) -> AsyncIterator[Any]: ...
+
+    async def close(self) -> None: ...
+
+
+class Turn(Protocol):
+    """Folds the raw events of one streamed reply into normalized events."""
+
+    done: bool
+    """The reply is complete: the rest of the stream is not read."""
+
+    def feed(self, raw: object) -> list[StreamEvent]:
+        """The normalized events ``raw`` gives; ``ProviderError`` if malformed."""
+        ...
+
+    def finish(self) -> list[StreamEvent]:
+        """The events left once the stream has ended, the result last;
+        ``invalid_response`` when the reply is incomplete."""
+        ...
+
+
+class HttpProvider(abc.ABC, Generic[C]):
+    """A model provider over an HTTP API through its official SDK.
+
+    A prompt becomes one call, streamed by default, that must be whole before
+    ``timeout`` runs out. The SDK's own retries are off: steward retries, and
+    records each attempt. Failures become typed ``ProviderError``s.
+
+    Args:
+        api_key: the key; never shown in an event, error or log line. Only a
+            provider with a ``keyless`` key may go without, and only with a
+            ``base_url``.
+        model: the model id used when the prompt names none.
+        base_url: the API's address; ``None`` uses the SDK's (or its
+            ``*_BASE_URL`` variable).
+        timeout: seconds one call may take, from request to last event.
+        max_tokens: reply cap when the prompt sets none; ``None`` leaves it to
+            the provider.
+        temperature: sampling temperature when the prompt sets none.
+        stream: stream the reply; ``False`` asks for one JSON reply.
+        key_source: where the key came from, named in auth errors; ``None``
+            names ``key_env``.
+        http_client: an ``httpx2.AsyncClient`` for the SDK to use (tests).
+
+    Raises:
+        ProviderError: ``config`` when there is no key (and, for a ``keyless``
+            provider, no ``base_url``).
+    """
+
+    name: str
+    """The registry name, which also starts every label and message."""
+    key_env: ClassVar[str]
+    """The variable the key is read from unless ``api_key_env`` names another."""
+    model_example: ClassVar[str]
+    """What the error for a missing model id suggests, as written."""
+    keyless: ClassVar[str | None] = None
+    """The key sent to a ``base_url`` server when none is set; ``None`` when a
+    key is always needed."""
+    errors: ClassVar[SdkErrors]
+    """The SDK's exception classes."""
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None,
+        model: str = "",
+        base_url: str | None = None,
+        timeout: float = 60.0,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        stream: bool = True,
+        key_source: str | None = None,
+        http_client: httpx2.AsyncClient | None = None,
+    ) -> None:
+        key_source = key_source or self.key_env
+        if not api_key and (self.keyless is None or base_url is None):
+            unless = (
+                "" if self.keyless is None else " (a base_url server may go without)"
+            )
+            raise ProviderError(
+                "config",
+                f"{self.name} needs an API key: set {key_source}, or api_key_env or "
+                f"api_key in the model's [models.<name>] table{unless}",
+            )
+        self.model = model
+        self._key = api_key or None
+        self._key_source = key_source
+        self._base_url = base_url
+        self._timeout = timeout
+        self._max_tokens = max_tokens
+        self._temperature = temperature
+        self._stream = stream
+        self._client = self._connect(
+            api_key=api_key or self.keyless,
+            base_url=base_url,
+            timeout=timeout,
+            max_retries=0,  # steward retries, and records each attempt
+            http_client=http_client,
+        )
+
+    @classmethod
+    def from_config(
+        cls, config: ModelConfig, env: Mapping[str, str] | None = None
+    ) -> Self:
+        """A provider for ``[models.<name>]`` settings; the key from ``env``.
+
+        Raises:
+            ProviderError: ``config`` when no model id or no key is set.
+        """
+        if not config.model:
+            raise ProviderError(
+                "config",
+                f"{cls.name} needs a model id: set model (e.g. {cls.model_example}) "
+                "in the [models.<name>] table",
+            )
+        key, source = resolve_api_key(
+            config, cls.key_env, os.environ if env is None else env
+        )
+        return cls(
+            api_key=key,
+            model=config.model,
+            base_url=config.base_url,
+            timeout=config.timeout,
+            max_tokens=config.max_tokens,
+            temperature=config.temperature,
+            stream=config.stream,
+            key_source=source,
+        )
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(model={self.model!r})"
+
+    async def aclose(self) -> None:
+        """Close the SDK's HTTP connections."""
+        await self._client.close()
+
+    async def stream(
+        self, prompt: Prompt, info: RequestInfo
+    ) -> AsyncIterator[StreamEvent]:
+        """Ask the model ``prompt``; stream its reply as normalized events."""
+        names = ToolNames(t.name for t in prompt.tools)
+        params = self._request(prompt, names)
+        label = f"{self.name} model {params['model']!r}"
+        deadline = asyncio.get_running_loop().time() + self._timeout
+        translate = functools.partial(self._error, label)
+        if not self._stream:
+            reply = await call(
+                lambda: self._create(params), deadline, translate, self._key
+            )
+            for event in self._whole(reply, names, label):
+                yield event
+            return
+        response = await call(
+            lambda: self._create_stream(params), deadline, translate, self._key
+        )
+        turn = self._turn(names, label)
+        try:
+            async for raw in items(response, deadline, translate, self._key):
+                for event in turn.feed(raw):
+                    yield event
+                if turn.done:
+                    break
+        finally:
+            await response.close()
+        for event in turn.finish():
+            yield event
+
+    def _error(self, label: str, error: Exception) -> ProviderError:
+        """``error`` (from the SDK, the HTTP stack or the deadline) as a typed one."""
+        key, sdk = self._key, self.errors
+        if isinstance(error, sdk.status):
+            return status_error(
+                label,
+                error.status_code,
+                error.body,
+                error.response.headers,
+                key=key,
+                key_source=self._key_source,
+            )
+        if isinstance(error, sdk.timeout):
+            return transport_error(label, TimeoutError(), key, timeout=self._timeout)
+        if isinstance(error, sdk.connection):
+            return transport_error(
+                label, error.__cause__ or error, key, timeout=self._timeout
+            )
+        if isinstance(error, sdk.validation):
+            return invalid_response(
+                label, f"a reply that does not match the API: {error}", key
+            )
+        return other_error(label, error, key, timeout=self._timeout)
+
+    # What each API does its own way:
+
+    @abc.abstractmethod
+    def _connect(self, **options: Any) -> C:
+        """The SDK's client, built with ``options`` (its constructor's arguments)."""
+
+    @abc.abstractmethod
+    def _request(self, prompt: Prompt, names: ToolNames) -> dict[str, Any]:
+        """The call's arguments for ``prompt``, without ``stream``."""
+
+    @abc.abstractmethod
+    async def _create(self, params: dict[str, Any]) -> object:
+        """Make the call with ``params``; the whole reply."""
+
+    @abc.abstractmethod
+    async def _create_stream(self, params: dict[str, Any]) -> ReplyStream:
+        """Make the call with ``params``, streamed; the stream of raw events."""
+
+    @abc.abstractmethod
+    def _whole(self, reply: object, names: ToolNames, label: str) -> list[StreamEvent]:
+        """The normalized events of a whole reply."""
+
+    @abc.abstractmethod
+    def _turn(self, names: ToolNames, label: str) -> Turn:
+        """A fresh fold for the raw events of one streamed reply."""

@@ -9,38 +9,29 @@ default. The raw stream events map to steward's normalized ones:
 - a ``tool_use`` block, once its ``input_json_delta`` pieces are complete →
   ``ToolUseEvent``;
 - ``message_delta`` → a cumulative ``UsageEvent`` (output tokens so far);
-- ``message_stop`` → the one ``ResultEvent``. A stream that ends without it
-  fails as ``invalid_response``.
+- ``message_stop`` → the one ``ResultEvent``; the stream is not read further.
+  A stream that ends without it fails as ``invalid_response``.
 
-The SDK's own retries are off (``max_retries=0``): steward retries, and records
-each attempt. Failures become typed ``ProviderError``s (see ``_wire``).
+What is not the Messages API's own (the key, the deadline, retries left to
+steward, failures as typed ``ProviderError``s) is ``_wire.HttpProvider``'s.
 """
 
 from __future__ import annotations
 
-import asyncio
-import functools
-import os
-from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import anthropic
-import httpx2
 from anthropic import types as wire
 
 from steward.actors.llm import _wire
 from steward.actors.llm.base import (
     AssistantDelta,
-    RequestInfo,
     ResultEvent,
     StreamEvent,
     SystemEvent,
-    ToolUseEvent,
     UsageEvent,
 )
 from steward.actors.prompt import Prompt
-from steward.config import ModelConfig
-from steward.errors import ProviderError
 from steward.events.run import ToolCall, Usage
 
 __all__ = ["API_KEY_ENV", "DEFAULT_MAX_TOKENS", "AnthropicProvider", "to_request"]
@@ -52,162 +43,50 @@ DEFAULT_MAX_TOKENS = 4096
 """Reply cap when neither the prompt nor the model sets one (the API needs one)."""
 
 
-class AnthropicProvider:
+class AnthropicProvider(_wire.HttpProvider[anthropic.AsyncAnthropic]):
     """Claude models through the Messages API.
 
-    Args:
-        api_key: the key; never shown in an event, error or log line.
-        model: the model id used when the prompt names none.
-        base_url: the API's address; ``None`` uses the SDK's (or
-            ``ANTHROPIC_BASE_URL``).
-        timeout: seconds one call may take, from request to last event.
-        max_tokens: reply cap when the prompt sets none.
-        temperature: sampling temperature when the prompt sets none.
-        stream: stream the reply; ``False`` asks for one JSON reply.
-        key_source: where the key came from, named in auth errors.
-        http_client: an ``httpx2.AsyncClient`` for the SDK to use (tests).
-
-    Raises:
-        ProviderError: ``config`` when ``api_key`` is empty.
+    Built as ``HttpProvider`` says; a key is always needed, and ``max_tokens``
+    left unset sends ``DEFAULT_MAX_TOKENS`` (the API needs a cap).
     """
 
     name = "anthropic"
+    key_env = API_KEY_ENV
+    model_example = '"claude-sonnet-4-5"'
+    errors = _wire.SdkErrors(
+        status=anthropic.APIStatusError,
+        timeout=anthropic.APITimeoutError,
+        connection=anthropic.APIConnectionError,
+        validation=anthropic.APIResponseValidationError,
+    )
 
-    def __init__(
-        self,
-        *,
-        api_key: str,
-        model: str = "",
-        base_url: str | None = None,
-        timeout: float = 60.0,
-        max_tokens: int = DEFAULT_MAX_TOKENS,
-        temperature: float | None = None,
-        stream: bool = True,
-        key_source: str = API_KEY_ENV,
-        http_client: httpx2.AsyncClient | None = None,
-    ) -> None:
-        if not api_key:
-            raise ProviderError(
-                "config",
-                f"anthropic needs an API key: set {key_source}, or api_key_env or "
-                "api_key in the model's [models.<name>] table",
-            )
-        self.model = model
-        self._key = api_key
-        self._key_source = key_source
-        self._timeout = timeout
-        self._max_tokens = max_tokens
-        self._temperature = temperature
-        self._stream = stream
-        self._client = anthropic.AsyncAnthropic(
-            api_key=api_key,
-            base_url=base_url,
-            timeout=timeout,
-            max_retries=0,
-            http_client=http_client,
-        )
+    def _connect(self, **options: Any) -> anthropic.AsyncAnthropic:
+        return anthropic.AsyncAnthropic(**options)
 
-    @classmethod
-    def from_config(
-        cls, config: ModelConfig, env: Mapping[str, str] | None = None
-    ) -> AnthropicProvider:
-        """A provider for ``[models.<name>]`` settings; the key from ``env``.
-
-        Raises:
-            ProviderError: ``config`` when no model id or no key is set.
-        """
-        if not config.model:
-            raise ProviderError(
-                "config",
-                "anthropic needs a model id: set model (e.g. "
-                '"claude-sonnet-4-5") in the [models.<name>] table',
-            )
-        key, source = _wire.resolve_api_key(
-            config, API_KEY_ENV, os.environ if env is None else env
-        )
-        return cls(
-            api_key=key or "",
-            model=config.model,
-            base_url=config.base_url,
-            timeout=config.timeout,
-            max_tokens=config.max_tokens or DEFAULT_MAX_TOKENS,
-            temperature=config.temperature,
-            stream=config.stream,
-            key_source=source,
-        )
-
-    def __repr__(self) -> str:
-        return f"AnthropicProvider(model={self.model!r})"
-
-    async def aclose(self) -> None:
-        """Close the SDK's HTTP connections."""
-        await self._client.close()
-
-    async def stream(
-        self, prompt: Prompt, info: RequestInfo
-    ) -> AsyncIterator[StreamEvent]:
-        """Ask Claude ``prompt``; stream its reply as normalized events."""
-        names = _wire.ToolNames(t.name for t in prompt.tools)
-        params = to_request(
+    def _request(self, prompt: Prompt, names: _wire.ToolNames) -> dict[str, Any]:
+        return to_request(
             prompt,
             names,
             model=self.model,
-            max_tokens=self._max_tokens,
+            max_tokens=self._max_tokens or DEFAULT_MAX_TOKENS,
             temperature=self._temperature,
         )
-        label = f"anthropic model {params['model']!r}"
-        deadline = asyncio.get_running_loop().time() + self._timeout
-        translate = functools.partial(self._error, label)
-        create = self._client.messages.create
-        if not self._stream:
-            message = await _wire.call(
-                lambda: create(**params), deadline, translate, self._key
-            )
-            for event in _from_message(message, names, label, self._key):
-                yield event
-            return
-        response = await _wire.call(
-            lambda: create(**params, stream=True), deadline, translate, self._key
-        )
-        turn = _Turn(label, names, self._key)
-        try:
-            async for raw in _wire.items(response, deadline, translate, self._key):
-                for event in turn.feed(raw):
-                    yield event
-                if turn.done:
-                    break
-            else:
-                raise turn.unfinished()
-        finally:
-            await response.close()
 
-    def _error(self, label: str, error: Exception) -> ProviderError:
-        """``error`` (from the SDK, the HTTP stack or the deadline) as a typed one."""
-        key = self._key
-        match error:
-            case anthropic.APIStatusError():
-                return _wire.status_error(
-                    label,
-                    error.status_code,
-                    error.body,
-                    error.response.headers,
-                    key=key,
-                    key_source=self._key_source,
-                )
-            case anthropic.APITimeoutError():
-                return _wire.transport_error(
-                    label, TimeoutError(), key, timeout=self._timeout
-                )
-            case anthropic.APIConnectionError():
-                return _wire.transport_error(
-                    label, error.__cause__ or error, key, timeout=self._timeout
-                )
-            case anthropic.APIResponseValidationError():
-                return _wire.invalid_response(
-                    label, f"a reply that does not match the API: {error}", key
-                )
-            case _:
-                return _wire.other_error(label, error, key, timeout=self._timeout)
+    async def _create(self, params: dict[str, Any]) -> object:
+        return await self._client.messages.create(**params)
+
+    async def _create_stream(self, params: dict[str, Any]) -> _wire.ReplyStream:
+        events: anthropic.AsyncStream[wire.RawMessageStreamEvent]
+        events = await self._client.messages.create(**params, stream=True)
+        return events
+
+    def _whole(
+        self, reply: object, names: _wire.ToolNames, label: str
+    ) -> list[StreamEvent]:
+        return _from_message(reply, names, label, self._key)
+
+    def _turn(self, names: _wire.ToolNames, label: str) -> _Turn:
+        return _Turn(label, names, self._key)
 
 
 # -- the request -----------------------------------------------------------------
@@ -301,7 +180,7 @@ def to_request(
 class _Turn:
     """Folds the raw stream events of one reply into normalized events."""
 
-    def __init__(self, label: str, names: _wire.ToolNames, key: str) -> None:
+    def __init__(self, label: str, names: _wire.ToolNames, key: str | None) -> None:
         self.label = label
         self.names = names
         self.key = key
@@ -315,12 +194,8 @@ class _Turn:
 
     def feed(self, event: object) -> list[StreamEvent]:
         """The normalized events ``event`` gives; ``ProviderError`` if malformed."""
-        try:
+        with _wire.reading(self.label, "a stream event", self.key):
             return self._feed(event)
-        except (AttributeError, KeyError, TypeError, ValueError) as e:
-            raise _wire.invalid_response(
-                self.label, f"a stream event it cannot read ({e!r})", self.key
-            ) from None
 
     def _feed(self, event: object) -> list[StreamEvent]:
         if not self.started and not isinstance(event, wire.RawMessageStartEvent):
@@ -374,7 +249,7 @@ class _Turn:
                     raise TypeError(f"tool input {args!r} is not an object")
                 call = ToolCall(id=tool.id, name=name, args=args)
                 self.calls.append(call)
-                return [ToolUseEvent(id=call.id, name=call.name, args=call.args)]
+                return _wire.tool_uses([call])
             case wire.RawMessageDeltaEvent(delta=delta, usage=usage):
                 if delta.stop_reason is not None:
                     self.metadata["stop_reason"] = delta.stop_reason
@@ -387,43 +262,35 @@ class _Turn:
                         self.key,
                     )
                 self.done = True
-                return [
-                    ResultEvent(
-                        text="".join(self.text),
-                        tool_calls=tuple(self.calls),
-                        usage=self.usage,
-                        metadata=dict(self.metadata),
-                    )
-                ]
+                return []
             case _:
                 return []  # an event type newer than this adapter
 
+    def finish(self) -> list[StreamEvent]:
+        """The result, once message_stop came; ``invalid_response`` before."""
+        if not self.done:
+            raise _wire.invalid_response(
+                self.label,
+                "a stream that ended without message_stop; the reply is incomplete",
+                self.key,
+            )
+        return [
+            ResultEvent(
+                text="".join(self.text),
+                tool_calls=tuple(self.calls),
+                usage=self.usage,
+                metadata=dict(self.metadata),
+            )
+        ]
+
     def _usage(self, usage: Any) -> UsageEvent:
         """A cumulative usage event; both payloads carry totals so far."""
-        if usage is None:
-            return UsageEvent(
-                input_tokens=self.usage.input_tokens,
-                output_tokens=self.usage.output_tokens,
-                cumulative=True,
+        if usage is not None:
+            self.usage = Usage(
+                input_tokens=max(self.usage.input_tokens, _input_tokens(usage)),
+                output_tokens=max(self.usage.output_tokens, usage.output_tokens or 0),
             )
-        sent = _input_tokens(usage)
-        self.usage = Usage(
-            input_tokens=max(self.usage.input_tokens, sent),
-            output_tokens=max(self.usage.output_tokens, usage.output_tokens or 0),
-        )
-        return UsageEvent(
-            input_tokens=self.usage.input_tokens,
-            output_tokens=self.usage.output_tokens,
-            cumulative=True,
-        )
-
-    def unfinished(self) -> ProviderError:
-        """The error for a stream that ended before ``message_stop``."""
-        return _wire.invalid_response(
-            self.label,
-            "a stream that ended without message_stop; the reply is incomplete",
-            self.key,
-        )
+        return _wire.total(self.usage)
 
 
 def _input_tokens(usage: Any) -> int:
@@ -439,14 +306,14 @@ def _input_tokens(usage: Any) -> int:
 
 
 def _from_message(
-    message: object, names: _wire.ToolNames, label: str, key: str
+    message: object, names: _wire.ToolNames, label: str, key: str | None
 ) -> list[StreamEvent]:
     """The normalized events of a whole (non-streamed) reply."""
     if not isinstance(message, wire.Message):
         raise _wire.invalid_response(
             label, f"a {type(message).__name__} where a message was due", key
         )
-    try:
+    with _wire.reading(label, "a message", key):
         text: list[str] = []
         calls: list[ToolCall] = []
         for block in message.content:
@@ -468,32 +335,9 @@ def _from_message(
         }
         if message.stop_reason is not None:
             metadata["stop_reason"] = message.stop_reason
-    except (AttributeError, KeyError, TypeError, ValueError) as e:
-        raise _wire.invalid_response(
-            label, f"a message it cannot read ({e!r})", key
-        ) from None
-    events: list[StreamEvent] = [
-        SystemEvent(message=f"{label} sent message {message.id}", metadata=metadata)
-    ]
-    if text:
-        events.append(AssistantDelta(text="".join(text)))
-    events.extend(ToolUseEvent(id=c.id, name=c.name, args=c.args) for c in calls)
-    events.append(
-        UsageEvent(
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
-            cumulative=True,
-        )
+    return _wire.whole_reply(
+        f"{label} sent message {message.id}", "".join(text), calls, usage, metadata
     )
-    events.append(
-        ResultEvent(
-            text="".join(text),
-            tool_calls=tuple(calls),
-            usage=usage,
-            metadata=metadata,
-        )
-    )
-    return events
 
 
 class _ToolBlock:

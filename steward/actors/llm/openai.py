@@ -14,35 +14,27 @@ point ``base_url`` at one, and a key is optional. A prompt becomes one
   that ends before any choice sent a ``finish_reason`` fails as
   ``invalid_response``.
 
-The SDK's own retries are off (``max_retries=0``): steward retries, and records
-each attempt. Failures become typed ``ProviderError``s (see ``_wire``).
+What is not Chat Completions' own (the key, the deadline, retries left to
+steward, failures as typed ``ProviderError``s) is ``_wire.HttpProvider``'s.
 """
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import json
-import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-import httpx2
 import openai
 from openai.types import chat as wire
 
 from steward.actors.llm import _wire
 from steward.actors.llm.base import (
     AssistantDelta,
-    RequestInfo,
     ResultEvent,
     StreamEvent,
     SystemEvent,
-    ToolUseEvent,
-    UsageEvent,
 )
 from steward.actors.prompt import Prompt
-from steward.config import ModelConfig
 from steward.errors import ProviderError
 from steward.events.run import ToolCall, Usage
 
@@ -56,185 +48,73 @@ KEYLESS = "no-key"
 it; the SDK refuses to send none)."""
 
 
-class OpenAIProvider:
+class OpenAIProvider(_wire.HttpProvider[openai.AsyncOpenAI]):
     """GPT models, or any OpenAI-compatible server, through Chat Completions.
 
-    Args:
-        api_key: the key; never shown in an event, error or log line. ``None``
-            is allowed with ``base_url`` (local servers need none).
-        model: the model id used when the prompt names none.
-        base_url: a compatible server's address (``http://localhost:8000/v1``);
-            ``None`` uses OpenAI's (or ``OPENAI_BASE_URL``).
-        timeout: seconds one call may take, from request to last chunk.
-        max_tokens: reply cap when the prompt sets none; ``None`` leaves it to
-            the server. Sent as ``max_completion_tokens`` to OpenAI and as
-            ``max_tokens`` to a ``base_url`` server, which may not know the new
-            name.
-        temperature: sampling temperature when the prompt sets none.
-        stream: stream the reply; ``False`` asks for one JSON reply.
-        key_source: where the key came from, named in auth errors.
-        http_client: an ``httpx2.AsyncClient`` for the SDK to use (tests).
-
-    Raises:
-        ProviderError: ``config`` when there is neither a key nor a ``base_url``.
+    Built as ``HttpProvider`` says. With a ``base_url`` (a compatible server,
+    ``http://localhost:8000/v1``) the key may be ``None``: local servers need
+    none, and are sent ``KEYLESS``. ``max_tokens`` left unset leaves the cap to
+    the server; set, it is sent as ``max_completion_tokens`` to OpenAI and as
+    ``max_tokens`` to a ``base_url`` server, which may not know the new name.
     """
 
     name = "openai"
+    key_env = API_KEY_ENV
+    model_example = '"gpt-4o-mini", or the name your server serves'
+    keyless = KEYLESS
+    errors = _wire.SdkErrors(
+        status=openai.APIStatusError,
+        timeout=openai.APITimeoutError,
+        connection=openai.APIConnectionError,
+        validation=openai.APIResponseValidationError,
+    )
 
-    def __init__(
-        self,
-        *,
-        api_key: str | None,
-        model: str = "",
-        base_url: str | None = None,
-        timeout: float = 60.0,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-        stream: bool = True,
-        key_source: str = API_KEY_ENV,
-        http_client: httpx2.AsyncClient | None = None,
-    ) -> None:
-        if not api_key and base_url is None:
-            raise ProviderError(
-                "config",
-                f"openai needs an API key: set {key_source}, or api_key_env or "
-                "api_key in the model's [models.<name>] table (a base_url server "
-                "may go without)",
-            )
-        self.model = model
-        self._key = api_key or None
-        self._key_source = key_source
-        self._timeout = timeout
-        self._max_tokens = max_tokens
-        self._temperature = temperature
-        self._stream = stream
-        self._compatible = base_url is not None
-        self._client = openai.AsyncOpenAI(
-            api_key=api_key or KEYLESS,
-            base_url=base_url,
-            timeout=timeout,
-            max_retries=0,
-            http_client=http_client,
-        )
+    def _connect(self, **options: Any) -> openai.AsyncOpenAI:
+        return openai.AsyncOpenAI(**options)
 
-    @classmethod
-    def from_config(
-        cls, config: ModelConfig, env: Mapping[str, str] | None = None
-    ) -> OpenAIProvider:
-        """A provider for ``[models.<name>]`` settings; the key from ``env``.
-
-        Raises:
-            ProviderError: ``config`` when no model id is set, or no key and no
-                ``base_url``.
-        """
-        if not config.model:
-            raise ProviderError(
-                "config",
-                'openai needs a model id: set model (e.g. "gpt-4o-mini", or the '
-                "name your server serves) in the [models.<name>] table",
-            )
-        key, source = _wire.resolve_api_key(
-            config, API_KEY_ENV, os.environ if env is None else env
-        )
-        return cls(
-            api_key=key,
-            model=config.model,
-            base_url=config.base_url,
-            timeout=config.timeout,
-            max_tokens=config.max_tokens,
-            temperature=config.temperature,
-            stream=config.stream,
-            key_source=source,
-        )
-
-    def __repr__(self) -> str:
-        return f"OpenAIProvider(model={self.model!r})"
-
-    async def aclose(self) -> None:
-        """Close the SDK's HTTP connections."""
-        await self._client.close()
-
-    async def stream(
-        self, prompt: Prompt, info: RequestInfo
-    ) -> AsyncIterator[StreamEvent]:
-        """Ask the model ``prompt``; stream its reply as normalized events."""
-        names = _wire.ToolNames(t.name for t in prompt.tools)
-        params = to_request(
+    def _request(self, prompt: Prompt, names: _wire.ToolNames) -> dict[str, Any]:
+        return to_request(
             prompt,
             names,
             model=self.model,
             max_tokens=self._max_tokens,
             temperature=self._temperature,
-            compatible=self._compatible,
+            compatible=self._base_url is not None,
         )
-        label = f"openai model {params['model']!r}"
-        deadline = asyncio.get_running_loop().time() + self._timeout
-        translate = functools.partial(self._error, label)
-        create = self._client.chat.completions.create
-        if not self._stream:
-            completion = await _wire.call(
-                lambda: create(**params), deadline, translate, self._key
-            )
-            for event in _from_completion(completion, names, label, self._key):
-                yield event
-            return
-        response = await _wire.call(
-            lambda: create(
-                **params, stream=True, stream_options={"include_usage": True}
-            ),
-            deadline,
-            translate,
-            self._key,
+
+    async def _create(self, params: dict[str, Any]) -> object:
+        return await self._client.chat.completions.create(**params)
+
+    async def _create_stream(self, params: dict[str, Any]) -> _wire.ReplyStream:
+        chunks: openai.AsyncStream[wire.ChatCompletionChunk]
+        chunks = await self._client.chat.completions.create(
+            **params, stream=True, stream_options={"include_usage": True}
         )
-        turn = _Turn(label, names, self._key)
-        try:
-            async for chunk in _wire.items(response, deadline, translate, self._key):
-                for event in turn.feed(chunk):
-                    yield event
-        finally:
-            await response.close()
-        for event in turn.finish():
-            yield event
+        return chunks
+
+    def _whole(
+        self, reply: object, names: _wire.ToolNames, label: str
+    ) -> list[StreamEvent]:
+        return _from_completion(reply, names, label, self._key)
+
+    def _turn(self, names: _wire.ToolNames, label: str) -> _Turn:
+        return _Turn(label, names, self._key)
 
     def _error(self, label: str, error: Exception) -> ProviderError:
-        """``error`` (from the SDK, the HTTP stack or the deadline) as a typed one."""
-        key = self._key
-        match error:
-            case openai.APIStatusError():
-                return _wire.status_error(
-                    label,
-                    error.status_code,
-                    error.body,
-                    error.response.headers,
-                    key=key,
-                    key_source=self._key_source,
-                )
-            case openai.APITimeoutError():
-                return _wire.transport_error(
-                    label, TimeoutError(), key, timeout=self._timeout
-                )
-            case openai.APIConnectionError():
-                return _wire.transport_error(
-                    label, error.__cause__ or error, key, timeout=self._timeout
-                )
-            case openai.APIResponseValidationError():
-                return _wire.invalid_response(
-                    label, f"a reply that does not match the API: {error}", key
-                )
-            case openai.APIError():  # an error object inside the stream
-                body = error.body if isinstance(error.body, Mapping) else {}
-                code = str(body.get("code"))
-                status = int(code) if code.isdigit() else 200
-                return _wire.status_error(
-                    label,
-                    status,
-                    {"error": error.body if body else error.message},
-                    {},
-                    key=key,
-                    key_source=self._key_source,
-                )
-            case _:
-                return _wire.other_error(label, error, key, timeout=self._timeout)
+        # An error object inside the stream: the SDK raises APIError itself.
+        if type(error) is openai.APIError:
+            body = error.body if isinstance(error.body, Mapping) else {}
+            code = str(body.get("code"))
+            status = int(code) if code.isdigit() else 200
+            return _wire.status_error(
+                label,
+                status,
+                {"error": error.body if body else error.message},
+                {},
+                key=self._key,
+                key_source=self._key_source,
+            )
+        return super()._error(label, error)
 
 
 # -- the request -----------------------------------------------------------------
@@ -336,15 +216,12 @@ class _Turn:
         self.usage: Usage | None = None
         self.finish_reason: str | None = None
         self.metadata: dict[str, Any] = {"provider": "openai"}
+        self.done = False  # the reply ends with the stream (``data: [DONE]``)
 
     def feed(self, chunk: object) -> list[StreamEvent]:
         """The normalized events ``chunk`` gives; ``ProviderError`` if malformed."""
-        try:
+        with _wire.reading(self.label, "a chunk", self.key):
             return self._feed(chunk)
-        except (AttributeError, KeyError, TypeError, ValueError) as e:
-            raise _wire.invalid_response(
-                self.label, f"a chunk it cannot read ({e!r})", self.key
-            ) from None
 
     def _feed(self, chunk: object) -> list[StreamEvent]:
         if not isinstance(chunk, wire.ChatCompletionChunk):
@@ -384,13 +261,7 @@ class _Turn:
                 input_tokens=chunk.usage.prompt_tokens or 0,
                 output_tokens=chunk.usage.completion_tokens or 0,
             )
-            events.append(
-                UsageEvent(
-                    input_tokens=self.usage.input_tokens,
-                    output_tokens=self.usage.output_tokens,
-                    cumulative=True,
-                )
-            )
+            events.append(_wire.total(self.usage))
         return events
 
     def finish(self) -> list[StreamEvent]:
@@ -416,9 +287,7 @@ class _Turn:
                 "".join(call.arguments), label=self.label, tool=name
             )
             calls.append(ToolCall(id=call.id or f"call_{index}", name=name, args=args))
-        events: list[StreamEvent] = [
-            ToolUseEvent(id=c.id, name=c.name, args=c.args) for c in calls
-        ]
+        events = _wire.tool_uses(calls)
         events.append(
             ResultEvent(
                 text="".join(self.text),
@@ -438,7 +307,7 @@ def _from_completion(
         raise _wire.invalid_response(
             label, f"a {type(completion).__name__} where a completion was due", key
         )
-    try:
+    with _wire.reading(label, "a completion", key):
         if not completion.choices:
             raise ValueError("the completion has no choices")
         choice = completion.choices[0]
@@ -465,26 +334,6 @@ def _from_completion(
         }
         if completion.usage is None:
             metadata["usage_reported"] = False
-    except (AttributeError, KeyError, TypeError, ValueError) as e:
-        raise _wire.invalid_response(
-            label, f"a completion it cannot read ({e!r})", key
-        ) from None
-    events: list[StreamEvent] = [
-        SystemEvent(
-            message=f"{label} sent completion {completion.id}", metadata=metadata
-        )
-    ]
-    if text:
-        events.append(AssistantDelta(text=text))
-    events.extend(ToolUseEvent(id=c.id, name=c.name, args=c.args) for c in calls)
-    events.append(
-        UsageEvent(
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
-            cumulative=True,
-        )
+    return _wire.whole_reply(
+        f"{label} sent completion {completion.id}", text, calls, usage, metadata
     )
-    events.append(
-        ResultEvent(text=text, tool_calls=tuple(calls), usage=usage, metadata=metadata)
-    )
-    return events

@@ -4,7 +4,8 @@ A factory takes the model's ``ModelConfig`` and returns a ``Provider``.
 Factories import their SDK inside the call, so an SDK is loaded only when a
 model uses it. To add a provider, write its adapter module (normalizing the
 SDK's stream into ``steward.actors.llm.base`` events and its failures into typed
-``ProviderError``s) and add one entry to ``PROVIDERS``.
+``ProviderError``s; an HTTP API's adapter subclasses ``_wire.HttpProvider`` and
+writes only what is its API's own) and add one entry to ``PROVIDERS``.
 """
 
 from __future__ import annotations
