@@ -9,14 +9,14 @@ sides, like Temporal's non-determinism check.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import msgspec
 
-from steward.actors import run as run_actor
-from steward.actors.prompt import HASH_PREFIX, prompt_hash, prompt_matches
-from steward.events import INPUT_TYPES, Event, LlmRequested, Recorded
+from steward.actors.kind import Kind, kind_of
+from steward.events import Event, Recorded
 
-Decide = Callable[[Event, run_actor.Run], list[Event] | None]
+Decide = Callable[[Event, Any], list[Event] | None]
 
 
 class Mismatch(msgspec.Struct, frozen=True, kw_only=True):
@@ -29,22 +29,28 @@ class Mismatch(msgspec.Struct, frozen=True, kw_only=True):
     problem: str
 
 
+def _kind(records: Sequence[Recorded]) -> Kind[Any] | None:
+    return kind_of(records[0].stream) if records else None
+
+
 def commits(records: Sequence[Recorded]) -> list[list[Recorded]]:
-    """Split a run's records into steps: each input with the decisions after it."""
+    """Split a stream's records into steps: each input with the decisions
+    after it (which events are inputs, the stream's kind says)."""
+    kind = _kind(records)
     steps: list[list[Recorded]] = []
     for rec in records:
-        if isinstance(rec.event, INPUT_TYPES) or not steps:
+        if not steps or (kind is not None and kind.is_input(rec.event)):
             steps.append([rec])
         else:
             steps[-1].append(rec)
     return steps
 
 
-def rebuild(records: Sequence[Recorded], until: int | None = None) -> run_actor.Run:
-    """The run's state after its events up to version ``until`` (all by default)."""
-    return run_actor.fold(
-        r.event for r in records if until is None or r.version <= until
-    )
+def rebuild(records: Sequence[Recorded], until: int | None = None) -> Any:
+    """The actor's state after its events up to version ``until`` (all by
+    default), folded by the stream's kind (the run kind's for no records)."""
+    kind = _kind(records) or kind_of("run.")
+    return kind.fold(r.event for r in records if until is None or r.version <= until)
 
 
 def verify(
@@ -52,15 +58,19 @@ def verify(
 ) -> Mismatch | None:
     """Re-decide every recorded input; the first disagreement, or ``None``.
 
-    ``decide`` defaults to the run decider as it is now, looked up at the call.
+    ``decide`` defaults to the decider of the stream's kind as the kind table
+    holds it now, looked up at the call.
     """
+    kind = _kind(records)
+    if kind is None:
+        return None
     if decide is None:
-        decide = run_actor.decide
-    state = run_actor.initial
+        decide = kind.decide
+    state = kind.initial
     for step in commits(records):
         head = step[0]
         recorded = tuple(r.event for r in step[1:])
-        if not isinstance(head.event, INPUT_TYPES):
+        if not kind.is_input(head.event):
             return Mismatch(
                 version=head.version,
                 input=None,
@@ -77,9 +87,12 @@ def verify(
                 decided=None,
                 problem="the decider now refuses this recorded input",
             )
-        after = run_actor.fold((r.event for r in step), state)
+        after = kind.fold((r.event for r in step), state)
         again = tuple(decided)
-        if again != recorded and again != _rehashed(recorded, after):
+        if again != recorded and not (
+            kind.same_decisions is not None
+            and kind.same_decisions(recorded, again, after)
+        ):
             return Mismatch(
                 version=head.version,
                 input=head.event,
@@ -89,21 +102,6 @@ def verify(
             )
         state = after
     return None
-
-
-def _rehashed(recorded: tuple[Event, ...], after: run_actor.Run) -> tuple[Event, ...]:
-    """``recorded`` with each first-kind prompt hash (written before part
-    hashes) that matches its prompt given in the current kind."""
-    out = []
-    for event in recorded:
-        if isinstance(event, LlmRequested) and not event.prompt_hash.startswith(
-            HASH_PREFIX
-        ):
-            prompt = run_actor.build_prompt(after)
-            if prompt_matches(prompt, event.prompt_hash):
-                event = msgspec.structs.replace(event, prompt_hash=prompt_hash(prompt))
-        out.append(event)
-    return tuple(out)
 
 
 def remap(event: Event, old: str, new: str) -> Event:

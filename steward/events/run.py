@@ -7,6 +7,7 @@ decisions are derived from inputs and state alone.
 
 from __future__ import annotations
 
+import typing
 from typing import Any, Literal
 
 import msgspec
@@ -14,6 +15,7 @@ import msgspec
 from steward.events.base import Event
 
 __all__ = [
+    "EVENT_TYPES",
     "LATEST_REVISION",
     "ApprovalDecided",
     "ApprovalRequested",
@@ -478,6 +480,8 @@ RunDecision = (
     | RunCancelled
 )
 RunEvent = RunInput | RunDecision
+EVENT_TYPES: tuple[type[Event], ...] = typing.get_args(RunEvent)
+"""Every event type of the run actor, inputs and decisions."""
 
 INPUT_TYPES: tuple[type[Event], ...] = (
     RunCreated,

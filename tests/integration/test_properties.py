@@ -12,6 +12,7 @@ version it changes.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import tempfile
 from pathlib import Path
@@ -24,6 +25,7 @@ from hypothesis import strategies as st
 from support import PLAN, act
 
 from steward import cli, events, replay
+from steward.actors import kind
 from steward.actors import run as run_actor
 from steward.actors.llm import Reply, ReplyError, ScriptedProvider
 from steward.actors.tools import ToolRegistry, tool
@@ -263,7 +265,8 @@ def test_a_changed_decider_is_reported_at_the_first_diverging_version(
             for d in decided
         ]
 
-    monkeypatch.setattr(run_actor, "decide", changed)
+    changed_run = dataclasses.replace(kind.KINDS["run"], decide=changed)
+    monkeypatch.setitem(kind.KINDS, "run", changed_run)
     assert cli.main(["--db", str(db), "replay", "p1", "--verify"]) == 3
     out = capsys.readouterr().out
     # Reported at the input of the commit that recorded the third request.
