@@ -5,6 +5,8 @@
 - `commits`: a commit's layout as one message;
 - `subjects`: actor stream names as subjects, and back;
 - `inbox`: what arrives on a handle's inbox, and the JetStream API's answers;
+- `client`: the nats-py client that hands the inbox's messages over as they
+  are parsed (the one use of nats-py's private API, and why);
 - `follower`: the ordered pull consumer behind ``subscribe``;
 - `url`: ``nats://`` event-log URLs.
 """

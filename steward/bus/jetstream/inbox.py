@@ -3,18 +3,16 @@
 A handle subscribes once, to ``<inbox>.*``; acknowledgements, direct gets,
 API answers and consumer deliveries all arrive there. This module holds the
 message as the log reads it (`Msg`, its headers read only when asked for), a
-batch direct get's answer (`Batch`), the client that hands the inbox's
-messages over, and the API's answers and errors.
+batch direct get's answer (`Batch`), and the API's answers and errors.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
 import msgspec
-import nats.aio.client
+import nats.aio.msg
 
 API = "$JS.API"
 WRONG_LAST_SEQUENCE = 10071  # JetStream's err_code for a failed expected-sequence
@@ -108,42 +106,25 @@ class Msg:
         """Header ``name`` as a number, 0 when absent."""
         return int(self.header(name) or 0)
 
+    @classmethod
+    def of(cls, msg: nats.aio.msg.Msg) -> Msg:
+        """A message nats-py delivered, its headers parsed, as the log reads it.
+
+        Its header block is written back (status line, then the headers), so
+        that the log reads one kind of message however it arrived.
+        """
+        headers = dict(msg.headers or {})
+        status = headers.pop("Status", None)
+        description = headers.pop("Description", "")
+        lines = [f"NATS/1.0 {status} {description}".rstrip() if status else "NATS/1.0"]
+        lines += (f"{name}: {value}" for name, value in headers.items())
+        lines += ("", "")
+        return cls(msg.subject, msg.reply, msg.data, "\r\n".join(lines).encode())
+
     def describe(self) -> str:
         """The status line: ``404 Message Not Found``."""
         first = self.raw[: self.raw.find(b"\r\n")]
         return first[9:].decode("utf-8", "replace").strip() or "no status"
-
-
-class Client(nats.aio.client.Client):
-    """nats-py's client, handing the log's inbox messages over directly.
-
-    nats-py builds a Msg for every message, parses all its headers (checking
-    each name one character at a time), queues it and wakes a task to run
-    the subscription's callback: most of a replay's time. Messages of the
-    log's inbox subscription skip all that: they are given to the log, in
-    the reader task, as soon as they are parsed off the wire, and the one or
-    two headers the log needs are found when it needs them. Every other
-    subscription goes through nats-py as usual.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.inbox_sid: int | None = None
-        self.inbox_deliver: Callable[[Msg], None] | None = None
-
-    async def _process_msg(
-        self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes
-    ) -> None:
-        deliver = self.inbox_deliver
-        if sid != self.inbox_sid or deliver is None:
-            await super()._process_msg(sid, subject, reply, data, headers)
-            return
-        stats = self.stats
-        stats["in_msgs"] += 1
-        stats["in_bytes"] += len(data)
-        deliver(
-            Msg(subject.decode(), reply.decode() if reply else "", data, headers or b"")
-        )
 
 
 class Unavailable(Exception):

@@ -59,7 +59,8 @@ Throughput
     are put in order (the second waits for the first's acknowledgement), so
     an append may name the version a concurrent one will create.
     Acknowledgements, direct gets and consumer deliveries all arrive on one
-    wildcard inbox subscription per handle.
+    wildcard inbox subscription per handle, handed over as they are parsed
+    (`client`).
 
 Reconnects use exponential back-off with jitter, and are logged on the
 ``steward.bus.jetstream`` loggers.
@@ -82,9 +83,11 @@ from typing import Any
 
 import msgspec
 import nats.aio.client
+import nats.aio.msg
 import nats.errors
 
 from steward.bus.base import Commit, check_append, envelopes
+from steward.bus.jetstream.client import InboxClient
 from steward.bus.jetstream.commits import (
     Outgoing,
     Stored,
@@ -102,7 +105,6 @@ from steward.bus.jetstream.inbox import (
     ApiError,
     ApiFailure,
     Batch,
-    Client,
     Closed,
     Msg,
     Unavailable,
@@ -326,7 +328,7 @@ class JetStreamEventLog:
             options["user_credentials"] = os.fspath(creds)
         if nkeys_seed is not None:
             options["nkeys_seed"] = os.fspath(nkeys_seed)
-        nc = Client()
+        nc = InboxClient() if InboxClient.fits else nats.aio.client.Client()
         try:
             await nc.connect(urls, allow_reconnect=True, **options)
         except Exception as e:
@@ -349,11 +351,16 @@ class JetStreamEventLog:
         )
         holder.append(log)
         try:
-            # Its messages never reach nats-py's queue (see Client); what
-            # arrives is bounded by what this handle asked for.
-            log._mux = await nc.subscribe(log._inbox + "*")
-            nc.inbox_sid = log._mux._id
-            nc.inbox_deliver = log._dispatch
+            # What arrives is bounded by what this handle asked for: no limit
+            # of nats-py's may drop any of it as a slow consumer.
+            log._mux = await nc.subscribe(
+                log._inbox + "*",
+                cb=log._receive,
+                pending_msgs_limit=0,
+                pending_bytes_limit=0,
+            )
+            if isinstance(nc, InboxClient):
+                nc.take_over(log._mux, log._dispatch)
             await log._ensure_stream(replicas=replicas, create=create)
         except BaseException:
             await nc.close()
@@ -426,6 +433,10 @@ class JetStreamEventLog:
         return ", ".join(self.servers)
 
     # -- the inbox -------------------------------------------------------------
+
+    async def _receive(self, msg: nats.aio.msg.Msg) -> None:
+        """The inbox subscription's callback, when `InboxClient` cannot be used."""
+        self._dispatch(Msg.of(msg))
 
     def _dispatch(self, msg: Msg) -> None:
         """Route one message of the handle's inbox to whoever waits for it."""
