@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import msgspec
 
-from steward.events import AnyEvent, Event
+from steward.events import Event
 
 
 class Outgoing(msgspec.Struct, array_like=True, frozen=True):
@@ -24,17 +24,7 @@ class Outgoing(msgspec.Struct, array_like=True, frozen=True):
 
 
 class Stored(msgspec.Struct, array_like=True, frozen=True):
-    first_version: int
-    count: int
-    at: float
-    correlation_id: str | None
-    causation_id: str | None
-    commit_id: str
-    events: list[AnyEvent]
-
-
-class StoredRaw(msgspec.Struct, array_like=True, frozen=True):
-    """A commit whose events are decoded one by one (to upcast old shapes)."""
+    """A commit as it is read: its events left as msgpack for `steward.bus.pages`."""
 
     first_version: int
     count: int
@@ -42,7 +32,7 @@ class StoredRaw(msgspec.Struct, array_like=True, frozen=True):
     correlation_id: str | None
     causation_id: str | None
     commit_id: str
-    events: list[msgspec.Raw]
+    events: msgspec.Raw
 
 
 class Head(msgspec.Struct, array_like=True, frozen=True):
@@ -58,5 +48,4 @@ class Head(msgspec.Struct, array_like=True, frozen=True):
 
 encode_commit = msgspec.msgpack.Encoder().encode
 decode_stored = msgspec.msgpack.Decoder(Stored).decode
-decode_stored_raw = msgspec.msgpack.Decoder(StoredRaw).decode
 decode_head = msgspec.msgpack.Decoder(Head).decode

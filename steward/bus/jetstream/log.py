@@ -70,7 +70,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import gc
 import itertools
 import logging
 import os
@@ -90,11 +89,8 @@ from steward.bus.base import Commit, check_append, envelopes
 from steward.bus.jetstream.client import InboxClient
 from steward.bus.jetstream.commits import (
     Outgoing,
-    Stored,
-    StoredRaw,
     decode_head,
     decode_stored,
-    decode_stored_raw,
     encode_commit,
 )
 from steward.bus.jetstream.follower import Follower
@@ -115,8 +111,9 @@ from steward.bus.jetstream.inbox import (
     nanos,
 )
 from steward.bus.jetstream.subjects import escape_token, stream_of, subject_of
+from steward.bus.pages import Row, decode_page
 from steward.errors import ConcurrencyError, LogReadError, LogWriteError
-from steward.events import Event, Recorded, decode
+from steward.events import Event, Recorded
 
 __all__ = ["POSITIONS_PER_COMMIT", "JetStreamEventLog"]
 
@@ -847,77 +844,49 @@ class JetStreamEventLog:
             self._names[subject] = name
         return name
 
-    def _records(self, subject: str, seq: int, data: bytes) -> list[Recorded]:
-        """The events of the commit stored at ``seq``, as envelopes."""
+    def _row(self, subject: str, seq: int, data: bytes) -> Row:
+        """The commit stored at ``seq`` as a row for `decode_page`."""
         stream = self._stream_name(subject)
-        base = seq * POSITIONS_PER_COMMIT
-        commit: Stored | StoredRaw
+        position = seq * POSITIONS_PER_COMMIT
         try:
-            commit = decode_stored(data)
-            events: list[Any] = commit.events
-        except msgspec.DecodeError:
-            events, commit = self._decode_slowly(stream, base, data)
-        return envelopes(
-            stream,
-            commit.first_version,
-            base,
-            commit.at,
-            events,
-            commit.correlation_id,
-            commit.causation_id,
-        )
-
-    @staticmethod
-    def _decode_slowly(
-        stream: str, base: int, data: bytes
-    ) -> tuple[list[Any], StoredRaw]:
-        """Decode event by event, through the upcasters, naming what is unreadable."""
-        try:
-            commit = decode_stored_raw(data)
+            c = decode_stored(data)
         except msgspec.DecodeError as e:
             raise LogReadError(
-                f"cannot decode the commit to {stream} at position {base}: {e}; "
+                f"cannot decode the commit to {stream} at position {position}: {e}; "
                 "the stored bytes are not a steward commit (is another "
                 "application publishing under steward's subject prefix?)"
             ) from e
-        events = []
-        for i, raw in enumerate(commit.events):
-            try:
-                events.append(decode(bytes(raw)))
-            except Exception as e:
-                raise LogReadError(
-                    f"cannot decode event {stream}/{commit.first_version + i} at "
-                    f"position {base + i}: {e}; the stored bytes are corrupt or "
-                    "were written by a newer steward (add an upcaster for the "
-                    "old shape)"
-                ) from e
-        return events, commit
+        return (
+            position,
+            stream,
+            c.first_version,
+            c.count,
+            c.at,
+            c.correlation_id,
+            c.causation_id,
+            c.events,
+        )
 
     def _decode_page(
         self, messages: list[Msg], after: int = 0, limit: int | None = None
     ) -> list[Recorded]:
         """The events of ``messages`` with ``position > after``, at most ``limit``."""
-        out: list[Recorded] = []
-        # See `steward.bus.sqlite._decode_rows`: a page allocates many objects
-        # that cannot form cycles, so the cyclic collector runs once after it.
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
-            for m in messages:
-                seq = m.number(b"Nats-Sequence")
-                if (seq + 1) * POSITIONS_PER_COMMIT <= after:
-                    continue
-                records = self._records(m.header(b"Nats-Subject") or "", seq, m.data)
-                if records[0].position <= after:
-                    records = [r for r in records if r.position > after]
-                out.extend(records)
-                if limit is not None and len(out) >= limit:
-                    del out[limit:]
-                    break
-        finally:
-            if collecting:
-                gc.enable()
-        return out
+        rows: list[Row] = []
+        fresh = 0  # events of the rows with position > after
+        for m in messages:
+            seq = m.number(b"Nats-Sequence")
+            if (seq + 1) * POSITIONS_PER_COMMIT <= after:
+                continue
+            row = self._row(m.header(b"Nats-Subject") or "", seq, m.data)
+            rows.append(row)
+            position, _, _, count, *_ = row
+            fresh += max(0, position + count - max(position, after + 1))
+            if limit is not None and fresh >= limit:
+                break
+        records = decode_page(rows, listed=True)
+        if records and records[0].position <= after:
+            records = [r for r in records if r.position > after]
+        return records if limit is None else records[:limit]
 
     async def read(self, stream: str, from_version: int = 1) -> list[Recorded]:
         """``stream``'s events from ``from_version`` on, reading only its messages."""
@@ -1042,7 +1011,8 @@ class JetStreamEventLog:
                 msg = await follower.next()
                 if msg is None:
                     return
-                for record in self._records(msg.subject, follower.seq, msg.data):
+                row = self._row(msg.subject, follower.seq, msg.data)
+                for record in decode_page([row], listed=True):
                     if record.position > from_position:
                         yield record
         finally:
