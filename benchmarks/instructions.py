@@ -36,11 +36,12 @@ uvloop.run(runtime_bench._measure(int(sys.argv[1]), int(sys.argv[2])))
 _FOLD = """
 import sys, sqlite3
 from benchmarks.log_bench import REPLAY_PAGE, fold_page
-from steward.bus.sqlite import _READ_ALL, _decode_rows
+from steward.bus.pages import decode_page
+from steward.bus.sqlite import _READ_ALL
 rows = sqlite3.connect(sys.argv[2]).execute(
     _READ_ALL, {"after": 0, "upto": 10**9}
 ).fetchall()
-records = _decode_rows(rows)
+records = decode_page(rows)
 pages = [records[i : i + REPLAY_PAGE] for i in range(0, len(records), REPLAY_PAGE)]
 for _ in range(int(sys.argv[1])):
     states = {}

@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import os
 import sqlite3
 import time
@@ -71,8 +70,9 @@ import aiosqlite
 import msgspec
 
 from steward.bus.base import Commit, check_append, envelopes
+from steward.bus.pages import decode_page
 from steward.errors import ConcurrencyError, LogReadError, LogWriteError
-from steward.events import AnyEvent, Event, Recorded, decode, encode_blob
+from steward.events import Event, Recorded, encode_blob
 
 __all__ = ["SqliteEventLog", "Synchronous"]
 
@@ -182,12 +182,6 @@ _RECENT = 10_000  # records kept in memory for this process's subscribers
 _KNOWN_STREAMS = 100_000  # stream versions the writer keeps before starting over
 
 _json = msgspec.json.Encoder()
-# Decodes the current shapes only; `decode` (the codec's entry point, which
-# also upcasts old shapes) takes over for a page where this one fails.
-_decode_one = msgspec.msgpack.Decoder(AnyEvent).decode
-_decode_many = msgspec.msgpack.Decoder(list[AnyEvent]).decode
-_raw_list_decoder = msgspec.msgpack.Decoder(list[msgspec.Raw])
-_Row = tuple[int, str, int, int, float, str | None, str | None, bytes]
 
 
 class _Append:
@@ -739,7 +733,7 @@ class SqliteEventLog:
     async def read(self, stream: str, from_version: int = 1) -> list[Recorded]:
         """The events of ``stream`` from ``from_version`` on, in version order."""
         rows = await self._fetch(_READ_STREAM, {"stream": stream, "from": from_version})
-        records = _decode_rows(rows)
+        records = decode_page(rows)
         # the first commit may begin before from_version; its versions follow
         # one another, so how many to drop is a difference
         skip = from_version - records[0].version if records else 0
@@ -757,7 +751,7 @@ class SqliteEventLog:
             # Positions are dense, so nothing up to `upto` means nothing after
             # it either, unless a gap was made outside steward: look past it.
             rows = await self._fetch(_READ_NEXT, (after,))
-        records = _decode_rows(rows)
+        records = decode_page(rows)
         # the first commit may begin at or before `after`; its positions
         # follow one another, so how many to drop is a difference
         skip = max(after + 1 - records[0].position, 0) if records else 0
@@ -949,79 +943,6 @@ def _migrate(conn: sqlite3.Connection) -> None:
                 f"cannot be moved ({e}); were two steward versions writing it?"
             ) from e
         raise
-
-
-def _decode_rows(rows: list[_Row]) -> list[Recorded]:
-    """The events of commit rows, naming the first event that is unreadable."""
-    # A page allocates a few objects per event and frees none, so the cyclic
-    # collector would run many times per page and find nothing (envelopes and
-    # events cannot form cycles). Paused for this loop only, which never
-    # awaits, it runs once afterwards instead: replays get 10-30% faster.
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        return _current_envelopes(rows)
-    except msgspec.DecodeError:
-        pass  # an old shape to upcast, or bytes that are no event
-    finally:
-        if collecting:
-            gc.enable()
-    page: list[Recorded] = []
-    for position, stream, version, count, at, correlation, causation, data in rows:
-        events = _upcast_events(data, count, stream, version, position)
-        page += envelopes(stream, version, position, at, events, correlation, causation)
-    return page
-
-
-def _current_envelopes(rows: list[_Row]) -> list[Recorded]:
-    """A `Recorded` for each event of each row, in its current shape: one call
-    of the C decoder per row. Every replay runs this loop, so it is written out
-    rather than through `envelopes` (a fifth less time per event, measured)."""
-    page: list[Recorded] = []
-    add = page.append
-    for position, stream, version, count, at, correlation, causation, data in rows:
-        events = (_decode_one(data),) if count == 1 else _decode_many(data)
-        for event in events:
-            add(
-                Recorded(
-                    stream=stream,
-                    version=version,
-                    position=position,
-                    at=at,
-                    event=event,
-                    correlation_id=correlation,
-                    causation_id=causation,
-                )
-            )
-            version += 1
-            position += 1
-    return page
-
-
-def _upcast_events(
-    data: bytes, count: int, stream: str, version: int, position: int
-) -> list[AnyEvent]:
-    """A row's events one by one through the codec, which knows the upcasters."""
-    try:
-        parts = [data] if count == 1 else _raw_list_decoder.decode(data)
-    except msgspec.DecodeError as e:
-        raise _unreadable(stream, version, position, e) from e
-    events = []
-    for i, part in enumerate(parts):
-        try:
-            events.append(decode(part if count == 1 else bytes(part)))
-        except Exception as e:
-            raise _unreadable(stream, version + i, position + i, e) from e
-    return events
-
-
-def _unreadable(stream: str, version: int, position: int, e: Exception) -> LogReadError:
-    return LogReadError(
-        f"cannot decode event {stream}/{version} at position {position}: "
-        f"{e}; the stored bytes are corrupt or were written by a newer "
-        "steward (add an upcaster for the old shape, or restore the log "
-        "from a backup)"
-    )
 
 
 def _prefix_end(prefix: str) -> str | None:

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import nats
 import pytest
 from nats_server import NatsServer
@@ -178,6 +179,36 @@ async def test_an_undecodable_message_names_its_stream_and_position(
         await log.read("run.r1")
     with pytest.raises(LogReadError, match="not a steward commit"):
         await log.read_all()
+
+
+async def test_old_event_shapes_are_upcast_on_read(
+    log: JetStreamEventLog, raw: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stored event of a retired type is read, followed and paged through its
+    upcaster, and an unreadable one beside it is named."""
+    monkeypatch.setitem(
+        events.UPCASTERS,
+        "NoteTaken",
+        lambda old: {"type": "NoteRecorded", "category": "old", "content": old["text"]},
+    )
+    legacy = {"type": "NoteTaken", "text": "legacy"}
+    stored = [1, 2, 0.0, None, None, "c0ffee", [note(1), legacy]]
+    await raw.jetstream().publish(
+        f"{log.prefix}.run.r1", msgspec.msgpack.encode(stored)
+    )
+    old = events.NoteRecorded(category="old", content="legacy")
+    assert [r.event for r in await log.read("run.r1")] == [note(1), old]
+    assert [r.event for r in await log.read_all(POSITIONS_PER_COMMIT, 1)] == [old]
+    followed = log.subscribe()
+    assert [(await anext(followed)).event for _ in range(2)] == [note(1), old]
+    await followed.aclose()
+
+    stored = [3, 1, 0.0, None, None, "c0ffee", [{"type": "Nope"}]]
+    await raw.jetstream().publish(
+        f"{log.prefix}.run.r1", msgspec.msgpack.encode(stored)
+    )
+    with pytest.raises(LogReadError, match=r"event run\.r1/3 at position 2000000: "):
+        await log.read("run.r1")
 
 
 # -- writing -------------------------------------------------------------------

@@ -5,10 +5,8 @@ Subjects
     copies) captures ``<prefix>.>`` (``steward.ev.>`` by default). Every actor
     stream has its own subject, ``<prefix>.<stream name>``: the dots of the
     name separate subject tokens, so ``run.r1`` is ``steward.ev.run.r1`` and
-    ``steward.ev.run.>`` is every run. A character a subject token cannot hold
-    (or that would read as a wildcard) is written ``%XX``, per UTF-8 byte, and
-    an empty token as a lone ``%``; the mapping is reversible, so the subject
-    is the only place a stream's name is stored.
+    ``steward.ev.run.>`` is every run; the mapping (`subjects`) is
+    reversible, so the subject is the only place a stream's name is stored.
 
 Commits
     A commit is one message, so it is atomic: JetStream stores a message
@@ -48,7 +46,8 @@ Reading
     ordered pull consumer (ephemeral, in memory, no acks): it catches up and
     then follows, checks the consumer sequence of every delivery, and
     recreates the consumer after the last message it saw when one is missed,
-    the consumer vanishes, or its heartbeats stop (a server restart).
+    the consumer vanishes, or its heartbeats stop (a server restart): see
+    `follower`.
     Direct gets may be answered by any replica (``allow_direct``), so with
     ``replicas`` > 1 a read may briefly lag a commit just acknowledged;
     appends stay correct, the expected-sequence check runs on the leader.
@@ -60,17 +59,17 @@ Throughput
     are put in order (the second waits for the first's acknowledgement), so
     an append may name the version a concurrent one will create.
     Acknowledgements, direct gets and consumer deliveries all arrive on one
-    wildcard inbox subscription per handle.
+    wildcard inbox subscription per handle, handed over as they are parsed
+    (`client`).
 
 Reconnects use exponential back-off with jitter, and are logged on the
-``steward.bus.jetstream`` logger.
+``steward.bus.jetstream`` loggers.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import gc
 import itertools
 import logging
 import os
@@ -78,260 +77,56 @@ import random
 import re
 import ssl
 import time
-import urllib.parse
 from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any
 
 import msgspec
 import nats.aio.client
+import nats.aio.msg
 import nats.errors
 
 from steward.bus.base import Commit, check_append, envelopes
-from steward.errors import ConcurrencyError, ConfigError, LogReadError, LogWriteError
-from steward.events import AnyEvent, Event, Recorded, decode
+from steward.bus.jetstream.client import InboxClient
+from steward.bus.jetstream.commits import (
+    Outgoing,
+    decode_head,
+    decode_stored,
+    encode_commit,
+)
+from steward.bus.jetstream.follower import Follower
+from steward.bus.jetstream.inbox import (
+    API,
+    STREAM_NOT_FOUND,
+    WRONG_LAST_SEQUENCE,
+    ApiError,
+    ApiFailure,
+    Batch,
+    Closed,
+    Msg,
+    Unavailable,
+    ack_meta,
+    decode_json_object,
+    decode_pub_ack,
+    encode_json,
+    nanos,
+)
+from steward.bus.jetstream.subjects import escape_token, stream_of, subject_of
+from steward.bus.pages import Row, decode_page
+from steward.errors import ConcurrencyError, LogReadError, LogWriteError
+from steward.events import Event, Recorded
 
-__all__ = [
-    "POSITIONS_PER_COMMIT",
-    "JetStreamEventLog",
-    "parse_url",
-    "stream_of",
-    "subject_of",
-]
+__all__ = ["POSITIONS_PER_COMMIT", "JetStreamEventLog"]
 
 logger = logging.getLogger(__name__)
 
 POSITIONS_PER_COMMIT = 1_000_000
 """Positions a commit may use: event ``i`` of sequence ``s`` is ``s * this + i``."""
 
-_API = "$JS.API"
-_WRONG_LAST_SEQUENCE = 10071  # JetStream's err_code for a failed expected-sequence
-_STREAM_NOT_FOUND = 10059
-
 # Messages per batch direct get and per pull request: big enough to replay
 # fast, small enough that decoding one batch does not stall the event loop.
 _PAGE = 1_000
-_PULL_BATCH = 500
-_PULL_MAX_BYTES = 64 * 1024 * 1024  # the largest max_payload a server allows
 _TIPS = 100_000  # streams whose last (version, sequence) a handle remembers
 _NAMES = 100_000  # subject tails whose stream names a handle remembers
-
-
-# -- subjects ------------------------------------------------------------------
-
-_SAFE = frozenset(
-    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_/:@+=,~"
-)
-_PLAIN = re.compile(r"[A-Za-z0-9\-_/:@+=,~]+(?:\.[A-Za-z0-9\-_/:@+=,~]+)*\Z")
-
-
-def _escape(part: str) -> str:
-    if not part:
-        return "%"
-    return "".join(
-        c if c in _SAFE else "".join(f"%{b:02X}" for b in c.encode()) for c in part
-    )
-
-
-def _unescape(token: str) -> str:
-    if token == "%":
-        return ""
-    return urllib.parse.unquote(token, errors="strict")
-
-
-def subject_of(stream: str) -> str:
-    """The subject tokens (after the prefix) that hold ``stream``'s commits."""
-    if _PLAIN.match(stream):
-        return stream
-    return ".".join(_escape(part) for part in stream.split("."))
-
-
-def stream_of(tail: str) -> str:
-    """The stream name whose subject (after the prefix) is ``tail``."""
-    if "%" not in tail:
-        return tail
-    return ".".join(_unescape(token) for token in tail.split("."))
-
-
-# -- the stored shape ----------------------------------------------------------
-
-
-class _Outgoing(msgspec.Struct, array_like=True, frozen=True):
-    """A commit as it is published (the same layout `_Stored` decodes)."""
-
-    first_version: int
-    count: int
-    at: float
-    correlation_id: str | None
-    causation_id: str | None
-    commit_id: str
-    events: list[Event]
-
-
-class _Stored(msgspec.Struct, array_like=True, frozen=True):
-    first_version: int
-    count: int
-    at: float
-    correlation_id: str | None
-    causation_id: str | None
-    commit_id: str
-    events: list[AnyEvent]
-
-
-class _StoredRaw(msgspec.Struct, array_like=True, frozen=True):
-    """A commit whose events are decoded one by one (to upcast old shapes)."""
-
-    first_version: int
-    count: int
-    at: float
-    correlation_id: str | None
-    causation_id: str | None
-    commit_id: str
-    events: list[msgspec.Raw]
-
-
-class _Head(msgspec.Struct, array_like=True, frozen=True):
-    """The start of a commit: msgspec skips the events without building them."""
-
-    first_version: int
-    count: int
-    at: float
-    correlation_id: str | None
-    causation_id: str | None
-    commit_id: str
-
-
-class _ApiError(msgspec.Struct, frozen=True):
-    code: int = 0
-    err_code: int = 0
-    description: str = ""
-
-
-class _PubAck(msgspec.Struct, frozen=True):
-    stream: str = ""
-    seq: int = 0
-    duplicate: bool = False
-    error: _ApiError | None = None
-
-
-_encoder = msgspec.msgpack.Encoder()
-_stored = msgspec.msgpack.Decoder(_Stored)
-_stored_raw = msgspec.msgpack.Decoder(_StoredRaw)
-_head = msgspec.msgpack.Decoder(_Head)
-_json = msgspec.json.Encoder()
-_pub_ack = msgspec.json.Decoder(_PubAck)
-_json_any = msgspec.json.Decoder(dict[str, Any])
-
-
-def _nanos(seconds: float) -> int:
-    return int(seconds * 1e9)
-
-
-def _ack_meta(reply: str) -> tuple[str, int, int]:
-    """Consumer name, stream sequence and consumer sequence from a delivery's reply.
-
-    ``$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<dseq>.<ts>.<pending>``, or
-    the newer form with a domain and an account hash after ``ACK``.
-    """
-    tokens = reply.split(".")
-    if len(tokens) == 9:
-        return tokens[3], int(tokens[5]), int(tokens[6])
-    if len(tokens) >= 11:
-        return tokens[5], int(tokens[7]), int(tokens[8])
-    raise ValueError(f"not a JetStream delivery reply subject: {reply!r}")
-
-
-class _Batch:
-    """The messages answering one batch direct get, until its end-of-batch status."""
-
-    __slots__ = ("messages", "end")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.messages: list[_Msg] = []
-        self.end: asyncio.Future[_Msg] = loop.create_future()
-
-    def deliver(self, msg: _Msg) -> None:
-        if msg.status is None:
-            self.messages.append(msg)
-        elif not self.end.done():
-            self.end.set_result(msg)
-
-
-class _Msg:
-    """A message of the handle's inbox, its headers read only when asked for.
-
-    ``status`` is the server's status code (``"404"``) for a control message
-    and None for a message of the stream.
-    """
-
-    __slots__ = ("subject", "reply", "data", "raw", "status")
-
-    def __init__(self, subject: str, reply: str, data: bytes, raw: bytes) -> None:
-        self.subject = subject
-        self.reply = reply
-        self.data = data
-        self.raw = raw  # b"NATS/1.0[ status[ description]]\r\nName: value\r\n..."
-        self.status = (
-            raw[9:12].decode("ascii", "replace")
-            if raw[8:9] == b" " and not data
-            else None
-        )
-
-    def header(self, name: bytes) -> str | None:
-        """The value of header ``name`` (case matters), None when absent."""
-        raw = self.raw
-        key = b"\r\n" + name + b":"
-        start = raw.find(key)
-        if start < 0:
-            return None
-        start += len(key)
-        return raw[start : raw.find(b"\r\n", start)].strip().decode()
-
-    def number(self, name: bytes) -> int:
-        """Header ``name`` as a number, 0 when absent."""
-        return int(self.header(name) or 0)
-
-    def describe(self) -> str:
-        """The status line: ``404 Message Not Found``."""
-        first = self.raw[: self.raw.find(b"\r\n")]
-        return first[9:].decode("utf-8", "replace").strip() or "no status"
-
-
-class _Client(nats.aio.client.Client):
-    """nats-py's client, handing the log's inbox messages over directly.
-
-    nats-py builds a Msg for every message, parses all its headers (checking
-    each name one character at a time), queues it and wakes a task to run
-    the subscription's callback: most of a replay's time. Messages of the
-    log's inbox subscription skip all that: they are given to the log, in
-    the reader task, as soon as they are parsed off the wire, and the one or
-    two headers the log needs are found when it needs them. Every other
-    subscription goes through nats-py as usual.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.inbox_sid: int | None = None
-        self.inbox_deliver: Callable[[_Msg], None] | None = None
-
-    async def _process_msg(
-        self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes
-    ) -> None:
-        deliver = self.inbox_deliver
-        if sid != self.inbox_sid or deliver is None:
-            await super()._process_msg(sid, subject, reply, data, headers)
-            return
-        stats = self.stats
-        stats["in_msgs"] += 1
-        stats["in_bytes"] += len(data)
-        deliver(
-            _Msg(
-                subject.decode(), reply.decode() if reply else "", data, headers or b""
-            )
-        )
-
-
-class _Unavailable(Exception):
-    """No answer in time, or no responder: worth retrying once connected."""
 
 
 class JetStreamEventLog:
@@ -368,12 +163,12 @@ class JetStreamEventLog:
         self._heartbeat = heartbeat
         self._loop = asyncio.get_running_loop()
         self._subject_prefix = prefix + "."
-        self._direct = f"{_API}.DIRECT.GET.{stream}"
+        self._direct = f"{API}.DIRECT.GET.{stream}"
         self._inbox = nc.new_inbox() + "."
         self._tokens = itertools.count(1)
-        self._routes: dict[str, asyncio.Future[_Msg] | _Batch | _Follower] = {}
-        self._consumers: dict[str, _Follower] = {}
-        self._followers: set[_Follower] = set()
+        self._routes: dict[str, asyncio.Future[Msg] | Batch | Follower] = {}
+        self._consumers: dict[str, Follower] = {}
+        self._followers: set[Follower] = set()
         self._tips: dict[str, tuple[int, int]] = {}  # stream -> (version, seq)
         self._names: dict[str, str] = {}  # subject -> stream name
         self._tails: dict[str, asyncio.Future[None]] = {}  # stream -> last append
@@ -383,7 +178,7 @@ class JetStreamEventLog:
         self._drained.set()
         self._connected = asyncio.Event()
         self._connected.set()
-        self._expiring: collections.deque[tuple[float, asyncio.Future[_Msg]]] = (
+        self._expiring: collections.deque[tuple[float, asyncio.Future[Msg]]] = (
             collections.deque()
         )
         self._sweeper: asyncio.TimerHandle | None = None
@@ -530,7 +325,7 @@ class JetStreamEventLog:
             options["user_credentials"] = os.fspath(creds)
         if nkeys_seed is not None:
             options["nkeys_seed"] = os.fspath(nkeys_seed)
-        nc = _Client()
+        nc = InboxClient() if InboxClient.fits else nats.aio.client.Client()
         try:
             await nc.connect(urls, allow_reconnect=True, **options)
         except Exception as e:
@@ -553,11 +348,16 @@ class JetStreamEventLog:
         )
         holder.append(log)
         try:
-            # Its messages never reach nats-py's queue (see _Client); what
-            # arrives is bounded by what this handle asked for.
-            log._mux = await nc.subscribe(log._inbox + "*")
-            nc.inbox_sid = log._mux._id
-            nc.inbox_deliver = log._dispatch
+            # What arrives is bounded by what this handle asked for: no limit
+            # of nats-py's may drop any of it as a slow consumer.
+            log._mux = await nc.subscribe(
+                log._inbox + "*",
+                cb=log._receive,
+                pending_msgs_limit=0,
+                pending_bytes_limit=0,
+            )
+            if isinstance(nc, InboxClient):
+                nc.take_over(log._mux, log._dispatch)
             await log._ensure_stream(replicas=replicas, create=create)
         except BaseException:
             await nc.close()
@@ -568,8 +368,8 @@ class JetStreamEventLog:
         subjects = f"{self.prefix}.>"
         try:
             info = await self._api(f"STREAM.INFO.{self.stream}", None)
-        except _ApiFailure as e:
-            if e.error.err_code != _STREAM_NOT_FOUND:
+        except ApiFailure as e:
+            if e.error.err_code != STREAM_NOT_FOUND:
                 raise self._open_error(e) from e
             if not create:
                 raise LogWriteError(
@@ -583,7 +383,7 @@ class JetStreamEventLog:
                 "retention": "limits",
                 "discard": "old",
                 "num_replicas": replicas,
-                "duplicate_window": _nanos(120),
+                "duplicate_window": nanos(120),
                 "allow_direct": True,
                 # The log is append-only: no message is ever deleted or purged.
                 "deny_delete": True,
@@ -591,11 +391,11 @@ class JetStreamEventLog:
             }
             try:
                 info = await self._api(f"STREAM.CREATE.{self.stream}", config)
-            except _ApiFailure as e:
+            except ApiFailure as e:
                 raise self._open_error(e) from e
-            except _Unavailable as e:
+            except Unavailable as e:
                 raise self._unavailable_error(e) from e
-        except _Unavailable as e:
+        except Unavailable as e:
             raise self._unavailable_error(e) from e
         config = info.get("config", {})
         self.replicas = int(config.get("num_replicas") or 1)
@@ -612,7 +412,7 @@ class JetStreamEventLog:
                 "allow_direct: true"
             )
 
-    def _open_error(self, e: _ApiFailure) -> LogWriteError:
+    def _open_error(self, e: ApiFailure) -> LogWriteError:
         return LogWriteError(
             f"cannot open the JetStream stream {self.stream} at {self._where}: "
             f"{e.error.description} (error {e.error.err_code}); check the "
@@ -631,17 +431,21 @@ class JetStreamEventLog:
 
     # -- the inbox -------------------------------------------------------------
 
-    def _dispatch(self, msg: _Msg) -> None:
+    async def _receive(self, msg: nats.aio.msg.Msg) -> None:
+        """The inbox subscription's callback, when `InboxClient` cannot be used."""
+        self._dispatch(Msg.of(msg))
+
+    def _dispatch(self, msg: Msg) -> None:
         """Route one message of the handle's inbox to whoever waits for it."""
         subject: str = msg.subject
-        route: asyncio.Future[_Msg] | _Batch | _Follower | None
+        route: asyncio.Future[Msg] | Batch | Follower | None
         if subject.startswith(self._inbox):
             route = self._routes.get(subject[len(self._inbox) :])
         else:
             # A pull consumer delivers under the message's own subject; its
             # reply subject names the consumer.
             try:
-                consumer = _ack_meta(msg.reply)[0]
+                consumer = ack_meta(msg.reply)[0]
             except (ValueError, AttributeError):
                 return
             route = self._consumers.get(consumer)
@@ -656,7 +460,7 @@ class JetStreamEventLog:
     def _token(self) -> str:
         return format(next(self._tokens), "x")
 
-    def _expire(self, answer: asyncio.Future[_Msg]) -> None:
+    def _expire(self, answer: asyncio.Future[Msg]) -> None:
         """Fail ``answer`` with TimeoutError unless it comes in request_timeout.
 
         One timer for all the requests in flight, instead of one each: the
@@ -677,37 +481,37 @@ class JetStreamEventLog:
         if expiring:
             self._sweeper = self._loop.call_at(expiring[0][0], self._sweep)
 
-    async def _request(self, subject: str, payload: bytes, **kw: Any) -> _Msg:
-        """One message in answer to a publish on the inbox, or `_Unavailable`."""
+    async def _request(self, subject: str, payload: bytes, **kw: Any) -> Msg:
+        """One message in answer to a publish on the inbox, or `Unavailable`."""
         token = self._token()
-        answer: asyncio.Future[_Msg] = self._loop.create_future()
+        answer: asyncio.Future[Msg] = self._loop.create_future()
         self._routes[token] = answer
         try:
             await self._nc.publish(subject, payload, reply=self._inbox + token, **kw)
             self._expire(answer)
             msg = await answer
         except (TimeoutError, nats.errors.OutboundBufferLimitError) as e:
-            raise _Unavailable(
+            raise Unavailable(
                 f"no answer within {self._request_timeout:g}s"
                 if isinstance(e, TimeoutError)
                 else "the outbound buffer is full while reconnecting"
             ) from e
         except nats.errors.ConnectionClosedError as e:
-            raise _Closed() from e
+            raise Closed() from e
         finally:
             del self._routes[token]
         if msg.status == "503":
-            raise _Unavailable("no JetStream stream responded")
+            raise Unavailable("no JetStream stream responded")
         return msg
 
     async def _api(self, subject: str, body: Any) -> dict[str, Any]:
-        """A JetStream API request; raises `_ApiFailure` or `_Unavailable`."""
-        payload = b"" if body is None else _json.encode(body)
-        msg = await self._request(f"{_API}.{subject}", payload)
-        response = _json_any.decode(msg.data)
+        """A JetStream API request; raises `ApiFailure` or `Unavailable`."""
+        payload = b"" if body is None else encode_json(body)
+        msg = await self._request(f"{API}.{subject}", payload)
+        response = decode_json_object(msg.data)
         error = response.get("error")
         if error is not None:
-            raise _ApiFailure(msgspec.convert(error, _ApiError))
+            raise ApiFailure(msgspec.convert(error, ApiError))
         return response
 
     async def _wait_connected(self, deadline: float) -> None:
@@ -756,8 +560,8 @@ class JetStreamEventLog:
         count = len(events)
         # Encoding here means an event that cannot be encoded fails its own
         # append before anything is published.
-        payload = _encoder.encode(
-            _Outgoing(
+        payload = encode_commit(
+            Outgoing(
                 first_version=expected_version + 1,
                 count=count,
                 at=at,
@@ -847,7 +651,7 @@ class JetStreamEventLog:
             attempts += 1
             try:
                 msg = await self._request(subject, payload, headers=headers)
-            except _Unavailable as e:
+            except Unavailable as e:
                 problem = str(e)
                 if self._closed:
                     raise LogWriteError(
@@ -865,7 +669,7 @@ class JetStreamEventLog:
                 )
                 await asyncio.sleep(min(0.05 * attempts, 1.0))
                 continue
-            except _Closed as e:
+            except Closed as e:
                 raise LogWriteError(
                     f"the event log {self} is closed; open it again to append"
                 ) from e
@@ -874,14 +678,14 @@ class JetStreamEventLog:
                     f"could not publish the commit to {stream}: {e}; nothing was "
                     "stored (a commit must fit the server's max_payload)"
                 ) from e
-            ack = _pub_ack.decode(msg.data)
+            ack = decode_pub_ack(msg.data)
             if ack.error is None:
                 if ack.duplicate and not await self._holds(
                     ack.seq, commit_id, deadline
                 ):
                     raise await self._conflict(stream, expected)
                 return ack.seq
-            if ack.error.err_code == _WRONG_LAST_SEQUENCE:
+            if ack.error.err_code == WRONG_LAST_SEQUENCE:
                 if attempts > 1:
                     # An earlier copy may have landed with its answer lost.
                     landed = await self._find(subject, after, commit_id, deadline)
@@ -925,16 +729,16 @@ class JetStreamEventLog:
 
     async def _holds(self, seq: int, commit_id: str, deadline: float) -> bool:
         """Whether the message at ``seq`` is the commit ``commit_id``."""
-        msg = await self._get_one(self._direct, _json.encode({"seq": seq}), deadline)
-        return msg is not None and _head.decode(msg.data).commit_id == commit_id
+        msg = await self._get_one(self._direct, encode_json({"seq": seq}), deadline)
+        return msg is not None and decode_head(msg.data).commit_id == commit_id
 
     async def _find(
         self, subject: str, after: int, commit_id: str, deadline: float
     ) -> int:
         """The sequence of commit ``commit_id`` if it is next after ``after``, or 0."""
         request = {"seq": after + 1, "next_by_subj": subject}
-        msg = await self._get_one(self._direct, _json.encode(request), deadline)
-        if msg is None or _head.decode(msg.data).commit_id != commit_id:
+        msg = await self._get_one(self._direct, encode_json(request), deadline)
+        if msg is None or decode_head(msg.data).commit_id != commit_id:
             return 0
         return msg.number(b"Nats-Sequence")
 
@@ -951,20 +755,20 @@ class JetStreamEventLog:
 
     async def _get_one(
         self, subject: str, payload: bytes, deadline: float
-    ) -> _Msg | None:
+    ) -> Msg | None:
         """One direct get: the message, or None when there is none."""
         attempts = 0
         while True:
             attempts += 1
             try:
                 msg = await self._request(subject, payload)
-            except _Unavailable as e:
+            except Unavailable as e:
                 if self._loop.time() >= deadline or self._closed:
                     raise self._read_error(str(e)) from e
                 await self._wait_connected(deadline)
                 await asyncio.sleep(min(0.05 * attempts, 1.0))
                 continue
-            except _Closed as e:
+            except Closed as e:
                 raise self._read_error("the log is closed") from e
             if msg.status is None:
                 return msg
@@ -972,15 +776,15 @@ class JetStreamEventLog:
                 return None
             raise self._read_error(msg.describe())
 
-    async def _get_batch(self, request: dict[str, Any]) -> tuple[list[_Msg], int]:
+    async def _get_batch(self, request: dict[str, Any]) -> tuple[list[Msg], int]:
         """One batch direct get: its messages, and how many more match after them."""
-        payload = _json.encode(request)
+        payload = encode_json(request)
         deadline = self._loop.time() + self._read_timeout
         attempts = 0
         while True:
             attempts += 1
             token = self._token()
-            batch = _Batch(self._loop)
+            batch = Batch(self._loop)
             self._routes[token] = batch
             try:
                 await self._nc.publish(self._direct, payload, reply=self._inbox + token)
@@ -1025,7 +829,7 @@ class JetStreamEventLog:
         msg = await self._get_one(f"{self._direct}.{subject}", b"", deadline)
         if msg is None:
             return 0, 0
-        head = _head.decode(msg.data)
+        head = decode_head(msg.data)
         seq = msg.number(b"Nats-Sequence")
         version = head.first_version + head.count - 1
         self._remember(stream, version, seq)
@@ -1040,77 +844,49 @@ class JetStreamEventLog:
             self._names[subject] = name
         return name
 
-    def _records(self, subject: str, seq: int, data: bytes) -> list[Recorded]:
-        """The events of the commit stored at ``seq``, as envelopes."""
+    def _row(self, subject: str, seq: int, data: bytes) -> Row:
+        """The commit stored at ``seq`` as a row for `decode_page`."""
         stream = self._stream_name(subject)
-        base = seq * POSITIONS_PER_COMMIT
-        commit: _Stored | _StoredRaw
+        position = seq * POSITIONS_PER_COMMIT
         try:
-            commit = _stored.decode(data)
-            events: list[Any] = commit.events
-        except msgspec.DecodeError:
-            events, commit = self._decode_slowly(stream, base, data)
-        return envelopes(
-            stream,
-            commit.first_version,
-            base,
-            commit.at,
-            events,
-            commit.correlation_id,
-            commit.causation_id,
-        )
-
-    @staticmethod
-    def _decode_slowly(
-        stream: str, base: int, data: bytes
-    ) -> tuple[list[Any], _StoredRaw]:
-        """Decode event by event, through the upcasters, naming what is unreadable."""
-        try:
-            commit = _stored_raw.decode(data)
+            c = decode_stored(data)
         except msgspec.DecodeError as e:
             raise LogReadError(
-                f"cannot decode the commit to {stream} at position {base}: {e}; "
+                f"cannot decode the commit to {stream} at position {position}: {e}; "
                 "the stored bytes are not a steward commit (is another "
                 "application publishing under steward's subject prefix?)"
             ) from e
-        events = []
-        for i, raw in enumerate(commit.events):
-            try:
-                events.append(decode(bytes(raw)))
-            except Exception as e:
-                raise LogReadError(
-                    f"cannot decode event {stream}/{commit.first_version + i} at "
-                    f"position {base + i}: {e}; the stored bytes are corrupt or "
-                    "were written by a newer steward (add an upcaster for the "
-                    "old shape)"
-                ) from e
-        return events, commit
+        return (
+            position,
+            stream,
+            c.first_version,
+            c.count,
+            c.at,
+            c.correlation_id,
+            c.causation_id,
+            c.events,
+        )
 
     def _decode_page(
-        self, messages: list[_Msg], after: int = 0, limit: int | None = None
+        self, messages: list[Msg], after: int = 0, limit: int | None = None
     ) -> list[Recorded]:
         """The events of ``messages`` with ``position > after``, at most ``limit``."""
-        out: list[Recorded] = []
-        # See `steward.bus.sqlite._decode_rows`: a page allocates many objects
-        # that cannot form cycles, so the cyclic collector runs once after it.
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
-            for m in messages:
-                seq = m.number(b"Nats-Sequence")
-                if (seq + 1) * POSITIONS_PER_COMMIT <= after:
-                    continue
-                records = self._records(m.header(b"Nats-Subject") or "", seq, m.data)
-                if records[0].position <= after:
-                    records = [r for r in records if r.position > after]
-                out.extend(records)
-                if limit is not None and len(out) >= limit:
-                    del out[limit:]
-                    break
-        finally:
-            if collecting:
-                gc.enable()
-        return out
+        rows: list[Row] = []
+        fresh = 0  # events of the rows with position > after
+        for m in messages:
+            seq = m.number(b"Nats-Sequence")
+            if (seq + 1) * POSITIONS_PER_COMMIT <= after:
+                continue
+            row = self._row(m.header(b"Nats-Subject") or "", seq, m.data)
+            rows.append(row)
+            position, _, _, count, *_ = row
+            fresh += max(0, position + count - max(position, after + 1))
+            if limit is not None and fresh >= limit:
+                break
+        records = decode_page(rows, listed=True)
+        if records and records[0].position <= after:
+            records = [r for r in records if r.position > after]
+        return records if limit is None else records[:limit]
 
     async def read(self, stream: str, from_version: int = 1) -> list[Recorded]:
         """``stream``'s events from ``from_version`` on, reading only its messages."""
@@ -1160,7 +936,7 @@ class JetStreamEventLog:
             page = self._decode_page(messages, from_position, wanted)
             if messages:
                 sample = messages[:8]
-                count = sum(_head.decode(m.data).count for m in sample)
+                count = sum(decode_head(m.data).count for m in sample)
                 self._commit_size = max(1, count // len(sample))
             out.extend(page)
             if not messages or not more:
@@ -1179,13 +955,13 @@ class JetStreamEventLog:
         """The highest position in the log; 0 when it is empty."""
         if self._closing:
             raise self._read_error("closed")
-        request = _json.encode({"last_by_subj": f"{self.prefix}.>"})
+        request = encode_json({"last_by_subj": f"{self.prefix}.>"})
         deadline = self._loop.time() + self._read_timeout
         msg = await self._get_one(self._direct, request, deadline)
         if msg is None:
             return 0
         seq = msg.number(b"Nats-Sequence")
-        return seq * POSITIONS_PER_COMMIT + _head.decode(msg.data).count - 1
+        return seq * POSITIONS_PER_COMMIT + decode_head(msg.data).count - 1
 
     async def streams(self, prefix: str = "") -> list[str]:
         """The names of the streams starting with ``prefix``, sorted."""
@@ -1194,7 +970,7 @@ class JetStreamEventLog:
         # The prefix's whole tokens narrow the server's subject listing; the
         # last, partial one is matched here.
         whole = prefix.split(".")[:-1]
-        narrowed = ".".join([self.prefix, *(_escape(t) for t in whole), ">"])
+        narrowed = ".".join([self.prefix, *(escape_token(t) for t in whole), ">"])
         names: list[str] = []
         offset = 0
         deadline = self._loop.time() + self._read_timeout
@@ -1202,14 +978,14 @@ class JetStreamEventLog:
             body = {"subjects_filter": narrowed, "offset": offset}
             try:
                 info = await self._api(f"STREAM.INFO.{self.stream}", body)
-            except _ApiFailure as e:
+            except ApiFailure as e:
                 raise self._read_error(e.error.description) from e
-            except _Unavailable as e:
+            except Unavailable as e:
                 if self._loop.time() >= deadline:
                     raise self._read_error(str(e)) from e
                 await self._wait_connected(deadline)
                 continue
-            except _Closed as e:
+            except Closed as e:
                 raise self._read_error("closed") from e
             subjects = info.get("state", {}).get("subjects") or {}
             names.extend(self._stream_name(s) for s in subjects)
@@ -1228,14 +1004,15 @@ class JetStreamEventLog:
         """
         if self._closing:
             return
-        follower = _Follower(self, max(1, from_position // POSITIONS_PER_COMMIT))
+        follower = Follower(self, max(1, from_position // POSITIONS_PER_COMMIT))
         self._followers.add(follower)
         try:
             while True:
                 msg = await follower.next()
                 if msg is None:
                     return
-                for record in self._records(msg.subject, follower.seq, msg.data):
+                row = self._row(msg.subject, follower.seq, msg.data)
+                for record in decode_page([row], listed=True):
                     if record.position > from_position:
                         yield record
         finally:
@@ -1290,251 +1067,3 @@ class JetStreamEventLog:
     def __repr__(self) -> str:
         state = "closed" if self._closing else "open"
         return f"<JetStreamEventLog {self} {state}>"
-
-
-class _ApiFailure(Exception):
-    """The JetStream API answered with an error."""
-
-    def __init__(self, error: _ApiError) -> None:
-        super().__init__(f"{error.description} (error {error.err_code})")
-        self.error = error
-
-
-class _Closed(Exception):
-    """The NATS connection is closed."""
-
-
-class _Follower:
-    """An ordered pull consumer over the whole stream, for one subscription.
-
-    Deliveries and the server's status messages arrive (through the handle's
-    inbox) in ``buffer``, in order. ``next`` keeps a pull request out, checks
-    that consumer sequences follow one another, and starts a new consumer
-    after the last stream sequence seen when they do not, when the consumer
-    is gone, or when nothing (not even a heartbeat) arrives for two
-    heartbeat intervals.
-    """
-
-    def __init__(self, log: JetStreamEventLog, seq: int) -> None:
-        self.log = log
-        self.start = seq  # the stream sequence the next consumer starts at
-        self.seq = 0  # the stream sequence of the message `next` returned
-        self.buffer: collections.deque[_Msg] = collections.deque()
-        self.waiter: asyncio.Future[None] | None = None
-        self.consumer: str | None = None
-        self.token: str | None = None
-        self.delivered = 0  # consumer sequence of the last delivery
-        self.outstanding = 0  # messages asked for and not yet delivered
-        self.failures = 0
-
-    def deliver(self, msg: _Msg) -> None:
-        self.buffer.append(msg)
-        self.wake()
-
-    def wake(self) -> None:
-        waiter = self.waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    async def next(self) -> _Msg | None:
-        """The next delivered commit message; None once the log is closing."""
-        log = self.log
-        while True:
-            while self.buffer:
-                msg = self.buffer.popleft()
-                if msg.status is None:
-                    consumer, seq, delivered = _ack_meta(msg.reply)
-                    if consumer != self.consumer:
-                        continue  # left over from a consumer already replaced
-                    if delivered != self.delivered + 1:
-                        await self.reset(f"missed deliveries before {delivered}")
-                        break
-                    self.delivered = delivered
-                    self.seq = seq
-                    self.start = seq + 1
-                    self.outstanding -= 1
-                    self.failures = 0
-                    await self.pull()
-                    return msg
-                await self.control(msg)
-            if log._closing:
-                return None
-            if self.consumer is None and not await self.create():
-                continue
-            await self.pull()
-            if self.buffer:
-                continue
-            # A plain timer rather than `asyncio.timeout`, whose set-up on
-            # every wait costs more than the rest of the wait.
-            self.waiter = waiter = log._loop.create_future()
-            silent = log._loop.call_later(2.5 * log._heartbeat, _expire, waiter)
-            try:
-                await waiter
-            except TimeoutError:
-                await self.reset("no heartbeat from the server")
-            finally:
-                silent.cancel()
-                self.waiter = None
-
-    async def control(self, msg: _Msg) -> None:
-        """Act on a status message: a heartbeat, an expired pull, a lost consumer."""
-        if msg.subject != self.log._inbox + (self.token or ""):
-            return  # about a consumer already replaced
-        status = msg.status
-        if status == "100":
-            last = msg.header(b"Nats-Last-Consumer")
-            if last is not None and int(last) != self.delivered:
-                await self.reset(f"the server delivered up to {last}")
-            return
-        owed = msg.header(b"Nats-Pending-Messages")
-        if status in ("408", "409") and owed is not None:
-            # A pull request ended (expired, or a limit): what it still owed
-            # will never come; ask again.
-            self.outstanding -= int(owed)
-            if status == "408" or "Exceeded" in msg.describe():
-                await self.pull()
-                return
-        await self.reset(msg.describe())
-
-    async def create(self) -> bool:
-        """Start a consumer at ``start``; False (after a pause) when it failed."""
-        log = self.log
-        token = log._token()
-        config = {
-            "deliver_policy": "by_start_sequence",
-            "opt_start_seq": self.start,
-            "ack_policy": "none",
-            "replay_policy": "instant",
-            "mem_storage": True,
-            "num_replicas": 1,
-            "inactive_threshold": _nanos(max(60.0, 10 * log._heartbeat)),
-        }
-        try:
-            info = await log._api(
-                f"CONSUMER.CREATE.{log.stream}",
-                {"stream_name": log.stream, "config": config},
-            )
-        except _Closed:
-            return False
-        except (_Unavailable, _ApiFailure) as e:
-            if log._closing:
-                return False
-            if isinstance(e, _ApiFailure) and e.error.err_code == _STREAM_NOT_FOUND:
-                raise LogReadError(
-                    f"cannot subscribe to the JetStream stream {log.stream} at "
-                    f"{log._where}: it does not exist (was it deleted?)"
-                ) from e
-            self.failures += 1
-            logger.warning(
-                "cannot follow the JetStream stream %s at %s: %s; retrying",
-                log.stream,
-                log._where,
-                e,
-            )
-            await asyncio.sleep(min(0.05 * 2**self.failures, 2.0))
-            return False
-        self.consumer = info["name"]
-        self.token = token
-        self.delivered = 0
-        self.outstanding = 0
-        log._consumers[self.consumer] = self
-        log._routes[token] = self
-        return True
-
-    async def pull(self) -> None:
-        """Keep at least half a batch asked for."""
-        if self.consumer is None or self.outstanding > _PULL_BATCH // 2:
-            return
-        log = self.log
-        expires = max(30.0, 4 * log._heartbeat)
-        request = {
-            "batch": _PULL_BATCH,
-            "max_bytes": _PULL_MAX_BYTES,
-            "expires": _nanos(expires),
-            "idle_heartbeat": _nanos(log._heartbeat),
-        }
-        self.outstanding += _PULL_BATCH
-        try:
-            await log._nc.publish(
-                f"{_API}.CONSUMER.MSG.NEXT.{log.stream}.{self.consumer}",
-                _json.encode(request),
-                reply=log._inbox + (self.token or ""),
-            )
-        except nats.errors.Error:
-            pass  # no heartbeat will come: the watchdog starts over
-
-    async def reset(self, why: str) -> None:
-        """Drop the consumer; the next one starts after the last message seen."""
-        if self.consumer is not None:
-            logger.info(
-                "restarting the subscription to %s at sequence %d: %s",
-                self.log.stream,
-                self.start,
-                why,
-            )
-        await self.stop()
-        self.buffer.clear()
-        self.failures += 1
-        if self.failures > 1:  # back off while the server keeps failing us
-            await asyncio.sleep(min(0.05 * 2**self.failures, 2.0))
-
-    async def stop(self) -> None:
-        log = self.log
-        consumer, token = self.consumer, self.token
-        self.consumer = self.token = None
-        if token is not None:
-            log._routes.pop(token, None)
-        if consumer is None:
-            return
-        log._consumers.pop(consumer, None)
-        try:
-            # Nobody waits for the answer; an unreachable server removes the
-            # consumer itself once it has been inactive long enough.
-            await log._nc.publish(
-                f"{_API}.CONSUMER.DELETE.{log.stream}.{consumer}",
-                b"",
-                reply=log._inbox + "gone",
-            )
-        except nats.errors.Error:
-            pass
-
-
-def _expire(waiter: asyncio.Future[None]) -> None:
-    """End a follower's wait for messages that did not come in time."""
-    if not waiter.done():
-        waiter.set_exception(TimeoutError())
-
-
-def _url_options(query: str, url: str) -> dict[str, Any]:
-    """Keyword arguments for `JetStreamEventLog.open` from a URL's query string."""
-    options: dict[str, Any] = {}
-    for key, value in urllib.parse.parse_qsl(query, keep_blank_values=True):
-        if key in ("stream", "prefix", "creds", "nkeys_seed", "name", "tls_hostname"):
-            options[key] = value
-        elif key == "replicas":
-            try:
-                options[key] = int(value)
-            except ValueError:
-                raise ConfigError(
-                    "event log url", url, f"replicas must be a number, not {value!r}"
-                ) from None
-        else:
-            raise ConfigError(
-                "event log url",
-                url,
-                f"unknown option {key!r}; use stream, prefix, replicas, creds, "
-                "nkeys_seed, name or tls_hostname",
-            )
-    return options
-
-
-def parse_url(url: str) -> tuple[list[str], dict[str, Any]]:
-    """Servers and options from ``nats://host:4222[,host2:4222]?stream=S&prefix=P``."""
-    scheme, _, rest = url.partition("://")
-    where, _, query = rest.partition("?")
-    if not where:
-        raise ConfigError(
-            "event log url", url, "it names no server; use nats://host:4222"
-        )
-    servers = [f"{scheme}://{part}" for part in where.split(",") if part]
-    return servers, _url_options(query, url)

@@ -1,0 +1,26 @@
+"""The distributed event log on NATS JetStream, one module per job.
+
+- `log`: `JetStreamEventLog`, the `EventLog` itself (how commits, positions
+  and reads map onto one JetStream stream: see its docstring);
+- `commits`: a commit's layout as one message;
+- `subjects`: actor stream names as subjects, and back;
+- `inbox`: what arrives on a handle's inbox, and the JetStream API's answers;
+- `client`: the nats-py client that hands the inbox's messages over as they
+  are parsed (the one use of nats-py's private API, and why);
+- `follower`: the ordered pull consumer behind ``subscribe``;
+- `url`: ``nats://`` event-log URLs.
+"""
+
+from __future__ import annotations
+
+from steward.bus.jetstream.log import POSITIONS_PER_COMMIT, JetStreamEventLog
+from steward.bus.jetstream.subjects import stream_of, subject_of
+from steward.bus.jetstream.url import parse_url
+
+__all__ = [
+    "POSITIONS_PER_COMMIT",
+    "JetStreamEventLog",
+    "parse_url",
+    "stream_of",
+    "subject_of",
+]
