@@ -4,7 +4,8 @@ An actor's stream is named ``<kind>.<id>`` (``run.r1``); its kind is the first
 segment. A `Kind` bundles what everything outside the actor needs of it: its
 pure decider (``initial``, ``evolve``, ``decide``), which of its events are
 inputs (a step of its stream is an input and the decisions after it), and
-every event type it records (the codec decodes them). `KINDS` is the table;
+every event type it records (the log decodes into their union,
+`steward.events.UNION`). `KINDS` is the table;
 `kind_of` finds a stream's kind, with an error naming the kinds there are.
 
 Replay reads the table (`steward.replay`): rebuild, verify and the split into
@@ -26,7 +27,7 @@ from msgspec.structs import replace
 from steward.actors import run as run_actor
 from steward.actors.prompt import HASH_PREFIX, prompt_hash, prompt_matches
 from steward.errors import NotFoundError
-from steward.events import Event
+from steward.events import UNION, Event
 from steward.events import run as run_events
 
 __all__ = ["KINDS", "Kind", "kind_of", "kind_name", "register"]
@@ -107,9 +108,11 @@ KINDS: dict[str, Kind[Any]] = {RUN.name: RUN}
 
 
 def register(kind: Kind[Any]) -> None:
-    """Add ``kind`` to the table (a kind of an extension, or of a test)."""
+    """Add ``kind`` to the table (a kind of an extension, or of a test), and
+    its events to the union the log decodes into."""
     if kind.name in KINDS and KINDS[kind.name] is not kind:
         raise ValueError(f"there is an actor kind {kind.name!r} already")
+    UNION.add(kind.events)
     KINDS[kind.name] = kind
 
 

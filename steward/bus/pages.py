@@ -17,7 +17,7 @@ import msgspec
 
 from steward.bus.base import envelopes
 from steward.errors import LogReadError
-from steward.events import AnyEvent, Recorded, decode
+from steward.events import UNION, AnyEvent, Recorded, decode
 
 __all__ = ["Row", "decode_page"]
 
@@ -27,8 +27,6 @@ causation_id, data)``, position and version those of its first event, ``data``
 the msgpack of its events: a list, or the lone event of a commit of one
 (unless the backend always stores a list: ``decode_page(listed=True)``)."""
 
-_decode_one = msgspec.msgpack.Decoder(AnyEvent).decode
-_decode_many = msgspec.msgpack.Decoder(list[AnyEvent]).decode
 _decode_parts = msgspec.msgpack.Decoder(list[msgspec.Raw]).decode
 
 
@@ -70,8 +68,11 @@ def _current_envelopes(rows: Sequence[Row], listed: bool) -> list[Recorded]:
     event, measured)."""
     page: list[Recorded] = []
     add = page.append
+    # the decoders of the event union as it is now (a kind registered later
+    # is decoded from its next read on)
+    decode_one, decode_many = UNION.msgpack.decode, UNION.msgpack_list.decode
     for position, stream, version, count, at, correlation, causation, data in rows:
-        events = _decode_many(data) if listed or count != 1 else (_decode_one(data),)
+        events = decode_many(data) if listed or count != 1 else (decode_one(data),)
         for event in events:
             add(
                 Recorded(

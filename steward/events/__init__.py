@@ -15,9 +15,12 @@ from steward.events.codec import (
 )
 from steward.events.run import *  # noqa: F403
 from steward.events.run import __all__ as _run_all
+from steward.events.union import UNION, EventUnion
 
 __all__ = [
+    "UNION",
     "UPCASTERS",
+    "EventUnion",
     "AnyEvent",
     "Event",
     "Recorded",

@@ -9,13 +9,14 @@ import msgspec
 from steward.errors import LogReadError
 from steward.events.base import UPCASTERS, Event, Recorded
 from steward.events.run import RunEvent
+from steward.events.union import UNION
 
 AnyEvent = RunEvent
+"""The built-in events, for type checking; the log decodes into `UNION`,
+which also holds the events of every kind registered at run time."""
 
 _mp_encoder = msgspec.msgpack.Encoder()
-_mp_decoder: msgspec.msgpack.Decoder[AnyEvent] = msgspec.msgpack.Decoder(AnyEvent)
 _json_encoder = msgspec.json.Encoder()
-_json_decoder: msgspec.json.Decoder[AnyEvent] = msgspec.json.Decoder(AnyEvent)
 _raw_decoder = msgspec.msgpack.Decoder(dict[str, Any])
 
 
@@ -65,14 +66,15 @@ def encodable_value(value: Any) -> Any:
 def decode(data: bytes) -> AnyEvent:
     """Decode stored bytes, upcasting an old shape when its tag asks for it."""
     try:
-        return _mp_decoder.decode(data)
+        event: AnyEvent = UNION.msgpack.decode(data)
+        return event
     except msgspec.ValidationError as e:
         raw = _raw_decoder.decode(data)
         upcast = UPCASTERS.get(str(raw.get("type")))
         if upcast is None:
             raise LogReadError(f"cannot decode stored event: {e}") from e
-        event: AnyEvent = msgspec.convert(upcast(raw), AnyEvent)
-        return event
+        upcast_event: AnyEvent = msgspec.convert(upcast(raw), UNION.union)
+        return upcast_event
 
 
 def to_json(event: Event) -> bytes:
@@ -80,7 +82,8 @@ def to_json(event: Event) -> bytes:
 
 
 def from_json(data: bytes | str) -> AnyEvent:
-    return _json_decoder.decode(data)
+    event: AnyEvent = UNION.json.decode(data)
+    return event
 
 
 class RecordedJson(msgspec.Struct, kw_only=True):
@@ -96,7 +99,19 @@ class RecordedJson(msgspec.Struct, kw_only=True):
     event: AnyEvent
 
 
-_line_decoder = msgspec.json.Decoder(RecordedJson)
+class _LineJson(msgspec.Struct, kw_only=True):
+    """`RecordedJson` with its event left undecoded, for `UNION` to decode."""
+
+    stream: str
+    version: int
+    position: int
+    at: float
+    correlation_id: str | None
+    causation_id: str | None
+    event: msgspec.Raw
+
+
+_line_decoder = msgspec.json.Decoder(_LineJson)
 
 
 def recorded_to_json(r: Recorded) -> bytes:
@@ -121,21 +136,21 @@ _raw_line_decoder = msgspec.json.Decoder(dict[str, Any])
 def recorded_from_json(line: bytes | str) -> Recorded:
     """A recorded event from one exported JSON line, upcasting an old event
     shape as `decode` does (an exported or golden log replays as the log)."""
+    j = _line_decoder.decode(line)
     try:
-        j = _line_decoder.decode(line)
+        event: Event = UNION.json.decode(j.event)
     except msgspec.ValidationError:
-        raw = _raw_line_decoder.decode(line)
-        old = raw.get("event")
-        if not isinstance(old, dict) or str(old.get("type")) not in UPCASTERS:
+        old = _raw_line_decoder.decode(j.event)
+        if str(old.get("type")) not in UPCASTERS:
             raise
         upcast = UPCASTERS[str(old["type"])]
-        j = msgspec.convert({**raw, "event": upcast(old)}, RecordedJson)
+        event = msgspec.convert(upcast(old), UNION.union)
     return Recorded(
         stream=j.stream,
         version=j.version,
         position=j.position,
         at=j.at,
-        event=j.event,
+        event=event,
         correlation_id=j.correlation_id,
         causation_id=j.causation_id,
     )

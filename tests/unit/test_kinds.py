@@ -133,3 +133,24 @@ def test_a_kind_name_is_taken_once() -> None:
     """Registering another kind under a taken name is refused."""
     with pytest.raises(ValueError, match="'run' already"):
         kind.register(dataclasses.replace(COUNTER, name="run"))
+
+
+async def test_a_registered_kinds_events_are_stored_and_read(
+    registered: None, tmp_path
+) -> None:
+    """A kind's events go into the log and come back, by SQLite and as the
+    JSON lines of an export, once the kind is registered."""
+    from steward import events
+    from steward.bus import SqliteEventLog
+
+    records = record("counter.c1", [Add(n=1), Add(n=2)])
+    async with await SqliteEventLog.open(tmp_path / "log.db") as log:
+        await log.append("counter.c1", [r.event for r in records[:2]], 0)
+        await log.append("counter.c1", [r.event for r in records[2:]], 2)
+        read = await log.read("counter.c1")
+    assert [r.event for r in read] == [r.event for r in records]
+    lines = [events.recorded_to_json(r) for r in read]
+    assert [events.recorded_from_json(line).event for line in lines] == [
+        r.event for r in records
+    ]
+    assert replay.verify(read) is None
