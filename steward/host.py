@@ -63,7 +63,7 @@ from steward.actors.llm import (
 )
 from steward.actors.llm.limits import PRIORITIES, PriorityLimiter
 from steward.actors.llm.retry import backoff_delay
-from steward.actors.prompt import Prompt, prompt_matches
+from steward.actors.prompt import Prompt, PromptCache, prompt_matches
 from steward.actors.tools import ToolContext, ToolRegistry
 from steward.bus import Commit, EventLog
 from steward.clock import Clock, SystemClock
@@ -175,6 +175,9 @@ class Host:
         # Prompts of this host's own model requests, as the decider built
         # them, until the call takes them.
         self._prompts: dict[str, Prompt] = {}
+        # What building and hashing one prompt lends the next (system prompts,
+        # message digests): deciders keep no state, so the host keeps it.
+        self._prompt_cache = PromptCache()
         # Streams whose cached state this host folded from its own commit of
         # the decider's output: their prompts need no hash check.
         self._own: dict[str, int] = {}
@@ -269,7 +272,7 @@ class Host:
         version: int,
     ) -> Commit | None:
         """Decide ``input`` on ``state`` (at ``version``) and append the step."""
-        decided = run_actor.decide_and_fold(input, state)
+        decided = run_actor.decide_and_fold(input, state, self._prompt_cache)
         if decided is None:
             METRICS.refusals += 1
             log.debug("stream %s refused %s", stream, events.type_name(input))
@@ -601,7 +604,7 @@ class Host:
             state = await self._state_at(rec.stream, rec.version)
         if state.llm_pending != request.request_id:
             return None  # answered already; nothing to do
-        prompt = kept or run_actor.build_prompt(state)
+        prompt = kept or run_actor.build_prompt(state, self._prompt_cache)
         info = RequestInfo(
             run_id=state.run_id,
             request_id=request.request_id,
@@ -613,7 +616,9 @@ class Host:
         # request; state read back from the log (after a restart, or written
         # by another process, maybe by other code) is checked.
         own = self._own.get(rec.stream) == rec.version
-        if not own and not prompt_matches(prompt, request.prompt_hash):
+        if not own and not prompt_matches(
+            prompt, request.prompt_hash, self._prompt_cache
+        ):
             answer = events.LlmFailed(
                 request_id=request.request_id,
                 kind="internal",

@@ -1,4 +1,10 @@
-"""The prompt a model call sends: a pure function of a run's state."""
+"""The prompt a model call sends, and the hash a run records in its place.
+
+Pure: `prompt_hash` is a function of the prompt alone. The work one hash can
+lend the next (digests of messages and settings, the prompt a run's next one
+grows from) is kept in a `PromptCache` that the caller owns and passes in; a
+module keeps no state. With a fresh cache, or none, the hash is the same.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,7 @@ from typing import Literal, cast
 
 import msgspec
 
-from steward.events.run import ChatMessage, ToolSpec
+from steward.events.run import ChatMessage, RunSettings, ToolSpec
 
 
 class Prompt(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -29,168 +35,205 @@ HASH_PREFIX = "m1:"
 without it is of the first kind, a hash of the whole encoded prompt."""
 
 
-def prompt_hash(prompt: Prompt) -> str:
+class PromptCache:
+    """Work that building and hashing prompts reuse from one call to the next.
+
+    The host owns one for its life and passes it to `run.decide_and_fold`,
+    `run.build_prompt` and `prompt_matches`; anything else may pass none.
+    It only saves work: every function that takes one returns the same with
+    a fresh one. Not safe to share between threads (a host is one loop).
+
+    What it holds: digests of messages, by message (equal messages have
+    equal digests, so a message folded again from the log, an equal object,
+    finds its digest too); digests of messages with tool call arguments
+    (dicts, which cannot be hashed) by identity, since a run's transcript
+    holds the same objects from call to call; head hashers (a BLAKE2b fed
+    the digest of a prompt's settings, copied by each call) by the identity
+    of their system prompt and tools; each hashed prompt's messages and
+    their joined digests, by the identity of its last message, where the
+    next prompt of the same run is cut from; and the system prompt rendered
+    for a run's settings, by their identity (a run's settings object is
+    shared by every state folded from its `RunCreated`). Identity memos hold
+    their objects, so an id is never reused while in them. Each is emptied
+    when what it holds grows past its bound.
+    """
+
+    def __init__(self, *, memo_bytes: int = 32 * 1024 * 1024) -> None:
+        self.memo_bytes = memo_bytes
+        """Bytes of encoded messages digested before the memos are emptied."""
+        self._messages: dict[ChatMessage, bytes] = {}
+        self._unhashable: dict[int, tuple[ChatMessage, bytes]] = {}
+        self._heads: dict[
+            tuple[object, ...], tuple[str, tuple[ToolSpec, ...], hashlib.blake2b]
+        ] = {}
+        self._follows: dict[int, tuple[tuple[ChatMessage, ...], bytes]] = {}
+        self._held = 0
+        self._systems: dict[int, tuple[RunSettings, str]] = {}
+
+    def system(self, settings: RunSettings) -> str | None:
+        """The system prompt rendered for ``settings`` before, if it was."""
+        kept = self._systems.get(id(settings))
+        return kept[1] if kept is not None and kept[0] is settings else None
+
+    def keep_system(self, settings: RunSettings, system: str) -> None:
+        """Remember ``system`` as the system prompt rendered for ``settings``."""
+        if len(self._systems) >= _KEPT_SYSTEMS:
+            self._systems.clear()
+        self._systems[id(settings)] = (settings, system)
+
+    def message_digest(self, message: ChatMessage) -> bytes:
+        """The digest of ``message``, from the memo or computed into it."""
+        hashable = not message.tool_calls  # whose arguments are dicts
+        if hashable:
+            digest = self._messages.get(message)
+            if digest is not None:
+                return digest
+        else:
+            kept = self._unhashable.get(id(message))
+            if kept is not None and kept[0] is message:
+                return kept[1]
+        encoded = _encoder.encode(message)
+        digest = hashlib.blake2b(encoded, digest_size=16).digest()
+        self._held += len(encoded)
+        if (
+            self._held > self.memo_bytes
+            or len(self._messages) + len(self._unhashable) > _KEPT_MESSAGES
+        ):
+            self._messages.clear()
+            self._unhashable.clear()
+            self._follows.clear()  # holds messages too: forgotten with them
+            self._held = len(encoded)
+        if hashable:
+            self._messages[message] = digest
+        else:
+            self._unhashable[id(message)] = (message, digest)
+        return digest
+
+    def joined(self, messages: tuple[ChatMessage, ...]) -> bytes:
+        """The digests of ``messages``, joined, from the memo where it has them."""
+        # Looked up in C (map over the memo): a Python loop over the messages
+        # would cost about what the hashing it saves costs. Usually only the
+        # newest messages are missing: only those are digested.
+        try:
+            digests = list(map(self._messages.get, messages))
+        except TypeError:  # tool call arguments (dicts) cannot be hashed
+            digests = [self.message_digest(m) for m in messages]
+        new = digests.count(None)
+        i = len(digests)
+        while new:
+            i -= 1
+            if digests[i] is None:
+                digests[i] = self.message_digest(messages[i])
+                new -= 1
+        return b"".join(cast("list[bytes]", digests))  # no None is left
+
+    def follow_on(self, messages: tuple[ChatMessage, ...]) -> bytes | None:
+        """The joined digests of ``messages`` cut from those of the prompt
+        hashed before it in the same run, or None when no such prompt is kept.
+
+        A run's next prompt is usually its last one with one to three messages
+        added at the end (a reply, a tool result) and, once the window is full,
+        its oldest transcript messages dropped from after the first few (the
+        conversation stays). Found by the identity of the message before the
+        new ones; the messages kept are checked against that prompt's by
+        comparing pointers in C, so no message's digest is looked up again (a
+        lookup per window message, with the messages out of the CPU's caches
+        by the next step, was most of what a lone step's hash cost).
+        """
+        n = len(messages)
+        for new in range(1, min(n, 4)):
+            old = n - new  # messages the earlier prompt must hold
+            kept = self._follows.get(id(messages[old - 1]))
+            if kept is None:
+                continue
+            before, joined = kept
+            if before[-1] is not messages[old - 1] or len(before) < old:
+                continue
+            drop = len(before) - old
+            if drop == 0:
+                if messages[:old] != before:
+                    continue
+                cut = joined
+            else:
+                # the messages both begin with (the conversation), then the
+                # rest of the earlier prompt's after the dropped ones
+                same, limit = 0, min(old, 8)
+                while same < limit and messages[same] is before[same]:
+                    same += 1
+                if messages[same:old] != before[same + drop :]:
+                    continue
+                cut = joined[: 16 * same] + joined[16 * (same + drop) :]
+            return cut + b"".join([self.message_digest(m) for m in messages[old:]])
+        return None
+
+    def keep_follow(self, messages: tuple[ChatMessage, ...], joined: bytes) -> None:
+        """Remember a hashed prompt's ``messages`` and their joined digests."""
+        if len(self._follows) >= _KEPT_FOLLOWS:
+            self._follows.clear()
+        self._follows[id(messages[-1])] = (messages, joined)
+
+    def head_hasher(self, prompt: Prompt) -> hashlib.blake2b:
+        """A BLAKE2b that has hashed the digest of the prompt's settings
+        (copied by each call, which then adds its messages' digests)."""
+        system, tools = prompt.system, prompt.tools
+        key = (
+            id(system),
+            id(tools),
+            prompt.model,
+            prompt.protocol,
+            prompt.temperature,
+            prompt.max_tokens,
+        )
+        memo = self._heads.get(key)
+        if memo is not None and memo[0] is system and memo[1] is tools:
+            return memo[2]
+        head = msgspec.structs.replace(prompt, messages=())
+        digest = hashlib.blake2b(_encoder.encode(head), digest_size=16).digest()
+        hasher = hashlib.blake2b(digest, digest_size=16)
+        if len(self._heads) > _KEPT_HEADS:
+            self._heads.clear()
+        self._heads[key] = (system, tools, hasher)
+        return hasher
+
+
+_KEPT_MESSAGES = 100_000
+_KEPT_FOLLOWS = 4096
+_KEPT_HEADS = 1024
+_KEPT_SYSTEMS = 1024
+
+
+def prompt_hash(prompt: Prompt, cache: PromptCache | None = None) -> str:
     """A stable hash of a prompt, recorded in place of the prompt itself.
 
     The hash of the hashes of its parts: the settings (model, system prompt,
-    tools, protocol, sampling) and each message. Parts are memoized, so a
-    call encodes and hashes only its new messages, then hashes 16 bytes per
-    message: the cost of the window's text is paid once, not every call.
-    BLAKE2b: as strong as SHA-256 here and twice as fast without SHA
-    instructions; 16 bytes make collisions out of reach.
+    tools, protocol, sampling) and each message. With a ``cache`` kept from
+    call to call, a call encodes and hashes only its new messages, then
+    hashes 16 bytes per message: the cost of the window's text is paid once,
+    not every call. BLAKE2b: as strong as SHA-256 here and twice as fast
+    without SHA instructions; 16 bytes make collisions out of reach.
     """
+    if cache is None:
+        cache = PromptCache()
     messages = prompt.messages
-    joined = _follow_on(messages)
+    joined = cache.follow_on(messages)
     if joined is None:
-        joined = _joined(messages)
+        joined = cache.joined(messages)
     if messages:
-        if len(_follows) >= _FOLLOWS:
-            _follows.clear()
-        _follows[id(messages[-1])] = (messages, joined)
-    whole = _head_hasher(prompt).copy()
+        cache.keep_follow(messages, joined)
+    whole = cache.head_hasher(prompt).copy()
     whole.update(joined)
     return HASH_PREFIX + whole.hexdigest()
 
 
-def _joined(messages: tuple[ChatMessage, ...]) -> bytes:
-    """The digests of ``messages``, joined, from the memo where it has them."""
-    # Looked up in C (map over the memo): a Python loop over the messages
-    # would cost about what the hashing it saves costs. Usually only the
-    # newest messages are missing: only those are digested.
-    try:
-        digests = list(map(_messages.get, messages))
-    except TypeError:  # tool call arguments (dicts) cannot be hashed
-        digests = [_message_digest(m) for m in messages]
-    new = digests.count(None)
-    i = len(digests)
-    while new:
-        i -= 1
-        if digests[i] is None:
-            digests[i] = _message_digest(messages[i])
-            new -= 1
-    return b"".join(cast("list[bytes]", digests))  # no None is left
-
-
-def _follow_on(messages: tuple[ChatMessage, ...]) -> bytes | None:
-    """The joined digests of ``messages`` cut from those of the prompt hashed
-    before it in the same run, or None when no such prompt is remembered.
-
-    A run's next prompt is usually its last one with one to three messages
-    added at the end (a reply, a tool result) and, once the window is full,
-    its oldest transcript messages dropped from after the first few (the
-    conversation stays). Found by the identity of the message before the
-    new ones; the messages kept are checked against that prompt's by
-    comparing pointers in C, so no message's digest is looked up again (a
-    lookup per window message, with the messages out of the CPU's caches by
-    the next step, was most of what a lone step's hash cost).
-    """
-    n = len(messages)
-    for new in range(1, min(n, 4)):
-        old = n - new  # messages the earlier prompt must hold
-        kept = _follows.get(id(messages[old - 1]))
-        if kept is None:
-            continue
-        before, joined = kept
-        if before[-1] is not messages[old - 1] or len(before) < old:
-            continue
-        drop = len(before) - old
-        if drop == 0:
-            if messages[:old] != before:
-                continue
-            cut = joined
-        else:
-            # the messages both begin with (the conversation), then the rest
-            # of the earlier prompt's after the dropped ones
-            same, limit = 0, min(old, 8)
-            while same < limit and messages[same] is before[same]:
-                same += 1
-            if messages[same:old] != before[same + drop :]:
-                continue
-            cut = joined[: 16 * same] + joined[16 * (same + drop) :]
-        return cut + b"".join([_message_digest(m) for m in messages[old:]])
-    return None
-
-
-def prompt_matches(prompt: Prompt, recorded: str) -> bool:
+def prompt_matches(
+    prompt: Prompt, recorded: str, cache: PromptCache | None = None
+) -> bool:
     """Whether ``recorded`` (of either kind) is the hash of ``prompt``."""
     if recorded.startswith(HASH_PREFIX):
-        return prompt_hash(prompt) == recorded
+        return prompt_hash(prompt, cache) == recorded
     return first_kind_hash(prompt) == recorded
 
 
 def first_kind_hash(prompt: Prompt) -> str:
     """The hash logs written before part hashes recorded: of the whole prompt."""
     return hashlib.blake2b(_encoder.encode(prompt), digest_size=16).hexdigest()
-
-
-# Digests of messages, by message: equal messages have equal digests, so a
-# message folded again from the log (an equal object) finds its digest too.
-# Messages with tool call arguments (dicts) cannot be hashed: they are kept by
-# identity (a run's transcript holds the same objects from call to call, so a
-# native tool loop digests each once). Head hashers (a BLAKE2b fed the digest
-# of the settings, copied by each call) by the identity of their system prompt
-# and tools. Identity memos hold their objects, so an id is never reused while
-# in them. Only work is saved: a miss computes the same digest. Emptied when
-# what they hold grows too big.
-_MEMO_BYTES = 32 * 1024 * 1024
-_messages: dict[ChatMessage, bytes] = {}
-_unhashable: dict[int, tuple[ChatMessage, bytes]] = {}
-_heads: dict[tuple[object, ...], tuple[str, tuple[ToolSpec, ...], hashlib.blake2b]] = {}
-# Each hashed prompt's messages and their joined digests, by the identity of
-# its last message (which the entry holds, so the id is not reused): where
-# `_follow_on` finds the prompt a run's next prompt grew from. Emptied with
-# the message memos too, so what it keeps alive stays within their budget.
-_FOLLOWS = 4096
-_follows: dict[int, tuple[tuple[ChatMessage, ...], bytes]] = {}
-_held = 0
-
-
-def _message_digest(message: ChatMessage) -> bytes:
-    """The digest of ``message``, from the memo or computed into it."""
-    global _held
-    hashable = not message.tool_calls  # whose arguments are dicts
-    if hashable:
-        digest = _messages.get(message)
-        if digest is not None:
-            return digest
-    else:
-        kept = _unhashable.get(id(message))
-        if kept is not None and kept[0] is message:
-            return kept[1]
-    encoded = _encoder.encode(message)
-    digest = hashlib.blake2b(encoded, digest_size=16).digest()
-    _held += len(encoded)
-    if _held > _MEMO_BYTES or len(_messages) + len(_unhashable) > 100_000:
-        _messages.clear()
-        _unhashable.clear()
-        _follows.clear()  # holds messages too: forgotten with them
-        _held = len(encoded)
-    if hashable:
-        _messages[message] = digest
-    else:
-        _unhashable[id(message)] = (message, digest)
-    return digest
-
-
-def _head_hasher(prompt: Prompt) -> hashlib.blake2b:
-    """A BLAKE2b that has hashed the digest of the prompt's settings (copied by
-    each call, which then adds its messages' digests)."""
-    system, tools = prompt.system, prompt.tools
-    key = (
-        id(system),
-        id(tools),
-        prompt.model,
-        prompt.protocol,
-        prompt.temperature,
-        prompt.max_tokens,
-    )
-    memo = _heads.get(key)
-    if memo is not None and memo[0] is system and memo[1] is tools:
-        return memo[2]
-    head = msgspec.structs.replace(prompt, messages=())
-    digest = hashlib.blake2b(_encoder.encode(head), digest_size=16).digest()
-    hasher = hashlib.blake2b(digest, digest_size=16)
-    if len(_heads) > 1024:
-        _heads.clear()
-    _heads[key] = (system, tools, hasher)
-    return hasher

@@ -7,26 +7,34 @@ returns tool calls and the run ends on a reply without any. Everything here is
 pure: ids are derived from the run id and counters, times arrive on inputs.
 
 Read top to bottom: the state, ``initial``, ``evolve``, ``decide``, then the
-helpers that turn a reply into decisions, then the prompt builder.
+helpers that turn a reply into decisions. A reply's JSON command is parsed in
+`steward.actors.commands`, the prompt is built in `steward.actors.run_prompt`.
 """
 
 from __future__ import annotations
 
-import json
 import re
-from bisect import bisect_left
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 import msgspec
 from croniter import croniter  # pure computation over a base time we pass in
 
-from steward.actors.prompt import Prompt, prompt_hash
+from steward.actors.commands import (
+    KNOWN_COMMANDS,
+    InvalidCommand,
+    args_field,
+    mode_field,
+    parse_command,
+    text_field,
+    timestamp,
+)
+from steward.actors.prompt import Prompt, PromptCache, prompt_hash
+from steward.actors.run_prompt import JSON_PROTOCOL, build_prompt
 from steward.events.base import Event
-from steward.events.codec import encodable_value
 from steward.events.run import (
-    LATEST_REVISION,
     ApprovalDecided,
     ApprovalRequested,
     BudgetExceeded,
@@ -128,44 +136,22 @@ class Run(msgspec.Struct, kw_only=True, gc=False):
 
 initial = Run()
 
-KNOWN_COMMANDS = (
-    "tool_call",
-    "send_message",
-    "set_output",
-    "finish",
-    "decision",
-    "note",
-    "spawn_subagent",
-    "spawn_subagents",
-    "sleep",
-)
 _GATED = frozenset({"tool_call", "set_output", "finish"})
 _QUESTION = re.compile(r"bitte|please|could you|can you", re.IGNORECASE)
-_FENCE = re.compile(r"^```[a-zA-Z]*\s*\n?(.*?)\n?```$", re.DOTALL)
 
 
 # -- evolve ---------------------------------------------------------------------
 #
 # Each event kind has one function that applies it to a state the caller owns,
 # in place, found by the event's exact type (event classes are never
-# subclassed); `evolve` applies one event to a copy, `fold` many to one copy.
+# subclassed) in `_APPLY`, the table after them; `evolve` applies one event
+# to a copy, `fold` many to one copy.
 # A `Run` is a value to everyone else: nothing changes a state it did not just
 # copy (a property test checks that `decide` and `evolve` leave theirs alone).
 # In place, because a replay folds millions of events: a new 37-field state per
 # event cost more than the change it records, and a match over event classes
 # more than the dict lookup that finds the function (measured in
 # docs/benchmarks.md).
-
-_Apply = Callable[[Run, Any], None]
-_APPLY: dict[type[Event], _Apply] = {}
-
-
-def _applies(kind: type[Event]) -> Callable[[_Apply], _Apply]:
-    def register(apply: _Apply) -> _Apply:
-        _APPLY[kind] = apply
-        return apply
-
-    return register
 
 
 def evolve(state: Run, event: Event) -> Run:
@@ -190,13 +176,11 @@ def fold(events: Iterable[Event], state: Run = initial) -> Run:
     return after
 
 
-@_applies(LlmRequested)
 def _llm_requested(s: Run, event: LlmRequested) -> None:
     s.llm_pending = event.request_id
     s.iteration = event.iteration
 
 
-@_applies(LlmResponded)
 def _llm_responded(s: Run, event: LlmResponded) -> None:
     native = s.settings.protocol == "native"
     _say(
@@ -218,7 +202,6 @@ def _llm_responded(s: Run, event: LlmResponded) -> None:
     s.cost_usd += event.cost_usd
 
 
-@_applies(ToolRequested)
 def _tool_requested(s: Run, event: ToolRequested) -> None:
     s.calls = (
         *s.calls,
@@ -240,7 +223,6 @@ def _tool_requested(s: Run, event: ToolRequested) -> None:
     s.stall = 0
 
 
-@_applies(ToolResulted)
 def _tool_resulted(s: Run, event: ToolResulted) -> None:
     done = _find(s.calls, event.request_id)
     if done is None:
@@ -257,14 +239,12 @@ def _tool_resulted(s: Run, event: ToolResulted) -> None:
         _say(s, _tool_message(s, done, text))
 
 
-@_applies(OutputUpdated)
 def _output_updated(s: Run, event: OutputUpdated) -> None:
     s.output = event.text if event.mode == "replace" else s.output + event.text
     s.output_updates += 1
     s.stall = 0
 
 
-@_applies(SystemNoteAdded)
 def _system_note_added(s: Run, event: SystemNoteAdded) -> None:
     if event.call_id is not None:
         _say(
@@ -279,7 +259,6 @@ def _system_note_added(s: Run, event: SystemNoteAdded) -> None:
         s.tool_failed = True
 
 
-@_applies(NoteRecorded)
 def _note_recorded(s: Run, event: NoteRecorded) -> None:
     if event.category == "requirements":
         s.has_requirements = True
@@ -287,13 +266,11 @@ def _note_recorded(s: Run, event: NoteRecorded) -> None:
         s.has_plan = True
 
 
-@_applies(MessageSent)
 def _message_sent(s: Run, event: MessageSent) -> None:
     s.last_message = event.text
     s.stall = 0
 
 
-@_applies(RunCreated)
 def _run_created(s: Run, event: RunCreated) -> None:
     s.status = "pending"
     s.run_id = event.run_id
@@ -304,12 +281,10 @@ def _run_created(s: Run, event: RunCreated) -> None:
     s.conversation = _conversation(event)
 
 
-@_applies(RunStarted)
 def _run_started(s: Run, event: RunStarted) -> None:
     s.status = "running"
 
 
-@_applies(LlmFailed)
 def _llm_failed(s: Run, event: LlmFailed) -> None:
     s.llm_pending = None
     s.claims = _unclaimed(s, event.request_id)
@@ -318,7 +293,6 @@ def _llm_failed(s: Run, event: LlmFailed) -> None:
     s.cost_usd += event.cost_usd
 
 
-@_applies(EffectClaimed)
 def _effect_claimed(s: Run, event: EffectClaimed) -> None:
     s.claims = (
         *_unclaimed(s, event.request_id),
@@ -326,7 +300,6 @@ def _effect_claimed(s: Run, event: EffectClaimed) -> None:
     )
 
 
-@_applies(ApprovalRequested)
 def _approval_requested(s: Run, event: ApprovalRequested) -> None:
     call = PendingCall(
         request_id=event.request_id,
@@ -340,14 +313,12 @@ def _approval_requested(s: Run, event: ApprovalRequested) -> None:
     s.stall = 0
 
 
-@_applies(BudgetExceeded)
 def _budget_exceeded(s: Run, event: BudgetExceeded) -> None:
     if event.policy == "pause":
         s.status = "waiting"
         s.budget_hold = event.request_id
 
 
-@_applies(ApprovalDecided)
 def _approval_decided(s: Run, event: ApprovalDecided) -> None:
     if event.request_id == s.budget_hold:
         s.budget_hold = None
@@ -360,7 +331,6 @@ def _approval_decided(s: Run, event: ApprovalDecided) -> None:
         _say(s, _tool_message(s, denied, text))
 
 
-@_applies(SubagentsSpawned)
 def _subagents_spawned(s: Run, event: SubagentsSpawned) -> None:
     s.status = "waiting"
     s.children = (*s.children, *(c.run_id for c in event.children))
@@ -368,7 +338,6 @@ def _subagents_spawned(s: Run, event: SubagentsSpawned) -> None:
     s.stall = 0
 
 
-@_applies(SubagentFinished)
 def _subagent_finished(s: Run, event: SubagentFinished) -> None:
     if event.result.run_id not in s.children:
         return
@@ -379,7 +348,6 @@ def _subagent_finished(s: Run, event: SubagentFinished) -> None:
         s.results = ()
 
 
-@_applies(RunSlept)
 def _run_slept(s: Run, event: RunSlept) -> None:
     s.status = "waiting"
     s.timer_id = event.timer_id
@@ -388,29 +356,55 @@ def _run_slept(s: Run, event: RunSlept) -> None:
     s.stall = 0
 
 
-@_applies(RunResumed)
 def _run_resumed(s: Run, event: RunResumed) -> None:
     s.status = "running"
     s.timer_id = None
     s.wake_at = None
 
 
-@_applies(RunCompleted)
 def _run_completed(s: Run, event: RunCompleted) -> None:
     s.status = "completed"
     s.output = event.output
 
 
-@_applies(RunFailed)
 def _run_failed(s: Run, event: RunFailed) -> None:
     s.status = "failed"
     s.reason = event.reason
 
 
-@_applies(RunCancelled)
 def _run_cancelled(s: Run, event: RunCancelled) -> None:
     s.status = "cancelled"
     s.reason = event.reason
+
+
+_Apply = Callable[[Run, Any], None]
+_APPLY: Mapping[type[Event], _Apply] = MappingProxyType(
+    {
+        LlmRequested: _llm_requested,
+        LlmResponded: _llm_responded,
+        ToolRequested: _tool_requested,
+        ToolResulted: _tool_resulted,
+        OutputUpdated: _output_updated,
+        SystemNoteAdded: _system_note_added,
+        NoteRecorded: _note_recorded,
+        MessageSent: _message_sent,
+        RunCreated: _run_created,
+        RunStarted: _run_started,
+        LlmFailed: _llm_failed,
+        EffectClaimed: _effect_claimed,
+        ApprovalRequested: _approval_requested,
+        BudgetExceeded: _budget_exceeded,
+        ApprovalDecided: _approval_decided,
+        SubagentsSpawned: _subagents_spawned,
+        SubagentFinished: _subagent_finished,
+        RunSlept: _run_slept,
+        RunResumed: _run_resumed,
+        RunCompleted: _run_completed,
+        RunFailed: _run_failed,
+        RunCancelled: _run_cancelled,
+    }
+)
+"""The function that applies each kind of event that changes a run's state."""
 
 
 def _say(s: Run, message: ChatMessage) -> None:
@@ -424,12 +418,54 @@ def _say(s: Run, message: ChatMessage) -> None:
 # -- decide ---------------------------------------------------------------------
 
 
+class Step(NamedTuple):
+    """What one accepted input does to a run."""
+
+    decisions: list[Event]
+    state: Run
+    """The state after the input and its decisions."""
+    prompt: Prompt | None
+    """The prompt of the model call the decisions request, ``None`` if none."""
+
+
 def decide(input: Event, state: Run) -> list[Event] | None:
     """React to one input; ``None`` refuses it (nothing is recorded).
 
     An accepted input may cause no decision (a child finished while others are
     still running): then the input alone is recorded.
     """
+    step = decide_and_fold(input, state)
+    return None if step is None else step.decisions
+
+
+def decide_and_fold(
+    input: Event, state: Run, cache: PromptCache | None = None
+) -> Step | None:
+    """`decide`, with the state after the input and its decisions, and the
+    prompt of the model call they request; ``None`` refuses the input.
+
+    A requested model call records the hash of the prompt it will send: the
+    prompt built from the state after the step (the request itself changes
+    nothing a prompt shows). So the decisions are made first, folded, and
+    the prompt is built from the result and hashed into the request.
+    ``cache`` (the host's, see `PromptCache`) only saves work: the step is
+    the same with none.
+    """
+    decisions = _react(input, state)
+    if decisions is None:
+        return None
+    after = fold([input, *decisions], state)
+    request = decisions[-1] if decisions else None
+    if not isinstance(request, LlmRequested):
+        return Step(decisions, after, None)
+    prompt = build_prompt(after, cache)
+    hashed = replace(request, prompt_hash=prompt_hash(prompt, cache))
+    return Step([*decisions[:-1], hashed], after, prompt)
+
+
+def _react(input: Event, state: Run) -> list[Event] | None:
+    """The decisions for ``input``, ``None`` to refuse it; a model call they
+    request comes last, with its prompt hash left to `decide_and_fold`."""
     match input, state.status:
         case RunCreated(queued=True), "new":
             return []  # pending until a host takes it
@@ -503,12 +539,14 @@ def _on_json_reply(reply: LlmResponded, state: Run) -> list[Event]:
     try:
         match kind:
             case "tool_call":
-                return _tool_call(state, _text(command, "name"), _args(command))
+                return _tool_call(
+                    state, text_field(command, "name"), args_field(command)
+                )
             case "send_message":
-                return _send_message(state, _text(command, "message"))
+                return _send_message(state, text_field(command, "message"))
             case "set_output":
                 update = OutputUpdated(
-                    text=_text(command, "output"), mode=_mode(command)
+                    text=text_field(command, "output"), mode=mode_field(command)
                 )
                 return _continue(state, [update])
             case "finish":
@@ -516,14 +554,14 @@ def _on_json_reply(reply: LlmResponded, state: Run) -> list[Event]:
             case "decision":
                 importance = command.get("importance")
                 decision = DecisionRecorded(
-                    content=_text(command, "content"),
+                    content=text_field(command, "content"),
                     importance=None if importance is None else str(importance),
                 )
                 return _continue(state, [decision])
             case "note":
                 note = NoteRecorded(
-                    category=_text(command, "category"),
-                    content=_text(command, "content"),
+                    category=text_field(command, "category"),
+                    content=text_field(command, "content"),
                 )
                 return _continue(state, [note])
             case "spawn_subagent":
@@ -531,16 +569,16 @@ def _on_json_reply(reply: LlmResponded, state: Run) -> list[Event]:
             case "spawn_subagents":
                 subagents = command.get("subagents")
                 if not isinstance(subagents, list) or not subagents:
-                    raise _Invalid("`subagents` must be a non-empty list")
+                    raise InvalidCommand("`subagents` must be a non-empty list")
                 return _spawn(state, subagents)
             case "sleep":
                 return [_sleep(state, command, reply.at)]
             case _:
-                raise _Invalid(
+                raise InvalidCommand(
                     f"unknown command type {kind!r}; use one of "
                     + ", ".join(KNOWN_COMMANDS)
                 )
-    except _Invalid as e:
+    except InvalidCommand as e:
         return _invalid_reply(state, str(e))
 
 
@@ -615,10 +653,6 @@ def _on_approval(decision: ApprovalDecided, state: Run) -> list[Event]:
 # -- commands -------------------------------------------------------------------
 
 
-class _Invalid(Exception):
-    """A reply's command is malformed; the model is told and may try again."""
-
-
 def _tool_call(
     state: Run, name: str, args: dict[str, Any], call_id: str | None = None
 ) -> list[Event]:
@@ -661,7 +695,7 @@ def _finish(state: Run, command: dict[str, Any]) -> list[Event]:
     decisions: list[Event] = []
     if command.get("output") is not None:
         decisions.append(
-            OutputUpdated(text=_text(command, "output"), mode=_mode(command))
+            OutputUpdated(text=text_field(command, "output"), mode=mode_field(command))
         )
     after = fold(decisions, state)
     return [*decisions, RunCompleted(output=after.output, reason="finish")]
@@ -673,16 +707,16 @@ def _spawn(state: Run, subagents: list[Any]) -> list[Event]:
         if isinstance(sub, str):
             sub = {"task": sub}
         if not isinstance(sub, dict):
-            raise _Invalid("each subagent must be an object with a `task`")
+            raise InvalidCommand("each subagent must be an object with a `task`")
         task = next(
             (sub[k] for k in ("task", "input", "prompt", "message") if k in sub), None
         )
         if not isinstance(task, str) or not task:
-            raise _Invalid("each subagent needs a `task` string")
+            raise InvalidCommand("each subagent needs a `task` string")
         profile = sub.get("profile")
         known = state.settings.profiles
         if profile is not None and known is not None and profile not in known:
-            raise _Invalid(
+            raise InvalidCommand(
                 f"a subagent's `profile` {profile!r} is not an agent profile; "
                 f"known profiles: {', '.join(known) or 'none'}"
             )
@@ -703,32 +737,17 @@ def _sleep(state: Run, command: dict[str, Any], now: float) -> RunSlept:
     reason = str(command.get("reason", ""))
     if (cron := command.get("cron")) is not None:
         if not isinstance(cron, str) or not croniter.is_valid(cron):
-            raise _Invalid(f"`cron` {cron!r} is not a valid cron expression")
+            raise InvalidCommand(f"`cron` {cron!r} is not a valid cron expression")
         base = datetime.fromtimestamp(now, UTC)
         wake = croniter(cron, base).get_next(datetime).timestamp()
         return RunSlept(timer_id=timer_id, wake_at=wake, reason=reason, cron=cron)
     if (delay := command.get("delaySeconds")) is not None:
         if not isinstance(delay, int | float) or isinstance(delay, bool) or delay < 0:
-            raise _Invalid("`delaySeconds` must be a number of seconds >= 0")
+            raise InvalidCommand("`delaySeconds` must be a number of seconds >= 0")
         return RunSlept(timer_id=timer_id, wake_at=now + float(delay), reason=reason)
     if (wake_at := command.get("wakeAt")) is not None:
-        return RunSlept(timer_id=timer_id, wake_at=_timestamp(wake_at), reason=reason)
-    raise _Invalid("`sleep` needs `wakeAt`, `delaySeconds` or `cron`")
-
-
-def _timestamp(value: Any) -> float:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            pass
-        else:
-            if parsed.tzinfo is None:
-                parsed = parsed.replace(tzinfo=UTC)
-            return parsed.timestamp()
-    raise _Invalid(f"`wakeAt` {value!r} is not an ISO 8601 time or epoch seconds")
+        return RunSlept(timer_id=timer_id, wake_at=timestamp(wake_at), reason=reason)
+    raise InvalidCommand("`sleep` needs `wakeAt`, `delaySeconds` or `cron`")
 
 
 # -- the loop -------------------------------------------------------------------
@@ -742,8 +761,8 @@ def _continue(state: Run, decisions: list[Event]) -> list[Event]:
 def _next_call(state: Run, decisions: list[Event]) -> list[Event]:
     """The next model call from ``state``, or the limit that stops the loop.
 
-    ``state`` must be a copy made for this call (`decide_and_fold` applies
-    the request to it in place); every caller passes a fresh fold or evolve.
+    The request's prompt hash is left empty: `decide_and_fold` hashes the
+    prompt built from the state after the whole step into it.
     """
     limit = state.settings.max_iterations
     if state.iteration >= limit:
@@ -752,54 +771,13 @@ def _next_call(state: Run, decisions: list[Event]) -> list[Event]:
         return [RunCompleted(output=_fallback(state, limit), reason="stalled")]
     if not state.budget_lifted and (spent := _spent_budget(state)) is not None:
         return spent
-    global _planned
-    prompt = build_prompt(state)
     request = LlmRequested(
         request_id=f"{state.run_id}/llm/{state.iteration + 1}",
         iteration=state.iteration + 1,
-        prompt_hash=prompt_hash(prompt),
+        prompt_hash="",
         priority="subagent" if state.kind == "subagent" else "interactive",
     )
-    _planned = _Planned(state, prompt, request)
     return [request]
-
-
-class _Planned(NamedTuple):
-    """The model call `_next_call` planned last: the state its prompt was
-    built from (the state after the input and every decision before the
-    request), the prompt, and the request."""
-
-    state: Run
-    prompt: Prompt
-    request: LlmRequested
-
-
-_planned: _Planned | None = None
-"""Kept only so `decide_and_fold` can reuse the work; ``decide`` reads nothing
-from it. The request's identity ties it to the decision it belongs to."""
-
-
-def decide_and_fold(
-    input: Event, state: Run
-) -> tuple[list[Event], Run, Prompt | None] | None:
-    """`decide`, with the state after the input and its decisions, and the
-    prompt of the model call they request (``None`` when they request none).
-
-    The same as folding ``[input, *decisions]`` into ``state`` and building the
-    prompt from the result; cheaper, because the decider folded most of it and
-    built that prompt already to hash it.
-    """
-    decisions = decide(input, state)
-    if decisions is None:
-        return None
-    planned = _planned
-    if decisions and planned is not None and decisions[-1] is planned.request:
-        # `_next_call` is only given states the decider made for this call
-        # (folded or evolved copies), so the request is applied in place
-        after = planned.state
-        _llm_requested(after, planned.request)
-        return decisions, after, planned.prompt
-    return decisions, fold([input, *decisions], state), None
 
 
 def _claimable(state: Run, claim: EffectClaimed) -> bool:
@@ -930,83 +908,6 @@ def _results_message(results: tuple[SubagentResult, ...]) -> ChatMessage:
     return ChatMessage(role="user", content="[subagents]\n" + "\n".join(lines))
 
 
-def _text(command: dict[str, Any], key: str) -> str:
-    value = command.get(key)
-    if not isinstance(value, str):
-        raise _Invalid(f"`{command['type']}` needs a string `{key}`")
-    return value
-
-
-def _args(command: dict[str, Any]) -> dict[str, Any]:
-    args = command.get("args", {})
-    if args is None:
-        return {}
-    if not isinstance(args, dict):
-        raise _Invalid("`args` must be an object")
-    return args
-
-
-def _mode(command: dict[str, Any]) -> Any:
-    mode = command.get("mode", "replace")
-    if mode not in ("replace", "append"):
-        raise _Invalid(f"`mode` must be 'replace' or 'append', not {mode!r}")
-    return mode
-
-
-def parse_command(
-    text: str, *, revision: int = LATEST_REVISION
-) -> dict[str, Any] | str:
-    """A reply's JSON command, normalized; or a sentence saying what is wrong.
-
-    A reply whose ``type`` is a tool name such as ``files.read`` (or, without
-    ``type``, one with a ``name``) is the tool-call shortcut: the keys beside
-    that one are the call's arguments, ``{"type": "files.list", "path": "."}``
-    is ``files.list`` with ``{"path": "."}``. An ``args`` key, if given, is the
-    arguments instead, and every other key beside it is ignored.
-
-    ``revision`` is the run's (`RunSettings.revision`): from 1 on, the keys
-    beside a shortcut's name are its arguments (before, only ``args``), and
-    JSON that msgspec refuses for a lone surrogate alone is read all the same.
-    """
-    body = text.strip()
-    if fenced := _FENCE.match(body):
-        body = fenced.group(1).strip()
-    try:
-        value = msgspec.json.decode(body)
-    except RecursionError:
-        return "invalid JSON (nested too deep)"
-    except (msgspec.DecodeError, UnicodeEncodeError) as e:
-        if revision < 1:
-            return f"invalid JSON ({e})"
-        # msgspec refuses lone surrogates, raw or escaped (valid JSON all the
-        # same): the standard parser takes them, and they become U+FFFD
-        try:
-            value = encodable_value(json.loads(body))
-        except (ValueError, RecursionError):
-            return f"invalid JSON ({e})"
-    if not isinstance(value, dict):
-        return "the reply must be one JSON object"
-    kind = value.get("type")
-    if kind is None and isinstance(value.get("name"), str):
-        return _shortcut(value, "name", revision >= 1)
-    if not isinstance(kind, str):
-        return "the object needs a string `type`"
-    if kind not in KNOWN_COMMANDS and "." in kind:
-        return _shortcut(value, "type", revision >= 1)
-    return value
-
-
-def _shortcut(value: dict[str, Any], key: str, beside: bool) -> dict[str, Any]:
-    """The ``tool_call`` a shortcut naming its tool in ``key`` stands for."""
-    if "args" in value:
-        args = value["args"]  # `_args` corrects it if it is not an object
-    elif beside:
-        args = {k: v for k, v in value.items() if k not in (key, "type")}
-    else:
-        args = {}
-    return {"type": "tool_call", "name": value[key], "args": args}
-
-
 # -- children -------------------------------------------------------------------
 
 
@@ -1045,102 +946,12 @@ def child_created(parent: RunCreated, spec: SubagentSpec, at: float) -> RunCreat
     )
 
 
-# -- the prompt -----------------------------------------------------------------
-
-JSON_PROTOCOL = """\
-Reply with exactly one JSON object per message, one of:
-{"type": "note", "category": "requirements" | "plan" | ..., "content": "..."}
-{"type": "decision", "content": "...", "importance": "low" | "high"}
-{"type": "tool_call", "name": "<tool>", "args": {...}}
-{"type": "set_output", "output": "...", "mode": "replace" | "append"}
-{"type": "send_message", "message": "..."}
-{"type": "finish", "output": "...", "mode": "replace" | "append"}
-{"type": "spawn_subagent", "subagent": {"task": "...", "tools": ["..."]}}
-{"type": "spawn_subagents", "subagents": [{"task": "..."}, ...]}
-{"type": "sleep", "delaySeconds": 60} (or "wakeAt": "<ISO time>", or "cron": "<expr>")
-Record note(category="requirements") and note(category="plan") before you call
-tools, set output or finish."""
-
-
-def build_prompt(state: Run) -> Prompt:
-    """The prompt for the run's next model call: a pure function of its state."""
-    settings = state.settings
-    return Prompt(
-        model=settings.model,
-        system=_system(settings),
-        messages=(*state.conversation, *_window(state)),
-        tools=settings.tools if settings.protocol == "native" else (),
-        protocol=settings.protocol,
-        temperature=settings.temperature,
-        max_tokens=settings.max_tokens,
-    )
-
-
-def _system(settings: RunSettings) -> str:
-    """The system prompt for ``settings``; memoized on the settings object.
-
-    A run's settings object is shared by every state folded from its
-    ``RunCreated``, so each run renders its system prompt (and tool schemas)
-    once, not once per model call. The memo only saves work: the result is
-    the same either way.
-    """
-    cached = _SYSTEM_MEMO.get(id(settings))
-    if cached is not None and cached[0] is settings:
-        return cached[1]
-    system = settings.system_prompt
-    if settings.protocol == "json":
-        system = f"{system}\n\n{JSON_PROTOCOL}".strip()
-        if settings.tools:
-            listing = "\n".join(
-                f"- {t.name}: {t.description} parameters: "
-                + msgspec.json.encode(t.parameters).decode()
-                for t in settings.tools
-            )
-            system += "\n\nTools:\n" + listing
-    if len(_SYSTEM_MEMO) >= 1024:
-        _SYSTEM_MEMO.clear()
-    _SYSTEM_MEMO[id(settings)] = (settings, system)
-    return system
-
-
-_SYSTEM_MEMO: dict[int, tuple[RunSettings, str]] = {}
-
-
-def _window(state: Run) -> tuple[ChatMessage, ...]:
-    """The newest transcript entries within the entry and token limits.
-
-    Tokens are estimated as characters / 4. The newest entry is always kept, so
-    the model sees the result it must act on. In the native protocol a window
-    never starts on a tool message whose call it no longer shows.
-    """
-    settings = state.settings
-    transcript, totals = state.transcript, state.transcript_totals
-    if not transcript:
-        return ()
-    # Entries start.. fit when the total before ``start`` is at least
-    # everything minus the budget: the first such start is a binary search.
-    over = totals[-1] - settings.transcript_token_limit
-    start = bisect_left(totals, over) + 1 if over > 0 else 0
-    start = max(start, len(transcript) - max(settings.transcript_limit, 1))
-    start = min(start, len(transcript) - 1)
-    if transcript[start].role != "tool":
-        return transcript[start:]
-    kept = list(transcript[start:])
-    while len(kept) > 1 and kept[0].role == "tool":
-        kept.pop(0)
-    if kept and kept[0].role == "tool":
-        # The lone newest entry answers a call: show the message that made it.
-        start = len(state.transcript) - 1
-        while start > 0 and state.transcript[start].role == "tool":
-            start -= 1
-        return state.transcript[start:]
-    return tuple(kept)
-
-
 __all__ = [
+    "JSON_PROTOCOL",
     "KNOWN_COMMANDS",
     "PendingCall",
     "Run",
+    "Step",
     "ToolCall",
     "build_prompt",
     "child_created",

@@ -1,9 +1,11 @@
 """Given/when/then helpers for the run decider's tests.
 
 A `Story` is a run driven through the real decider: every input goes through
-`decide`, and an accepted input is folded together with its decisions, exactly
-as the host commits them. So "given" events are the ones the decider itself
-produced, and each `when` returns the decisions to assert on ("then").
+`decide_and_fold` with a prompt cache kept for the story, as the host's is
+(checked against `decide`, which uses none), and an accepted input is folded
+together with its decisions, exactly as the host commits them. So "given"
+events are the ones the decider itself produced, and each `when` returns the
+decisions to assert on ("then").
 
 Every accepted commit is also checked for the one invariant all scenarios share:
 an `LlmRequested` carries the hash of the prompt built from the state after
@@ -18,7 +20,7 @@ from typing import Any
 import msgspec
 
 from steward.actors import run as run_actor
-from steward.actors.prompt import Prompt, prompt_hash
+from steward.actors.prompt import Prompt, PromptCache, prompt_hash
 from steward.events import (
     LATEST_REVISION,
     ChatMessage,
@@ -78,13 +80,14 @@ class Story:
     def __init__(self) -> None:
         self.state: run_actor.Run = run_actor.initial
         self.log: list[Event] = []
+        self.cache = PromptCache()
 
     # -- when -----------------------------------------------------------------
 
     def when(self, input: Event) -> list[Any]:
         """Decide ``input`` and commit it with its decisions; it must be accepted."""
         before = msgspec.msgpack.encode(self.state)
-        decided = run_actor.decide_and_fold(input, self.state)
+        decided = run_actor.decide_and_fold(input, self.state, self.cache)
         assert decided is not None, f"refused: {input!r}"
         decisions, after, prompt = decided
         assert decisions == run_actor.decide(input, self.state)

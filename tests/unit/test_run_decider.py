@@ -33,7 +33,7 @@ from msgspec.structs import replace
 from steward import replay
 from steward.actors import prompt as prompt_module
 from steward.actors import run as run_actor
-from steward.actors.prompt import Prompt, first_kind_hash, prompt_hash
+from steward.actors.prompt import Prompt, PromptCache, first_kind_hash, prompt_hash
 from steward.events import (
     ApprovalDecided,
     ApprovalRequested,
@@ -1430,11 +1430,10 @@ def _prompt(**changes: Any) -> Prompt:
 
 
 def test_prompt_hash_depends_on_every_part_and_nothing_else():
-    same = prompt_hash(_prompt())
-    assert prompt_hash(_prompt()) == same
-    prompt_module._messages.clear()
-    prompt_module._unhashable.clear()
-    prompt_module._heads.clear()
+    """A prompt's hash changes with each of its parts, and with nothing else."""
+    cache = PromptCache()
+    same = prompt_hash(_prompt(), cache)
+    assert prompt_hash(_prompt(), cache) == same
     assert prompt_hash(_prompt()) == same  # computed afresh: the same
     messages = _prompt().messages
     variants = [
@@ -1449,7 +1448,7 @@ def test_prompt_hash_depends_on_every_part_and_nothing_else():
         _prompt(messages=(*messages[:3], ChatMessage(role="user", content="other"))),
         _prompt(messages=(*messages[:3], replace(messages[3], role="assistant"))),
     ]
-    hashes = {prompt_hash(v) for v in variants}
+    hashes = {prompt_hash(v, cache) for v in variants}
     assert same not in hashes and len(hashes) == len(variants)
 
 
@@ -1472,22 +1471,17 @@ def test_prompt_hash_is_the_same_whatever_the_memo_holds(
         call = ToolCall(id="c", name="t", args={"x": [n, text]})
         return ChatMessage(role="assistant", content=text, tool_calls=(call,))
 
-    def forget() -> None:
-        prompt_module._messages.clear()
-        prompt_module._unhashable.clear()
-
     prompt = _prompt(messages=tuple(message(n, t) for n, t in enumerate(texts)))
-    forget()
     fresh = prompt_hash(prompt)
-    forget()
+    cache = PromptCache()
     for n in sorted(known):
         if n < len(texts):
-            prompt_module._message_digest(prompt.messages[n])
-    assert prompt_hash(prompt) == fresh
-    assert prompt_hash(prompt) == fresh  # and again, everything memoized
+            cache.message_digest(prompt.messages[n])
+    assert prompt_hash(prompt, cache) == fresh
+    assert prompt_hash(prompt, cache) == fresh  # and again, everything memoized
     # equal messages that are other objects (as when read back from the log)
     again = _prompt(messages=tuple(message(n, t) for n, t in enumerate(texts)))
-    assert prompt_hash(again) == fresh
+    assert prompt_hash(again, cache) == fresh
 
 
 def _hash_afresh(prompt: Prompt) -> str:
@@ -1527,6 +1521,7 @@ def test_prompt_hash_of_a_growing_sliding_window_is_the_hash_afresh(
         ChatMessage(role="user", content=f"ask {n}") for n in range(conversation)
     )
     transcript: list[ChatMessage] = []
+    cache = PromptCache()
     for added, text in steps:
         for _ in range(added):
             n = len(transcript)
@@ -1537,22 +1532,19 @@ def test_prompt_hash_of_a_growing_sliding_window_is_the_hash_afresh(
                 )
             )
         prompt = _prompt(messages=(*prefix, *transcript[-window:]))
-        assert prompt_hash(prompt) == _hash_afresh(prompt)
+        assert prompt_hash(prompt, cache) == _hash_afresh(prompt)
 
 
-def test_the_hash_memos_keep_no_prompt_past_their_byte_budget(
-    monkeypatch: pytest.MonkeyPatch,
-):
+def test_the_hash_memos_keep_no_prompt_past_their_byte_budget():
     """Past the memos' byte budget the remembered prompts (which hold their
     messages) are forgotten with the digests; hashes stay the same."""
-    monkeypatch.setattr(prompt_module, "_MEMO_BYTES", 200)
-    prompt_module._follows.clear()
+    cache = PromptCache(memo_bytes=200)
     small = _prompt()
-    assert prompt_hash(small) == _hash_afresh(small)
-    assert prompt_module._follows  # remembered while within the budget
+    assert prompt_hash(small, cache) == _hash_afresh(small)
+    assert cache._follows  # remembered while within the budget
     big = _prompt(messages=(ChatMessage(role="user", content="x" * 500),))
-    assert prompt_hash(big) == _hash_afresh(big)
-    kept = [entry[0] for entry in prompt_module._follows.values()]
+    assert prompt_hash(big, cache) == _hash_afresh(big)
+    kept = [entry[0] for entry in cache._follows.values()]
     assert kept == [big.messages]  # the earlier prompt is forgotten
 
 

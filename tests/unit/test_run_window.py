@@ -6,6 +6,7 @@ import hypothesis
 from hypothesis import strategies as st
 
 from steward.actors import run as run_actor
+from steward.actors import run_prompt
 from steward.events import ChatMessage, RunSettings
 
 
@@ -47,4 +48,6 @@ def test_window_matches_the_definition(
     )
     for message in transcript:
         run_actor._say(state, message)
-    assert list(run_actor._window(state)) == reference(tuple(transcript), limit, budget)
+    assert list(run_prompt._window(state)) == reference(
+        tuple(transcript), limit, budget
+    )

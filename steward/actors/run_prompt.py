@@ -1,0 +1,101 @@
+"""The prompt of a run's next model call: a pure function of its state.
+
+The system prompt (the run's own, then in the ``json`` protocol the command
+protocol and the tool listing), the conversation the run started from, and
+the newest entries of its transcript within the entry and token limits.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from steward.actors.prompt import Prompt, PromptCache
+from steward.events.run import ChatMessage, RunSettings
+
+if TYPE_CHECKING:  # the run decider imports this module to build its prompts
+    from steward.actors.run import Run
+
+JSON_PROTOCOL = """\
+Reply with exactly one JSON object per message, one of:
+{"type": "note", "category": "requirements" | "plan" | ..., "content": "..."}
+{"type": "decision", "content": "...", "importance": "low" | "high"}
+{"type": "tool_call", "name": "<tool>", "args": {...}}
+{"type": "set_output", "output": "...", "mode": "replace" | "append"}
+{"type": "send_message", "message": "..."}
+{"type": "finish", "output": "...", "mode": "replace" | "append"}
+{"type": "spawn_subagent", "subagent": {"task": "...", "tools": ["..."]}}
+{"type": "spawn_subagents", "subagents": [{"task": "..."}, ...]}
+{"type": "sleep", "delaySeconds": 60} (or "wakeAt": "<ISO time>", or "cron": "<expr>")
+Record note(category="requirements") and note(category="plan") before you call
+tools, set output or finish."""
+
+
+def build_prompt(state: Run, cache: PromptCache | None = None) -> Prompt:
+    """The prompt for the run's next model call: a pure function of its state.
+
+    ``cache``, when given, keeps each run's system prompt (with its tool
+    schemas) rendered once, not once per model call; the prompt is the same.
+    """
+    settings = state.settings
+    return Prompt(
+        model=settings.model,
+        system=_system(settings, cache),
+        messages=(*state.conversation, *_window(state)),
+        tools=settings.tools if settings.protocol == "native" else (),
+        protocol=settings.protocol,
+        temperature=settings.temperature,
+        max_tokens=settings.max_tokens,
+    )
+
+
+def _system(settings: RunSettings, cache: PromptCache | None) -> str:
+    """The system prompt for ``settings``, from ``cache`` when it has it."""
+    if cache is not None and (kept := cache.system(settings)) is not None:
+        return kept
+    system = settings.system_prompt
+    if settings.protocol == "json":
+        system = f"{system}\n\n{JSON_PROTOCOL}".strip()
+        if settings.tools:
+            listing = "\n".join(
+                f"- {t.name}: {t.description} parameters: "
+                + msgspec.json.encode(t.parameters).decode()
+                for t in settings.tools
+            )
+            system += "\n\nTools:\n" + listing
+    if cache is not None:
+        cache.keep_system(settings, system)
+    return system
+
+
+def _window(state: Run) -> tuple[ChatMessage, ...]:
+    """The newest transcript entries within the entry and token limits.
+
+    Tokens are estimated as characters / 4. The newest entry is always kept, so
+    the model sees the result it must act on. In the native protocol a window
+    never starts on a tool message whose call it no longer shows.
+    """
+    settings = state.settings
+    transcript, totals = state.transcript, state.transcript_totals
+    if not transcript:
+        return ()
+    # Entries start.. fit when the total before ``start`` is at least
+    # everything minus the budget: the first such start is a binary search.
+    over = totals[-1] - settings.transcript_token_limit
+    start = bisect_left(totals, over) + 1 if over > 0 else 0
+    start = max(start, len(transcript) - max(settings.transcript_limit, 1))
+    start = min(start, len(transcript) - 1)
+    if transcript[start].role != "tool":
+        return transcript[start:]
+    kept = list(transcript[start:])
+    while len(kept) > 1 and kept[0].role == "tool":
+        kept.pop(0)
+    if kept and kept[0].role == "tool":
+        # The lone newest entry answers a call: show the message that made it.
+        start = len(state.transcript) - 1
+        while start > 0 and state.transcript[start].role == "tool":
+            start -= 1
+        return state.transcript[start:]
+    return tuple(kept)
