@@ -51,7 +51,15 @@ import msgspec
 from prometheus_client import Gauge
 
 from steward import events
-from steward.actors import run as run_actor
+from steward.actors.effects import (
+    ArmTimer,
+    CallModel,
+    CallTool,
+    Create,
+    Deliver,
+    Effect,
+)
+from steward.actors.kind import KINDS, Kind, kind_of
 from steward.actors.llm import (
     AssistantDelta,
     ModelRouter,
@@ -171,7 +179,7 @@ class Host:
         self._tool_timeout = tool_timeout
         self._llm_retries = llm_retries
         self._max_conflict_retries = max_conflict_retries
-        self._cache: dict[str, tuple[run_actor.Run, int]] = {}
+        self._cache: dict[str, tuple[Any, int]] = {}
         # Prompts of this host's own model requests, as the decider built
         # them, until the call takes them.
         self._prompts: dict[str, Prompt] = {}
@@ -268,11 +276,12 @@ class Host:
         stream: str,
         input: Event,
         causation_id: str | None,
-        state: run_actor.Run,
+        state: Any,
         version: int,
     ) -> Commit | None:
         """Decide ``input`` on ``state`` (at ``version``) and append the step."""
-        decided = run_actor.decide_and_fold(input, state, self._prompt_cache)
+        kind = kind_of(stream)
+        decided = kind.decide_and_fold(input, state, self._prompt_cache)
         if decided is None:
             METRICS.refusals += 1
             log.debug("stream %s refused %s", stream, events.type_name(input))
@@ -283,7 +292,9 @@ class Host:
             stream,
             batch,
             version,
-            correlation_id=_correlation(state, input),
+            correlation_id=None
+            if kind.correlation is None
+            else kind.correlation(state, input),
             causation_id=causation_id,
         )
         METRICS.commits += 1
@@ -302,7 +313,7 @@ class Host:
         self._know(stream, commit.last_version)
         return commit
 
-    async def state(self, stream: str) -> tuple[run_actor.Run, int]:
+    async def state(self, stream: str) -> tuple[Any, int]:
         """The current state and version of ``stream`` (cached).
 
         A read that overlapped a commit of this host may return the stream
@@ -326,11 +337,11 @@ class Host:
                 f"stream {stream}: the log keeps returning version {version}, "
                 f"older than the committed {self._known.get(stream, version)}"
             )
-        state = run_actor.fold(r.event for r in recorded)
+        state = kind_of(stream).fold(r.event for r in recorded)
         self._keep(stream, state, version)
         return state, version
 
-    def _keep(self, stream: str, state: run_actor.Run, version: int) -> None:
+    def _keep(self, stream: str, state: Any, version: int) -> None:
         """Cache ``state`` as ``stream``'s, newest last; forget the oldest
         tenth once more than `_CACHED_STATES` are held."""
         cache = self._cache
@@ -354,17 +365,18 @@ class Host:
                 for old in list(islice(known, len(known) - _KNOWN_VERSIONS * 9 // 10)):
                     del known[old]
 
-    def _cached_at(self, stream: str, version: int) -> run_actor.Run | None:
+    def _cached_at(self, stream: str, version: int) -> Any:
         """The cached state of ``stream`` if it is at ``version``."""
         cached = self._cache.get(stream)
         return cached[0] if cached is not None and cached[1] == version else None
 
-    async def _state_at(self, stream: str, version: int) -> run_actor.Run:
+    async def _state_at(self, stream: str, version: int) -> Any:
         cached = self._cached_at(stream, version)
         if cached is not None:
             return cached
         recorded = await self.log.read(stream)
-        return run_actor.fold(r.event for r in recorded if r.version <= version)
+        kind = kind_of(stream)
+        return kind.fold(r.event for r in recorded if r.version <= version)
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -423,6 +435,9 @@ class Host:
             await close()
 
     async def _dispatch(self) -> None:
+        # the event types any kind routes (kinds are registered before a host
+        # starts)
+        routed = frozenset().union(*(kind.routed for kind in KINDS.values()))
         known = self._known
         inflight = self._inflight
         async for rec in self.log.subscribe(self.position):
@@ -436,7 +451,7 @@ class Host:
                     # another process wrote this stream: our cached state is stale
                     self._forget(rec.stream)
             event = rec.event
-            if type(event) in _ROUTED and not (
+            if type(event) in routed and not (
                 # the usual request: its run's model loop has taken it already
                 type(event) is events.LlmRequested and event.request_id in inflight
             ):
@@ -455,72 +470,44 @@ class Host:
     # -- routing ------------------------------------------------------------------
 
     async def _route(self, rec: Recorded) -> None:
+        """Start what committed event ``rec`` asks for, as its kind says."""
         if self.scope is not None and rec.correlation_id != self.scope:
             return  # another run's: the serve's work, not this host's
-        match rec.event:
-            case events.RunCreated(queued=True, run_id=rid):
-                taken = events.RunTaken(at=self.clock.now())
+        event = rec.event
+        if type(event) is events.LlmRequested:
+            # Usually the answering task took this call already: checked
+            # here, before any state is read.
+            rid = event.request_id
+            if rid in self._inflight or self._answered(rec, rid):
+                return
+        kind = kind_of(rec.stream)
+        if kind.effects is None:
+            return
+        at = self._cached_at(rec.stream, rec.version)
+        if at is None:
+            at = await self._state_at(rec.stream, rec.version)
+        latest, _ = await self.state(rec.stream)
+        for effect in kind.effects(rec, at, latest):
+            self._start(rec, effect)
+
+    def _start(self, rec: Recorded, effect: Effect) -> None:
+        """Carry out ``effect``, which committed event ``rec`` asked for."""
+        match effect:
+            case CallModel(request=request):
                 self._spawn_effect(
-                    f"take:{rid}", partial(self._deliver, rec.stream, taken, rec.id)
+                    request.request_id, partial(self._call_model, rec, request)
                 )
-            case events.LlmRequested(request_id=rid):
-                # Usually the answering task took this call already: checked
-                # here, before `_spawn_effect` would.
-                if rid not in self._inflight and not self._answered(rec, rid):
-                    self._spawn_effect(rid, partial(self._call_model, rec, rec.event))
-            case events.ToolRequested(request_id=rid):
-                self._spawn_effect(rid, partial(self._call_tool, rec, rec.event))
-            case events.RunSlept(timer_id=tid, wake_at=wake_at):
-                heapq.heappush(self._timers, (wake_at, tid, rec.stream))
+            case CallTool(request=request):
+                self._spawn_effect(
+                    request.request_id, partial(self._call_tool, rec, request)
+                )
+            case ArmTimer(timer_id=timer_id, due=due):
+                heapq.heappush(self._timers, (due, timer_id, rec.stream))
                 self._timers_changed.set()
-            case events.SubagentsSpawned(children=children):
-                # A child whose result the parent holds already (a fork copies
-                # history, children's results included) is never started
-                # again, nor one of a parent that ended (was cancelled, say).
-                latest, _ = await self.state(rec.stream)
-                ended = latest.status in events.TERMINAL
-                waiting = () if ended else latest.children
-                state = await self._state_at(rec.stream, rec.version)
-                assert state.created is not None
-                for spec in children:
-                    if spec.run_id not in waiting:
-                        continue
-                    created = run_actor.child_created(
-                        state.created, spec, self.clock.now()
-                    )
-                    self._spawn_effect(
-                        f"spawn:{spec.run_id}",
-                        partial(self._create_child, created, rec.id),
-                    )
-            case events.RunCompleted() | events.RunFailed() | events.RunCancelled():
-                state = await self._state_at(rec.stream, rec.version)
-                if state.parent_run_id is not None:
-                    result = events.SubagentResult(
-                        run_id=state.run_id,
-                        status=state.status,
-                        output=state.output or (state.reason or ""),
-                    )
-                    finished = events.SubagentFinished(result=result, at=rec.at)
-                    self._spawn_effect(
-                        f"notify:{state.run_id}",
-                        partial(
-                            self._deliver,
-                            run_stream(state.parent_run_id),
-                            finished,
-                            rec.id,
-                        ),
-                    )
-                if isinstance(rec.event, events.RunCancelled):
-                    for child in rec.event.children:
-                        cancel = events.CancelRequested(
-                            reason="parent run was cancelled", at=rec.at
-                        )
-                        self._spawn_effect(
-                            f"cancel:{child}",
-                            partial(self._deliver, run_stream(child), cancel, rec.id),
-                        )
-            case _:
-                pass
+            case Deliver(key=key):
+                self._spawn_effect(key, partial(self._deliver, effect, rec.id))
+            case Create(key=key):
+                self._spawn_effect(key, partial(self._create, effect, rec.id))
 
     def _spawn_effect(self, key: str, work: Callable[[], Awaitable[object]]) -> None:
         """Carry out ``work()`` in a task of its own, unless effect ``key`` is
@@ -544,17 +531,23 @@ class Host:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _deliver(self, stream: str, input: Event, cause: str) -> None:
+    async def _deliver(self, deliver: Deliver, cause: str) -> None:
         """Give another stream its input (each process counts those it made)."""
-        if await self.submit(stream, input, causation_id=cause) is not None:
+        input = self._stamped(deliver.input, deliver.stamp)
+        if await self.submit(deliver.stream, input, causation_id=cause) is not None:
             METRICS.effects["deliver"] += 1
 
-    async def _create_child(self, created: events.RunCreated, cause: str) -> None:
-        stream = run_stream(created.run_id)
-        if (await self.state(stream))[1] > 0:
+    async def _create(self, create: Create, cause: str) -> None:
+        """Start actor ``create.stream``, unless it has started already."""
+        if (await self.state(create.stream))[1] > 0:
             return
-        if await self.submit(stream, created, causation_id=cause) is not None:
+        input = self._stamped(create.input, create.stamp)
+        if await self.submit(create.stream, input, causation_id=cause) is not None:
             METRICS.effects["spawn"] += 1
+
+    def _stamped(self, input: Event, stamp: bool) -> Event:
+        """``input`` with ``at`` the time now, when ``stamp`` asks for it."""
+        return msgspec.structs.replace(input, at=self.clock.now()) if stamp else input
 
     # -- effects ------------------------------------------------------------------
 
@@ -565,7 +558,7 @@ class Host:
         return (
             cached is not None
             and cached[1] > rec.version
-            and cached[0].llm_pending != request_id
+            and not _awaits(kind_of(rec.stream), cached[0], request_id)
         )
 
     async def _call_model(self, rec: Recorded, request: events.LlmRequested) -> None:
@@ -593,23 +586,26 @@ class Host:
     ) -> Commit | None:
         """Ask the model ``request`` and submit its answer; the answer's commit."""
         kept = self._prompts.pop(request.request_id, None)
+        kind = kind_of(rec.stream)
+        rid = request.request_id
         # the cached state taken without a coroutine, as it nearly always is
         state = self._cached_at(rec.stream, rec.version)
         if state is None:
             # A request read back from the log (after a restart, or written by
             # another process, maybe with its answer in the same commit, as a
-            # fork's copy) is asked only while the run still waits on it.
-            if (await self.state(rec.stream))[0].llm_pending != request.request_id:
+            # fork's copy) is asked only while the actor still waits on it.
+            if not _awaits(kind, (await self.state(rec.stream))[0], rid):
                 return None
             state = await self._state_at(rec.stream, rec.version)
-        if state.llm_pending != request.request_id:
+        if not _awaits(kind, state, rid) or kind.model_call is None:
             return None  # answered already; nothing to do
-        prompt = kept or run_actor.build_prompt(state, self._prompt_cache)
+        call = kind.model_call(state, request, self._prompt_cache, kept)
+        prompt = call.prompt
         info = RequestInfo(
-            run_id=state.run_id,
-            request_id=request.request_id,
+            run_id=call.actor_id,
+            request_id=rid,
             priority=request.priority,
-            profile=state.created.profile if state.created else None,
+            profile=call.profile,
         )
         answer: Event | None
         # The decider hashed this very prompt when this host committed the
@@ -682,9 +678,10 @@ class Host:
         await asyncio.sleep(random.uniform(0, 0.005))
         state, _ = await self.state(rec.stream)
         now = self.clock.now()
-        for request, worker, until in state.claims:
-            if request == request_id and worker != self.worker_id and until > now:
-                return False
+        kind = kind_of(rec.stream)
+        held = None if kind.claim is None else kind.claim(state, request_id)
+        if held is not None and held[0] != self.worker_id and held[1] > now:
+            return False
         claim = events.EffectClaimed(
             request_id=request_id,
             worker=self.worker_id,
@@ -887,11 +884,11 @@ class Host:
     async def _call_tool(self, rec: Recorded, request: events.ToolRequested) -> None:
         state, _ = await self.state(rec.stream)
         rid = request.request_id
-        if not any(call.request_id == rid for call in state.calls):
+        if not _awaits(kind_of(rec.stream), state, rid):
             return  # answered already (read back from the log, as a fork's copy)
         if not await self._claim(rec, rid):
             return  # another worker runs it, or it is answered already
-        ctx = ToolContext(workspace=self.workspace, run_id=state.run_id)
+        ctx = ToolContext(workspace=self.workspace, run_id=rec.stream.partition(".")[2])
         assert self.tools is not None
         METRICS.effects["tool"] += 1
         started = self.clock.now()
@@ -950,21 +947,6 @@ class Host:
             METRICS.effects["timer"] += 1
 
 
-_ROUTED = frozenset(
-    {
-        events.RunCreated,
-        events.LlmRequested,
-        events.ToolRequested,
-        events.RunSlept,
-        events.SubagentsSpawned,
-        events.RunCompleted,
-        events.RunFailed,
-        events.RunCancelled,
-    }
-)
-"""The event types `Host._route` acts on; the dispatcher skips the rest."""
-
-
 class _KeepStream(Protocol):
     def __call__(self, attempt: int, complete: bool) -> Awaitable[None]: ...
 
@@ -983,6 +965,13 @@ def _brief(input: Event) -> str:
     request = getattr(input, "request_id", None)
     name = events.type_name(input)
     return f"{name} {request}" if request is not None else name
+
+
+def _awaits(kind: Kind[Any], state: Any, request_id: str) -> bool:
+    """Whether the actor at ``state`` still waits for effect ``request_id``
+    (a kind that cannot say is taken to wait: its decider refuses a late
+    answer)."""
+    return True if kind.awaits is None else kind.awaits(state, request_id)
 
 
 def _unrecordable(answer: Event, message: str) -> Event | None:
@@ -1009,12 +998,3 @@ def _unrecordable(answer: Event, message: str) -> Event | None:
             )
         case _:
             return None
-
-
-def _correlation(state: run_actor.Run, input: Event) -> str | None:
-    if isinstance(input, events.RunCreated):
-        return input.root_run_id or input.run_id
-    created = state.created
-    if created is None:
-        return None
-    return created.root_run_id or created.run_id

@@ -9,8 +9,9 @@ every event type it records (the log decodes into their union,
 `kind_of` finds a stream's kind, with an error naming the kinds there are.
 
 Replay reads the table (`steward.replay`): rebuild, verify and the split into
-steps work for any kind. The host still knows the run kind's effects by name;
-moving them behind the table is the next step (see DESIGN §2a).
+steps work for any kind. The host does too: it decides and folds through a
+stream's kind, and carries out the effects (`steward.actors.effects`) that
+the kind's ``effects`` says a committed decision asks for.
 
 A kind's functions are pure (DESIGN §2): ``decide`` and ``evolve`` never
 change the state they are given, and ``fold`` applies events to a copy.
@@ -19,28 +20,48 @@ change the state they are given, and ``fold`` applies events to a copy.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from msgspec.structs import replace
 
 from steward.actors import run as run_actor
-from steward.actors.prompt import HASH_PREFIX, prompt_hash, prompt_matches
+from steward.actors import run_effects
+from steward.actors.effects import Effect, ModelCall
+from steward.actors.prompt import (
+    HASH_PREFIX,
+    Prompt,
+    PromptCache,
+    prompt_hash,
+    prompt_matches,
+)
 from steward.errors import NotFoundError
-from steward.events import UNION, Event
+from steward.events import UNION, Event, Recorded
 from steward.events import run as run_events
+from steward.events.run import LlmRequested
 
 __all__ = ["KINDS", "Kind", "kind_of", "kind_name", "register"]
 
 S = TypeVar("S")
 
 
+class Step(NamedTuple, Generic[S]):
+    """What one accepted input does to an actor: its decisions, the state
+    after the input and them, and the prompt of the model call they request
+    (``None`` when none, or when the kind leaves it to `Kind.model_call`)."""
+
+    decisions: list[Event]
+    state: S
+    prompt: Prompt | None = None
+
+
 @dataclass(frozen=True)
 class Kind(Generic[S]):
-    """One actor kind: its name, its decider and its events.
+    """One actor kind: its name, its decider, its events and what its
+    committed decisions ask of the host (all pure).
 
-    ``fold`` defaults to applying ``evolve`` event by event; a kind whose
-    state is costly to copy may give a faster fold that gives the same state.
+    Only ``name`` to ``events`` are required: a kind without the others
+    records inputs and decisions and asks the host for nothing.
     """
 
     name: str
@@ -52,14 +73,35 @@ class Kind(Generic[S]):
     decisions of the input before them."""
     events: tuple[type[Event], ...]
     """Every event type the kind records, inputs and decisions."""
-    fold_events: Callable[[Iterable[Event], S], S] | None = field(default=None)
+    fold_events: Callable[[Iterable[Event], S], S] | None = None
+    """A fold giving what ``evolve`` event by event would, faster."""
+    step: Callable[[Event, S, PromptCache | None], Step[S] | None] | None = None
+    """``decide`` with the state after the step and its model call's prompt,
+    where the kind builds them together; default: ``decide``, then ``fold``."""
     same_decisions: Callable[[tuple[Event, ...], tuple[Event, ...], S], bool] | None = (
-        field(default=None)
+        None
     )
     """Whether decisions re-decided now (second) are the recorded ones (first)
     in an older form, given the state after the step: for a kind whose old
     logs recorded a value in a form it no longer writes. ``None``: only
     equality counts."""
+    routed: frozenset[type[Event]] = frozenset()
+    """The event types `effects` may answer; the host skips the others."""
+    effects: Callable[[Recorded, S, S], list[Effect]] | None = None
+    """What committed event ``rec`` asks of the host, given the state at it
+    and the newest state (`steward.actors.effects`)."""
+    awaits: Callable[[S, str], bool] | None = None
+    """Whether the actor still waits for the result of an effect (by request
+    id): the host skips a call whose answer is in already."""
+    claim: Callable[[S, str], tuple[str, float] | None] | None = None
+    """The (worker, until) of the claim on an effect, if any."""
+    model_call: (
+        Callable[[S, LlmRequested, PromptCache | None, Prompt | None], ModelCall] | None
+    ) = None
+    """What a model call the actor asked for sends: the prompt given (the one
+    its decider hashed), or one built from the state at the request."""
+    correlation: Callable[[S, Event], str | None] | None = None
+    """The correlation id of a commit of ``input`` on ``state``."""
 
     def fold(self, events: Iterable[Event], state: S | None = None) -> S:
         """The state after ``events``, from ``state`` (default: ``initial``)."""
@@ -69,6 +111,17 @@ class Kind(Generic[S]):
         for event in events:
             start = self.evolve(start, event)
         return start
+
+    def decide_and_fold(
+        self, input: Event, state: S, cache: PromptCache | None = None
+    ) -> Step[S] | None:
+        """The step ``input`` makes on ``state``; ``None`` refuses it."""
+        if self.step is not None:
+            return self.step(input, state, cache)
+        decisions = self.decide(input, state)
+        if decisions is None:
+            return None
+        return Step(decisions, self.fold([input, *decisions], state))
 
     def is_input(self, event: Event) -> bool:
         return isinstance(event, self.inputs)
@@ -92,6 +145,13 @@ def _run_same_decisions(
     return tuple(rehashed) == decided
 
 
+def _run_step(
+    input: Event, state: run_actor.Run, cache: PromptCache | None
+) -> Step[run_actor.Run] | None:
+    step = run_actor.decide_and_fold(input, state, cache)
+    return None if step is None else Step(step.decisions, step.state, step.prompt)
+
+
 RUN: Kind[run_actor.Run] = Kind(
     name="run",
     initial=run_actor.initial,
@@ -100,7 +160,14 @@ RUN: Kind[run_actor.Run] = Kind(
     inputs=run_events.INPUT_TYPES,
     events=run_events.EVENT_TYPES,
     fold_events=run_actor.fold,
+    step=_run_step,
     same_decisions=_run_same_decisions,
+    routed=run_effects.ROUTED,
+    effects=run_effects.effects,
+    awaits=run_effects.awaits,
+    claim=run_effects.claim,
+    model_call=run_effects.model_call,
+    correlation=run_effects.correlation,
 )
 
 KINDS: dict[str, Kind[Any]] = {RUN.name: RUN}

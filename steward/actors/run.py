@@ -939,6 +939,7 @@ def child_created(parent: RunCreated, spec: SubagentSpec, at: float) -> RunCreat
         context_id=parent.context_id,
         parent_run_id=parent.run_id,
         root_run_id=parent.root_run_id or parent.run_id,
+        reply_to=f"run.{parent.run_id}",
         kind="subagent",
         profile=spec.profile or parent.profile,
         allowed_tools=spec.allowed_tools,

@@ -184,6 +184,10 @@ class RunCreated(Event, frozen=True, kw_only=True):
     kind: Literal["coordinator", "subagent"] = "coordinator"
     profile: str | None = None
     allowed_tools: tuple[str, ...] | None = None
+    reply_to: str | None = None
+    """The stream the run's result goes to as `SubagentFinished` (a parent
+    run's, a session's, a workflow's); ``None``: none, or for a run recorded
+    before this field, its parent run's."""
     at: float = 0.0
     queued: bool = False
     """Recorded for a host to take (`steward runs start`, or `steward run`

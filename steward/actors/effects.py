@@ -1,0 +1,82 @@
+"""What a committed step asks the host to do, as plain values.
+
+An actor kind's ``effects`` function (pure) turns a committed decision into
+these; the host carries them out and feeds each result back to the actor as
+an input, keyed by its request id, so a result delivered twice is refused by
+the decider. Nothing here does anything: the host and the effect handlers
+under ``steward/actors/llm`` and ``steward/actors/tools`` do.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from steward.actors.prompt import Prompt
+from steward.events import Event
+from steward.events.run import LlmRequested, ToolRequested
+
+__all__ = [
+    "ArmTimer",
+    "CallModel",
+    "CallTool",
+    "Create",
+    "Deliver",
+    "Effect",
+    "ModelCall",
+]
+
+
+class CallModel(msgspec.Struct, frozen=True, kw_only=True):
+    """Ask the model ``request``; its answer (`LlmResponded`, `LlmFailed`)
+    comes back to the requesting stream."""
+
+    request: LlmRequested
+
+
+class CallTool(msgspec.Struct, frozen=True, kw_only=True):
+    """Run tool call ``request``; its `ToolResulted` comes back."""
+
+    request: ToolRequested
+
+
+class ArmTimer(msgspec.Struct, frozen=True, kw_only=True):
+    """At ``due`` (epoch seconds), give the stream `WakeDue(timer_id)`. A timer
+    a later decision superseded still fires: its decider refuses it, so timers
+    need no cancelling."""
+
+    timer_id: str
+    due: float
+
+
+class Deliver(msgspec.Struct, frozen=True, kw_only=True):
+    """Give ``stream`` the input ``input`` (a child's result to its parent's
+    ``reply_to``, a cancel to a child). ``key`` names the delivery, so it is
+    in flight once; with ``stamp`` the host sets the input's ``at`` to the
+    time it delivers."""
+
+    key: str
+    stream: str
+    input: Event
+    stamp: bool = False
+
+
+class Create(msgspec.Struct, frozen=True, kw_only=True):
+    """Start actor ``stream`` with ``input`` (its first event), unless the
+    stream has events already; ``key`` and ``stamp`` as for `Deliver`."""
+
+    key: str
+    stream: str
+    input: Event
+    stamp: bool = False
+
+
+Effect = CallModel | CallTool | ArmTimer | Deliver | Create
+
+
+class ModelCall(msgspec.Struct, frozen=True, kw_only=True):
+    """What a model call needs of the state that asked it: the prompt, whose
+    actor asks (for logs, limits and scripted replies) and its profile."""
+
+    prompt: Prompt
+    actor_id: str
+    profile: str | None = None

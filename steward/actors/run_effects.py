@@ -1,0 +1,178 @@
+"""What a run's committed decisions ask of the host, as effect values (pure).
+
+The run kind's entries in the kind table (`steward.actors.kind.RUN`) besides
+its decider: which recorded events lead to effects, the effects themselves,
+whether a run still awaits an effect's result, who holds a claim on it, what a
+model call needs of the state, and the correlation id of a commit. No I/O, no
+clock: times come from the records (or the host stamps them, `stamp`).
+"""
+
+from __future__ import annotations
+
+from steward.actors.effects import (
+    ArmTimer,
+    CallModel,
+    CallTool,
+    Create,
+    Deliver,
+    Effect,
+    ModelCall,
+)
+from steward.actors.prompt import Prompt, PromptCache
+from steward.actors.run import Run, child_created
+from steward.actors.run_prompt import build_prompt
+from steward.events import Event, Recorded
+from steward.events.run import (
+    TERMINAL,
+    CancelRequested,
+    LlmRequested,
+    RunCancelled,
+    RunCompleted,
+    RunCreated,
+    RunFailed,
+    RunSlept,
+    RunTaken,
+    SubagentFinished,
+    SubagentResult,
+    SubagentsSpawned,
+    ToolRequested,
+)
+
+__all__ = [
+    "ROUTED",
+    "awaits",
+    "claim",
+    "correlation",
+    "effects",
+    "model_call",
+    "run_stream",
+]
+
+ROUTED: frozenset[type[Event]] = frozenset(
+    {
+        RunCreated,
+        LlmRequested,
+        ToolRequested,
+        RunSlept,
+        SubagentsSpawned,
+        RunCompleted,
+        RunFailed,
+        RunCancelled,
+    }
+)
+"""The run events `effects` may answer with effects; the host skips others."""
+
+
+def run_stream(run_id: str) -> str:
+    """The stream that holds run ``run_id``."""
+    return f"run.{run_id}"
+
+
+def effects(rec: Recorded, at: Run, latest: Run) -> list[Effect]:
+    """What committed event ``rec`` asks for, given the run's state at it and
+    its newest state."""
+    match rec.event:
+        case RunCreated(queued=True):
+            # a host takes a queued run; the decider refuses a second taker
+            return [
+                Deliver(
+                    key=f"take:{at.run_id}",
+                    stream=rec.stream,
+                    input=RunTaken(),
+                    stamp=True,
+                )
+            ]
+        case LlmRequested():
+            return [CallModel(request=rec.event)]
+        case ToolRequested():
+            return [CallTool(request=rec.event)]
+        case RunSlept(timer_id=timer_id, wake_at=wake_at):
+            return [ArmTimer(timer_id=timer_id, due=wake_at)]
+        case SubagentsSpawned(children=children):
+            # A child whose result the parent holds already (a fork copies
+            # history, children's results included) is never started again,
+            # nor one of a parent that ended (was cancelled, say).
+            waiting = () if latest.status in TERMINAL else latest.children
+            assert at.created is not None
+            return [
+                Create(
+                    key=f"spawn:{spec.run_id}",
+                    stream=run_stream(spec.run_id),
+                    input=child_created(at.created, spec, 0.0),
+                    stamp=True,
+                )
+                for spec in children
+                if spec.run_id in waiting
+            ]
+        case RunCompleted() | RunFailed() | RunCancelled():
+            return [*_answer(rec, at), *_cancel_children(rec)]
+        case _:
+            return []
+
+
+def _answer(rec: Recorded, state: Run) -> list[Effect]:
+    """A finished run's result, to the stream its creator asked answers at."""
+    created = state.created
+    reply_to = None if created is None else created.reply_to
+    if reply_to is None and state.parent_run_id is not None:
+        reply_to = run_stream(state.parent_run_id)  # a run recorded before reply_to
+    if reply_to is None:
+        return []
+    result = SubagentResult(
+        run_id=state.run_id,
+        status=state.status,
+        output=state.output or (state.reason or ""),
+    )
+    finished = SubagentFinished(result=result, at=rec.at)
+    return [Deliver(key=f"notify:{state.run_id}", stream=reply_to, input=finished)]
+
+
+def _cancel_children(rec: Recorded) -> list[Effect]:
+    if not isinstance(rec.event, RunCancelled):
+        return []
+    cancel = CancelRequested(reason="parent run was cancelled", at=rec.at)
+    return [
+        Deliver(key=f"cancel:{child}", stream=run_stream(child), input=cancel)
+        for child in rec.event.children
+    ]
+
+
+def awaits(state: Run, request_id: str) -> bool:
+    """Whether the run still waits for the result of effect ``request_id``."""
+    return state.llm_pending == request_id or any(
+        call.request_id == request_id for call in state.calls
+    )
+
+
+def claim(state: Run, request_id: str) -> tuple[str, float] | None:
+    """The (worker, until) of the claim on effect ``request_id``, if any."""
+    for request, worker, until in state.claims:
+        if request == request_id:
+            return worker, until
+    return None
+
+
+def model_call(
+    state: Run,
+    request: LlmRequested,
+    cache: PromptCache | None = None,
+    prompt: Prompt | None = None,
+) -> ModelCall:
+    """What model call ``request`` of the run at ``state`` sends: ``prompt``
+    if given (the one the decider hashed), else the one built from ``state``."""
+    created = state.created
+    return ModelCall(
+        prompt=prompt or build_prompt(state, cache),
+        actor_id=state.run_id,
+        profile=None if created is None else created.profile,
+    )
+
+
+def correlation(state: Run, input: Event) -> str | None:
+    """The correlation id of a run's commits: the root run of its tree."""
+    if isinstance(input, RunCreated):
+        return input.root_run_id or input.run_id
+    created = state.created
+    if created is None:
+        return None
+    return created.root_run_id or created.run_id
