@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from steward.actors.kind import Kind, kind_of
+from steward.errors import StewardError
 from steward.events import Event, Recorded
 
 Decide = Callable[[Event, Any], list[Event] | None]
@@ -121,3 +122,36 @@ def remap(event: Event, old: str, new: str) -> Event:
     if isinstance(result, msgspec.Struct) and hasattr(result, "run_id"):
         changes["result"] = msgspec.structs.replace(result, run_id=swap(result.run_id))
     return msgspec.structs.replace(event, **changes) if changes else event
+
+
+def fork_events(
+    steps: Sequence[Sequence[Recorded]],
+    old: str,
+    new: str,
+    adapt: Callable[[Event], Event] | None = None,
+) -> list[Event]:
+    """The events that start a fork of ``steps`` (a stream's first steps) as
+    actor ``new``: each input with ids of ``old`` rewritten (`remap`, then
+    ``adapt`` if given), re-decided by the stream's kind, so that what the
+    decisions derive from the actor's id names the fork. One commit's worth.
+
+    Raises:
+        StewardError: the decider refuses a copied input.
+    """
+    if not steps:
+        return []
+    kind = kind_of(steps[0][0].stream)
+    state = kind.initial
+    copy: list[Event] = []
+    for step in steps:
+        event = remap(step[0].event, old, new)
+        if adapt is not None:
+            event = adapt(event)
+        decided = kind.decide(event, state)
+        if decided is None:
+            raise StewardError(
+                f"the fork refused the input at version {step[0].version}"
+            )
+        copy += [event, *decided]
+        state = kind.fold([event, *decided], state)
+    return copy

@@ -1,0 +1,239 @@
+"""A kind defined in this test runs through the host like the run kind.
+
+The tally actor counts; at three it writes a file with a tool, sleeps on a
+timer, then starts a child run whose result comes back to it through the
+child's ``reply_to``. Nothing under ``steward/`` knows it: it is registered in
+the kind table here, and runs on both logs (the ``log`` fixture).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from support import act
+
+from steward import events, replay
+from steward.actors import kind
+from steward.actors.effects import ArmTimer, CallTool, Create, Effect
+from steward.actors.llm import ScriptedProvider
+from steward.clock import FakeClock
+from steward.events import Event, Recorded
+from steward.projections.store import Projector
+
+
+class Tally(msgspec.Struct, frozen=True):
+    id: str = ""
+    total: int = 0
+    tool: str | None = None
+    timer: str | None = None
+    child: str | None = None
+    output: str | None = None
+
+
+class TallyOpened(Event, frozen=True, kw_only=True):
+    tally_id: str
+
+
+class Add(Event, frozen=True, kw_only=True):
+    n: int
+
+
+class Counted(Event, frozen=True, kw_only=True):
+    total: int
+
+
+class Slept(Event, frozen=True, kw_only=True):
+    timer_id: str
+    due: float
+
+
+class ChildAsked(Event, frozen=True, kw_only=True):
+    run_id: str
+
+
+class TallyDone(Event, frozen=True, kw_only=True):
+    output: str
+
+
+def evolve(state: Tally, event: Event) -> Tally:
+    replace = msgspec.structs.replace
+    match event:
+        case TallyOpened(tally_id=tally_id):
+            return replace(state, id=tally_id)
+        case Counted(total=total):
+            return replace(state, total=total)
+        case events.ToolRequested(request_id=rid):
+            return replace(state, tool=rid)
+        case events.ToolResulted():
+            return replace(state, tool=None)
+        case Slept(timer_id=timer_id):
+            return replace(state, timer=timer_id)
+        case events.WakeDue():
+            return replace(state, timer=None)
+        case ChildAsked(run_id=run_id):
+            return replace(state, child=run_id)
+        case TallyDone(output=output):
+            return replace(state, child=None, output=output)
+        case _:
+            return state
+
+
+def decide(input: Event, state: Tally) -> list[Event] | None:
+    match input:
+        case TallyOpened() if not state.id:
+            return []
+        case Add(n=n) if state.id and state.total < 3:
+            total = state.total + n
+            if total < 3:
+                return [Counted(total=total)]
+            write = events.ToolRequested(
+                request_id=f"{state.id}/tool/1",
+                name="files.write",
+                args={"path": f"{state.id}.txt", "content": str(total)},
+            )
+            return [Counted(total=total), write]
+        case events.ToolResulted(request_id=rid, at=at) if rid == state.tool:
+            return [Slept(timer_id=f"{state.id}/wake/1", due=at + 5)]
+        case events.WakeDue(timer_id=tid) if tid == state.timer:
+            return [ChildAsked(run_id=f"{state.id}-child")]
+        case events.SubagentFinished(result=r) if r.run_id == state.child:
+            return [TallyDone(output=r.output)]
+        case _:
+            return None
+
+
+def effects(rec: Recorded, at: Tally, latest: Tally) -> list[Effect]:
+    match rec.event:
+        case events.ToolRequested():
+            return [CallTool(request=rec.event)]
+        case Slept(timer_id=timer_id, due=due):
+            return [ArmTimer(timer_id=timer_id, due=due)]
+        case ChildAsked(run_id=run_id):
+            settings = events.RunSettings(
+                planning_gate=False, revision=events.LATEST_REVISION
+            )
+            child = events.RunCreated(
+                run_id=run_id,
+                input_text="say hi",
+                settings=settings,
+                reply_to=rec.stream,
+            )
+            return [
+                Create(
+                    key=f"spawn:{run_id}",
+                    stream=f"run.{run_id}",
+                    input=child,
+                    stamp=True,
+                )
+            ]
+        case _:
+            return []
+
+
+TALLY: kind.Kind[Tally] = kind.Kind(
+    name="tally",
+    initial=Tally(),
+    evolve=evolve,
+    decide=decide,
+    inputs=(
+        TallyOpened,
+        Add,
+        events.ToolResulted,
+        events.WakeDue,
+        events.SubagentFinished,
+    ),
+    events=(
+        TallyOpened,
+        Add,
+        Counted,
+        Slept,
+        ChildAsked,
+        TallyDone,
+        events.ToolRequested,
+        events.ToolResulted,
+        events.WakeDue,
+        events.SubagentFinished,
+    ),
+    routed=frozenset({events.ToolRequested, Slept, ChildAsked}),
+    effects=effects,
+    awaits=lambda state, rid: state.tool == rid,
+)
+
+
+@pytest.fixture(autouse=True)
+def tally_kind() -> Iterator[None]:
+    kind.register(TALLY)
+    try:
+        yield
+    finally:
+        del kind.KINDS["tally"]
+
+
+async def until(
+    log: Any, stream: str, done: Any, clock: FakeClock | None = None
+) -> Any:
+    """Poll ``stream``'s state (folded from the log) until ``done(state)``,
+    moving the fake clock on by a few seconds a time if given."""
+    import asyncio
+
+    for _ in range(1_000):
+        state = replay.rebuild(await log.read(stream))
+        if done(state):
+            return state
+        if clock is not None:
+            clock.advance(1)
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{stream} stayed {state}")
+
+
+async def test_a_kind_of_a_test_runs_through_host_replay_fork_and_rebuild(
+    make_host: Any, log: Any, clock: FakeClock, tmp_path: Path
+) -> None:
+    """Tool call, timer and child run, all through the kind table: the tally
+    ends with its child's answer, both streams verify, a fork at the child's
+    request gets a child of its own, and the projections rebuild alike."""
+    model = ScriptedProvider([act(type="send_message", message="hi")], per_run=True)
+    host = await make_host(model)
+    await host.submit("tally.t1", TallyOpened(tally_id="t1"))
+    for n in (1, 2):
+        await host.submit("tally.t1", Add(n=n))
+    state = await until(log, "tally.t1", lambda s: s.output is not None, clock)
+    assert state.output == "hi" and state.total == 3
+    assert (tmp_path / "workspace" / "t1.txt").read_text() == "3"
+    records = await log.read("tally.t1")
+    child = await log.read("run.t1-child")
+    assert replay.verify(records) is None and replay.verify(child) is None
+    assert replay.rebuild(child).status == "completed"
+    names = [type(r.event).__name__ for r in records]
+    assert names[-2:] == ["SubagentFinished", "TallyDone"]
+
+    # fork at the child's request: the copy starts a child of its own
+    steps = replay.commits(records)
+    asked = next(i for i, s in enumerate(steps) if isinstance(s[-1].event, ChildAsked))
+
+    def renamed(event: Event) -> Event:  # the tally's own id is in its first input
+        if isinstance(event, TallyOpened):
+            return msgspec.structs.replace(event, tally_id="t2")
+        return event
+
+    copy = replay.fork_events(steps[: asked + 1], "t1", "t2", renamed)
+    await log.append("tally.t2", copy, 0, correlation_id="t2")
+    forked = await until(log, "tally.t2", lambda s: s.output is not None)
+    assert forked.output == "hi" and forked.child is None
+    assert replay.rebuild(await log.read("run.t2-child")).status == "completed"
+    assert replay.verify(await log.read("tally.t2")) is None
+
+    # the projections rebuild from a log that holds another kind's streams
+    projector = await Projector.open(tmp_path / "rebuilt.db")
+    try:
+        await projector.rebuild(log)
+        first = await projector.query("SELECT * FROM runs ORDER BY id")
+        await projector.rebuild(log)
+        assert await projector.query("SELECT * FROM runs ORDER BY id") == first
+    finally:
+        await projector.close()
+    assert {row[0] for row in first} == {"t1-child", "t2-child"}
