@@ -36,7 +36,6 @@ until a host that sees it, live or in the pending projection, records
 from __future__ import annotations
 
 import asyncio
-import heapq
 import logging
 import random
 from collections import deque
@@ -45,10 +44,9 @@ from dataclasses import dataclass, field
 from functools import partial
 from itertools import islice
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import msgspec
-from prometheus_client import Gauge
 
 from steward import events
 from steward.actors.effects import (
@@ -61,30 +59,22 @@ from steward.actors.effects import (
 )
 from steward.actors.kind import KINDS, Kind, kind_of
 from steward.actors.llm import (
-    AssistantDelta,
-    ModelRouter,
     Provider,
     RequestInfo,
-    ResultEvent,
-    StreamEvent,
-    collect,
 )
-from steward.actors.llm.limits import PRIORITIES, PriorityLimiter
-from steward.actors.llm.retry import backoff_delay
+from steward.actors.llm.effect import DeltaListener, ModelCalls
 from steward.actors.prompt import Prompt, PromptCache, prompt_matches
+from steward.actors.timers import Timers, sleep_or
 from steward.actors.tools import ToolContext, ToolRegistry
+from steward.actors.tools.effect import call_tool
 from steward.bus import Commit, EventLog
 from steward.clock import Clock, SystemClock
-from steward.errors import ConcurrencyError, ProviderError, StewardError, describe
+from steward.errors import ConcurrencyError, StewardError, describe
 from steward.events import Event, Recorded
 from steward.projections.metrics import COUNTED
 from steward.projections.metrics import HOST as METRICS
 
 log = logging.getLogger("steward.host")
-
-LLM_WAITING = Gauge(
-    "steward_llm_waiting", "Model calls waiting for a slot", ["priority"]
-)
 
 _KEPT_PROMPTS = 10_000
 """Prompts kept for calls not yet made before the host forgets them (a
@@ -110,7 +100,6 @@ written longest ago: a stream idle for that many others' commits has no read
 in flight that could overlap its last commit."""
 
 Listener = Callable[[Recorded], None]
-DeltaListener = Callable[[RequestInfo, str], None]
 
 
 def run_stream(run_id: str) -> str:
@@ -171,13 +160,13 @@ class Host:
         # This worker's claims being renewed while their calls run.
         self._renewals: dict[str, tuple[asyncio.Task[None], asyncio.Event]] = {}
         self._sweeper: asyncio.Task[None] | None = None
-        self._llm_slots = PriorityLimiter(llm_concurrency)
-        for priority in PRIORITIES:
-            LLM_WAITING.labels(priority).set_function(
-                _waiting(self._llm_slots, priority)
-            )
+        # the effect handlers: model calls and timers (tool calls go through
+        # `call_tool` with the registry)
+        self.models = ModelCalls(
+            provider, concurrency=llm_concurrency, retries=llm_retries
+        )
+        self.timers = Timers(self.clock, self._wake)
         self._tool_timeout = tool_timeout
-        self._llm_retries = llm_retries
         self._max_conflict_retries = max_conflict_retries
         self._cache: dict[str, tuple[Any, int]] = {}
         # Prompts of this host's own model requests, as the decider built
@@ -197,9 +186,6 @@ class Host:
         self._inflight: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._listeners: list[Listener] = []
-        self._delta_listeners: list[DeltaListener] = []
-        self._timers: list[tuple[float, str, str]] = []
-        self._timers_changed = asyncio.Event()
         self._dispatcher: asyncio.Task[None] | None = None
         self._timer_task: asyncio.Task[None] | None = None
         self.position = 0
@@ -389,7 +375,7 @@ class Host:
 
         Deltas are for people watching; the log records the whole reply once.
         """
-        self._delta_listeners.append(listener)
+        self.models.delta_listeners.append(listener)
 
     async def start(self, progress: Callable[[int], None] | None = None) -> None:
         """Resume unanswered effects and due timers, then follow the log.
@@ -408,7 +394,7 @@ class Host:
                         await self._route(rec)
         else:
             self.position = await self.log.head()
-        self._timer_task = asyncio.create_task(self._run_timers())
+        self._timer_task = asyncio.create_task(self.timers.run())
         self._dispatcher = asyncio.create_task(self._dispatch())
         if self.worker_id is not None and self.projector is not None:
             self._sweeper = asyncio.create_task(self._sweep())
@@ -502,8 +488,7 @@ class Host:
                     request.request_id, partial(self._call_tool, rec, request)
                 )
             case ArmTimer(timer_id=timer_id, due=due):
-                heapq.heappush(self._timers, (due, timer_id, rec.stream))
-                self._timers_changed.set()
+                self.timers.arm(rec.stream, timer_id, due)
             case Deliver(key=key):
                 self._spawn_effect(key, partial(self._deliver, effect, rec.id))
             case Create(key=key):
@@ -624,7 +609,7 @@ class Host:
             )
         else:
             try:
-                answer = await self._ask(rec, prompt, info)
+                answer = await self.models.answer(self, rec, prompt, info)
             except Exception as e:  # a provider's set-up (profile, key) failed
                 answer = events.LlmFailed(
                     request_id=request.request_id,
@@ -665,7 +650,7 @@ class Host:
         log.warning("stream %s: %s", rec.stream, failed)
         return await self.submit(rec.stream, failed, causation_id=rec.id)
 
-    async def _claim(self, rec: Recorded, request_id: str) -> bool:
+    async def claim(self, rec: Recorded, request_id: str) -> bool:
         """Take effect ``request_id`` for this worker; whether it is ours.
 
         Without a worker id (one host on its log) every effect is ours.
@@ -705,7 +690,7 @@ class Host:
         claim's own worker; a refusal (the call was answered) ends it."""
         assert self.worker_id is not None
         while not stop.is_set():
-            await self._sleep_or(self.claim_seconds / 3, stop)
+            await sleep_or(self.clock, self.claim_seconds / 3, stop)
             if stop.is_set():
                 return
             now = self.clock.now()
@@ -745,218 +730,31 @@ class Host:
             except Exception:
                 log.exception("sweeping abandoned effects failed")
 
-    async def _ask(self, rec: Recorded, prompt: Any, info: RequestInfo) -> Event | None:
-        """The answer to model request ``info``; None if another worker has it."""
-        assert self.provider is not None
-        provider = self.provider
-        retries = self._llm_retries
-        record = False
-        if isinstance(provider, ModelRouter):
-            model = provider.model(info.profile)
-            retries, record = model.max_retries, model.record_stream
-        # A provider whose replies are whole before they are given (the
-        # scripted one) hands over the result alone when no one watches the
-        # stream's events: what `collect` would return, without the stream.
-        whole: Callable[[Prompt, RequestInfo], Awaitable[ResultEvent]] | None = None
-        on_event: Callable[[StreamEvent], None] | None = None
-        keep_stream: _KeepStream = _keep_nothing  # called only when `record`
-        if record or self._delta_listeners:
-            on_event, keep_stream = self._watchers(rec, info, record)
-        else:
-            target = (
-                provider.provider(info.profile)
-                if isinstance(provider, ModelRouter)
-                else provider
-            )
-            whole = getattr(target, "result", None)
-
-        rate = None
-        if isinstance(provider, ModelRouter):
-            rate = provider.rate_limiter(info.profile, self.clock.now, self.clock.sleep)
-        tokens = 0
-        if rate is not None and rate.tpm is not None:
-            sent = len(prompt.system) + sum(len(m.content) for m in prompt.messages)
-            tokens = sent // 4
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                if rate is not None:
-                    await rate.acquire(tokens)
-                if not self._llm_slots.take(info.priority):
-                    await self._llm_slots.acquire(info.priority)
-                try:
-                    # claimed once a slot is free, so a worker never holds
-                    # more calls than it can make
-                    if (
-                        attempt == 1
-                        and self.worker_id is not None
-                        and not await self._claim(rec, info.request_id)
-                    ):
-                        return None
-                    if attempt == 1:
-                        METRICS.effects["llm"] += 1
-                    started = self.clock.now()
-                    if whole is not None:
-                        result = await whole(prompt, info)
-                    else:
-                        result = await collect(provider.stream(prompt, info), on_event)
-                finally:
-                    self._llm_slots.release()
-            except ProviderError as e:
-                if record:
-                    await keep_stream(attempt, complete=False)
-                message = str(e).removeprefix(f"{e.kind}: ")
-                if e.retryable and attempt <= retries:
-                    delay = backoff_delay(attempt, e.retry_after, rand=random.random())
-                    note = events.LlmAttemptFailed(
-                        request_id=info.request_id,
-                        attempt=attempt,
-                        kind=e.kind,
-                        message=message,
-                        status=e.status,
-                        retry_after=e.retry_after,
-                        delay=delay,
-                        at=self.clock.now(),
-                    )
-                    if await self.submit(rec.stream, note, causation_id=rec.id) is None:
-                        return note  # the request was answered or the run ended
-                    await self.clock.sleep(delay)
-                    continue
-                return events.LlmFailed(
-                    request_id=info.request_id,
-                    kind=e.kind,
-                    message=message,
-                    at=self.clock.now(),
-                )
-            except Exception as e:  # a provider bug must not kill the host
-                if record:
-                    await keep_stream(attempt, complete=False)
-                return events.LlmFailed(
-                    request_id=info.request_id,
-                    kind="internal",
-                    message=f"{type(e).__name__}: {e}",
-                    at=self.clock.now(),
-                )
-            now = self.clock.now()
-            METRICS.effect_seconds["llm"].observe(max(0.0, now - started))
-            if record:
-                await keep_stream(attempt, complete=True)
-            cost = getattr(provider, "cost", None)
-            return events.LlmResponded(
-                request_id=info.request_id,
-                text=result.text,
-                tool_calls=result.tool_calls,
-                usage=result.usage,
-                cost_usd=cost(info, result.usage) if cost is not None else 0.0,
-                attempts=attempt,
-                at=now,
-            )
-
-    def _watchers(
-        self, rec: Recorded, info: RequestInfo, record: bool
-    ) -> tuple[Callable[[StreamEvent], None], _KeepStream]:
-        """For a model call someone watches: what sees each stream event
-        (delta listeners, and the stream kept when ``record``), and what
-        records an attempt's kept stream (called only when ``record``)."""
-        seen: list[dict[str, Any]] = []
-
-        def on_event(event: StreamEvent) -> None:
-            if record:
-                seen.append({"seq": len(seen) + 1, **msgspec.to_builtins(event)})
-            if isinstance(event, AssistantDelta):
-                for listener in self._delta_listeners:
-                    listener(info, event.text)
-
-        async def keep_stream(attempt: int, complete: bool) -> None:
-            recorded = events.LlmStreamRecorded(
-                request_id=info.request_id,
-                attempt=attempt,
-                events=tuple(seen),
-                complete=complete,
-                at=self.clock.now(),
-            )
-            seen.clear()
-            await self.submit(rec.stream, recorded, causation_id=rec.id)
-
-        return on_event, keep_stream
-
     async def _call_tool(self, rec: Recorded, request: events.ToolRequested) -> None:
         state, _ = await self.state(rec.stream)
         rid = request.request_id
         if not _awaits(kind_of(rec.stream), state, rid):
             return  # answered already (read back from the log, as a fork's copy)
-        if not await self._claim(rec, rid):
+        if not await self.claim(rec, rid):
             return  # another worker runs it, or it is answered already
         ctx = ToolContext(workspace=self.workspace, run_id=rec.stream.partition(".")[2])
         assert self.tools is not None
-        METRICS.effects["tool"] += 1
-        started = self.clock.now()
         try:
-            outcome = await self.tools.call(
-                request.name,
-                request.args,
-                ctx=ctx,
-                timeout=request.timeout or self._tool_timeout,
+            result = await call_tool(
+                self.tools, request, ctx, timeout=self._tool_timeout, clock=self.clock
             )
         finally:
             if self._renewals:
                 await self._stop_renewing(rid)
-        METRICS.effect_seconds["tool"].observe(max(0.0, self.clock.now() - started))
-        result = events.ToolResulted(
-            request_id=request.request_id,
-            ok=outcome.ok,
-            output=outcome.output,
-            error=outcome.error,
-            retryable=outcome.retryable,
-            truncated=outcome.truncated,
-            at=self.clock.now(),
-        )
         await self._record_answer(rec, result)
 
-    async def _run_timers(self) -> None:
-        while True:
-            self._timers_changed.clear()
-            if not self._timers:
-                await self._timers_changed.wait()
-                continue
-            due, timer_id, stream = self._timers[0]
-            delay = due - self.clock.now()
-            if delay > 0:
-                await self._sleep_or(delay, self._timers_changed)
-                continue
-            heapq.heappop(self._timers)
-            wake = events.WakeDue(timer_id=timer_id, at=self.clock.now())
-            self._spawn_effect(timer_id, partial(self._fire, stream, wake))
-
-    async def _sleep_or(self, seconds: float, event: asyncio.Event) -> None:
-        """Sleep ``seconds`` on the host's clock or until ``event`` is set,
-        whichever comes first; cancelled (the host stops), it leaves no task
-        pending."""
-        sleeper = asyncio.ensure_future(self.clock.sleep(seconds))
-        waiter = asyncio.ensure_future(event.wait())
-        try:
-            await asyncio.wait({sleeper, waiter}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            sleeper.cancel()
-            waiter.cancel()
-            await asyncio.gather(sleeper, waiter, return_exceptions=True)
+    def _wake(self, stream: str, wake: events.WakeDue) -> None:
+        """A timer came due: give its stream the `WakeDue`."""
+        self._spawn_effect(wake.timer_id, partial(self._fire, stream, wake))
 
     async def _fire(self, stream: str, wake: events.WakeDue) -> None:
         if await self.submit(stream, wake) is not None:
             METRICS.effects["timer"] += 1
-
-
-class _KeepStream(Protocol):
-    def __call__(self, attempt: int, complete: bool) -> Awaitable[None]: ...
-
-
-async def _keep_nothing(attempt: int, complete: bool) -> None:
-    pass
-
-
-def _waiting(limiter: PriorityLimiter, priority: str) -> Callable[[], float]:
-    return lambda: limiter.depth()[priority]
 
 
 def _brief(input: Event) -> str:

@@ -38,20 +38,20 @@ class TallyOpened(Event, frozen=True, kw_only=True):
     tally_id: str
 
 
-class Add(Event, frozen=True, kw_only=True):
+class TallyAdd(Event, frozen=True, kw_only=True):
     n: int
 
 
-class Counted(Event, frozen=True, kw_only=True):
+class TallyCounted(Event, frozen=True, kw_only=True):
     total: int
 
 
-class Slept(Event, frozen=True, kw_only=True):
+class TallySlept(Event, frozen=True, kw_only=True):
     timer_id: str
     due: float
 
 
-class ChildAsked(Event, frozen=True, kw_only=True):
+class TallyChildAsked(Event, frozen=True, kw_only=True):
     run_id: str
 
 
@@ -64,17 +64,17 @@ def evolve(state: Tally, event: Event) -> Tally:
     match event:
         case TallyOpened(tally_id=tally_id):
             return replace(state, id=tally_id)
-        case Counted(total=total):
+        case TallyCounted(total=total):
             return replace(state, total=total)
         case events.ToolRequested(request_id=rid):
             return replace(state, tool=rid)
         case events.ToolResulted():
             return replace(state, tool=None)
-        case Slept(timer_id=timer_id):
+        case TallySlept(timer_id=timer_id):
             return replace(state, timer=timer_id)
         case events.WakeDue():
             return replace(state, timer=None)
-        case ChildAsked(run_id=run_id):
+        case TallyChildAsked(run_id=run_id):
             return replace(state, child=run_id)
         case TallyDone(output=output):
             return replace(state, child=None, output=output)
@@ -86,20 +86,20 @@ def decide(input: Event, state: Tally) -> list[Event] | None:
     match input:
         case TallyOpened() if not state.id:
             return []
-        case Add(n=n) if state.id and state.total < 3:
+        case TallyAdd(n=n) if state.id and state.total < 3:
             total = state.total + n
             if total < 3:
-                return [Counted(total=total)]
+                return [TallyCounted(total=total)]
             write = events.ToolRequested(
                 request_id=f"{state.id}/tool/1",
                 name="files.write",
                 args={"path": f"{state.id}.txt", "content": str(total)},
             )
-            return [Counted(total=total), write]
+            return [TallyCounted(total=total), write]
         case events.ToolResulted(request_id=rid, at=at) if rid == state.tool:
-            return [Slept(timer_id=f"{state.id}/wake/1", due=at + 5)]
+            return [TallySlept(timer_id=f"{state.id}/wake/1", due=at + 5)]
         case events.WakeDue(timer_id=tid) if tid == state.timer:
-            return [ChildAsked(run_id=f"{state.id}-child")]
+            return [TallyChildAsked(run_id=f"{state.id}-child")]
         case events.SubagentFinished(result=r) if r.run_id == state.child:
             return [TallyDone(output=r.output)]
         case _:
@@ -110,9 +110,9 @@ def effects(rec: Recorded, at: Tally, latest: Tally) -> list[Effect]:
     match rec.event:
         case events.ToolRequested():
             return [CallTool(request=rec.event)]
-        case Slept(timer_id=timer_id, due=due):
+        case TallySlept(timer_id=timer_id, due=due):
             return [ArmTimer(timer_id=timer_id, due=due)]
-        case ChildAsked(run_id=run_id):
+        case TallyChildAsked(run_id=run_id):
             settings = events.RunSettings(
                 planning_gate=False, revision=events.LATEST_REVISION
             )
@@ -141,24 +141,24 @@ TALLY: kind.Kind[Tally] = kind.Kind(
     decide=decide,
     inputs=(
         TallyOpened,
-        Add,
+        TallyAdd,
         events.ToolResulted,
         events.WakeDue,
         events.SubagentFinished,
     ),
     events=(
         TallyOpened,
-        Add,
-        Counted,
-        Slept,
-        ChildAsked,
+        TallyAdd,
+        TallyCounted,
+        TallySlept,
+        TallyChildAsked,
         TallyDone,
         events.ToolRequested,
         events.ToolResulted,
         events.WakeDue,
         events.SubagentFinished,
     ),
-    routed=frozenset({events.ToolRequested, Slept, ChildAsked}),
+    routed=frozenset({events.ToolRequested, TallySlept, TallyChildAsked}),
     effects=effects,
     awaits=lambda state, rid: state.tool == rid,
 )
@@ -200,7 +200,7 @@ async def test_a_kind_of_a_test_runs_through_host_replay_fork_and_rebuild(
     host = await make_host(model)
     await host.submit("tally.t1", TallyOpened(tally_id="t1"))
     for n in (1, 2):
-        await host.submit("tally.t1", Add(n=n))
+        await host.submit("tally.t1", TallyAdd(n=n))
     state = await until(log, "tally.t1", lambda s: s.output is not None, clock)
     assert state.output == "hi" and state.total == 3
     assert (tmp_path / "workspace" / "t1.txt").read_text() == "3"
@@ -213,7 +213,9 @@ async def test_a_kind_of_a_test_runs_through_host_replay_fork_and_rebuild(
 
     # fork at the child's request: the copy starts a child of its own
     steps = replay.commits(records)
-    asked = next(i for i, s in enumerate(steps) if isinstance(s[-1].event, ChildAsked))
+    asked = next(
+        i for i, s in enumerate(steps) if isinstance(s[-1].event, TallyChildAsked)
+    )
 
     def renamed(event: Event) -> Event:  # the tally's own id is in its first input
         if isinstance(event, TallyOpened):

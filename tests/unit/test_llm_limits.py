@@ -150,7 +150,7 @@ async def test_host_serves_interactive_model_calls_before_queued_subagent_calls(
         rec = events.Recorded(
             stream=f"run.r{n}", version=1, position=n + 1, at=0.0, event=request
         )
-        return asyncio.create_task(host._ask(rec, prompt, info))
+        return asyncio.create_task(host.models.answer(host, rec, prompt, info))
 
     busy = ask(0, "subagent")
     await asyncio.sleep(0.01)
@@ -159,7 +159,7 @@ async def test_host_serves_interactive_model_calls_before_queued_subagent_calls(
     user = ask(3, "interactive")
     await asyncio.sleep(0.01)
     assert started == ["subagent"]
-    assert host._llm_slots.depth() == {"interactive": 1, "subagent": 2}
+    assert host.models.slots.depth() == {"interactive": 1, "subagent": 2}
     gate.set()
     await asyncio.gather(busy, *queued, user)
     assert started == ["subagent", "interactive", "subagent", "subagent"]

@@ -1,0 +1,43 @@
+"""The tool effect: run one requested tool call and say how it went.
+
+The host decides whether the call is still wanted and claims it; this makes
+the call through the registry (which never raises for a tool's problem) and
+turns the outcome into the `ToolResulted` the actor gets back, counting it
+in the process's metrics.
+"""
+
+from __future__ import annotations
+
+from steward.actors.tools.base import ToolContext
+from steward.actors.tools.registry import ToolRegistry
+from steward.clock import Clock
+from steward.events.run import ToolRequested, ToolResulted
+from steward.projections.metrics import HOST as METRICS
+
+__all__ = ["call_tool"]
+
+
+async def call_tool(
+    tools: ToolRegistry,
+    request: ToolRequested,
+    ctx: ToolContext,
+    *,
+    timeout: float,
+    clock: Clock,
+) -> ToolResulted:
+    """Make tool call ``request``; its result (an error is a result too)."""
+    METRICS.effects["tool"] += 1
+    started = clock.now()
+    outcome = await tools.call(
+        request.name, request.args, ctx=ctx, timeout=request.timeout or timeout
+    )
+    METRICS.effect_seconds["tool"].observe(max(0.0, clock.now() - started))
+    return ToolResulted(
+        request_id=request.request_id,
+        ok=outcome.ok,
+        output=outcome.output,
+        error=outcome.error,
+        retryable=outcome.retryable,
+        truncated=outcome.truncated,
+        at=clock.now(),
+    )
