@@ -1,0 +1,142 @@
+"""The commands over what the log holds: `replay [--verify]`, `fork`,
+`events export` and `projections rebuild`."""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import itertools
+import secrets
+import sys
+from pathlib import Path
+
+from msgspec.structs import replace
+
+from steward import events, replay
+from steward.actors import run as run_actor
+from steward.cli.env import EXIT_MISMATCH, Env, opened, progress, run_records
+from steward.cli.hosting import checked_provider, see_run
+from steward.errors import StewardError
+from steward.host import run_stream
+
+
+async def cmd_replay(env: Env, args: argparse.Namespace) -> int:
+    async with opened(env, create=False) as (log, _):
+        records = await run_records(log, args.id)
+    state = replay.rebuild(records)
+    env.out(f"run {args.id}: {len(records)} events, status {state.status}")
+    env.out(
+        f"iterations {state.iteration}, tool calls {state.tool_calls}, "
+        f"tokens in {state.input_tokens} out {state.output_tokens}"
+    )
+    if state.output:
+        env.out(f"output: {state.output}")
+    if state.reason:
+        env.out(f"reason: {state.reason}")
+    if not args.verify:
+        return 0
+    return report(env, replay.verify(records))
+
+
+def report(env: Env, mismatch: replay.Mismatch | None) -> int:
+    if mismatch is None:
+        env.out("verify: ok")
+        return 0
+    env.out(f"verify: MISMATCH at version {mismatch.version}: {mismatch.problem}")
+    env.out(f"  input:      {mismatch.input!r}")
+    env.out(f"  recorded:   {list(mismatch.recorded)!r}")
+    decided = None if mismatch.decided is None else list(mismatch.decided)
+    env.out(f"  re-decided: {decided!r}")
+    return EXIT_MISMATCH
+
+
+async def cmd_fork(env: Env, args: argparse.Namespace) -> int:
+    new_id = args.id.split("-fork")[0] + "-fork" + secrets.token_hex(3)
+    async with opened(env, create=False) as (log, projector):  # the run's log
+        records = await run_records(log, args.id)
+        kept = _fork_steps(replay.commits(records), args.at)
+        provider = None if args.no_run else checked_provider(env)
+        # Every input re-decided, and all of them recorded in one commit: a
+        # host beside this process (a serve) sees the copy whole and carries
+        # out only what its last step asks for.
+        copy: list[events.Event] = []
+        state = run_actor.initial
+        for step in kept:
+            event = replay.remap(step[0].event, args.id, new_id)
+            if isinstance(event, events.RunCreated):
+                event = replace(event, parent_run_id=None, root_run_id=None)
+            decided = run_actor.decide(event, state)
+            if decided is None:
+                raise StewardError(
+                    f"the fork refused the input at version {step[0].version}"
+                )
+            copy += [event, *decided]
+            state = run_actor.fold([event, *decided], state)
+        await log.append(run_stream(new_id), copy, 0, correlation_id=new_id)
+        env.out(f"forked {args.id} at version {args.at} as {new_id}")
+        if provider is None:
+            return 0
+        return await see_run(env, log, projector, new_id, args.quiet, provider=provider)
+
+
+def _fork_steps(
+    steps: list[list[events.Recorded]], at: int
+) -> list[list[events.Recorded]]:
+    """The steps a fork at version ``at`` copies: those up to the one ending
+    there. Any other version is refused, naming the versions that work."""
+    ends = [step[-1].version for step in steps]
+    if at in ends:
+        return steps[: ends.index(at) + 1]
+    if at > ends[-1]:
+        problem = f"version {at} is past the run's last version {ends[-1]}"
+    elif at < 1:
+        problem = f"version {at} is before the run's first step"
+    else:
+        step = next(step for step in steps if step[-1].version > at)
+        problem = (
+            f"version {at} is inside a step "
+            f"(versions {step[0].version}..{step[-1].version})"
+        )
+    raise StewardError(
+        f"{problem}; fork at a version where a step ends: {_near(ends, at)}"
+    )
+
+
+def _near(versions: list[int], at: int) -> str:
+    """Sorted ``versions`` as a short list: all of up to ten; of more, the
+    first two, the last two and the two around ``at``, with … for the rest."""
+    if len(versions) <= 10:
+        return ", ".join(map(str, versions))
+    n = len(versions)
+    i = bisect.bisect_left(versions, at)
+    shown = sorted({0, 1, n - 2, n - 1} | {j for j in (i - 1, i) if 0 <= j < n})
+    parts: list[str] = []
+    for before, j in itertools.pairwise([-1, *shown]):
+        if j > before + 1:
+            parts.append("…")
+        parts.append(str(versions[j]))
+    return ", ".join(parts)
+
+
+async def cmd_export(env: Env, args: argparse.Namespace) -> int:
+    async with opened(env, create=False) as (log, _):
+        records = await run_records(log, args.id)
+    lines = b"".join(events.recorded_to_json(r) + b"\n" for r in records)
+    if args.output and args.output != "-":
+        Path(args.output).write_bytes(lines)
+        env.out(f"wrote {len(records)} events to {args.output}")
+    else:
+        out = sys.stdout.buffer
+        rest = memoryview(lines)
+        while rest:  # a write cut short by a reader going away returns a count
+            rest = rest[out.write(rest) :]
+        out.flush()
+    return 0
+
+
+async def cmd_rebuild(env: Env, args: argparse.Namespace) -> int:
+    async with opened(env) as (log, projector):
+        head = await log.head()
+        position = await projector.rebuild(log, progress("projections", head))
+    env.out(f"projections rebuilt through position {position}")
+    return 0
