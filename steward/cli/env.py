@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from steward import events
+from steward.actors.kind import kind_of
 from steward.bus import EventLog, log_file, open_log
 from steward.config import LogConfig, Settings
 from steward.errors import ConfigError, NotFoundError, StewardError
-from steward.host import run_stream
+from steward.host import run_id_of, run_stream
 from steward.projections.store import Projector
 
 EXIT_FAILED = 1
@@ -123,13 +124,42 @@ async def opened(
         await log.close()
 
 
-async def run_records(log: EventLog, run_id: str) -> list[events.Recorded]:
-    records = await log.read(run_stream(run_id))
-    if not records:
-        raise NotFoundError(
-            f"no run {run_id!r} in the log; `steward runs list` shows them"
+def stream_named(name: str) -> str:
+    """The stream a command's ID argument names: ``KIND.ID`` (a name with a
+    dot) is that stream, of a kind in the table; any other name is a run's id."""
+    if "." not in name:
+        return run_stream(name)
+    kind_of(name)  # an unknown kind is one line naming the kinds there are
+    return name
+
+
+def run_named(name: str, refusal: str) -> str:
+    """The id of the run ``name`` names: its id, or its stream (``run.ID``).
+    A stream of another kind is refused, ``refusal`` saying why."""
+    stream = stream_named(name)
+    if not is_run(stream):
+        raise StewardError(
+            f"{refusal}: {name} is a {kind_of(stream).name} stream; `steward "
+            f"replay {name}` shows its state"
         )
-    return records
+    return run_id_of(stream)
+
+
+def is_run(stream: str) -> bool:
+    """Whether ``stream`` is a run's (named as the host names them)."""
+    return run_stream(run_id_of(stream)) == stream
+
+
+async def stream_records(log: EventLog, stream: str) -> list[events.Recorded]:
+    """Every record of ``stream``, which must be in the log."""
+    records = await log.read(stream)
+    if records:
+        return records
+    if is_run(stream):
+        raise NotFoundError(
+            f"no run {run_id_of(stream)!r} in the log; `steward runs list` shows them"
+        )
+    raise NotFoundError(f"no stream {stream!r} in the log")
 
 
 PROGRESS_EVERY = 1.0

@@ -10,21 +10,43 @@ import secrets
 import sys
 from pathlib import Path
 
+import msgspec
 from msgspec.structs import replace
 
 from steward import events, replay
 from steward.actors import run as run_actor
-from steward.cli.env import EXIT_MISMATCH, Env, opened, progress, run_records
+from steward.actors.kind import kind_of
+from steward.cli.env import (
+    EXIT_MISMATCH,
+    Env,
+    is_run,
+    opened,
+    progress,
+    run_named,
+    stream_named,
+    stream_records,
+)
 from steward.cli.hosting import checked_provider, see_run
 from steward.errors import StewardError
-from steward.host import run_stream
+from steward.host import run_id_of, run_stream
 
 
 async def cmd_replay(env: Env, args: argparse.Namespace) -> int:
+    stream = stream_named(args.id)
     async with opened(env, create=False) as (log, _):
-        records = await run_records(log, args.id)
+        records = await stream_records(log, stream)
     state = replay.rebuild(records)
-    env.out(f"run {args.id}: {len(records)} events, status {state.status}")
+    if is_run(stream):
+        _run_state(env, run_id_of(stream), len(records), state)
+    else:
+        _state(env, stream, len(records), state)
+    if not args.verify:
+        return 0
+    return report(env, replay.verify(records))
+
+
+def _run_state(env: Env, run_id: str, count: int, state: run_actor.Run) -> None:
+    env.out(f"run {run_id}: {count} events, status {state.status}")
     env.out(
         f"iterations {state.iteration}, tool calls {state.tool_calls}, "
         f"tokens in {state.input_tokens} out {state.output_tokens}"
@@ -33,9 +55,17 @@ async def cmd_replay(env: Env, args: argparse.Namespace) -> int:
         env.out(f"output: {state.output}")
     if state.reason:
         env.out(f"reason: {state.reason}")
-    if not args.verify:
-        return 0
-    return report(env, replay.verify(records))
+
+
+def _state(env: Env, stream: str, count: int, state: object) -> None:
+    """The state of an actor of any kind: a line per field, each value as
+    compact JSON."""
+    env.out(f"{stream}: kind {kind_of(stream).name}, {count} events")
+    fields = msgspec.to_builtins(state)
+    if not isinstance(fields, dict):
+        fields = {"state": fields}
+    for name, value in fields.items():
+        env.out(f"{name}: {msgspec.json.encode(value).decode()}")
 
 
 def report(env: Env, mismatch: replay.Mismatch | None) -> int:
@@ -51,9 +81,10 @@ def report(env: Env, mismatch: replay.Mismatch | None) -> int:
 
 
 async def cmd_fork(env: Env, args: argparse.Namespace) -> int:
-    new_id = args.id.split("-fork")[0] + "-fork" + secrets.token_hex(3)
+    run_id = run_named(args.id, "fork copies runs only, for now")
+    new_id = run_id.split("-fork")[0] + "-fork" + secrets.token_hex(3)
     async with opened(env, create=False) as (log, projector):  # the run's log
-        records = await run_records(log, args.id)
+        records = await stream_records(log, run_stream(run_id))
         kept = _fork_steps(replay.commits(records), args.at)
         provider = None if args.no_run else checked_provider(env)
         # Every input re-decided, and all of them recorded in one commit: a
@@ -62,7 +93,7 @@ async def cmd_fork(env: Env, args: argparse.Namespace) -> int:
         copy: list[events.Event] = []
         state = run_actor.initial
         for step in kept:
-            event = replay.remap(step[0].event, args.id, new_id)
+            event = replay.remap(step[0].event, run_id, new_id)
             if isinstance(event, events.RunCreated):
                 event = replace(event, parent_run_id=None, root_run_id=None)
             decided = run_actor.decide(event, state)
@@ -73,7 +104,7 @@ async def cmd_fork(env: Env, args: argparse.Namespace) -> int:
             copy += [event, *decided]
             state = run_actor.fold([event, *decided], state)
         await log.append(run_stream(new_id), copy, 0, correlation_id=new_id)
-        env.out(f"forked {args.id} at version {args.at} as {new_id}")
+        env.out(f"forked {run_id} at version {args.at} as {new_id}")
         if provider is None:
             return 0
         return await see_run(env, log, projector, new_id, args.quiet, provider=provider)
@@ -119,8 +150,9 @@ def _near(versions: list[int], at: int) -> str:
 
 
 async def cmd_export(env: Env, args: argparse.Namespace) -> int:
+    stream = stream_named(args.id)
     async with opened(env, create=False) as (log, _):
-        records = await run_records(log, args.id)
+        records = await stream_records(log, stream)
     lines = b"".join(events.recorded_to_json(r) + b"\n" for r in records)
     if args.output and args.output != "-":
         Path(args.output).write_bytes(lines)

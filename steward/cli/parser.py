@@ -75,7 +75,8 @@ def _metrics_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-_RUN_ID = "the run's id (`steward runs list` shows them)"
+_RUN_ID = "the run's id (`steward runs list` shows them), or its stream run.ID"
+_STREAM = "a run's id, or the stream KIND.ID of an actor of any kind (run.ID, ...)"
 
 EXIT_STATUSES = (
     "exit status: 0 the run completed, 1 it failed or was cancelled, 2 bad input, "
@@ -171,7 +172,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--limit", type=_positive, default=20, help="at most this many (default: 20)"
     )
     s.set_defaults(fn=cmd_runs_list)
-    s = rsub.add_parser("show", help="a run's timeline: step, kind, duration, tokens")
+    s = rsub.add_parser(
+        "show",
+        help="a run's timeline: step, kind, duration, tokens",
+        description="A run's timeline, from the runs projection: step, kind, "
+        "duration, tokens. For runs only; `steward replay KIND.ID` shows the "
+        "state of a stream of any kind.",
+    )
     s.add_argument("id", help=_RUN_ID)
     s.add_argument(
         "--prompts", action="store_true", help="rebuild and print every prompt"
@@ -213,8 +220,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--request", help="request id (default: the oldest waiting)")
     s.set_defaults(fn=cmd_runs_deny)
 
-    s = sub.add_parser("replay", help="rebuild a run's state from the log")
-    s.add_argument("id", help=_RUN_ID)
+    s = sub.add_parser(
+        "replay",
+        help="rebuild a run's (or any actor's) state from the log",
+        description="Rebuild an actor's state from its events in the log and "
+        "print it: a run's status, counts and output; for a stream of another "
+        "kind, its kind, its number of events and its state, a line per field.",
+    )
+    s.add_argument("id", help=_STREAM)
     s.add_argument(
         "--verify",
         action="store_true",
@@ -226,7 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
         "fork",
         help="copy a run up to a version and continue it",
         description="Copy a run up to a version into a new run and continue "
-        f"that, printing each step. {_FOREGROUND}",
+        f"that, printing each step (runs only, for now). {_FOREGROUND}",
         epilog=EXIT_STATUSES,
     )
     s.add_argument("id", help=_RUN_ID)
@@ -242,10 +255,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-q", "--quiet", action="store_true", help="print only the result")
     s.set_defaults(fn=cmd_fork)
 
-    ev = sub.add_parser("events", help="export a run's events")
+    ev = sub.add_parser("events", help="export a run's (or any actor's) events")
     esub = ev.add_subparsers(dest="events_command", required=True, metavar="ACTION")
-    s = esub.add_parser("export", help="a run's events as JSON lines")
-    s.add_argument("id", help=_RUN_ID)
+    s = esub.add_parser("export", help="a stream's events as JSON lines")
+    s.add_argument("id", help=_STREAM)
     s.add_argument("-o", "--output", help="file to write (default: stdout)")
     s.set_defaults(fn=cmd_export)
 

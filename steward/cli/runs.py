@@ -15,7 +15,7 @@ from steward import events, replay
 from steward.actors import run as run_actor
 from steward.actors.tools import ToolRegistry
 from steward.bus import EventLog
-from steward.cli.env import Env, opened, run_records
+from steward.cli.env import Env, opened, run_named, stream_records
 from steward.cli.hosting import checked_provider, see_run
 from steward.errors import StewardError
 from steward.host import Host, run_stream
@@ -81,6 +81,10 @@ async def _taken(log: EventLog, stream: str, seconds: float) -> bool:
         await asyncio.sleep(0.05)
 
 
+RUNS_ONLY = "`steward runs` acts on runs only"
+"""Why `runs show|cancel|approve|deny` refuse a stream of another kind."""
+
+
 async def cmd_runs_list(env: Env, args: argparse.Namespace) -> int:
     async with opened(env, create=False) as (log, projector):
         await projector.catch_up(log)
@@ -103,22 +107,23 @@ async def cmd_runs_list(env: Env, args: argparse.Namespace) -> int:
 
 
 async def cmd_runs_show(env: Env, args: argparse.Namespace) -> int:
+    run_id = run_named(args.id, RUNS_ONLY)
     async with opened(env, create=False) as (log, projector):
-        records = await run_records(log, args.id)
+        records = await stream_records(log, run_stream(run_id))
         await projector.catch_up(log)
         run = await projector.query(
             "SELECT status, kind, parent_run_id, iterations, input_tokens, "
             "output_tokens, output_text, reason, cost_usd FROM runs WHERE id=?",
-            [args.id],
+            [run_id],
         )
         steps = await projector.query(
             "SELECT seq, kind, duration, tokens, cost_usd, summary FROM run_steps "
             "WHERE run_id=? ORDER BY seq",
-            [args.id],
+            [run_id],
         )
     status, kind, parent, iterations, tin, tout, output, reason, cost = run[0]
     env.out(
-        f"run {args.id}  {status}  {kind}" + (f"  parent {parent}" if parent else "")
+        f"run {run_id}  {status}  {kind}" + (f"  parent {parent}" if parent else "")
     )
     env.out(
         f"iterations {iterations}  tokens in {tin} out {tout}"
@@ -147,12 +152,13 @@ async def cmd_runs_show(env: Env, args: argparse.Namespace) -> int:
 
 
 async def _operator_input(
-    env: Env, run_id: str, make: Callable[[run_actor.Run], events.Event]
+    env: Env, name: str, make: Callable[[run_actor.Run], events.Event]
 ) -> int:
+    run_id = run_named(name, RUNS_ONLY)
+    stream = run_stream(run_id)
     async with opened(env) as (log, projector):
-        await run_records(log, run_id)
+        await stream_records(log, stream)
         host = Host(log, projector=projector)
-        stream = run_stream(run_id)
         state, _ = await host.state(stream)
         commit = await host.submit(stream, make(state))
         state, _ = await host.state(stream)
@@ -177,7 +183,7 @@ def _approval(
         if state.budget_hold is not None:
             waiting.append(state.budget_hold)
         if not waiting:
-            raise StewardError(f"run {args.id} is not waiting for an approval")
+            raise StewardError(f"run {state.run_id} is not waiting for an approval")
         request_id = args.request or waiting[0]
         return events.ApprovalDecided(
             request_id=request_id, approved=approved, reason=getattr(args, "reason", "")
