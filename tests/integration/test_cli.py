@@ -196,7 +196,7 @@ def test_a_long_rebuild_reports_its_progress(
                 await log.append(f"run.r{n}", notes, 0)
 
     asyncio.run(fill())
-    monkeypatch.setattr(cli, "PROGRESS_EVERY", 0.0)
+    monkeypatch.setattr(cli.env, "PROGRESS_EVERY", 0.0)
     assert steward("--db", str(db), "projections", "rebuild") == 0
     out, err = capsys.readouterr()
     assert out == "projections rebuilt through position 6000\n"

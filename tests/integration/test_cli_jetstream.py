@@ -14,6 +14,8 @@ from nats_server import NatsServer
 from support import PLAN, act
 
 from steward import cli
+from steward.cli.env import DEFAULT_NATS_URL, env_of
+from steward.config import load_settings
 
 
 @pytest.fixture
@@ -88,7 +90,7 @@ def test_an_unreachable_server_is_one_clear_line(
 @pytest.mark.parametrize(
     ("configured", "argv", "expected"),
     [
-        (None, ["--backend", "jetstream"], cli.DEFAULT_NATS_URL),
+        (None, ["--backend", "jetstream"], DEFAULT_NATS_URL),
         (
             "nats://n1:4222?stream=S",
             ["--backend", "jetstream"],
@@ -97,19 +99,19 @@ def test_an_unreachable_server_is_one_clear_line(
         ("nats://n1:4222", ["--backend", "sqlite"], ".steward/steward.db"),
         ("nats://n1:4222", ["--backend", "sqlite", "--db", "x.db"], "x.db"),
         (None, ["--backend", "sqlite"], ".steward/steward.db"),
-        (None, ["serve", "--backend", "jetstream"], cli.DEFAULT_NATS_URL),
-        (None, ["worker", "--backend", "jetstream"], cli.DEFAULT_NATS_URL),
+        (None, ["serve", "--backend", "jetstream"], DEFAULT_NATS_URL),
+        (None, ["worker", "--backend", "jetstream"], DEFAULT_NATS_URL),
     ],
 )
 def test_backend_picks_the_log_when_no_url_says(
     configured: str | None, argv: list[str], expected: str
 ) -> None:
-    settings = cli.load_settings(
+    settings = load_settings(
         None, env={"STEWARD_LOG_URL": configured} if configured else {}
     )
     if argv[0].startswith("--"):
         argv = [*argv, "runs", "list"]
-    env = cli._env(settings, cli.build_parser().parse_args(argv))
+    env = env_of(settings, cli.build_parser().parse_args(argv))
     assert env.log_url == expected
     assert env.distributed == ("jetstream" in argv)
 

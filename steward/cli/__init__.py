@@ -1,0 +1,66 @@
+"""The ``steward`` command.
+
+Every command reads settings from ``steward.toml`` (or ``--config``) and
+``STEWARD_*`` variables, and works on the event log at ``--log`` (default: the
+``[log] url`` setting, ``.steward/steward.db``). Only commands that write
+create a log, and only the default ``.steward/`` directory is created. Errors
+caused by input are one line on stderr and a non-zero exit, never a
+traceback; a closed standard output ends a command quietly.
+
+The package, one job a module: `parser` (the grammar), `env` (settings,
+the log, exit statuses), `runs`, `serve`, `history` (replay, fork, export,
+projections) and `demo` (the commands), `hosting` (a run hosted and watched
+in the foreground).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
+
+from steward.cli.env import EXIT_INPUT, EXIT_PIPE, Env, env_of
+from steward.cli.parser import build_parser
+from steward.config import load_settings
+from steward.errors import StewardError
+
+__all__ = ["build_parser", "main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        settings = load_settings(args.config)
+        env = env_of(settings, args)
+        fn: Callable[[Env, argparse.Namespace], Coroutine[Any, Any, int]] = args.fn
+        code = _run(fn(env, args))
+        sys.stdout.flush()  # a reader that went away shows here, not at exit
+        return code
+    except StewardError as e:
+        print(f"steward: {e}", file=sys.stderr)
+        return EXIT_INPUT
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # `steward ... | head`: end quietly, as `yes | head` does. Output still
+        # buffered would fail again at exit, so it goes to devnull (the recipe
+        # of Python's signal module documentation).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_PIPE
+
+
+def _run(coro: Coroutine[Any, Any, int]) -> int:
+    try:
+        import uvloop
+    except ImportError:  # not on every platform
+        return asyncio.run(coro)
+    return uvloop.run(coro)

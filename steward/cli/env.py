@@ -1,0 +1,188 @@
+"""What every command works with: the settings, the log and projections it
+opens, its exit statuses and its progress lines."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from steward import events
+from steward.actors.kind import kind_of
+from steward.bus import EventLog, log_file, open_log
+from steward.config import LogConfig, Settings
+from steward.errors import ConfigError, NotFoundError, StewardError
+from steward.host import run_id_of, run_stream
+from steward.projections.store import Projector
+
+EXIT_FAILED = 1
+EXIT_INPUT = 2
+EXIT_MISMATCH = 3
+EXIT_WAITING = 4
+EXIT_INTERRUPTED = 130
+EXIT_PIPE = 141
+"""The reader of standard output went away: 128 + SIGPIPE, as the shell
+reports a process that signal ended."""
+DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
+
+
+@dataclass
+class Env:
+    """What every command works with: settings and where the log is."""
+
+    settings: Settings
+    db: Path
+    """The SQLite file of the projections (for the embedded log, the log's own)."""
+    script: str | None
+    out: Callable[[str], None]
+    log_url: str = ""
+    """The event log: the ``db`` file, or a ``nats://`` URL."""
+
+    def __post_init__(self) -> None:
+        self.log_url = self.log_url or str(self.db)
+
+    @property
+    def distributed(self) -> bool:
+        return self.log_url.partition("://")[0] in ("nats", "tls")
+
+
+def env_of(settings: Settings, args: argparse.Namespace) -> Env:
+    """Where the log and the projections are, from the options and settings.
+
+    ``--log`` wins over ``--db``, which wins over ``[log] url``; ``--backend``
+    without ``--log`` picks that backend's default when ``[log] url`` is of the
+    other. An embedded log keeps its projections in its own file; a ``nats://``
+    log keeps them in ``--db`` or ``[log] projections``.
+    """
+    url = args.log or settings.log.url
+    file = _log_file(url, args)
+    if args.backend is not None and (file is None) != (args.backend == "jetstream"):
+        if args.log is not None:
+            raise StewardError(
+                f"--backend {args.backend} does not fit --log {args.log}"
+            )
+        url = DEFAULT_NATS_URL if file is not None else LogConfig().url
+        file = _log_file(url, args)
+    if file is None:
+        db = Path(args.db or settings.log.projections or ".steward/projections.db")
+        return Env(settings=settings, db=db, script=args.script, out=print, log_url=url)
+    if args.log is None and args.db is not None:
+        file = Path(args.db)
+    return Env(settings=settings, db=file, script=args.script, out=print)
+
+
+def _log_file(url: str, args: argparse.Namespace) -> Path | None:
+    """`steward.bus.log_file`, its error naming where ``url`` came from."""
+    try:
+        return log_file(url)
+    except ConfigError as e:
+        source = "--log" if args.log is not None else "settings: log.url"
+        raise ConfigError(source, url, e.problem) from None
+
+
+DEFAULT_DIR = Path(LogConfig().url).parent
+"""The one directory steward creates by itself (``.steward``)."""
+
+
+def ensure_directory(file: Path) -> None:
+    """Make sure ``file``'s directory exists: create the default one, refuse
+    to create any other (a mistyped path should not become a new log)."""
+    parent = file.parent
+    if parent.is_dir():
+        return
+    if parent == DEFAULT_DIR:
+        parent.mkdir()
+        return
+    raise NotFoundError(
+        f"no directory {parent} for {file}; create it first (steward creates "
+        f"only its default {DEFAULT_DIR}/ by itself)"
+    )
+
+
+@contextlib.asynccontextmanager
+async def opened(
+    env: Env, *, create: bool = True
+) -> AsyncIterator[tuple[EventLog, Projector]]:
+    """The log and the projections; an embedded log must exist already
+    unless ``create`` (commands that only read never create one)."""
+    if not (create or env.distributed or env.db.exists()):
+        raise NotFoundError(f"no log at {env.db}; --log names another")
+    ensure_directory(env.db)
+    if env.distributed:
+        log = await open_log(env.log_url)
+    else:
+        log = await open_log(str(env.db), synchronous=env.settings.log.synchronous)
+    projector = await Projector.open(env.db)
+    try:
+        yield log, projector
+    finally:
+        await projector.close()
+        await log.close()
+
+
+def stream_named(name: str) -> str:
+    """The stream a command's ID argument names: ``KIND.ID`` (a name with a
+    dot) is that stream, of a kind in the table; any other name is a run's id."""
+    if "." not in name:
+        return run_stream(name)
+    kind_of(name)  # an unknown kind is one line naming the kinds there are
+    return name
+
+
+def run_named(name: str, refusal: str) -> str:
+    """The id of the run ``name`` names: its id, or its stream (``run.ID``).
+    A stream of another kind is refused, ``refusal`` saying why."""
+    stream = stream_named(name)
+    if not is_run(stream):
+        raise StewardError(
+            f"{refusal}: {name} is a {kind_of(stream).name} stream; `steward "
+            f"replay {name}` shows its state"
+        )
+    return run_id_of(stream)
+
+
+def is_run(stream: str) -> bool:
+    """Whether ``stream`` is a run's (named as the host names them)."""
+    return run_stream(run_id_of(stream)) == stream
+
+
+async def stream_records(log: EventLog, stream: str) -> list[events.Recorded]:
+    """Every record of ``stream``, which must be in the log."""
+    records = await log.read(stream)
+    if records:
+        return records
+    if is_run(stream):
+        raise NotFoundError(
+            f"no run {run_id_of(stream)!r} in the log; `steward runs list` shows them"
+        )
+    raise NotFoundError(f"no stream {stream!r} in the log")
+
+
+PROGRESS_EVERY = 1.0
+"""Seconds between progress lines of long work (on standard error)."""
+
+
+def progress(what: str, head: int) -> Callable[[int], None]:
+    """A reporter of ``what`` reaching positions towards ``head``: a line on
+    standard error at most every `PROGRESS_EVERY` seconds, none for quick work."""
+    started = last = time.monotonic()
+
+    def report(position: int) -> None:
+        nonlocal last
+        now = time.monotonic()
+        if now - last < PROGRESS_EVERY or position >= head:
+            return
+        last = now
+        rate = position / max(now - started, 1e-9)
+        print(
+            f"{what}: position {position:,} of {head:,} ({position / head:.0%}, "
+            f"{rate:,.0f} events/s)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    return report

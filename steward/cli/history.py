@@ -1,0 +1,170 @@
+"""The commands over what the log holds: `replay [--verify]`, `fork`,
+`events export` and `projections rebuild`."""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import itertools
+import secrets
+import sys
+from pathlib import Path
+
+import msgspec
+from msgspec.structs import replace
+
+from steward import events, replay
+from steward.actors import run as run_actor
+from steward.actors.kind import kind_of
+from steward.cli.env import (
+    EXIT_MISMATCH,
+    Env,
+    is_run,
+    opened,
+    progress,
+    run_named,
+    stream_named,
+    stream_records,
+)
+from steward.cli.hosting import checked_provider, see_run
+from steward.errors import StewardError
+from steward.host import run_id_of, run_stream
+
+
+async def cmd_replay(env: Env, args: argparse.Namespace) -> int:
+    stream = stream_named(args.id)
+    async with opened(env, create=False) as (log, _):
+        records = await stream_records(log, stream)
+    state = replay.rebuild(records)
+    if is_run(stream):
+        _run_state(env, run_id_of(stream), len(records), state)
+    else:
+        _state(env, stream, len(records), state)
+    if not args.verify:
+        return 0
+    return report(env, replay.verify(records))
+
+
+def _run_state(env: Env, run_id: str, count: int, state: run_actor.Run) -> None:
+    env.out(f"run {run_id}: {count} events, status {state.status}")
+    env.out(
+        f"iterations {state.iteration}, tool calls {state.tool_calls}, "
+        f"tokens in {state.input_tokens} out {state.output_tokens}"
+    )
+    if state.output:
+        env.out(f"output: {state.output}")
+    if state.reason:
+        env.out(f"reason: {state.reason}")
+
+
+def _state(env: Env, stream: str, count: int, state: object) -> None:
+    """The state of an actor of any kind: a line per field, each value as
+    compact JSON."""
+    env.out(f"{stream}: kind {kind_of(stream).name}, {count} events")
+    fields = msgspec.to_builtins(state)
+    if not isinstance(fields, dict):
+        fields = {"state": fields}
+    for name, value in fields.items():
+        env.out(f"{name}: {msgspec.json.encode(value).decode()}")
+
+
+def report(env: Env, mismatch: replay.Mismatch | None) -> int:
+    if mismatch is None:
+        env.out("verify: ok")
+        return 0
+    env.out(f"verify: MISMATCH at version {mismatch.version}: {mismatch.problem}")
+    env.out(f"  input:      {mismatch.input!r}")
+    env.out(f"  recorded:   {list(mismatch.recorded)!r}")
+    decided = None if mismatch.decided is None else list(mismatch.decided)
+    env.out(f"  re-decided: {decided!r}")
+    return EXIT_MISMATCH
+
+
+async def cmd_fork(env: Env, args: argparse.Namespace) -> int:
+    run_id = run_named(args.id, "fork copies runs only, for now")
+    new_id = run_id.split("-fork")[0] + "-fork" + secrets.token_hex(3)
+    async with opened(env, create=False) as (log, projector):  # the run's log
+        records = await stream_records(log, run_stream(run_id))
+        kept = _fork_steps(replay.commits(records), args.at)
+        provider = None if args.no_run else checked_provider(env)
+        # Every input re-decided, and all of them recorded in one commit: a
+        # host beside this process (a serve) sees the copy whole and carries
+        # out only what its last step asks for. The fork is a run of its own,
+        # answering no one.
+        copy = replay.fork_events(kept, run_id, new_id, _on_its_own)
+        await log.append(run_stream(new_id), copy, 0, correlation_id=new_id)
+        env.out(f"forked {run_id} at version {args.at} as {new_id}")
+        if provider is None:
+            return 0
+        return await see_run(env, log, projector, new_id, args.quiet, provider=provider)
+
+
+def _on_its_own(event: events.Event) -> events.Event:
+    """A forked run's first input: a run of its own (no parent to answer)."""
+    if isinstance(event, events.RunCreated):
+        return replace(event, parent_run_id=None, root_run_id=None, reply_to=None)
+    return event
+
+
+def _fork_steps(
+    steps: list[list[events.Recorded]], at: int
+) -> list[list[events.Recorded]]:
+    """The steps a fork at version ``at`` copies: those up to the one ending
+    there. Any other version is refused, naming the versions that work."""
+    ends = [step[-1].version for step in steps]
+    if at in ends:
+        return steps[: ends.index(at) + 1]
+    if at > ends[-1]:
+        problem = f"version {at} is past the run's last version {ends[-1]}"
+    elif at < 1:
+        problem = f"version {at} is before the run's first step"
+    else:
+        step = next(step for step in steps if step[-1].version > at)
+        problem = (
+            f"version {at} is inside a step "
+            f"(versions {step[0].version}..{step[-1].version})"
+        )
+    raise StewardError(
+        f"{problem}; fork at a version where a step ends: {_near(ends, at)}"
+    )
+
+
+def _near(versions: list[int], at: int) -> str:
+    """Sorted ``versions`` as a short list: all of up to ten; of more, the
+    first two, the last two and the two around ``at``, with … for the rest."""
+    if len(versions) <= 10:
+        return ", ".join(map(str, versions))
+    n = len(versions)
+    i = bisect.bisect_left(versions, at)
+    shown = sorted({0, 1, n - 2, n - 1} | {j for j in (i - 1, i) if 0 <= j < n})
+    parts: list[str] = []
+    for before, j in itertools.pairwise([-1, *shown]):
+        if j > before + 1:
+            parts.append("…")
+        parts.append(str(versions[j]))
+    return ", ".join(parts)
+
+
+async def cmd_export(env: Env, args: argparse.Namespace) -> int:
+    stream = stream_named(args.id)
+    async with opened(env, create=False) as (log, _):
+        records = await stream_records(log, stream)
+    lines = b"".join(events.recorded_to_json(r) + b"\n" for r in records)
+    if args.output and args.output != "-":
+        Path(args.output).write_bytes(lines)
+        env.out(f"wrote {len(records)} events to {args.output}")
+    else:
+        out = sys.stdout.buffer
+        rest = memoryview(lines)
+        while rest:  # a write cut short by a reader going away returns a count
+            rest = rest[out.write(rest) :]
+        out.flush()
+    return 0
+
+
+async def cmd_rebuild(env: Env, args: argparse.Namespace) -> int:
+    async with opened(env) as (log, projector):
+        head = await log.head()
+        position = await projector.rebuild(log, progress("projections", head))
+    env.out(f"projections rebuilt through position {position}")
+    return 0

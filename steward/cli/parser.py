@@ -1,0 +1,281 @@
+"""The command line's grammar: every command, its options and its help."""
+
+from __future__ import annotations
+
+import argparse
+from typing import NoReturn, get_args
+
+import msgspec
+
+from steward import events
+from steward.cli.demo import cmd_demo
+from steward.cli.env import DEFAULT_NATS_URL, EXIT_INPUT
+from steward.cli.history import cmd_export, cmd_fork, cmd_rebuild, cmd_replay
+from steward.cli.runs import (
+    cmd_run,
+    cmd_runs_approve,
+    cmd_runs_cancel,
+    cmd_runs_deny,
+    cmd_runs_list,
+    cmd_runs_show,
+    cmd_start,
+)
+from steward.cli.serve import cmd_serve, cmd_worker
+from steward.config.settings import Port
+
+
+def _backend_option(parser: argparse.ArgumentParser, default: str | None) -> None:
+    parser.add_argument(
+        "--backend",
+        choices=("sqlite", "jetstream"),
+        default=default,
+        help="the kind of event log, when --log does not say: sqlite uses "
+        f"[log] url or .steward/steward.db, jetstream [log] url or {DEFAULT_NATS_URL}",
+    )
+
+
+def _port(text: str) -> int:
+    try:
+        return msgspec.convert(int(text), Port)
+    except (ValueError, msgspec.ValidationError):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a TCP port (0-65535)"
+        ) from None
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of seconds (0 or more)"
+        )
+    return value
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number above 0")
+    return value
+
+
+def _metrics_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--metrics-port",
+        type=_port,
+        metavar="PORT",
+        help="serve Prometheus metrics at http://ADDRESS:PORT/metrics (default: "
+        "[metrics] port; none unless set; 0 takes a free port)",
+    )
+
+
+_RUN_ID = "the run's id (`steward runs list` shows them), or its stream run.ID"
+_STREAM = "a run's id, or the stream KIND.ID of an actor of any kind (run.ID, ...)"
+
+EXIT_STATUSES = (
+    "exit status: 0 the run completed, 1 it failed or was cancelled, 2 bad input, "
+    "3 replay --verify found a mismatch, 4 the run waits for a person "
+    "(`steward runs approve|deny ID`), 130 interrupted (Ctrl-C)."
+)
+_FOREGROUND = (
+    "The run is hosted here, or, when a `steward serve` hosts the log, handed "
+    "to it and followed; Ctrl-C stops following and says how the run goes on."
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line, as steward's others are
+    (argparse prints its usage block first); its subparsers are of this class
+    too."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(
+            EXIT_INPUT, f"{self.prog}: error: {message}; see `{self.prog} --help`\n"
+        )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="steward",
+        description="An event-sourced actor runtime for LLM agents. Every step of "
+        "every run is an event in one append-only log; runs can be replayed, "
+        "verified and forked from it.",
+        epilog=EXIT_STATUSES,
+    )
+    p.add_argument(
+        "--config", help="settings file (default: ./steward.toml if present)"
+    )
+    p.add_argument(
+        "--db",
+        help="SQLite file of the embedded event log (default: [log] url, "
+        ".steward/steward.db); with a nats:// log, of the projections. Its "
+        "directory must exist (only .steward/ is created)",
+    )
+    p.add_argument(
+        "--log",
+        metavar="URL",
+        help="the event log: a SQLite file (a path, sqlite:///abs/path or "
+        "sqlite://rel/path; only commands that write create it), or "
+        "nats://host:4222[,host2:4222]?stream=NAME&replicas=3 (or tls://) for "
+        "JetStream (default: [log] url)",
+    )
+    _backend_option(p, None)
+    p.add_argument(
+        "--script", help="play the model's replies from this YAML/JSON script"
+    )
+    p.add_argument("-v", "--verbose", action="store_true", help="log debug details")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    s = sub.add_parser("serve", help="host the actors over the log until stopped")
+    s.set_defaults(fn=cmd_serve)
+    # also after the command, as in `steward serve --backend jetstream`
+    _backend_option(s, argparse.SUPPRESS)
+    _metrics_option(s)
+    s = sub.add_parser(
+        "worker",
+        help="share a nats:// log's work (model and tool calls, timers) with "
+        "other workers until stopped",
+    )
+    s.set_defaults(fn=cmd_worker)
+    _backend_option(s, argparse.SUPPRESS)
+    _metrics_option(s)
+
+    s = sub.add_parser(
+        "run",
+        help="run TEXT to completion, streaming each step",
+        description=f"Run TEXT to completion, printing each step. {_FOREGROUND}",
+        epilog=EXIT_STATUSES,
+    )
+    s.add_argument("text", help="the run's input")
+    s.add_argument("--profile", default="default", help="agent profile ([agents.NAME])")
+    s.add_argument("-q", "--quiet", action="store_true", help="print only the result")
+    s.add_argument(
+        "--stream",
+        action="store_true",
+        help="echo the model's text to stderr as it streams in",
+    )
+    s.set_defaults(fn=cmd_run)
+
+    runs = sub.add_parser("runs", help="list, inspect, start, cancel or approve runs")
+    rsub = runs.add_subparsers(dest="runs_command", required=True, metavar="ACTION")
+    s = rsub.add_parser("list", help="the newest runs")
+    s.add_argument(
+        "--status", choices=get_args(events.RunStatus), help="only runs in this status"
+    )
+    s.add_argument(
+        "--limit", type=_positive, default=20, help="at most this many (default: 20)"
+    )
+    s.set_defaults(fn=cmd_runs_list)
+    s = rsub.add_parser(
+        "show",
+        help="a run's timeline: step, kind, duration, tokens",
+        description="A run's timeline, from the runs projection: step, kind, "
+        "duration, tokens. For runs only; `steward replay KIND.ID` shows the "
+        "state of a stream of any kind.",
+    )
+    s.add_argument("id", help=_RUN_ID)
+    s.add_argument(
+        "--prompts", action="store_true", help="rebuild and print every prompt"
+    )
+    s.set_defaults(fn=cmd_runs_show)
+    s = rsub.add_parser(
+        "start",
+        help="queue a new run for a running `serve` (or worker) to take",
+        description="Record a new run, queued (status pending) until a host "
+        "takes it, and print its id. Exits 0 once it is recorded; says so on "
+        "standard error when no host took it within --wait seconds.",
+    )
+    s.add_argument("text", help="the run's input")
+    s.add_argument("--profile", default="default", help="agent profile ([agents.NAME])")
+    s.add_argument(
+        "--wait",
+        type=_seconds,
+        default=3.0,
+        metavar="SECONDS",
+        help="how long to watch for a host to take the run (default: %(default)g; "
+        "0 does not wait)",
+    )
+    s.set_defaults(fn=cmd_start)
+    s = rsub.add_parser("cancel", help="cancel a run and its children")
+    s.add_argument("id", help=_RUN_ID)
+    s.add_argument(
+        "--reason",
+        default="cancelled by operator",
+        help="recorded with the cancellation (default: %(default)s)",
+    )
+    s.set_defaults(fn=cmd_runs_cancel)
+    s = rsub.add_parser("approve", help="approve the tool call a run waits on")
+    s.add_argument("id", help=_RUN_ID)
+    s.add_argument("--request", help="request id (default: the oldest waiting)")
+    s.set_defaults(fn=cmd_runs_approve)
+    s = rsub.add_parser("deny", help="deny the tool call a run waits on")
+    s.add_argument("id", help=_RUN_ID)
+    s.add_argument("--reason", required=True, help="why; the model sees it")
+    s.add_argument("--request", help="request id (default: the oldest waiting)")
+    s.set_defaults(fn=cmd_runs_deny)
+
+    s = sub.add_parser(
+        "replay",
+        help="rebuild a run's (or any actor's) state from the log",
+        description="Rebuild an actor's state from its events in the log and "
+        "print it: a run's status, counts and output; for a stream of another "
+        "kind, its kind, its number of events and its state, a line per field.",
+    )
+    s.add_argument("id", help=_STREAM)
+    s.add_argument(
+        "--verify",
+        action="store_true",
+        help="re-decide every recorded input; exit 3 at the first mismatch",
+    )
+    s.set_defaults(fn=cmd_replay)
+
+    s = sub.add_parser(
+        "fork",
+        help="copy a run up to a version and continue it",
+        description="Copy a run up to a version into a new run and continue "
+        f"that, printing each step (runs only, for now). {_FOREGROUND}",
+        epilog=EXIT_STATUSES,
+    )
+    s.add_argument("id", help=_RUN_ID)
+    s.add_argument(
+        "--at",
+        type=int,
+        required=True,
+        metavar="VERSION",
+        help="the fork gets the run's events up to this version, where a step "
+        "ends (a refusal lists those versions)",
+    )
+    s.add_argument("--no-run", action="store_true", help="only create the fork")
+    s.add_argument("-q", "--quiet", action="store_true", help="print only the result")
+    s.set_defaults(fn=cmd_fork)
+
+    ev = sub.add_parser("events", help="export a run's (or any actor's) events")
+    esub = ev.add_subparsers(dest="events_command", required=True, metavar="ACTION")
+    s = esub.add_parser("export", help="a stream's events as JSON lines")
+    s.add_argument("id", help=_STREAM)
+    s.add_argument("-o", "--output", help="file to write (default: stdout)")
+    s.set_defaults(fn=cmd_export)
+
+    pr = sub.add_parser("projections", help="manage the read models")
+    psub = pr.add_subparsers(
+        dest="projections_command", required=True, metavar="ACTION"
+    )
+    s = psub.add_parser(
+        "rebuild",
+        help="drop the read models and replay the whole log",
+        description="Drop the read models and replay the whole log into them. "
+        "On a long log, prints its position each second on standard error.",
+    )
+    s.set_defaults(fn=cmd_rebuild)
+
+    s = sub.add_parser(
+        "demo", help="a scripted run with a tool, a subagent and a sleep"
+    )
+    s.set_defaults(fn=cmd_demo)
+    return p

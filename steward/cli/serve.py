@@ -1,0 +1,137 @@
+"""The long-running hosts: `serve` and `worker`, with their metrics endpoint
+and the inbound services of a NATS log."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from wsgiref.simple_server import WSGIServer
+
+import prometheus_client
+
+from steward.actors.llm import Provider
+from steward.bus import EventLog
+from steward.cli.env import Env, ensure_directory, opened, progress
+from steward.cli.hosting import checked_provider, new_host
+from steward.errors import ConfigError, StewardError
+from steward.host import Host
+from steward.hostlock import HostLock
+from steward.ingress import Egress, Ingress
+from steward.projections.metrics import endpoint_registry
+
+
+async def cmd_serve(env: Env, args: argparse.Namespace) -> int:
+    return await _serve(env, args, services=True)
+
+
+async def cmd_worker(env: Env, args: argparse.Namespace) -> int:
+    if not env.distributed:
+        raise ConfigError(
+            "settings",
+            "log.url",
+            "a worker shares a nats:// log with others; give --log nats://... "
+            "(on an embedded log, run `steward serve`)",
+        )
+    return await _serve(env, args, services=False)
+
+
+async def _serve(env: Env, args: argparse.Namespace, *, services: bool) -> int:
+    provider = checked_provider(env)  # bad settings fail before the log is made
+    lock = None
+    if not env.distributed:
+        ensure_directory(env.db)
+        lock = HostLock(env.db)
+    if lock is not None and not lock.acquire():
+        raise StewardError(lock.refusal())
+    try:
+        return await _serve_log(env, args, provider, services=services)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+async def _serve_log(
+    env: Env, args: argparse.Namespace, provider: Provider, *, services: bool
+) -> int:
+    async with opened(env) as (log, projector):
+        host = new_host(env, log, projector, provider=provider)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        metrics = _metrics_endpoint(env, args.metrics_port)
+        try:
+            await host.start(progress("catching up", await log.head()))
+            closers = await _start_services(env, log, host) if services else []
+            role = "serving" if services else f"working as {host.worker_id} on"
+            env.out(f"steward {role} {env.log_url} (ctrl-c to stop)")
+            sys.stdout.flush()  # seen at once through a pipe (`serve | tee`)
+            await stop.wait()
+            for close in reversed(closers):
+                await close()
+            await host.stop()
+        finally:
+            if metrics is not None:
+                metrics.shutdown()
+                metrics.server_close()
+    return 0
+
+
+def _metrics_endpoint(env: Env, port: int | None) -> WSGIServer | None:
+    """Serve Prometheus metrics on ``port`` (else ``[metrics] port``), if any."""
+    config = env.settings.metrics
+    if port is None:
+        port = config.port
+    if port is None:
+        return None
+    try:
+        server, _ = prometheus_client.start_http_server(
+            port, config.address, registry=endpoint_registry(env.db)
+        )
+    except OSError as e:
+        raise ConfigError(
+            "settings",
+            "metrics.port",
+            f"cannot serve metrics on {config.address}:{port}: {e.strerror}; "
+            "choose another port (--metrics-port or [metrics] port)",
+        ) from None
+    env.out(f"metrics: http://{config.address}:{server.server_port}/metrics")
+    return server
+
+
+async def _start_services(
+    env: Env, log: EventLog, host: Host
+) -> list[Callable[[], Awaitable[None]]]:
+    """On a NATS log: egress always, ingress for the configured channels.
+
+    Returns the closers, in start order.
+    """
+    connection = getattr(log, "connection", None)
+    if connection is None:
+        if env.settings.channels:
+            raise ConfigError(
+                "settings",
+                "channels",
+                "inbound channels need a nats:// event log ([log] url or --log)",
+            )
+        return []
+    egress = Egress(connection, host)
+    egress.start()
+    closers: list[Callable[[], Awaitable[None]]] = [egress.close]
+    if env.settings.channels:
+        for profile in env.settings.channels.values():
+            env.settings.profile(profile)  # an unknown profile fails here, named
+        ingress = Ingress(
+            connection,
+            host,
+            env.settings,
+            env.settings.channels,
+            replicas=getattr(log, "replicas", 1),
+        )
+        await ingress.start()
+        closers.append(ingress.stop)
+        env.out(f"inbound channels: {', '.join(sorted(env.settings.channels))}")
+    return closers

@@ -1,0 +1,204 @@
+"""The command line reads the kind table: `events export` and `replay` take
+any actor's stream, named ``<kind>.<id>``, as well as a run's id."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import msgspec
+import pytest
+from support import PLAN, act
+
+from steward import cli
+from steward.actors import kind
+from steward.bus import SqliteEventLog
+from steward.events import Event
+
+
+class Counter(msgspec.Struct, frozen=True):
+    total: int = 0
+    limit: int = 3
+
+
+# Named apart from tests/unit/test_kinds.py's events: the union the log
+# decodes into keeps every registered type, and a tag is one type's only.
+class CounterAdd(Event, frozen=True, kw_only=True):
+    """An input: add ``n``."""
+
+    n: int
+
+
+class CounterAdded(Event, frozen=True, kw_only=True):
+    total: int
+
+
+class CounterFull(Event, frozen=True, kw_only=True):
+    pass
+
+
+def evolve(state: Counter, event: Event) -> Counter:
+    match event:
+        case CounterAdded(total=total):
+            return msgspec.structs.replace(state, total=total)
+        case _:
+            return state
+
+
+def decide(input: Event, state: Counter) -> list[Event] | None:
+    match input:
+        case CounterAdd(n=n) if state.total < state.limit:
+            total = state.total + n
+            full: list[Event] = [CounterFull()] if total >= state.limit else []
+            return [CounterAdded(total=total), *full]
+        case _:
+            return None
+
+
+COUNTER: kind.Kind[Counter] = kind.Kind(
+    name="counter",
+    initial=Counter(),
+    evolve=evolve,
+    decide=decide,
+    inputs=(CounterAdd,),
+    events=(CounterAdd, CounterAdded, CounterFull),
+)
+
+
+@pytest.fixture
+def counter_log(tmp_path: Path) -> Iterator[str]:
+    """A SQLite log holding stream ``counter.c1``: two steps of the counter
+    kind, registered for the test."""
+    kind.register(COUNTER)
+    db = tmp_path / "log.db"
+    asyncio.run(_write(db, "counter.c1", [CounterAdd(n=1), CounterAdd(n=2)]))
+    try:
+        yield str(db)
+    finally:
+        del kind.KINDS["counter"]
+
+
+async def _write(db: Path, stream: str, inputs: list[Event]) -> None:
+    """Commit each input with its decisions, as a host would."""
+    state = COUNTER.initial
+    async with await SqliteEventLog.open(db) as log:
+        version = 0
+        for input in inputs:
+            decided = COUNTER.decide(input, state)
+            assert decided is not None
+            commit = [input, *decided]
+            await log.append(stream, commit, version)
+            version += len(commit)
+            state = COUNTER.fold(commit, state)
+
+
+def test_events_export_takes_a_stream_of_any_kind(
+    counter_log: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`events export counter.c1` prints that stream's events as JSON lines."""
+    assert cli.main(["--db", counter_log, "events", "export", "counter.c1"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    exported = [json.loads(line) for line in lines]
+    assert [(e["stream"], e["version"], e["event"]["type"]) for e in exported] == [
+        ("counter.c1", 1, "CounterAdd"),
+        ("counter.c1", 2, "CounterAdded"),
+        ("counter.c1", 3, "CounterAdd"),
+        ("counter.c1", 4, "CounterAdded"),
+        ("counter.c1", 5, "CounterFull"),
+    ]
+
+
+def test_replay_rebuilds_and_verifies_a_stream_of_any_kind(
+    counter_log: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`replay counter.c1 --verify` prints the kind, the event count and the
+    state folded by the kind's decider, then verifies it."""
+    code = cli.main(["--db", counter_log, "replay", "counter.c1", "--verify"])
+    assert capsys.readouterr().out.splitlines() == [
+        "counter.c1: kind counter, 5 events",
+        "total: 3",
+        "limit: 3",
+        "verify: ok",
+    ]
+    assert code == 0
+
+
+def test_replay_verify_catches_a_changed_decider_of_any_kind(
+    counter_log: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A counter decider changed after its log was written makes `replay
+    --verify` exit 3, naming the step."""
+
+    def doubled(input: Event, state: Counter) -> list[Event] | None:
+        if isinstance(input, CounterAdd) and input.n == 2:
+            return [CounterAdded(total=state.total + 4)]
+        return decide(input, state)
+
+    kind.KINDS["counter"] = dataclasses.replace(COUNTER, decide=doubled)
+    code = cli.main(["--db", counter_log, "replay", "counter.c1", "--verify"])
+    out = capsys.readouterr().out
+    assert code == 3
+    assert "verify: MISMATCH at version 3: the decider now decides differently" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (
+            ["replay", "task.t1"],
+            "steward: stream 'task.t1' is of no actor kind steward has (its "
+            "name starts with one of: counter., run.)",
+        ),
+        (
+            ["events", "export", "task.t1"],
+            "steward: stream 'task.t1' is of no actor kind steward has (its "
+            "name starts with one of: counter., run.)",
+        ),
+        (
+            ["replay", "counter.c9"],
+            "steward: no stream 'counter.c9' in the log",
+        ),
+        (
+            ["fork", "counter.c1", "--at", "2"],
+            "steward: fork copies runs only, for now: counter.c1 is a counter "
+            "stream; `steward replay counter.c1` shows its state",
+        ),
+        (
+            ["runs", "show", "counter.c1"],
+            "steward: `steward runs` acts on runs only: counter.c1 is a counter "
+            "stream; `steward replay counter.c1` shows its state",
+        ),
+    ],
+)
+def test_a_stream_the_command_cannot_take_is_one_clear_line(
+    counter_log: str,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    expected: str,
+) -> None:
+    """An unknown kind names the kinds there are; a missing stream, a fork or
+    `runs show` of a non-run stream say why, in one line, exit 2."""
+    code = cli.main(["--db", counter_log, *argv])
+    err = capsys.readouterr().err
+    assert (code, err.strip()) == (2, expected)
+
+
+def test_a_run_stream_name_is_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`replay run.ID`, `events export run.ID` and `runs show run.ID` are the
+    same commands given the run's ID."""
+    db = str(tmp_path / "l.db")
+    script = tmp_path / "s.json"
+    replies = [*PLAN, act(type="finish", output="done")]
+    script.write_text(json.dumps({"replies": [{"text": r} for r in replies]}))
+    assert cli.main(["--db", db, "--script", str(script), "run", "-q", "x"]) == 0
+    run_id = capsys.readouterr().out.split()[1]  # "run ID completed"
+    for argv in (["replay", "--verify"], ["events", "export"], ["runs", "show"]):
+        assert cli.main(["--db", db, *argv, run_id]) == 0
+        by_id = capsys.readouterr().out
+        assert cli.main(["--db", db, *argv, f"run.{run_id}"]) == 0
+        assert capsys.readouterr().out == by_id
