@@ -1,16 +1,21 @@
 """The actor host: the imperative shell around the pure deciders.
 
-The host owns every piece of I/O. For an input it loads (or takes from its
-cache) the actor's state, asks ``decide``, and appends ``[input, *decisions]``
-as one commit at the expected version; on a conflict it reloads and retries.
+The host owns every piece of I/O and names no actor kind: a stream's kind
+(`steward.actors.kind.kind_of`, from the first part of its name) gives its
+decider and says what its committed decisions ask for. For an input the host
+loads (or takes from its cache) the actor's state, asks the kind to decide,
+and appends ``[input, *decisions]`` as one commit at the expected version; on
+a conflict it reloads and retries.
 A stream is decided by one task at a time: an input for an idle stream is
 decided in the submitter's own task, and inputs that arrive meanwhile wait in
 the stream's mailbox for one task that drains it.
 
 Routing is driven from the log, not from memory: a dispatcher follows the log
-from the projector's checkpoint and hands each decision to an effect handler
-(model, tool, timer) or turns it into an input of another stream (a child run
-to create, a parent to tell, a child to cancel). On start, the requested but
+from the projector's checkpoint and asks each record's kind for its effects
+(`steward.actors.effects`): a model call (`steward.actors.llm.effect`), a
+tool call (`steward.actors.tools.effect`), a timer (`steward.actors.timers`),
+or an input of another stream (an actor to create, a result to the stream
+its creator named in ``reply_to``, a child to cancel). On start, the requested but
 unanswered effects and the due timers are read from the ``pending``
 projection and routed again, so a crash delays work and never loses it.
 Effects are at-least-once; their recording is exactly-once because ``decide``

@@ -18,7 +18,9 @@ Tables:
 - ``pending`` — queued runs no host has taken yet, requested but unanswered
   effects (model and tool calls, approvals), armed timers, and deliveries to
   other runs (children to create, parents to tell, children to cancel). The
-  host routes these again on start.
+  host routes these again on start. For an actor of another kind, its model
+  and tool calls (requested, not answered) are kept; its own timers and
+  deliveries are not yet (issue #15).
 """
 
 from __future__ import annotations
@@ -226,6 +228,7 @@ class Projector:
 
 def _handle(conn: sqlite3.Connection, rec: Recorded) -> None:
     if not rec.stream.startswith("run."):
+        _handle_requests(conn, rec)
         return
     run_id = rec.stream[4:]
     event = rec.event
@@ -379,6 +382,25 @@ def _handle(conn: sqlite3.Connection, rec: Recorded) -> None:
             cost,
         ),
     )
+
+
+def _handle_requests(conn: sqlite3.Connection, rec: Recorded) -> None:
+    """The pending model and tool calls of an actor of any kind: the request
+    and answer events are the same for every kind (a run's own timers,
+    children and approvals are kept by the run handlers above)."""
+    match rec.event:
+        case events.LlmRequested(request_id=rid):
+            _want(conn, rid, rec, "llm")
+        case events.ToolRequested(request_id=rid):
+            _want(conn, rid, rec, "tool")
+        case (
+            events.LlmResponded(request_id=rid)
+            | events.LlmFailed(request_id=rid)
+            | events.ToolResulted(request_id=rid)
+        ):
+            _done(conn, rid)
+        case _:
+            pass
 
 
 def _want(

@@ -239,3 +239,24 @@ async def test_a_kind_of_a_test_runs_through_host_replay_fork_and_rebuild(
     finally:
         await projector.close()
     assert {row[0] for row in first} == {"t1-child", "t2-child"}
+
+
+async def test_a_pending_tool_call_of_another_kind_survives_a_restart(
+    make_host: Any, log: Any, tmp_path: Path
+) -> None:
+    """A tally whose tool call was requested but never answered (its host
+    died) gets it made by the next host, found in the pending projection."""
+    steps: list[Event] = []
+    state = TALLY.initial
+    for input in (TallyOpened(tally_id="t9"), TallyAdd(n=3)):
+        decided = decide(input, state)
+        assert decided is not None
+        steps += [input, *decided]
+        state = TALLY.fold([input, *decided], state)
+    assert state.tool == "t9/tool/1"
+    await log.append("tally.t9", steps, 0, correlation_id="t9")
+    model = ScriptedProvider([act(type="send_message", message="hi")], per_run=True)
+    await make_host(model)  # catches the projections up, then routes what is pending
+    after = await until(log, "tally.t9", lambda s: s.timer is not None)
+    assert after.tool is None
+    assert (tmp_path / "workspace" / "t9.txt").read_text() == "3"
