@@ -427,8 +427,9 @@ class Host:
 
     async def _dispatch(self) -> None:
         # the event types any kind routes (kinds are registered before a host
-        # starts)
-        routed = frozenset().union(*(kind.routed for kind in KINDS.values()))
+        # starts), and the model and tool requests of every kind
+        requests = {events.LlmRequested, events.ToolRequested}
+        routed = frozenset().union(requests, *(k.routed for k in KINDS.values()))
         known = self._known
         inflight = self._inflight
         async for rec in self.log.subscribe(self.position):
@@ -465,12 +466,17 @@ class Host:
         if self.scope is not None and rec.correlation_id != self.scope:
             return  # another run's: the serve's work, not this host's
         event = rec.event
+        # A model or tool request is a call to make, in a stream of any kind;
+        # started without reading any state (usually the answering task took
+        # a model call already).
         if type(event) is events.LlmRequested:
-            # Usually the answering task took this call already: checked
-            # here, before any state is read.
             rid = event.request_id
-            if rid in self._inflight or self._answered(rec, rid):
-                return
+            if rid not in self._inflight and not self._answered(rec, rid):
+                self._start(rec, CallModel(request=event))
+            return
+        if type(event) is events.ToolRequested:
+            self._start(rec, CallTool(request=event))
+            return
         kind = kind_of(rec.stream)
         if kind.effects is None:
             return

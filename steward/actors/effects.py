@@ -1,7 +1,9 @@
 """What a committed step asks the host to do, as plain values.
 
 An actor kind's ``effects`` function (pure) turns a committed decision into
-these; the host carries them out and feeds each result back to the actor as
+these; a recorded `LlmRequested` or `ToolRequested`, in a stream of any kind,
+is a `CallModel` or `CallTool` without asking the kind. The host carries them
+out and feeds each result back to the actor as
 an input, keyed by its request id, so a result delivered twice is refused by
 the decider. Nothing here does anything: the host and the effect handlers
 under ``steward/actors/llm`` and ``steward/actors/tools`` do.

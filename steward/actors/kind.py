@@ -86,7 +86,9 @@ class Kind(Generic[S]):
     logs recorded a value in a form it no longer writes. ``None``: only
     equality counts."""
     routed: frozenset[type[Event]] = frozenset()
-    """The event types `effects` may answer; the host skips the others."""
+    """The event types `effects` may answer; the host skips the others (and
+    makes the model and tool calls of `LlmRequested` and `ToolRequested`
+    itself)."""
     effects: Callable[[Recorded, S, S], list[Effect]] | None = None
     """What committed event ``rec`` asks of the host, given the state at it
     and the newest state (`steward.actors.effects`)."""

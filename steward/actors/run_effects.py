@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from steward.actors.effects import (
     ArmTimer,
-    CallModel,
-    CallTool,
     Create,
     Deliver,
     Effect,
@@ -35,7 +33,6 @@ from steward.events.run import (
     SubagentFinished,
     SubagentResult,
     SubagentsSpawned,
-    ToolRequested,
 )
 
 __all__ = [
@@ -51,8 +48,6 @@ __all__ = [
 ROUTED: frozenset[type[Event]] = frozenset(
     {
         RunCreated,
-        LlmRequested,
-        ToolRequested,
         RunSlept,
         SubagentsSpawned,
         RunCompleted,
@@ -60,7 +55,8 @@ ROUTED: frozenset[type[Event]] = frozenset(
         RunCancelled,
     }
 )
-"""The run events `effects` may answer with effects; the host skips others."""
+"""The run events `effects` answers with effects (model and tool requests
+are calls the host makes for any kind without asking)."""
 
 
 def run_stream(run_id: str) -> str:
@@ -82,10 +78,6 @@ def effects(rec: Recorded, at: Run, latest: Run) -> list[Effect]:
                     stamp=True,
                 )
             ]
-        case LlmRequested():
-            return [CallModel(request=rec.event)]
-        case ToolRequested():
-            return [CallTool(request=rec.event)]
         case RunSlept(timer_id=timer_id, wake_at=wake_at):
             return [ArmTimer(timer_id=timer_id, due=wake_at)]
         case SubagentsSpawned(children=children):

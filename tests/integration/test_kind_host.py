@@ -18,7 +18,7 @@ from support import act
 
 from steward import events, replay
 from steward.actors import kind
-from steward.actors.effects import ArmTimer, CallTool, Create, Effect
+from steward.actors.effects import ArmTimer, Create, Effect
 from steward.actors.llm import ScriptedProvider
 from steward.clock import FakeClock
 from steward.events import Event, Recorded
@@ -108,8 +108,6 @@ def decide(input: Event, state: Tally) -> list[Event] | None:
 
 def effects(rec: Recorded, at: Tally, latest: Tally) -> list[Effect]:
     match rec.event:
-        case events.ToolRequested():
-            return [CallTool(request=rec.event)]
         case TallySlept(timer_id=timer_id, due=due):
             return [ArmTimer(timer_id=timer_id, due=due)]
         case TallyChildAsked(run_id=run_id):
@@ -158,7 +156,7 @@ TALLY: kind.Kind[Tally] = kind.Kind(
         events.WakeDue,
         events.SubagentFinished,
     ),
-    routed=frozenset({events.ToolRequested, TallySlept, TallyChildAsked}),
+    routed=frozenset({TallySlept, TallyChildAsked}),
     effects=effects,
     awaits=lambda state, rid: state.tool == rid,
 )
