@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Generic, NamedTuple, TypeVar
+from typing import Any, Generic, TypeVar
 
 from msgspec.structs import replace
 
@@ -45,14 +45,10 @@ __all__ = ["KINDS", "Kind", "kind_of", "kind_name", "register"]
 S = TypeVar("S")
 
 
-class Step(NamedTuple, Generic[S]):
-    """What one accepted input does to an actor: its decisions, the state
-    after the input and them, and the prompt of the model call they request
-    (``None`` when none, or when the kind leaves it to `Kind.model_call`)."""
-
-    decisions: list[Event]
-    state: S
-    prompt: Prompt | None = None
+Step = tuple[list[Event], S, Prompt | None]
+"""What one accepted input does to an actor: its decisions, the state after
+the input and them, and the prompt of the model call they request (``None``
+when none, or when the kind leaves it to `Kind.model_call`)."""
 
 
 @dataclass(frozen=True)
@@ -123,7 +119,7 @@ class Kind(Generic[S]):
         decisions = self.decide(input, state)
         if decisions is None:
             return None
-        return Step(decisions, self.fold([input, *decisions], state))
+        return decisions, self.fold([input, *decisions], state), None
 
     def is_input(self, event: Event) -> bool:
         return isinstance(event, self.inputs)
@@ -147,13 +143,6 @@ def _run_same_decisions(
     return tuple(rehashed) == decided
 
 
-def _run_step(
-    input: Event, state: run_actor.Run, cache: PromptCache | None
-) -> Step[run_actor.Run] | None:
-    step = run_actor.decide_and_fold(input, state, cache)
-    return None if step is None else Step(step.decisions, step.state, step.prompt)
-
-
 RUN: Kind[run_actor.Run] = Kind(
     name="run",
     initial=run_actor.initial,
@@ -162,7 +151,7 @@ RUN: Kind[run_actor.Run] = Kind(
     inputs=run_events.INPUT_TYPES,
     events=run_events.EVENT_TYPES,
     fold_events=run_actor.fold,
-    step=_run_step,
+    step=run_actor.decide_and_fold,
     same_decisions=_run_same_decisions,
     routed=run_effects.ROUTED,
     effects=run_effects.effects,
@@ -192,7 +181,7 @@ def kind_name(stream: str) -> str:
 
 def kind_of(stream: str) -> Kind[Any]:
     """The kind of the actor whose stream is ``stream``."""
-    kind = KINDS.get(kind_name(stream))
+    kind = KINDS.get(stream.partition(".")[0])  # on every commit: no other call
     if kind is None:
         raise NotFoundError(
             f"stream {stream!r} is of no actor kind steward has (its name starts "
