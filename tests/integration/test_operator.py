@@ -94,10 +94,10 @@ def test_start_and_cancel_reach_a_running_serve(tmp_path: Path) -> None:
         assert cancelled.returncode == 0, cancelled.stderr
         shown = _wait_for(tmp_path, run_id, "cancelled")
         assert "CancelRequested" in shown and "RunCancelled" in shown
-    except AssertionError:
+    except AssertionError as e:
         server.send_signal(signal.SIGTERM)
         _, err = server.communicate(timeout=10)
-        raise AssertionError(f"serve said:\n{err.decode()[-3000:]}") from None
+        raise AssertionError(f"{e}\nserve said:\n{err.decode()[-3000:]}") from None
     finally:
         server.send_signal(signal.SIGTERM)
         try:
