@@ -28,10 +28,11 @@ from statistics import median
 from benchmarks.common import REPEATS, Figure
 from steward import events
 from steward.actors.llm import Reply, ScriptedProvider
+from steward.actors.run_effects import run_stream
 from steward.actors.tools import ToolRegistry
 from steward.bus import SqliteEventLog
 from steward.events.run import Usage
-from steward.host import Host, run_stream
+from steward.host import Host
 
 STEPS = 200  # iterations of the lone run
 CONCURRENT = 100

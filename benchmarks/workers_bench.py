@@ -23,8 +23,9 @@ from pathlib import Path
 from benchmarks.common import Figure
 from benchmarks.log_bench import nats_server
 from steward import events
+from steward.actors.run_effects import run_stream
 from steward.bus import JetStreamEventLog, open_log
-from steward.host import Host, run_stream
+from steward.host import Host
 
 MODEL_DELAY = 0.2  # seconds per model reply
 LLM_SLOTS = 4  # model calls in flight per worker

@@ -107,15 +107,6 @@ in flight that could overlap its last commit."""
 Listener = Callable[[Recorded], None]
 
 
-def run_stream(run_id: str) -> str:
-    """The stream that holds run ``run_id``."""
-    return f"run.{run_id}"
-
-
-def run_id_of(stream: str) -> str:
-    return stream.removeprefix("run.")
-
-
 @dataclass
 class _Mailbox:
     queue: deque[_Item] = field(default_factory=deque)
@@ -650,11 +641,11 @@ class Host:
                 await asyncio.sleep(pause)  # the log's time, not the run's
             try:
                 return await self.submit(rec.stream, answer, causation_id=rec.id)
-            except StewardError as e:  # the log's: maybe passing (a busy file)
+            except Exception as e:
                 problem = f"the answer was not recorded: {describe(e)}"
-            except Exception as e:  # the answer's own: it will not go in
-                problem = f"the answer was not recorded: {describe(e)}"
-                break
+                if not isinstance(e, StewardError):
+                    break  # the answer's own fault: it will not go in
+                # the log's (a busy file, an unconfirmed publish): may pass
         failed = _unrecordable(answer, problem)
         if failed is None:
             raise StewardError(f"stream {rec.stream}: {problem}")
@@ -673,17 +664,15 @@ class Host:
         # and step back without a commit that could only conflict.
         await asyncio.sleep(random.uniform(0, 0.005))
         state, _ = await self.state(rec.stream)
-        now = self.clock.now()
         kind = kind_of(rec.stream)
         held = None if kind.claim is None else kind.claim(state, request_id)
-        if held is not None and held[0] != self.worker_id and held[1] > now:
+        if (
+            held is not None
+            and held[0] != self.worker_id
+            and held[1] > self.clock.now()
+        ):
             return False
-        claim = events.EffectClaimed(
-            request_id=request_id,
-            worker=self.worker_id,
-            until=now + self.claim_seconds,
-            at=now,
-        )
+        claim = self._claim_of(request_id)
         if await self.submit(rec.stream, claim, causation_id=rec.id) is None:
             return False
         stop = asyncio.Event()
@@ -699,23 +688,27 @@ class Host:
         that takes long is not retaken from a live worker (a heartbeat, as
         Temporal's activities send). The decider accepts a renewal by the
         claim's own worker; a refusal (the call was answered) ends it."""
-        assert self.worker_id is not None
         while not stop.is_set():
             await sleep_or(self.clock, self.claim_seconds / 3, stop)
             if stop.is_set():
                 return
-            now = self.clock.now()
-            claim = events.EffectClaimed(
-                request_id=request_id,
-                worker=self.worker_id,
-                until=now + self.claim_seconds,
-                at=now,
-            )
+            claim = self._claim_of(request_id)
             try:
                 if await self.submit(rec.stream, claim, causation_id=rec.id) is None:
                     return
             except Exception:
                 log.exception("renewing the claim on %s failed", request_id)
+
+    def _claim_of(self, request_id: str) -> events.EffectClaimed:
+        """This worker's claim on ``request_id`` from now (new or renewed)."""
+        assert self.worker_id is not None
+        now = self.clock.now()
+        return events.EffectClaimed(
+            request_id=request_id,
+            worker=self.worker_id,
+            until=now + self.claim_seconds,
+            at=now,
+        )
 
     async def _stop_renewing(self, request_id: str) -> None:
         """Stop renewing this worker's claim on ``request_id`` (if it is)."""

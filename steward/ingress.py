@@ -40,9 +40,10 @@ import nats.js.errors
 
 from steward import events
 from steward.actors.llm import RequestInfo
+from steward.actors.run_effects import run_id_of, run_stream
 from steward.config.settings import Settings
 from steward.errors import StewardError
-from steward.host import Host, run_id_of, run_stream
+from steward.host import Host
 from steward.projections.store import summary
 
 __all__ = [

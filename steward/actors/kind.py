@@ -23,24 +23,19 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from msgspec.structs import replace
-
 from steward.actors import run as run_actor
 from steward.actors import run_effects
 from steward.actors.effects import Effect, ModelCall
 from steward.actors.prompt import (
-    HASH_PREFIX,
     Prompt,
     PromptCache,
-    prompt_hash,
-    prompt_matches,
 )
 from steward.errors import NotFoundError
 from steward.events import UNION, Event, Recorded
 from steward.events import run as run_events
 from steward.events.run import LlmRequested
 
-__all__ = ["KINDS", "Kind", "kind_of", "kind_name", "register"]
+__all__ = ["KINDS", "Kind", "Step", "kind_of", "register"]
 
 S = TypeVar("S")
 
@@ -125,24 +120,6 @@ class Kind(Generic[S]):
         return isinstance(event, self.inputs)
 
 
-def _run_same_decisions(
-    recorded: tuple[Event, ...], decided: tuple[Event, ...], after: run_actor.Run
-) -> bool:
-    """A run's recorded decisions with each prompt hash of the first form
-    (written before part hashes) that matches its prompt given in the current
-    form: equal to ``decided``, the run verifies."""
-    rehashed = []
-    for event in recorded:
-        if isinstance(
-            event, run_events.LlmRequested
-        ) and not event.prompt_hash.startswith(HASH_PREFIX):
-            prompt = run_actor.build_prompt(after)
-            if prompt_matches(prompt, event.prompt_hash):
-                event = replace(event, prompt_hash=prompt_hash(prompt))
-        rehashed.append(event)
-    return tuple(rehashed) == decided
-
-
 RUN: Kind[run_actor.Run] = Kind(
     name="run",
     initial=run_actor.initial,
@@ -152,7 +129,7 @@ RUN: Kind[run_actor.Run] = Kind(
     events=run_events.EVENT_TYPES,
     fold_events=run_actor.fold,
     step=run_actor.decide_and_fold,
-    same_decisions=_run_same_decisions,
+    same_decisions=run_effects.same_decisions,
     routed=run_effects.ROUTED,
     effects=run_effects.effects,
     awaits=run_effects.awaits,
@@ -172,11 +149,6 @@ def register(kind: Kind[Any]) -> None:
         raise ValueError(f"there is an actor kind {kind.name!r} already")
     UNION.add(kind.events)
     KINDS[kind.name] = kind
-
-
-def kind_name(stream: str) -> str:
-    """The kind part of stream name ``stream`` (``run`` of ``run.r1``)."""
-    return stream.partition(".")[0]
 
 
 def kind_of(stream: str) -> Kind[Any]:

@@ -9,6 +9,8 @@ clock: times come from the records (or the host stamps them, `stamp`).
 
 from __future__ import annotations
 
+from msgspec.structs import replace
+
 from steward.actors.effects import (
     ArmTimer,
     Create,
@@ -16,7 +18,13 @@ from steward.actors.effects import (
     Effect,
     ModelCall,
 )
-from steward.actors.prompt import Prompt, PromptCache
+from steward.actors.prompt import (
+    HASH_PREFIX,
+    Prompt,
+    PromptCache,
+    prompt_hash,
+    prompt_matches,
+)
 from steward.actors.run import Run, child_created
 from steward.actors.run_prompt import build_prompt
 from steward.events import Event, Recorded
@@ -42,7 +50,9 @@ __all__ = [
     "correlation",
     "effects",
     "model_call",
+    "run_id_of",
     "run_stream",
+    "same_decisions",
 ]
 
 ROUTED: frozenset[type[Event]] = frozenset(
@@ -62,6 +72,11 @@ are calls the host makes for any kind without asking)."""
 def run_stream(run_id: str) -> str:
     """The stream that holds run ``run_id``."""
     return f"run.{run_id}"
+
+
+def run_id_of(stream: str) -> str:
+    """The run id of run stream ``stream``."""
+    return stream.removeprefix("run.")
 
 
 def effects(rec: Recorded, at: Run, latest: Run) -> list[Effect]:
@@ -158,6 +173,24 @@ def model_call(
         actor_id=state.run_id,
         profile=None if created is None else created.profile,
     )
+
+
+def same_decisions(
+    recorded: tuple[Event, ...], decided: tuple[Event, ...], after: Run
+) -> bool:
+    """A run's recorded decisions with each prompt hash of the first form
+    (written before part hashes) that matches its prompt given in the current
+    form: equal to ``decided``, the run verifies."""
+    rehashed = []
+    for event in recorded:
+        if isinstance(event, LlmRequested) and not event.prompt_hash.startswith(
+            HASH_PREFIX
+        ):
+            prompt = build_prompt(after)
+            if prompt_matches(prompt, event.prompt_hash):
+                event = replace(event, prompt_hash=prompt_hash(prompt))
+        rehashed.append(event)
+    return tuple(rehashed) == decided
 
 
 def correlation(state: Run, input: Event) -> str | None:

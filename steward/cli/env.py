@@ -13,10 +13,10 @@ from pathlib import Path
 
 from steward import events
 from steward.actors.kind import kind_of
+from steward.actors.run_effects import run_id_of, run_stream
 from steward.bus import EventLog, log_file, open_log
 from steward.config import LogConfig, Settings
 from steward.errors import ConfigError, NotFoundError, StewardError
-from steward.host import run_id_of, run_stream
 from steward.projections.store import Projector
 
 EXIT_FAILED = 1

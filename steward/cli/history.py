@@ -16,6 +16,7 @@ from msgspec.structs import replace
 from steward import events, replay
 from steward.actors import run as run_actor
 from steward.actors.kind import kind_of
+from steward.actors.run_effects import run_id_of, run_stream
 from steward.cli.env import (
     EXIT_MISMATCH,
     Env,
@@ -28,7 +29,6 @@ from steward.cli.env import (
 )
 from steward.cli.hosting import checked_provider, see_run
 from steward.errors import StewardError
-from steward.host import run_id_of, run_stream
 
 
 async def cmd_replay(env: Env, args: argparse.Namespace) -> int:

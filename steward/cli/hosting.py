@@ -19,11 +19,12 @@ from msgspec.structs import replace
 from steward import events, replay
 from steward.actors import run as run_actor
 from steward.actors.llm import ModelRouter, Provider, RequestInfo
+from steward.actors.run_effects import run_stream
 from steward.actors.tools import ToolRegistry
 from steward.bus import EventLog
 from steward.cli.env import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_PIPE, EXIT_WAITING, Env
 from steward.errors import ConfigError
-from steward.host import Host, run_stream
+from steward.host import Host
 from steward.hostlock import Holder, HostLock
 from steward.projections.store import Projector
 

@@ -13,12 +13,13 @@ from msgspec.structs import replace
 
 from steward import events, replay
 from steward.actors import run as run_actor
+from steward.actors.run_effects import run_stream
 from steward.actors.tools import ToolRegistry
 from steward.bus import EventLog
 from steward.cli.env import Env, opened, run_named, stream_records
 from steward.cli.hosting import checked_provider, see_run
 from steward.errors import StewardError
-from steward.host import Host, run_stream
+from steward.host import Host
 
 
 def new_run(env: Env, text: str, profile: str) -> events.RunCreated:

@@ -43,11 +43,12 @@ from steward.actors import run as run_actor
 from steward.actors.llm import ModelRouter, Reply, RequestInfo, ScriptedProvider
 from steward.actors.llm.scripted import ReplyError
 from steward.actors.prompt import Prompt
+from steward.actors.run_effects import run_stream
 from steward.actors.tools import ToolContext, ToolRegistry, tool
 from steward.bus import SqliteEventLog
 from steward.clock import FakeClock
 from steward.config import ModelConfig, Settings
-from steward.host import Host, run_stream
+from steward.host import Host
 
 HERE = Path(__file__).resolve().parent
 KEEP_DB = {"subagents"}

@@ -9,63 +9,14 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-import msgspec
 import pytest
+from counter_kind import COUNTER, Counter, CounterAdd, CounterAdded, decide
 from support import PLAN, act
 
 from steward import cli
 from steward.actors import kind
 from steward.bus import SqliteEventLog
 from steward.events import Event
-
-
-class Counter(msgspec.Struct, frozen=True):
-    total: int = 0
-    limit: int = 3
-
-
-# Named apart from tests/unit/test_kinds.py's events: the union the log
-# decodes into keeps every registered type, and a tag is one type's only.
-class CounterAdd(Event, frozen=True, kw_only=True):
-    """An input: add ``n``."""
-
-    n: int
-
-
-class CounterAdded(Event, frozen=True, kw_only=True):
-    total: int
-
-
-class CounterFull(Event, frozen=True, kw_only=True):
-    pass
-
-
-def evolve(state: Counter, event: Event) -> Counter:
-    match event:
-        case CounterAdded(total=total):
-            return msgspec.structs.replace(state, total=total)
-        case _:
-            return state
-
-
-def decide(input: Event, state: Counter) -> list[Event] | None:
-    match input:
-        case CounterAdd(n=n) if state.total < state.limit:
-            total = state.total + n
-            full: list[Event] = [CounterFull()] if total >= state.limit else []
-            return [CounterAdded(total=total), *full]
-        case _:
-            return None
-
-
-COUNTER: kind.Kind[Counter] = kind.Kind(
-    name="counter",
-    initial=Counter(),
-    evolve=evolve,
-    decide=decide,
-    inputs=(CounterAdd,),
-    events=(CounterAdd, CounterAdded, CounterFull),
-)
 
 
 @pytest.fixture

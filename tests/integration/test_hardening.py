@@ -17,10 +17,11 @@ from test_host import _scrape, check_log, created, wait_status
 
 from steward import events
 from steward.actors.llm import ModelRouter, ScriptedProvider
+from steward.actors.run_effects import run_stream
 from steward.actors.tools import ToolRegistry, tool
 from steward.bus import EventLog, JetStreamEventLog, SqliteEventLog
 from steward.config import Settings
-from steward.host import Host, run_stream
+from steward.host import Host
 from steward.projections.metrics import HOST as METRICS
 
 LONE = "\ud800"

@@ -18,10 +18,11 @@ from steward import host as host_module
 from steward.actors import run as run_actor
 from steward.actors.llm import ScriptedProvider
 from steward.actors.run import Run
+from steward.actors.run_effects import run_stream
 from steward.actors.tools import ToolRegistry, tool
 from steward.bus import EventLog
 from steward.clock import FakeClock
-from steward.host import Host, run_stream
+from steward.host import Host
 from steward.projections.store import Projector
 
 TOOLS = ToolRegistry.with_builtins().specs()

@@ -18,9 +18,10 @@ from support import act
 
 from steward import events
 from steward.actors.llm import ScriptedProvider
+from steward.actors.run_effects import run_stream
 from steward.bus import SqliteEventLog
 from steward.config.settings import AgentProfile, RunConfig, Settings
-from steward.host import Host, run_stream
+from steward.host import Host
 from steward.ingress import (
     DEADLETTER_STREAM,
     Egress,

@@ -13,10 +13,11 @@ import pytest
 from support import steward_process
 
 from steward import events, replay
+from steward.actors.run_effects import run_stream
 from steward.actors.tools import ToolRegistry
 from steward.bus import SqliteEventLog
 from steward.config import load_settings
-from steward.host import Host, run_stream
+from steward.host import Host
 
 pytestmark = pytest.mark.slow
 

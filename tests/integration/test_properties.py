@@ -28,10 +28,11 @@ from steward import cli, events, replay
 from steward.actors import kind
 from steward.actors import run as run_actor
 from steward.actors.llm import Reply, ReplyError, ScriptedProvider
+from steward.actors.run_effects import run_stream
 from steward.actors.tools import ToolRegistry, tool
 from steward.bus import SqliteEventLog
 from steward.config import load_settings
-from steward.host import Host, run_stream
+from steward.host import Host
 
 TERMINAL = {"completed", "failed", "cancelled"}
 

@@ -20,9 +20,10 @@ from support import act
 from steward import events
 from steward.actors.llm import ScriptedProvider
 from steward.actors.llm.scripted import Reply
+from steward.actors.run_effects import run_stream
 from steward.actors.tools import ToolRegistry
 from steward.bus import JetStreamEventLog
-from steward.host import Host, run_stream
+from steward.host import Host
 from steward.projections.metrics import HOST as METRICS
 from steward.projections.store import Projector
 

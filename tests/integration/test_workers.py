@@ -21,10 +21,11 @@ from support import steward_process
 
 from steward import events, replay
 from steward.actors import run as run_actor
+from steward.actors.run_effects import run_stream
 from steward.actors.tools import ToolRegistry
 from steward.bus import JetStreamEventLog, open_log
 from steward.config import load_settings
-from steward.host import Host, run_stream
+from steward.host import Host
 
 pytestmark = pytest.mark.slow
 

@@ -5,59 +5,19 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 
-import msgspec
 import pytest
+from counter_kind import (
+    COUNTER,
+    Counter,
+    CounterAdd,
+    CounterAdded,
+    decide,
+)
 
 from steward import replay
 from steward.actors import kind
 from steward.errors import NotFoundError
 from steward.events import Event, Recorded
-
-
-class Counter(msgspec.Struct, frozen=True):
-    total: int = 0
-    limit: int = 3
-
-
-class Add(Event, frozen=True, kw_only=True):
-    """An input: add ``n``."""
-
-    n: int
-
-
-class Added(Event, frozen=True, kw_only=True):
-    total: int
-
-
-class Full(Event, frozen=True, kw_only=True):
-    pass
-
-
-def evolve(state: Counter, event: Event) -> Counter:
-    match event:
-        case Added(total=total):
-            return msgspec.structs.replace(state, total=total)
-        case _:
-            return state
-
-
-def decide(input: Event, state: Counter) -> list[Event] | None:
-    match input:
-        case Add(n=n) if state.total < state.limit:
-            total = state.total + n
-            return [Added(total=total), *([Full()] if total >= state.limit else [])]
-        case _:
-            return None
-
-
-COUNTER: kind.Kind[Counter] = kind.Kind(
-    name="counter",
-    initial=Counter(),
-    evolve=evolve,
-    decide=decide,
-    inputs=(Add,),
-    events=(Add, Added, Full),
-)
 
 
 @pytest.fixture
@@ -102,13 +62,13 @@ def test_a_registered_kind_is_found_by_its_streams_name(registered: None) -> Non
 
 def test_replay_folds_splits_and_verifies_any_kind(registered: None) -> None:
     """rebuild, commits and verify read the stream's kind from the table."""
-    records = record("counter.c1", [Add(n=1), Add(n=2)])
+    records = record("counter.c1", [CounterAdd(n=1), CounterAdd(n=2)])
     assert replay.rebuild(records) == Counter(total=3)
     assert replay.rebuild(records, until=2) == Counter(total=1)
     steps = replay.commits(records)
     assert [[type(r.event).__name__ for r in s] for s in steps] == [
-        ["Add", "Added"],
-        ["Add", "Added", "Full"],
+        ["CounterAdd", "CounterAdded"],
+        ["CounterAdd", "CounterAdded", "CounterFull"],
     ]
     assert replay.verify(records) is None
 
@@ -116,11 +76,11 @@ def test_replay_folds_splits_and_verifies_any_kind(registered: None) -> None:
 def test_a_changed_kind_decider_is_caught_at_its_step(registered: None) -> None:
     """A counter decider changed after its log was written is reported at the
     first step it decides differently."""
-    records = record("counter.c1", [Add(n=1), Add(n=2)])
+    records = record("counter.c1", [CounterAdd(n=1), CounterAdd(n=2)])
 
     def doubled(input: Event, state: Counter) -> list[Event] | None:
-        if isinstance(input, Add) and input.n == 2:
-            return [Added(total=state.total + 4)]
+        if isinstance(input, CounterAdd) and input.n == 2:
+            return [CounterAdded(total=state.total + 4)]
         return decide(input, state)
 
     kind.KINDS["counter"] = dataclasses.replace(COUNTER, decide=doubled)
@@ -143,7 +103,7 @@ async def test_a_registered_kinds_events_are_stored_and_read(
     from steward import events
     from steward.bus import SqliteEventLog
 
-    records = record("counter.c1", [Add(n=1), Add(n=2)])
+    records = record("counter.c1", [CounterAdd(n=1), CounterAdd(n=2)])
     async with await SqliteEventLog.open(tmp_path / "log.db") as log:
         await log.append("counter.c1", [r.event for r in records[:2]], 0)
         await log.append("counter.c1", [r.event for r in records[2:]], 2)

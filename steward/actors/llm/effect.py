@@ -33,7 +33,7 @@ from steward.actors.llm.retry import backoff_delay
 from steward.actors.prompt import Prompt
 from steward.bus import Commit
 from steward.clock import Clock
-from steward.errors import ProviderError
+from steward.errors import ProviderError, describe
 from steward.events import Event, Recorded
 from steward.projections.metrics import HOST as METRICS
 
@@ -172,7 +172,7 @@ class ModelCalls:
                 return events.LlmFailed(
                     request_id=info.request_id,
                     kind="internal",
-                    message=f"{type(e).__name__}: {e}",
+                    message=describe(e),
                     at=port.clock.now(),
                 )
             now = port.clock.now()
