@@ -17,10 +17,11 @@ import os
 import shlex
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 
 import msgspec
+
+from steward.projections.store import iso_time
 
 __all__ = ["HostLock", "Holder"]
 
@@ -36,8 +37,7 @@ class Holder(msgspec.Struct, frozen=True, kw_only=True):
     which hosts every run)."""
 
     def __str__(self) -> str:
-        since = datetime.fromtimestamp(self.started).strftime("%Y-%m-%d %H:%M:%S")
-        return f"pid {self.pid} ({self.command}, since {since})"
+        return f"pid {self.pid} ({self.command}, since {iso_time(self.started)})"
 
 
 class HostLock:

@@ -69,12 +69,16 @@ def decode(data: bytes) -> AnyEvent:
         event: AnyEvent = UNION.msgpack.decode(data)
         return event
     except msgspec.ValidationError as e:
-        raw = _raw_decoder.decode(data)
-        upcast = UPCASTERS.get(str(raw.get("type")))
+        upcast: AnyEvent | None = _upcast(_raw_decoder.decode(data))
         if upcast is None:
             raise LogReadError(f"cannot decode stored event: {e}") from e
-        upcast_event: AnyEvent = msgspec.convert(upcast(raw), UNION.union)
-        return upcast_event
+        return upcast
+
+
+def _upcast(old: dict[str, Any]) -> Any:
+    """The event an old shape ``old`` upcasts to, if its tag has an upcaster."""
+    upcast = UPCASTERS.get(str(old.get("type")))
+    return None if upcast is None else msgspec.convert(upcast(old), UNION.union)
 
 
 def to_json(event: Event) -> bytes:
@@ -140,11 +144,9 @@ def recorded_from_json(line: bytes | str) -> Recorded:
     try:
         event: Event = UNION.json.decode(j.event)
     except msgspec.ValidationError:
-        old = _raw_line_decoder.decode(j.event)
-        if str(old.get("type")) not in UPCASTERS:
+        event = _upcast(_raw_line_decoder.decode(j.event))
+        if event is None:
             raise
-        upcast = UPCASTERS[str(old["type"])]
-        event = msgspec.convert(upcast(old), UNION.union)
     return Recorded(
         stream=j.stream,
         version=j.version,
