@@ -176,10 +176,10 @@ def test_a_tool_that_requires_approval_waits_for_approve_or_deny(
         assert shown.split("\n", 1)[0].split()[2] == "completed", shown
         assert (tmp_path / "notes.md").read_text() == "hi"
         assert "[tool_result files.write]\nwrote 2 bytes to notes.md" in shown
-    except AssertionError:
+    except AssertionError as e:
         server.send_signal(signal.SIGTERM)
         _, err = server.communicate(timeout=10)
-        raise AssertionError(f"serve said:\n{err.decode()[-3000:]}") from None
+        raise AssertionError(f"{e}\nserve said:\n{err.decode()[-3000:]}") from None
     finally:
         if server.poll() is None:
             server.send_signal(signal.SIGTERM)
