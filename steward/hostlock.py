@@ -21,7 +21,7 @@ from pathlib import Path
 
 import msgspec
 
-from steward.projections.store import iso_time
+from steward.clock import iso_time
 
 __all__ = ["HostLock", "Holder"]
 

@@ -44,7 +44,7 @@ from steward.actors.run_effects import run_id_of, run_stream
 from steward.config.settings import Settings
 from steward.errors import StewardError
 from steward.host import Host
-from steward.projections.store import summary
+from steward.projections.summary import summary
 
 __all__ = [
     "DEADLETTER_STREAM",

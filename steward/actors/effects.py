@@ -25,6 +25,8 @@ __all__ = [
     "Deliver",
     "Effect",
     "ModelCall",
+    "Pending",
+    "Want",
 ]
 
 
@@ -82,3 +84,27 @@ class ModelCall(msgspec.Struct, frozen=True, kw_only=True):
     prompt: Prompt
     actor_id: str
     profile: str | None = None
+
+
+class Want(msgspec.Struct, frozen=True, kw_only=True):
+    """An effect a recorded event asks for that is not carried out until an
+    event (of this stream or another) answers ``key``: a timer by its
+    `WakeDue`, a delivery or creation by the input it gives. ``kind`` names
+    it in the pending projection (``timer``, ``create``, ``deliver``); a
+    timer is due at ``due_at``."""
+
+    key: str
+    kind: str
+    due_at: float | None = None
+
+
+class Pending(msgspec.Struct, frozen=True, kw_only=True):
+    """What one recorded event changes in the effects still to carry out:
+    the ones it asks for, the keys it answers, and whether the actor ended
+    (then none of its own is wanted any more). The pending projection keeps
+    these, and a host routes the events that asked for them again on start,
+    so a timer, delivery or creation survives a crash."""
+
+    wants: tuple[Want, ...] = ()
+    answers: tuple[str, ...] = ()
+    ended: bool = False

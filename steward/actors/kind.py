@@ -25,7 +25,7 @@ from typing import Any, Generic, TypeVar
 
 from steward.actors import run as run_actor
 from steward.actors import run_effects
-from steward.actors.effects import Effect, ModelCall
+from steward.actors.effects import Effect, ModelCall, Pending
 from steward.actors.prompt import (
     Prompt,
     PromptCache,
@@ -95,6 +95,15 @@ class Kind(Generic[S]):
     its decider hashed), or one built from the state at the request."""
     correlation: Callable[[S, Event], str | None] | None = None
     """The correlation id of a commit of ``input`` on ``state``."""
+    detach: Callable[[Event], Event] | None = None
+    """A fork's first input made an actor's of its own (one that answers no
+    one), given the copied one; ``None``: copied as it is."""
+    pending: Callable[[Event], Pending] | None = None
+    """What a recorded event changes in the effects still to carry out
+    (timers, deliveries, creations), for the pending projection a host
+    resumes from after a crash. A kind with ``effects`` needs it, or those
+    effects are lost when a host dies before carrying them out. The run
+    kind's is kept by its own projection (`steward.projections.runs`)."""
 
     def fold(self, events: Iterable[Event], state: S | None = None) -> S:
         """The state after ``events``, from ``state`` (default: ``initial``)."""
@@ -136,6 +145,7 @@ RUN: Kind[run_actor.Run] = Kind(
     claim=run_effects.claim,
     model_call=run_effects.model_call,
     correlation=run_effects.correlation,
+    detach=run_effects.detach,
 )
 
 KINDS: dict[str, Kind[Any]] = {RUN.name: RUN}

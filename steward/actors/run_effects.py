@@ -48,6 +48,7 @@ __all__ = [
     "awaits",
     "claim",
     "correlation",
+    "detach",
     "effects",
     "model_call",
     "run_id_of",
@@ -201,3 +202,11 @@ def correlation(state: Run, input: Event) -> str | None:
     if created is None:
         return None
     return created.root_run_id or created.run_id
+
+
+def detach(event: Event) -> Event:
+    """A forked run's first input: a run of its own, with no parent to answer
+    and the root of its own tree."""
+    if isinstance(event, RunCreated):
+        return replace(event, parent_run_id=None, root_run_id=None, reply_to=None)
+    return event

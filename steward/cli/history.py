@@ -11,19 +11,17 @@ import sys
 from pathlib import Path
 
 import msgspec
-from msgspec.structs import replace
 
 from steward import events, replay
 from steward.actors import run as run_actor
 from steward.actors.kind import kind_of
-from steward.actors.run_effects import run_id_of, run_stream
+from steward.actors.run_effects import run_id_of
 from steward.cli.env import (
     EXIT_MISMATCH,
     Env,
     is_run,
     opened,
     progress,
-    run_named,
     stream_named,
     stream_records,
 )
@@ -81,29 +79,33 @@ def report(env: Env, mismatch: replay.Mismatch | None) -> int:
 
 
 async def cmd_fork(env: Env, args: argparse.Namespace) -> int:
-    run_id = run_named(args.id, "fork copies runs only, for now")
-    new_id = run_id.split("-fork")[0] + "-fork" + secrets.token_hex(3)
-    async with opened(env, create=False) as (log, projector):  # the run's log
-        records = await stream_records(log, run_stream(run_id))
+    stream = stream_named(args.id)
+    kind = kind_of(stream)
+    old = stream.partition(".")[2]
+    new = old.split("-fork")[0] + "-fork" + secrets.token_hex(3)
+    async with opened(env, create=False) as (log, projector):  # the actor's log
+        records = await stream_records(log, stream)
         kept = _fork_steps(replay.commits(records), args.at)
-        provider = None if args.no_run else checked_provider(env)
+        runs = is_run(stream)
+        provider = checked_provider(env) if runs and not args.no_run else None
         # Every input re-decided, and all of them recorded in one commit: a
         # host beside this process (a serve) sees the copy whole and carries
-        # out only what its last step asks for. The fork is a run of its own,
-        # answering no one.
-        copy = replay.fork_events(kept, run_id, new_id, _on_its_own)
-        await log.append(run_stream(new_id), copy, 0, correlation_id=new_id)
-        env.out(f"forked {run_id} at version {args.at} as {new_id}")
+        # out only what its last step asks for. The fork is an actor of its
+        # own, answering no one.
+        copy = replay.fork_events(kept, old, new, kind.detach)
+        correlation = new
+        if kind.correlation is not None:
+            correlation = kind.correlation(kind.initial, copy[0]) or new
+        await log.append(f"{kind.name}.{new}", copy, 0, correlation_id=correlation)
+        if not runs:
+            env.out(f"forked {stream} at version {args.at} as {kind.name}.{new}")
+            if not args.no_run:
+                env.out("a `steward serve` on this log carries out what it asks for")
+            return 0
+        env.out(f"forked {old} at version {args.at} as {new}")
         if provider is None:
             return 0
-        return await see_run(env, log, projector, new_id, args.quiet, provider=provider)
-
-
-def _on_its_own(event: events.Event) -> events.Event:
-    """A forked run's first input: a run of its own (no parent to answer)."""
-    if isinstance(event, events.RunCreated):
-        return replace(event, parent_run_id=None, root_run_id=None, reply_to=None)
-    return event
+        return await see_run(env, log, projector, new, args.quiet, provider=provider)
 
 
 def _fork_steps(

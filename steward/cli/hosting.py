@@ -76,7 +76,7 @@ def _worker_id() -> str:
 
 
 def _step_line(rec: events.Recorded) -> str:
-    from steward.projections.store import summary
+    from steward.projections.summary import summary
 
     run_id = rec.stream.removeprefix("run.")
     kind = events.type_name(rec.event)

@@ -174,12 +174,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=cmd_runs_list)
     s = rsub.add_parser(
         "show",
-        help="a run's timeline: step, kind, duration, tokens",
+        help="a run's (or any actor's) timeline: step, kind, duration, tokens",
         description="A run's timeline, from the runs projection: step, kind, "
-        "duration, tokens. For runs only; `steward replay KIND.ID` shows the "
-        "state of a stream of any kind.",
+        "duration, tokens. For a stream of another kind (KIND.ID), its events "
+        "from the log: version, type, time and a one-line summary.",
     )
-    s.add_argument("id", help=_RUN_ID)
+    s.add_argument("id", help=_STREAM)
     s.add_argument(
         "--prompts", action="store_true", help="rebuild and print every prompt"
     )
@@ -237,12 +237,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser(
         "fork",
-        help="copy a run up to a version and continue it",
+        help="copy a run (or any actor) up to a version and continue it",
         description="Copy a run up to a version into a new run and continue "
-        f"that, printing each step (runs only, for now). {_FOREGROUND}",
+        f"that, printing each step. {_FOREGROUND} A stream of another kind "
+        "(KIND.ID) is copied into KIND.ID-forkXXXXXX, re-decided step by step; "
+        "a `steward serve` on the log carries out what its last step asks for.",
         epilog=EXIT_STATUSES,
     )
-    s.add_argument("id", help=_RUN_ID)
+    s.add_argument("id", help=_STREAM)
     s.add_argument(
         "--at",
         type=int,

@@ -13,13 +13,24 @@ from msgspec.structs import replace
 
 from steward import events, replay
 from steward.actors import run as run_actor
-from steward.actors.run_effects import run_stream
+from steward.actors.kind import kind_of
+from steward.actors.run_effects import run_id_of, run_stream
 from steward.actors.tools import ToolRegistry
 from steward.bus import EventLog
-from steward.cli.env import Env, opened, run_named, stream_records
+from steward.cli.env import (
+    Env,
+    is_run,
+    opened,
+    run_named,
+    stream_named,
+    stream_records,
+)
 from steward.cli.hosting import checked_provider, see_run
+from steward.clock import iso_time
 from steward.errors import StewardError
 from steward.host import Host
+from steward.projections.store import Projector
+from steward.projections.summary import summary
 
 
 def new_run(env: Env, text: str, profile: str) -> events.RunCreated:
@@ -83,7 +94,7 @@ async def _taken(log: EventLog, stream: str, seconds: float) -> bool:
 
 
 RUNS_ONLY = "`steward runs` acts on runs only"
-"""Why `runs show|cancel|approve|deny` refuse a stream of another kind."""
+"""Why `runs cancel|approve|deny` refuse a stream of another kind."""
 
 
 async def cmd_runs_list(env: Env, args: argparse.Namespace) -> int:
@@ -108,20 +119,31 @@ async def cmd_runs_list(env: Env, args: argparse.Namespace) -> int:
 
 
 async def cmd_runs_show(env: Env, args: argparse.Namespace) -> int:
-    run_id = run_named(args.id, RUNS_ONLY)
+    stream = stream_named(args.id)
     async with opened(env, create=False) as (log, projector):
-        records = await stream_records(log, run_stream(run_id))
-        await projector.catch_up(log)
-        run = await projector.query(
-            "SELECT status, kind, parent_run_id, iterations, input_tokens, "
-            "output_tokens, output_text, reason, cost_usd FROM runs WHERE id=?",
-            [run_id],
-        )
-        steps = await projector.query(
-            "SELECT seq, kind, duration, tokens, cost_usd, summary FROM run_steps "
-            "WHERE run_id=? ORDER BY seq",
-            [run_id],
-        )
+        records = await stream_records(log, stream)
+        if is_run(stream):
+            await projector.catch_up(log)
+            await _show_run(env, projector, run_id_of(stream))
+        else:
+            _show_actor(env, stream, records)
+    if args.prompts:
+        _prompts(env, records)
+    return 0
+
+
+async def _show_run(env: Env, projector: Projector, run_id: str) -> None:
+    """A run's summary and steps, from the read models."""
+    run = await projector.query(
+        "SELECT status, kind, parent_run_id, iterations, input_tokens, "
+        "output_tokens, output_text, reason, cost_usd FROM runs WHERE id=?",
+        [run_id],
+    )
+    steps = await projector.query(
+        "SELECT seq, kind, duration, tokens, cost_usd, summary FROM run_steps "
+        "WHERE run_id=? ORDER BY seq",
+        [run_id],
+    )
     status, kind, parent, iterations, tin, tout, output, reason, cost = run[0]
     env.out(
         f"run {run_id}  {status}  {kind}" + (f"  parent {parent}" if parent else "")
@@ -141,15 +163,30 @@ async def cmd_runs_show(env: Env, args: argparse.Namespace) -> int:
         env.out(f"output: {output}")
     if reason:
         env.out(f"reason: {reason}")
-    if args.prompts:
-        for rec in records:
-            if isinstance(rec.event, events.LlmRequested):
-                prompt = run_actor.build_prompt(replay.rebuild(records, rec.version))
-                env.out(f"--- prompt for {rec.event.request_id} (v{rec.version})")
-                env.out(f"[system] {prompt.system}")
-                for message in prompt.messages:
-                    env.out(f"[{message.role}] {message.content}")
-    return 0
+
+
+def _show_actor(env: Env, stream: str, records: list[events.Recorded]) -> None:
+    """The steps of an actor of another kind, from its events in the log."""
+    env.out(f"{stream}  kind {kind_of(stream).name}  {len(records)} events")
+    env.out(f"{'step':>4}  {'kind':<17} {'at':<24}  detail")
+    for rec in records:
+        name = events.type_name(rec.event)
+        env.out(
+            f"{rec.version:>4}  {name:<17} {iso_time(rec.at):<24}  {summary(rec.event)}"
+        )
+
+
+def _prompts(env: Env, records: list[events.Recorded]) -> None:
+    """The prompt of each model call the actor asked for, as it was sent."""
+    kind = kind_of(records[0].stream)
+    for rec in records:
+        if isinstance(rec.event, events.LlmRequested) and kind.model_call:
+            state = replay.rebuild(records, rec.version)
+            prompt = kind.model_call(state, rec.event, None, None).prompt
+            env.out(f"--- prompt for {rec.event.request_id} (v{rec.version})")
+            env.out(f"[system] {prompt.system}")
+            for message in prompt.messages:
+                env.out(f"[{message.role}] {message.content}")
 
 
 async def _operator_input(

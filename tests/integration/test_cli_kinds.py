@@ -95,6 +95,43 @@ def test_replay_verify_catches_a_changed_decider_of_any_kind(
     assert "verify: MISMATCH at version 3: the decider now decides differently" in out
 
 
+def test_runs_show_takes_a_stream_of_any_kind(
+    counter_log: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`runs show counter.c1` lists its events: version, type, time, and
+    their fields as the summary."""
+    assert cli.main(["--db", counter_log, "runs", "show", "counter.c1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "counter.c1  kind counter  5 events"
+    steps = [line.split() for line in lines[2:]]
+    assert [(s[0], s[1], s[3:]) for s in steps] == [
+        ("1", "CounterAdd", ['{"n":1}']),
+        ("2", "CounterAdded", ['{"total":1}']),
+        ("3", "CounterAdd", ['{"n":2}']),
+        ("4", "CounterAdded", ['{"total":3}']),
+        ("5", "CounterFull", []),
+    ]
+
+
+def test_fork_copies_a_stream_of_any_kind(
+    counter_log: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`fork counter.c1 --at 2` copies the first step into a counter of its
+    own, which replays to the state there and verifies."""
+    assert cli.main(["--db", counter_log, "fork", "counter.c1", "--at", "2"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("forked counter.c1 at version 2 as counter.c1-fork")
+    forked = first.split()[-1]
+    code = cli.main(["--db", counter_log, "replay", forked, "--verify"])
+    assert capsys.readouterr().out.splitlines() == [
+        f"{forked}: kind counter, 2 events",
+        "total: 1",
+        "limit: 3",
+        "verify: ok",
+    ]
+    assert code == 0
+
+
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
@@ -113,12 +150,12 @@ def test_replay_verify_catches_a_changed_decider_of_any_kind(
             "steward: no stream 'counter.c9' in the log",
         ),
         (
-            ["fork", "counter.c1", "--at", "2"],
-            "steward: fork copies runs only, for now: counter.c1 is a counter "
-            "stream; `steward replay counter.c1` shows its state",
+            ["fork", "counter.c1", "--at", "3"],
+            "steward: version 3 is inside a step (versions 3..5); fork at a "
+            "version where a step ends: 2, 5",
         ),
         (
-            ["runs", "show", "counter.c1"],
+            ["runs", "cancel", "counter.c1"],
             "steward: `steward runs` acts on runs only: counter.c1 is a counter "
             "stream; `steward replay counter.c1` shows its state",
         ),
@@ -130,8 +167,9 @@ def test_a_stream_the_command_cannot_take_is_one_clear_line(
     argv: list[str],
     expected: str,
 ) -> None:
-    """An unknown kind names the kinds there are; a missing stream, a fork or
-    `runs show` of a non-run stream say why, in one line, exit 2."""
+    """An unknown kind names the kinds there are; a missing stream, a fork
+    inside a step and `runs cancel` of a non-run stream say why, in one line,
+    exit 2."""
     code = cli.main(["--db", counter_log, *argv])
     err = capsys.readouterr().err
     assert (code, err.strip()) == (2, expected)

@@ -18,10 +18,12 @@ from support import act
 
 from steward import events, replay
 from steward.actors import kind
-from steward.actors.effects import ArmTimer, Create, Effect
+from steward.actors.effects import ArmTimer, Create, Effect, Pending, Want
 from steward.actors.llm import ScriptedProvider
 from steward.clock import FakeClock
 from steward.events import Event, Recorded
+from steward.projections import store
+from steward.projections.projection import Projection
 from steward.projections.store import Projector
 
 
@@ -132,6 +134,23 @@ def effects(rec: Recorded, at: Tally, latest: Tally) -> list[Effect]:
             return []
 
 
+def pending(event: Event) -> Pending:
+    """What a tally's event asks of a host that a crash must not lose."""
+    match event:
+        case TallySlept(timer_id=timer_id, due=due):
+            return Pending(wants=(Want(key=timer_id, kind="timer", due_at=due),))
+        case events.WakeDue(timer_id=timer_id):
+            return Pending(answers=(timer_id,))
+        case TallyChildAsked(run_id=run_id):
+            return Pending(wants=(Want(key=f"spawn:{run_id}", kind="create"),))
+        case events.SubagentFinished(result=result):
+            return Pending(answers=(f"notify:{result.run_id}",))
+        case TallyDone():
+            return Pending(ended=True)
+        case _:
+            return Pending()
+
+
 TALLY: kind.Kind[Tally] = kind.Kind(
     name="tally",
     initial=Tally(),
@@ -159,16 +178,41 @@ TALLY: kind.Kind[Tally] = kind.Kind(
     routed=frozenset({TallySlept, TallyChildAsked}),
     effects=effects,
     awaits=lambda state, rid: state.tool == rid,
+    pending=pending,
+)
+
+
+def project(conn: Any, rec: Recorded) -> None:
+    """The tally's read model: one row per tally, its total and output."""
+    tally_id = rec.stream.removeprefix("tally.")
+    match rec.event:
+        case TallyOpened():
+            conn.execute("INSERT INTO tallies VALUES (?, 0, NULL)", (tally_id,))
+        case TallyCounted(total=total):
+            conn.execute("UPDATE tallies SET total=? WHERE id=?", (total, tally_id))
+        case TallyDone(output=output):
+            conn.execute("UPDATE tallies SET output=? WHERE id=?", (output, tally_id))
+        case _:
+            pass
+
+
+TALLIES = Projection(
+    kind="tally",
+    tables=("tallies",),
+    schema="CREATE TABLE IF NOT EXISTS tallies "
+    "(id TEXT PRIMARY KEY, total INTEGER NOT NULL, output TEXT);",
+    apply=project,
 )
 
 
 @pytest.fixture(autouse=True)
 def tally_kind() -> Iterator[None]:
     kind.register(TALLY)
+    store.register(TALLIES)
     try:
         yield
     finally:
-        del kind.KINDS["tally"]
+        del kind.KINDS["tally"], store.PROJECTIONS["tally"]
 
 
 async def until(
@@ -231,12 +275,17 @@ async def test_a_kind_of_a_test_runs_through_host_replay_fork_and_rebuild(
     projector = await Projector.open(tmp_path / "rebuilt.db")
     try:
         await projector.rebuild(log)
-        first = await projector.query("SELECT * FROM runs ORDER BY id")
+        runs = await projector.query("SELECT * FROM runs ORDER BY id")
+        tallies = await projector.query("SELECT * FROM tallies ORDER BY id")
         await projector.rebuild(log)
-        assert await projector.query("SELECT * FROM runs ORDER BY id") == first
+        assert await projector.query("SELECT * FROM runs ORDER BY id") == runs
+        assert await projector.query("SELECT * FROM tallies ORDER BY id") == tallies
+        left = await projector.query("SELECT key FROM pending")
     finally:
         await projector.close()
-    assert {row[0] for row in first} == {"t1-child", "t2-child"}
+    assert {row[0] for row in runs} == {"t1-child", "t2-child"}
+    assert tallies == [("t1", 3, "hi"), ("t2", 3, "hi")]
+    assert left == []  # every effect answered
 
 
 async def test_a_pending_tool_call_of_another_kind_survives_a_restart(
@@ -258,3 +307,65 @@ async def test_a_pending_tool_call_of_another_kind_survives_a_restart(
     after = await until(log, "tally.t9", lambda s: s.timer is not None)
     assert after.tool is None
     assert (tmp_path / "workspace" / "t9.txt").read_text() == "3"
+
+
+def tally_steps(tally_id: str, *inputs: Event) -> list[Event]:
+    """A tally's recorded events for ``inputs``, decided here, as a host
+    that died before carrying out any effect would have left them."""
+    steps: list[Event] = []
+    state = TALLY.initial
+    for input in (TallyOpened(tally_id=tally_id), *inputs):
+        decided = decide(input, state)
+        assert decided is not None, input
+        steps += [input, *decided]
+        state = TALLY.fold([input, *decided], state)
+    return steps
+
+
+async def test_a_timer_and_a_child_of_another_kind_survive_a_restart(
+    make_host: Any, log: Any, clock: FakeClock
+) -> None:
+    """A tally that slept on a timer when its host died: the next host arms
+    the timer from the pending projection, and when it fires, starts the
+    child; a tally whose child was asked for but never created gets it."""
+
+    def written(tally_id: str) -> Event:
+        rid = f"{tally_id}/tool/1"
+        return events.ToolResulted(request_id=rid, ok=True, output="", at=clock.now())
+
+    slept = tally_steps("t8", TallyAdd(n=3), written("t8"))
+    await log.append("tally.t8", slept, 0, correlation_id="t8")
+    woke = events.WakeDue(timer_id="t7/wake/1")
+    asked = tally_steps("t7", TallyAdd(n=3), written("t7"), woke)
+    await log.append("tally.t7", asked, 0, correlation_id="t7")
+    model = ScriptedProvider([act(type="send_message", message="hi")], per_run=True)
+    await make_host(model)
+    t7 = await until(log, "tally.t7", lambda s: s.output is not None)
+    assert t7.output == "hi"
+    t8 = await until(log, "tally.t8", lambda s: s.output is not None, clock)
+    assert t8.output == "hi"
+
+
+async def test_a_reply_its_host_died_before_delivering_reaches_the_next_host(
+    make_host: Any, log: Any
+) -> None:
+    """A child run ended while the tally that asked for it could not take its
+    result yet (its host died before delivering it): the next host finds the
+    delivery in the pending projection and makes it."""
+    model = ScriptedProvider([act(type="send_message", message="hi")], per_run=True)
+    first = await make_host(model)
+    settings = events.RunSettings(planning_gate=False, revision=events.LATEST_REVISION)
+    child = events.RunCreated(
+        run_id="t6-child", input_text="say hi", settings=settings, reply_to="tally.t6"
+    )
+    await first.submit("run.t6-child", child)
+    await until(log, "run.t6-child", lambda s: s.status == "completed")
+    assert await log.read("tally.t6") == []  # the answer was refused: no tally yet
+    await first.stop()
+    written = events.ToolResulted(request_id="t6/tool/1", ok=True, output="ok")
+    woke = events.WakeDue(timer_id="t6/wake/1")
+    steps = tally_steps("t6", TallyAdd(n=3), written, woke)
+    await log.append("tally.t6", steps, 0, correlation_id="t6")
+    await make_host(model)
+    t6 = await until(log, "tally.t6", lambda s: s.output is not None)
+    assert t6.output == "hi"

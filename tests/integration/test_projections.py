@@ -7,7 +7,7 @@ from pathlib import Path
 
 from steward import events
 from steward.bus import SqliteEventLog
-from steward.projections.store import SCHEMA_VERSION, Projector
+from steward.projections.store import Projector, schema_version
 
 
 async def test_an_old_schema_is_dropped_and_rebuilt_from_the_log(
@@ -33,7 +33,7 @@ async def test_an_old_schema_is_dropped_and_rebuilt_from_the_log(
             await projector.close()
     assert rows == [("r1", "running", 0.0)]
     with sqlite3.connect(proj_path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (schema_version(),)
     conn.close()
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from steward import events
-from steward.projections.store import summary
+from steward.projections.summary import summary
 
 
 def test_a_claim_names_its_call_worker_and_expiry_in_utc() -> None:
