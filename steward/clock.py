@@ -6,7 +6,6 @@ import asyncio
 import heapq
 import itertools
 import time
-from datetime import UTC, datetime
 from typing import Protocol
 
 
@@ -54,13 +53,3 @@ class FakeClock:
             _, _, future = heapq.heappop(self._sleepers)
             if not future.done():
                 future.set_result(None)
-
-
-def iso_time(at: float) -> str:
-    """Epoch seconds as people read them: ISO 8601 in UTC, to the millisecond
-    (``2026-11-24T10:15:03.828Z``)."""
-    try:
-        moment = datetime.fromtimestamp(at, UTC)
-    except (OverflowError, OSError, ValueError):  # beyond the calendar's years
-        return f"{at:.3f}"
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import msgspec
 
-from steward.clock import iso_time
+from steward.isotime import iso_time
 
 __all__ = ["HostLock", "Holder"]
 

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from steward.actors import run as run_actor
-from steward.actors import run_effects
+from steward.actors import run_effects, session_effects
+from steward.actors import session as session_actor
 from steward.actors.effects import Effect, ModelCall, Pending
 from steward.actors.prompt import (
     Prompt,
@@ -33,6 +34,7 @@ from steward.actors.prompt import (
 from steward.errors import NotFoundError
 from steward.events import UNION, Event, Recorded
 from steward.events import run as run_events
+from steward.events import session as session_events
 from steward.events.run import LlmRequested
 
 __all__ = ["KINDS", "Kind", "Step", "kind_of", "register"]
@@ -148,7 +150,20 @@ RUN: Kind[run_actor.Run] = Kind(
     detach=run_effects.detach,
 )
 
-KINDS: dict[str, Kind[Any]] = {RUN.name: RUN}
+SESSION: Kind[session_actor.Session] = Kind(
+    name="session",
+    initial=session_actor.initial,
+    evolve=session_actor.evolve,
+    decide=session_actor.decide,
+    inputs=session_events.INPUT_TYPES,
+    events=session_events.EVENT_TYPES,
+    routed=session_effects.ROUTED,
+    effects=session_effects.effects,
+    correlation=session_effects.correlation,
+    pending=session_effects.pending,
+)
+
+KINDS: dict[str, Kind[Any]] = {RUN.name: RUN, SESSION.name: SESSION}
 """Every actor kind by name: the only place that names them."""
 
 

@@ -26,9 +26,9 @@ from steward.cli.env import (
     stream_records,
 )
 from steward.cli.hosting import checked_provider, see_run
-from steward.clock import iso_time
 from steward.errors import StewardError
 from steward.host import Host
+from steward.isotime import iso_time
 from steward.projections.store import Projector
 from steward.projections.summary import summary
 

@@ -12,6 +12,7 @@ import msgspec
 
 from steward.errors import ConfigError
 from steward.events.run import LATEST_REVISION, RunSettings, ToolSpec
+from steward.events.session import ModelBudget, SessionSettings
 
 __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
@@ -239,6 +240,23 @@ def _default_models() -> dict[str, ModelConfig]:
     return {"default": ModelConfig()}
 
 
+class SessionConfig(_Section, frozen=True, kw_only=True):
+    """``[session]``: chat sessions (Klaw's engine loop, spec 003)."""
+
+    debounce_ms: NonNegative = 1500
+    """Quiet time after a chat's last message before its buffered messages
+    start a turn (Klaw ``processing.debounceMs``)."""
+    profile: str = "default"
+    """The agent profile a session's turns run with; its model is the
+    session's first."""
+    default_budget_tokens: Positive = 8000
+    """The context budget of a model with no ``context_budget``."""
+    sliding_window: Positive = 20
+    """The newest messages of a segment a turn's context shows, at most."""
+    subagent_window: Positive = 5
+    """The same for a subagent's context (Klaw ``subagentWindow``)."""
+
+
 def _default_agents() -> dict[str, AgentProfile]:
     return {"default": AgentProfile()}
 
@@ -272,6 +290,9 @@ class Settings(_Section, frozen=True, kw_only=True):
 
     llm_max_concurrency: Positive = 2
     """Model calls in flight at once per process (Klaw ``maxConcurrentLlm``)."""
+
+    session: SessionConfig = msgspec.field(default_factory=SessionConfig)
+    """``[session]``: chat sessions, their debounce and context windows."""
 
     def profile(self, name: str = "default") -> AgentProfile:
         """The ``[agents.<name>]`` profile; a ``ConfigError`` lists the known ones."""
@@ -325,6 +346,28 @@ class Settings(_Section, frozen=True, kw_only=True):
                 "claim could lapse while its tool call still runs; raise [log] "
                 "claim_seconds or lower [tools] timeout",
             )
+
+    def session_settings(self, tools: tuple[ToolSpec, ...] = ()) -> SessionSettings:
+        """The ``SessionSettings`` a new session records: ``[session]``, the
+        configured models and the run settings of its profile."""
+        config = self.session
+        agent = self.profile(config.profile)
+        return SessionSettings(
+            debounce_seconds=config.debounce_ms / 1000,
+            model=agent.model,
+            models=tuple(
+                ModelBudget(
+                    name=name,
+                    model=model.model or model.provider,
+                    context_budget=model.context_budget,
+                )
+                for name, model in sorted(self.models.items())
+            ),
+            default_budget_tokens=config.default_budget_tokens,
+            sliding_window=config.sliding_window,
+            subagent_window=config.subagent_window,
+            run=self.run_settings(config.profile, tools),
+        )
 
     def run_settings(
         self, profile: str = "default", tools: tuple[ToolSpec, ...] = ()

@@ -15,6 +15,18 @@ from steward.events.codec import (
 )
 from steward.events.run import *  # noqa: F403
 from steward.events.run import __all__ as _run_all
+from steward.events.session import (
+    CommandAnswered,
+    DebounceArmed,
+    MessageReceived,
+    ModelBudget,
+    ModelSwitched,
+    ReplySent,
+    SegmentStarted,
+    SessionOpened,
+    SessionSettings,
+    TurnStarted,
+)
 from steward.events.union import UNION, EventUnion
 
 __all__ = [
@@ -36,4 +48,14 @@ __all__ = [
     "to_json",
     "type_name",
     *_run_all,
+    "CommandAnswered",
+    "DebounceArmed",
+    "MessageReceived",
+    "ModelBudget",
+    "ModelSwitched",
+    "ReplySent",
+    "SegmentStarted",
+    "SessionOpened",
+    "SessionSettings",
+    "TurnStarted",
 ]

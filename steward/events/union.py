@@ -15,8 +15,8 @@ from typing import Any
 
 import msgspec
 
+from steward.events import run, session
 from steward.events.base import Event
-from steward.events.run import EVENT_TYPES
 
 __all__ = ["UNION", "EventUnion"]
 
@@ -56,5 +56,6 @@ class EventUnion:
         self.union: Any = union
 
 
-UNION = EventUnion(EVENT_TYPES)
-"""The union the log decodes into: the run's events and every registered kind's."""
+UNION = EventUnion((*run.EVENT_TYPES, *session.EVENT_TYPES))
+"""The union the log decodes into: the events of steward's kinds and of every
+kind registered since (`steward.actors.kind.register`)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import msgspec
 
 from steward import events
-from steward.clock import iso_time
+from steward.isotime import iso_time
 
 __all__ = ["summary"]
 

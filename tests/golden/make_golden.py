@@ -483,6 +483,62 @@ async def queued(rig: Rig) -> None:
     await rig.until(run, "completed")
 
 
+async def session(rig: Rig) -> None:
+    """A chat session: two messages merged by the debounce timer into a turn
+    (a run answering through ``reply_to``), every command, a segment break,
+    a model switch and a second turn."""
+    chat = "session.cli:golden"
+    config = Settings(
+        models={
+            "default": ModelConfig(provider="scripted", context_budget=4000),
+            "large": ModelConfig(provider="scripted", model="large-1"),
+        }
+    )
+    opened = config.session_settings(rig.tools.specs())
+    opened = msgspec.structs.replace(
+        opened, run=msgspec.structs.replace(opened.run, planning_gate=False)
+    )
+    host = await rig.host(
+        per_run(
+            {
+                "cli:golden-t1": [act(type="send_message", message="Hello, Ada.")],
+                "cli:golden-t2": [act(type="finish", output="A fresh start.")],
+            }
+        )
+    )
+    n = 0
+
+    async def say(text: str) -> None:
+        nonlocal n
+        n += 1
+        message = events.MessageReceived(
+            message_id=f"m{n}", text=text, sender="ada", at=rig.clock.now()
+        )
+        await host.submit(chat, message)
+
+    start = events.SessionOpened(
+        session_id="cli:golden",
+        channel="cli",
+        chat_id="golden",
+        settings=opened,
+        at=rig.clock.now(),
+    )
+    await host.submit(chat, start)
+    await say("hello")
+    await say("it is Ada")
+    await rig.advance(1.0)
+    await say("still there?")  # restarts the timer; the first one is refused
+    await rig.advance(2.0)
+    await rig.recorded(events.ReplySent, 1)
+    for command in ("/status", "/model large", "/models", "/memory", "/help"):
+        await say(command)
+    await say("/frobnicate")
+    await say("/new")
+    await say("start over")
+    await rig.advance(2.0)
+    await rig.recorded(events.ReplySent, 2)
+
+
 Scenario = Callable[[Rig], Awaitable[None]]
 SCENARIOS: dict[str, Scenario] = {
     "json_protocol": json_protocol,
@@ -498,6 +554,7 @@ SCENARIOS: dict[str, Scenario] = {
     "streams": streams,
     "claims": claims,
     "queued": queued,
+    "session": session,
 }
 
 

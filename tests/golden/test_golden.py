@@ -17,6 +17,7 @@ import msgspec
 import pytest
 
 from steward import events, replay
+from steward.actors.kind import KINDS
 from steward.bus import SqliteEventLog
 from steward.events import Recorded
 
@@ -71,8 +72,17 @@ EXPECTED: dict[str, dict[str, Final]] = {
     },
     "streams": {"streams": Final("completed", "Streamed and priced.")},
     "claims": {"claims": Final("completed", "Listed the workspace.")},
+    "session": {
+        "cli:golden-t1": Final("completed", "Hello, Ada."),
+        "cli:golden-t2": Final("completed", "A fresh start."),
+    },
 }
 """Each golden log's runs (by run id) and their final states."""
+
+SESSIONS: dict[str, dict[str, tuple[str, ...]]] = {
+    "session": {"session.cli:golden": ("start over", "A fresh start.")},
+}
+"""Each golden log's sessions and the messages of their last segment."""
 
 NAMES = sorted({p.stem for p in GOLDEN.glob("*.jsonl")} | set(EXPECTED))
 
@@ -107,12 +117,21 @@ def by_stream(records: typing.Iterable[Recorded]) -> dict[str, list[Recorded]]:
 
 
 def check_replays(name: str, records: typing.Iterable[Recorded]) -> None:
-    """Each run of ``records`` is contiguous, verifies, and ends as EXPECTED says."""
-    runs = by_stream(records)
+    """Each stream of ``records`` is contiguous and verifies; each run ends as
+    EXPECTED says, each session's last segment holds what SESSIONS says."""
+    streams = by_stream(records)
+    runs = {s: r for s, r in streams.items() if s.startswith("run.")}
     assert name in EXPECTED, (
         f"golden log {name} has no final states: add them to EXPECTED in {__file__}"
     )
     assert sorted(runs) == sorted(f"run.{run_id}" for run_id in EXPECTED[name])
+    others = {s: r for s, r in streams.items() if s not in runs}
+    assert sorted(others) == sorted(SESSIONS.get(name, {}))
+    for stream_name, stream in others.items():
+        assert [r.version for r in stream] == list(range(1, len(stream) + 1))
+        assert replay.verify(stream) is None, f"{name}: {stream_name} no longer replays"
+        messages = replay.rebuild(stream).messages
+        assert tuple(m.content for m in messages) == SESSIONS[name][stream_name]
     for run_id, final in EXPECTED[name].items():
         stream = runs[f"run.{run_id}"]
         assert [r.version for r in stream] == list(range(1, len(stream) + 1))
@@ -137,8 +156,8 @@ def test_golden_log_replays(name: str) -> None:
 
 
 def test_every_event_type_has_a_golden_log() -> None:
-    """Each event type of the codec's union appears in some golden log."""
-    union = {t.__name__ for t in typing.get_args(events.AnyEvent)}
+    """Each event type of every kind steward has appears in some golden log."""
+    union = {t.__name__ for k in KINDS.values() for t in k.events}
     seen = {events.type_name(r.event) for name in NAMES for r in load(name)}
     missing = sorted(union - seen)
     assert not missing, (

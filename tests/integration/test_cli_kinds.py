@@ -138,12 +138,12 @@ def test_fork_copies_a_stream_of_any_kind(
         (
             ["replay", "task.t1"],
             "steward: stream 'task.t1' is of no actor kind steward has (its "
-            "name starts with one of: counter., run.)",
+            "name starts with one of: counter., run., session.)",
         ),
         (
             ["events", "export", "task.t1"],
             "steward: stream 'task.t1' is of no actor kind steward has (its "
-            "name starts with one of: counter., run.)",
+            "name starts with one of: counter., run., session.)",
         ),
         (
             ["replay", "counter.c9"],

@@ -39,9 +39,15 @@ DECIDERS = [
     "steward/actors/commands.py",
     "steward/actors/prompt.py",
     "steward/actors/run_prompt.py",
+    "steward/actors/session.py",
+    "steward/actors/session_context.py",
+    "steward/actors/session_effects.py",
+    "steward/actors/run_effects.py",
+    "steward/isotime.py",
     "steward/events/__init__.py",
     "steward/events/base.py",
     "steward/events/run.py",
+    "steward/events/session.py",
     "steward/events/codec.py",
 ]
 FORBIDDEN = {

@@ -1,0 +1,91 @@
+"""What a session's committed decisions ask of the host, as effect values
+(pure): its debounce timers, and each turn's run, created with the turn's
+context and answering the session through ``reply_to``."""
+
+from __future__ import annotations
+
+from msgspec.structs import replace
+
+from steward.actors.effects import ArmTimer, Create, Effect, Pending, Want
+from steward.actors.run_effects import run_stream
+from steward.actors.session import Session
+from steward.actors.session_context import build_context
+from steward.events import Event, Recorded
+from steward.events.run import RunCreated, SubagentFinished, WakeDue
+from steward.events.session import DebounceArmed, SessionOpened, TurnStarted
+
+__all__ = ["ROUTED", "correlation", "effects", "pending", "turn_run"]
+
+ROUTED: frozenset[type[Event]] = frozenset({DebounceArmed, TurnStarted})
+
+
+def effects(rec: Recorded, at: Session, latest: Session) -> list[Effect]:
+    """What committed event ``rec`` asks for, given the session's state at it."""
+    match rec.event:
+        case DebounceArmed(timer_id=timer_id, due=due):
+            return [ArmTimer(timer_id=timer_id, due=due)]
+        case TurnStarted(run_id=run_id):
+            return [
+                Create(
+                    key=f"spawn:{run_id}",
+                    stream=run_stream(run_id),
+                    input=turn_run(at, rec.event, rec.stream),
+                    stamp=True,
+                )
+            ]
+        case _:
+            return []
+
+
+def turn_run(state: Session, turn: TurnStarted, stream: str) -> RunCreated:
+    """The run of ``turn``, given the session's state just after it: the
+    turn's merged messages are its input, the context before them its
+    conversation."""
+    settings = state.settings
+    model_id = next(
+        (m.model for m in settings.models if m.name == state.model and m.model),
+        settings.run.model,
+    )
+    run_settings = replace(settings.run, model=model_id)
+    context = build_context(
+        settings,
+        model=state.model,
+        system_prompt=run_settings.system_prompt,
+        core_memory="\n".join(f"{k}: {v}" for k, v in state.core_memory),
+        summary=state.summary,
+        segment=state.messages[:-1],  # the last one is the turn's own input
+        pending=turn.text,
+        tools=run_settings.tools,
+    )
+    return RunCreated(
+        run_id=turn.run_id,
+        input_text=turn.text,
+        settings=run_settings,
+        conversation=context.messages,
+        channel_id=state.channel,
+        user_id=turn.sender,
+        context_id=state.session_id,
+        reply_to=stream,
+    )
+
+
+def pending(event: Event) -> Pending:
+    """What a session's event asks of a host that a crash must not lose."""
+    match event:
+        case DebounceArmed(timer_id=timer_id, due=due):
+            return Pending(wants=(Want(key=timer_id, kind="timer", due_at=due),))
+        case WakeDue(timer_id=timer_id):
+            return Pending(answers=(timer_id,))
+        case TurnStarted(run_id=run_id):
+            return Pending(wants=(Want(key=f"spawn:{run_id}", kind="create"),))
+        case SubagentFinished(result=result):
+            return Pending(answers=(f"notify:{result.run_id}",))
+        case _:
+            return Pending()
+
+
+def correlation(state: Session, input: Event) -> str | None:
+    """A session's commits correlate by the session."""
+    if isinstance(input, SessionOpened):
+        return input.session_id
+    return state.session_id or None
