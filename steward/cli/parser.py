@@ -8,6 +8,7 @@ from typing import NoReturn, get_args
 import msgspec
 
 from steward import events
+from steward.cli.chat import cmd_chat
 from steward.cli.demo import cmd_demo
 from steward.cli.env import DEFAULT_NATS_URL, EXIT_INPUT
 from steward.cli.history import cmd_export, cmd_fork, cmd_rebuild, cmd_replay
@@ -275,6 +276,27 @@ def build_parser() -> argparse.ArgumentParser:
         "On a long log, prints its position each second on standard error.",
     )
     s.set_defaults(fn=cmd_rebuild)
+
+    s = sub.add_parser(
+        "chat",
+        help="chat with a session: each line a message, each answer printed",
+        description="Chat with session cli:ID. Each line is a message; "
+        "commands (/new /model /models /memory /status /help) are answered at "
+        "once, other messages after the debounce quiet time ([session] "
+        "debounce_ms) by a turn (a run). When standard input is not a terminal, "
+        "one message per line, each answer printed, exit 0 at the end of input: "
+        "`printf 'hello\\n/status\\n' | steward --script s.yaml chat`. On an "
+        "embedded log no `serve` holds, this process hosts it while the chat "
+        "lasts; beside a `serve` it records the messages and reads the answers "
+        "from the log. Ctrl-D ends; Ctrl-C stops (exit 130).",
+    )
+    s.add_argument(
+        "--chat",
+        default="local",
+        metavar="ID",
+        help="the chat id: the session is cli:ID (default: local)",
+    )
+    s.set_defaults(fn=cmd_chat)
 
     s = sub.add_parser(
         "demo", help="a scripted run with a tool, a subagent and a sleep"
