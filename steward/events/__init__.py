@@ -15,18 +15,8 @@ from steward.events.codec import (
 )
 from steward.events.run import *  # noqa: F403
 from steward.events.run import __all__ as _run_all
-from steward.events.session import (
-    CommandAnswered,
-    DebounceArmed,
-    MessageReceived,
-    ModelBudget,
-    ModelSwitched,
-    ReplySent,
-    SegmentStarted,
-    SessionOpened,
-    SessionSettings,
-    TurnStarted,
-)
+from steward.events.session import *  # noqa: F403
+from steward.events.session import __all__ as _session_all
 from steward.events.union import UNION, EventUnion
 
 __all__ = [
@@ -48,14 +38,5 @@ __all__ = [
     "to_json",
     "type_name",
     *_run_all,
-    "CommandAnswered",
-    "DebounceArmed",
-    "MessageReceived",
-    "ModelBudget",
-    "ModelSwitched",
-    "ReplySent",
-    "SegmentStarted",
-    "SessionOpened",
-    "SessionSettings",
-    "TurnStarted",
+    *_session_all,
 ]

@@ -15,9 +15,7 @@ import msgspec
 from steward.events.base import Event
 from steward.events.run import RunSettings, SubagentFinished, WakeDue
 
-__all__ = [
-    "EVENT_TYPES",
-    "INPUT_TYPES",
+__all__ = [  # EVENT_TYPES and INPUT_TYPES are read from the module (as the run's)
     "CommandAnswered",
     "DebounceArmed",
     "MessageReceived",
