@@ -274,9 +274,7 @@ class Host:
             stream,
             batch,
             version,
-            correlation_id=None
-            if kind.correlation is None
-            else kind.correlation(state, input),
+            correlation_id=kind.correlation_of(state, input),
             causation_id=causation_id,
         )
         METRICS.commits += 1

@@ -130,6 +130,11 @@ class Kind(Generic[S]):
     def is_input(self, event: Event) -> bool:
         return isinstance(event, self.inputs)
 
+    def correlation_of(self, state: S, input: Event) -> str | None:
+        """The correlation id of a commit of ``input`` on ``state`` (``None``
+        for a kind that names none)."""
+        return None if self.correlation is None else self.correlation(state, input)
+
 
 RUN: Kind[run_actor.Run] = Kind(
     name="run",

@@ -37,6 +37,7 @@ from steward.isotime import duration, iso_time
 __all__ = [
     "COMMANDS",
     "Session",
+    "core_memory_text",
     "decide",
     "evolve",
     "initial",
@@ -85,6 +86,11 @@ initial = Session()
 def session_stream(session_id: str) -> str:
     """The stream of session ``session_id`` (``<channel>:<chat id>``)."""
     return f"session.{session_id}"
+
+
+def core_memory_text(state: Session) -> str:
+    """The core memory as the model and ``/memory`` show it: a line per key."""
+    return "\n".join(f"{key}: {value}" for key, value in state.core_memory)
 
 
 def is_command(text: str) -> bool:
@@ -198,9 +204,7 @@ def _command(input: MessageReceived, state: Session) -> list[Event]:
         case "/models":
             reply = _models(state)
         case "/memory":
-            reply = "\n".join(f"{k}: {v}" for k, v in state.core_memory) or (
-                "core memory is empty"
-            )
+            reply = core_memory_text(state) or "core memory is empty"
         case "/status":
             reply = _status(input, state)
         case "/help":

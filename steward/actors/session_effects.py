@@ -8,7 +8,7 @@ from msgspec.structs import replace
 
 from steward.actors.effects import ArmTimer, Create, Effect, Pending, Want
 from steward.actors.run_effects import run_stream
-from steward.actors.session import Session
+from steward.actors.session import Session, core_memory_text
 from steward.actors.session_context import build_context
 from steward.events import Event, Recorded
 from steward.events.run import RunCreated, SubagentFinished, WakeDue
@@ -51,7 +51,7 @@ def turn_run(state: Session, turn: TurnStarted, stream: str) -> RunCreated:
         settings,
         model=state.model,
         system_prompt=run_settings.system_prompt,
-        core_memory="\n".join(f"{k}: {v}" for k, v in state.core_memory),
+        core_memory=core_memory_text(state),
         summary=state.summary,
         segment=state.messages[:-1],  # the last one is the turn's own input
         pending=turn.text,

@@ -93,9 +93,7 @@ async def cmd_fork(env: Env, args: argparse.Namespace) -> int:
         # out only what its last step asks for. The fork is an actor of its
         # own, answering no one.
         copy = replay.fork_events(kept, old, new, kind.detach)
-        correlation = new
-        if kind.correlation is not None:
-            correlation = kind.correlation(kind.initial, copy[0]) or new
+        correlation = kind.correlation_of(kind.initial, copy[0]) or new
         await log.append(f"{kind.name}.{new}", copy, 0, correlation_id=correlation)
         if not runs:
             env.out(f"forked {stream} at version {args.at} as {kind.name}.{new}")

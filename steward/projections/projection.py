@@ -36,12 +36,14 @@ CREATE INDEX IF NOT EXISTS pending_stream ON pending(stream);
 class Projection:
     """The read models of actor kind ``kind``: ``schema`` creates ``tables``
     (idempotently), and ``apply`` applies one recorded event of a stream of
-    that kind to them."""
+    that kind to them. With ``keeps_pending``, ``apply`` also keeps the
+    kind's rows in ``pending`` (the projector's generic rows are left out)."""
 
     kind: str
     tables: tuple[str, ...]
     schema: str
     apply: Callable[[sqlite3.Connection, Recorded], None]
+    keeps_pending: bool = False
 
 
 def want(

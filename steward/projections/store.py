@@ -11,7 +11,8 @@ A projection is a set of handlers per actor kind (`PROJECTIONS`, a
 ``pending`` table for every kind (what a host routes again on start): the
 model and tool calls each stream requested and has no answer to, and what
 its kind's ``pending`` function says its events ask for and answer (timers,
-deliveries, creations; `steward.actors.kind.Kind.pending`).
+deliveries, creations; `steward.actors.kind.Kind.pending`), unless the
+kind's projection keeps those rows itself (``keeps_pending``: the run's).
 
 The file's ``user_version`` is a checksum of every table's schema: a file
 written under other schemas is dropped and rebuilt from the log on open
@@ -228,8 +229,8 @@ def _handle(conn: sqlite3.Connection, rec: Recorded) -> None:
     projection = PROJECTIONS.get(name)
     if projection is not None:
         projection.apply(conn, rec)
-    if name == RUNS.kind:
-        return  # the run's projection keeps its pending rows, with durations
+        if projection.keeps_pending:
+            return
     _requests(conn, rec)
     kind = KINDS.get(name)
     if kind is not None and kind.pending is not None:
