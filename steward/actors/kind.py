@@ -164,6 +164,9 @@ SESSION: Kind[session_actor.Session] = Kind(
     events=session_events.EVENT_TYPES,
     routed=session_effects.ROUTED,
     effects=session_effects.effects,
+    awaits=session_effects.awaits,
+    claim=session_effects.claim,
+    model_call=session_effects.model_call,
     correlation=session_effects.correlation,
     pending=session_effects.pending,
 )

@@ -19,12 +19,32 @@ from __future__ import annotations
 from msgspec import Struct
 from msgspec.structs import replace
 
+from steward.actors.prompt import prompt_hash
+from steward.actors.session_memory import memory_block, write, writer_prompt
 from steward.events.base import Event
-from steward.events.run import ChatMessage, SubagentFinished, WakeDue
+from steward.events.run import (
+    ChatMessage,
+    EffectClaimed,
+    LlmAttemptFailed,
+    LlmFailed,
+    LlmRequested,
+    LlmResponded,
+    LlmStreamRecorded,
+    SubagentFinished,
+    WakeDue,
+)
 from steward.events.session import (
     CommandAnswered,
+    ContextCompacted,
+    CoreMemoryChanged,
+    CoreMemorySet,
     DebounceArmed,
+    Elsewhere,
+    MemoryItem,
+    MemoryWriteFailed,
+    MemoryWritten,
     MessageReceived,
+    MessageRefused,
     ModelSwitched,
     ReplySent,
     SegmentStarted,
@@ -36,20 +56,27 @@ from steward.isotime import duration, iso_time
 
 __all__ = [
     "COMMANDS",
+    "CORE_MEMORY_CHARS",
     "Session",
     "core_memory_text",
+    "core_set_problem",
     "decide",
     "evolve",
     "initial",
     "is_command",
+    "model_id",
     "session_stream",
+    "writer_request",
 ]
+
+CORE_MEMORY_CHARS = 2000
+"""The characters core memory may hold, keys and values (Klaw's ~500 tokens)."""
 
 COMMANDS = (
     ("/new", "start a new segment: later turns see only messages from here on"),
     ("/model [NAME]", "show the session's model, or switch to NAME"),
     ("/models", "list the configured models and their context budgets"),
-    ("/memory", "show the core memory"),
+    ("/memory", "show the core memory and the memory items a turn sees"),
     ("/status", "uptime, model, segment start and model calls waiting"),
     ("/help", "this list"),
 )
@@ -77,7 +104,26 @@ class Session(Struct, frozen=True, kw_only=True):
     """The run of the turn in flight."""
     turns: int = 0
     core_memory: tuple[tuple[str, str], ...] = ()
+    """Core memory (always in a turn's context), key and value, set by the
+    ``memory.core_set`` tool."""
     summary: str | None = None
+    """The memory writer's last summary of this segment."""
+    window_turns: int = 0
+    """Turns in the window since the segment began or was last compacted."""
+    memory: tuple[MemoryItem, ...] = ()
+    """Memory items, archived ones too (they are searchable)."""
+    memory_ids: int = 0
+    """The memory item ids given so far (``m<n>``)."""
+    writing: tuple[ChatMessage, ...] = ()
+    """The messages the memory writer's call in flight reads."""
+    writer: str | None = None
+    """The memory writer's call in flight (its request id)."""
+    writes: int = 0
+    claim: tuple[str, str, float] | None = None
+    """The (request, worker, until) claim on the writer's call."""
+    elsewhere: tuple[Elsewhere, ...] = ()
+    """The sender's newest messages in other chats, as the newest message
+    that brought any found them."""
 
 
 initial = Session()
@@ -89,8 +135,48 @@ def session_stream(session_id: str) -> str:
 
 
 def core_memory_text(state: Session) -> str:
-    """The core memory as the model and ``/memory`` show it: a line per key."""
-    return "\n".join(f"{key}: {value}" for key, value in state.core_memory)
+    """The core memory as the model and ``/memory`` show it: a line per key,
+    then the memory items a turn sees (`memory_block`)."""
+    core = "\n".join(f"{key}: {value}" for key, value in state.core_memory)
+    return "\n\n".join(part for part in (core, memory_block(state.memory)) if part)
+
+
+def core_set_problem(state: Session, key: str, value: str | None) -> str | None:
+    """Why core memory ``key`` cannot be set to ``value``, or ``None``."""
+    if not key.strip() or len(key) > 64 or any(c in key for c in "\n\r:"):
+        return "a core memory key is 1 to 64 characters, without ':' or line breaks"
+    if value is None:
+        if all(k != key for k, _ in state.core_memory):
+            return f"core memory has no key {key!r}"
+        return None
+    others = sum(len(k) + len(v) for k, v in state.core_memory if k != key)
+    if others + len(key) + len(value) > CORE_MEMORY_CHARS:
+        return (
+            f"core memory holds at most {CORE_MEMORY_CHARS} characters; it has "
+            f"{others} besides {key!r}, and {len(key) + len(value)} more do not fit "
+            "(remove a key, or keep the detail in memory items)"
+        )
+    return None
+
+
+def model_id(state: Session) -> str:
+    """The model id the session's model is asked for."""
+    settings = state.settings
+    return next(
+        (m.model for m in settings.models if m.name == state.model and m.model),
+        settings.run.model,
+    )
+
+
+def writer_request(state: Session) -> LlmRequested:
+    """The memory writer's call for the messages ``state`` hands it."""
+    prompt = writer_prompt(model_id(state), state.writing, state.memory)
+    return LlmRequested(
+        request_id=f"{state.session_id}/memory/{state.writes + 1}",
+        iteration=state.writes + 1,
+        prompt_hash=prompt_hash(prompt),
+        priority="subagent",
+    )
 
 
 def is_command(text: str) -> bool:
@@ -111,7 +197,13 @@ def evolve(state: Session, event: Event) -> Session:
                 segment_at=event.at,
                 model=event.settings.model,
             )
-        case MessageReceived(text=text) if not is_command(text):
+        case MessageReceived(text=text) if not is_command(text) and not _refusal(
+            event, state
+        ):
+            if event.elsewhere:
+                return replace(
+                    state, buffer=(*state.buffer, event), elsewhere=event.elsewhere
+                )
             return replace(state, buffer=(*state.buffer, event))
         case DebounceArmed(timer_id=timer_id):
             return replace(state, timer=timer_id, timers=state.timers + 1)
@@ -128,11 +220,60 @@ def evolve(state: Session, event: Event) -> Session:
             )
         case ReplySent(text=text):
             answer = ChatMessage(role="assistant", content=text)
-            return replace(state, turn=None, messages=(*state.messages, answer))
+            return replace(
+                state,
+                turn=None,
+                messages=(*state.messages, answer),
+                window_turns=state.window_turns + 1,
+            )
         case SegmentStarted(segment=segment, at=at):
-            return replace(state, segment=segment, segment_at=at, messages=())
+            return replace(
+                state,
+                segment=segment,
+                segment_at=at,
+                messages=(),
+                summary=None,
+                window_turns=0,
+            )
         case ModelSwitched(model=model):
             return replace(state, model=model)
+        case CoreMemoryChanged(key=key, value=value):
+            keys = [k for k, _ in state.core_memory]
+            kept = tuple((k, v) for k, v in state.core_memory if k != key)
+            if value is None:
+                return replace(state, core_memory=kept)
+            if key not in keys:
+                return replace(state, core_memory=(*kept, (key, value)))
+            at = keys.index(key)  # a changed key keeps its place
+            return replace(state, core_memory=kept[:at] + ((key, value),) + kept[at:])
+        case ContextCompacted(dropped=dropped, kept=kept, request_id=request_id):
+            older, newer = state.messages[:dropped], state.messages[dropped:]
+            if request_id is None:
+                return replace(state, messages=newer, window_turns=kept)
+            limit = state.settings.memory_writer_max_messages
+            return replace(
+                state,
+                messages=newer,
+                window_turns=kept,
+                writing=older[-limit:] if limit > 0 else (),
+            )
+        case LlmRequested(request_id=request_id):
+            return replace(state, writer=request_id, writes=state.writes + 1)
+        case EffectClaimed(request_id=request_id, worker=worker, until=until):
+            return replace(state, claim=(request_id, worker, until))
+        case MemoryWritten(applied=applied, items=items, summary=summary):
+            adds = sum(1 for op in applied if op.op == "add")
+            return replace(
+                state,
+                memory=items,
+                memory_ids=state.memory_ids + adds,
+                summary=summary or state.summary,
+                writer=None,
+                writing=(),
+                claim=None,
+            )
+        case MemoryWriteFailed():
+            return replace(state, writer=None, writing=(), claim=None)
         case _:
             return state
 
@@ -145,6 +286,8 @@ def decide(input: Event, state: Session) -> list[Event] | None:
     if not state.session_id:
         return None
     match input:
+        case MessageReceived() if (refusal := _refusal(input, state)) is not None:
+            return [MessageRefused(message_id=input.message_id, reply=refusal)]
         case MessageReceived(text=text) if is_command(text):
             return _command(input, state)
         case MessageReceived(at=at):
@@ -160,12 +303,80 @@ def decide(input: Event, state: Session) -> list[Event] | None:
             if result.status != "completed":
                 text = f"(the turn {result.status}: {result.output})"
             reply = ReplySent(run_id=result.run_id, text=text, status=result.status)
+            decisions: list[Event] = [reply]
             after = evolve(state, reply)
+            if after.window_turns > state.settings.max_turns_per_context:
+                decisions += _compact(after)
+                for decision in decisions[1:]:
+                    after = evolve(after, decision)
             if after.buffer and after.timer is None:
-                return [reply, _turn(after)]
-            return [reply]
+                decisions.append(_turn(after))
+            return decisions
+        case CoreMemorySet(request_id=rid, key=key, value=value):
+            if core_set_problem(state, key, value) is not None:
+                return None
+            return [CoreMemoryChanged(request_id=rid, key=key, value=value)]
+        case LlmResponded(request_id=rid, text=text, at=at) if rid == state.writer:
+            written = write(state.memory, text, at=at, next_id=state.memory_ids + 1)
+            if written.error is not None:
+                return [MemoryWriteFailed(request_id=rid, reason=written.error)]
+            return [
+                MemoryWritten(
+                    request_id=rid,
+                    applied=written.applied,
+                    rejected=written.rejected,
+                    items=written.items,
+                    summary=written.summary,
+                )
+            ]
+        case LlmFailed(request_id=rid) if rid == state.writer:
+            reason = f"the model call failed: {input.kind}: {input.message}"
+            return [MemoryWriteFailed(request_id=rid, reason=reason)]
+        case LlmAttemptFailed(request_id=rid) | LlmStreamRecorded(request_id=rid) if (
+            rid == state.writer
+        ):
+            return []  # recorded for people; changes nothing
+        case EffectClaimed(request_id=rid) if rid == state.writer and _claimable(
+            state, input
+        ):
+            return []
         case _:
             return None
+
+
+def _refusal(input: MessageReceived, state: Session) -> str | None:
+    """Why a message cannot be taken, or ``None``."""
+    if not input.text.strip():
+        return "an empty message was not taken: send some text, or /help"
+    limit = state.settings.max_message_chars
+    if len(input.text) > limit:
+        return (
+            f"a message of {len(input.text)} characters was not taken: the limit is "
+            f"{limit} ([session] max_message_chars); send it in parts, or as a file"
+        )
+    return None
+
+
+def _compact(state: Session) -> list[Event]:
+    """The window's older half leaves it, for the memory writer (whose call
+    is asked for unless one is in flight: then the half only leaves)."""
+    dropped = len(state.messages) // 2
+    newer = state.messages[dropped:]
+    kept = sum(1 for m in newer if m.role == "user")
+    if state.writer is not None:
+        return [ContextCompacted(dropped=dropped, kept=kept)]
+    request_id = f"{state.session_id}/memory/{state.writes + 1}"
+    compacted = ContextCompacted(dropped=dropped, kept=kept, request_id=request_id)
+    return [compacted, writer_request(evolve(state, compacted))]
+
+
+def _claimable(state: Session, claim: EffectClaimed) -> bool:
+    """Whether ``claim`` may take the writer's call: unclaimed, expired, or
+    renewed by its own worker."""
+    if state.claim is None or state.claim[0] != claim.request_id:
+        return True
+    _, worker, until = state.claim
+    return worker == claim.worker or until <= claim.at
 
 
 def _turn(state: Session) -> TurnStarted:
@@ -204,7 +415,7 @@ def _command(input: MessageReceived, state: Session) -> list[Event]:
         case "/models":
             reply = _models(state)
         case "/memory":
-            reply = core_memory_text(state) or "core memory is empty"
+            reply = core_memory_text(state) or "core memory and memory items are empty"
         case "/status":
             reply = _status(input, state)
         case "/help":

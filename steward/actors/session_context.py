@@ -1,8 +1,10 @@
 """The context of a session's turn: a pure function of what the session holds.
 
 Five layers, in Klaw's order (spec 003, §3.3): the system prompt, core
-memory, the last summary, a sliding window of the current segment's
-messages, and the tool descriptions. The budget is the model's context
+memory (with the memory items a turn sees), the last summary, a sliding
+window of the current segment's messages, and the tool descriptions; after
+the summary, the sender's newest messages in other chats (Clifford's
+cross-channel blocks, spec 000). The budget is the model's context
 budget less the safety margin (10%); the fixed layers are placed first and
 the window keeps the newest messages that fit, at most ``sliding_window`` of
 them (``subagent_window`` for a subagent); it may be empty when the fixed
@@ -22,7 +24,7 @@ from collections.abc import Callable, Sequence
 import msgspec
 
 from steward.events.run import ChatMessage, ToolSpec
-from steward.events.session import SessionSettings
+from steward.events.session import Elsewhere, SessionSettings
 
 __all__ = ["Context", "TokenCounter", "budget_of", "build_context", "estimate"]
 
@@ -66,6 +68,7 @@ def build_context(
     segment: Sequence[ChatMessage],
     pending: str,
     tools: Sequence[ToolSpec] = (),
+    elsewhere: Sequence[Elsewhere] = (),
     subagent: bool = False,
     count: TokenCounter = estimate,
 ) -> Context:
@@ -76,6 +79,11 @@ def build_context(
         head.append(ChatMessage(role="system", content=f"Core memory:\n{core_memory}"))
     if summary:
         head.append(ChatMessage(role="system", content=f"Summary so far:\n{summary}"))
+    if elsewhere:
+        said = "\n".join(f"[{m.session_id}] {m.role}: {m.text}" for m in elsewhere)
+        head.append(
+            ChatMessage(role="system", content=f"Recently in other chats:\n{said}")
+        )
     tool_text = "\n".join(f"{t.name}: {t.description}" for t in tools)
     fixed = (
         count(system_prompt)

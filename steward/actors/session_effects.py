@@ -1,20 +1,32 @@
 """What a session's committed decisions ask of the host, as effect values
-(pure): its debounce timers, and each turn's run, created with the turn's
-context and answering the session through ``reply_to``."""
+(pure): its debounce timers, each turn's run (created with the turn's
+context and answering the session through ``reply_to``), and the memory
+writer's model call (`model_call`, its prompt rebuilt from the state)."""
 
 from __future__ import annotations
 
 from msgspec.structs import replace
 
-from steward.actors.effects import ArmTimer, Create, Effect, Pending, Want
+from steward.actors.effects import ArmTimer, Create, Effect, ModelCall, Pending, Want
+from steward.actors.prompt import Prompt, PromptCache
 from steward.actors.run_effects import run_stream
-from steward.actors.session import Session, core_memory_text
+from steward.actors.session import Session, core_memory_text, model_id
 from steward.actors.session_context import build_context
+from steward.actors.session_memory import writer_prompt
 from steward.events import Event, Recorded
-from steward.events.run import RunCreated, SubagentFinished, WakeDue
+from steward.events.run import LlmRequested, RunCreated, SubagentFinished, WakeDue
 from steward.events.session import DebounceArmed, SessionOpened, TurnStarted
 
-__all__ = ["ROUTED", "correlation", "effects", "pending", "turn_run"]
+__all__ = [
+    "ROUTED",
+    "awaits",
+    "claim",
+    "correlation",
+    "effects",
+    "model_call",
+    "pending",
+    "turn_run",
+]
 
 ROUTED: frozenset[type[Event]] = frozenset({DebounceArmed, TurnStarted})
 
@@ -42,11 +54,7 @@ def turn_run(state: Session, turn: TurnStarted, stream: str) -> RunCreated:
     turn's merged messages are its input, the context before them its
     conversation."""
     settings = state.settings
-    model_id = next(
-        (m.model for m in settings.models if m.name == state.model and m.model),
-        settings.run.model,
-    )
-    run_settings = replace(settings.run, model=model_id)
+    run_settings = replace(settings.run, model=model_id(state))
     context = build_context(
         settings,
         model=state.model,
@@ -56,6 +64,9 @@ def turn_run(state: Session, turn: TurnStarted, stream: str) -> RunCreated:
         segment=state.messages[:-1],  # the last one is the turn's own input
         pending=turn.text,
         tools=run_settings.tools,
+        elsewhere=state.elsewhere[-settings.cross_channel_limit :]
+        if settings.cross_channel_limit > 0
+        else (),
     )
     return RunCreated(
         run_id=turn.run_id,
@@ -89,3 +100,30 @@ def correlation(state: Session, input: Event) -> str | None:
     if isinstance(input, SessionOpened):
         return input.session_id
     return state.session_id or None
+
+
+def model_call(
+    state: Session,
+    request: LlmRequested,
+    cache: PromptCache | None = None,
+    prompt: Prompt | None = None,
+) -> ModelCall:
+    """The memory writer's call: the prompt its request hashed, rebuilt
+    from the state at the request."""
+    return ModelCall(
+        prompt=prompt or writer_prompt(model_id(state), state.writing, state.memory),
+        actor_id=state.session_id,
+        profile=state.settings.profile,
+    )
+
+
+def awaits(state: Session, request_id: str) -> bool:
+    """Whether the session still waits for model call ``request_id``."""
+    return state.writer == request_id
+
+
+def claim(state: Session, request_id: str) -> tuple[str, float] | None:
+    """The (worker, until) of the claim on the writer's call, if any."""
+    if state.claim is None or state.claim[0] != request_id:
+        return None
+    return state.claim[1], state.claim[2]

@@ -13,14 +13,34 @@ from __future__ import annotations
 import msgspec
 
 from steward.events.base import Event
-from steward.events.run import RunSettings, SubagentFinished, WakeDue
+from steward.events.run import (
+    EffectClaimed,
+    LlmAttemptFailed,
+    LlmFailed,
+    LlmRequested,
+    LlmResponded,
+    LlmStreamRecorded,
+    RunSettings,
+    SubagentFinished,
+    WakeDue,
+)
 
 __all__ = [  # EVENT_TYPES and INPUT_TYPES are read from the module (as the run's)
     "CommandAnswered",
+    "ContextCompacted",
+    "CoreMemoryChanged",
+    "CoreMemorySet",
     "DebounceArmed",
+    "Elsewhere",
+    "MemoryItem",
+    "MemoryOp",
+    "MemoryWriteFailed",
+    "MemoryWritten",
+    "MessageRefused",
     "MessageReceived",
     "ModelBudget",
     "ModelSwitched",
+    "RejectedOp",
     "ReplySent",
     "SegmentStarted",
     "SessionOpened",
@@ -60,6 +80,65 @@ class SessionSettings(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """The same for a subagent's context."""
     run: RunSettings = RunSettings()
     """The settings of a turn's run (its model is the session's)."""
+    profile: str = "default"
+    """The agent profile (``[agents]``) whose model the session's own model
+    calls (the memory writer) go to, as its turns' runs do."""
+    max_message_chars: int = 32_768
+    """The longest message taken; a longer one is answered with an error."""
+    max_turns_per_context: int = 60
+    """Turns in the window before it is compacted (Clifford's
+    ``maxTurnsPerContext``): the older half leaves it for the memory writer."""
+    memory_writer_max_messages: int = 40
+    """The newest of the compacted messages the memory writer reads."""
+    cross_channel_limit: int = 12
+    """Messages from the sender's other chats a turn's context shows."""
+
+
+class Elsewhere(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """A message of the same sender in another chat (a cross-channel block),
+    as the process that took a message found it."""
+
+    session_id: str
+    role: str
+    text: str
+
+
+class MemoryItem(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """One remembered fact (Clifford's ``memoryItems``): ``module.key`` at
+    ``level`` 0 (durable: identity, constraints) to 5 (recent context).
+    Archived items leave the context but stay searchable."""
+
+    id: str
+    module: str
+    key: str
+    level: int
+    value: str
+    confidence: float = 0.6
+    seen_at: float = 0.0
+    archived: bool = False
+
+
+class MemoryOp(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One memory writer operation, as validated: ``add``, ``update``,
+    ``delete`` or ``touch`` of an item named by ``id`` or ``module`` +
+    ``key``."""
+
+    op: str
+    id: str | None = None
+    module: str | None = None
+    key: str | None = None
+    level: int | None = None
+    value: str | None = None
+    confidence: float | None = None
+
+
+class RejectedOp(msgspec.Struct, frozen=True, kw_only=True):
+    """An operation the memory writer gave that was not applied: its place
+    in the list, its JSON text (cut to 500 characters) and why."""
+
+    index: int
+    op: str
+    reason: str
 
 
 # -- inputs -------------------------------------------------------------------
@@ -87,7 +166,21 @@ class MessageReceived(Event, frozen=True, kw_only=True):
     text: str
     sender: str | None = None
     llm_waiting: int | None = None
+    elsewhere: tuple[Elsewhere, ...] = ()
+    """The sender's newest messages in other chats, oldest first, when the
+    process that took this one looked (``[session] cross_channel``)."""
     at: float = 0.0
+
+
+class CoreMemorySet(Event, frozen=True, kw_only=True):
+    """A turn's ``memory.core_set`` tool call: set core memory ``key`` to
+    ``value`` (``None`` removes it). ``request_id`` is the tool call's, so
+    a call delivered twice changes memory once."""
+
+    request_id: str
+    key: str
+    value: str | None = None
+    run_id: str = ""
 
 
 # -- decisions ----------------------------------------------------------------
@@ -127,6 +220,14 @@ class CommandAnswered(Event, frozen=True, kw_only=True):
     reply: str
 
 
+class MessageRefused(Event, frozen=True, kw_only=True):
+    """A message that cannot be taken (empty, or longer than the session's
+    ``max_message_chars``), answered with why; the log keeps it."""
+
+    message_id: str
+    reply: str
+
+
 class SegmentStarted(Event, frozen=True, kw_only=True):
     """``/new``: later turns see only messages from here on. The log keeps
     every earlier one."""
@@ -141,6 +242,46 @@ class ModelSwitched(Event, frozen=True, kw_only=True):
     model: str
 
 
+class CoreMemoryChanged(Event, frozen=True, kw_only=True):
+    """Core memory ``key`` is ``value`` from now on (``None``: removed)."""
+
+    request_id: str
+    key: str
+    value: str | None = None
+
+
+class ContextCompacted(Event, frozen=True, kw_only=True):
+    """The window held more than ``max_turns_per_context`` turns: its older
+    ``dropped`` messages left it (the log keeps them), and ``request_id``
+    asks the memory writer to remember what they said (``None`` when a
+    writer call was in flight already)."""
+
+    dropped: int
+    kept: int
+    request_id: str | None = None
+
+
+class MemoryWritten(Event, frozen=True, kw_only=True):
+    """The memory writer's answer to ``request_id``, validated: the
+    operations ``applied``, those ``rejected`` with their reasons, the memory
+    items after them (within the caps), and the summary it gave, if any."""
+
+    request_id: str
+    applied: tuple[MemoryOp, ...] = ()
+    rejected: tuple[RejectedOp, ...] = ()
+    items: tuple[MemoryItem, ...] = ()
+    summary: str | None = None
+
+
+class MemoryWriteFailed(Event, frozen=True, kw_only=True):
+    """The memory writer's call ``request_id`` gave nothing usable (the
+    model failed, or its reply was no list of operations): memory is as it
+    was."""
+
+    request_id: str
+    reason: str
+
+
 EVENT_TYPES: tuple[type[Event], ...] = (
     SessionOpened,
     MessageReceived,
@@ -152,10 +293,28 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     CommandAnswered,
     SegmentStarted,
     ModelSwitched,
+    MessageRefused,
+    CoreMemorySet,
+    CoreMemoryChanged,
+    ContextCompacted,
+    LlmRequested,
+    LlmResponded,
+    LlmFailed,
+    LlmAttemptFailed,
+    LlmStreamRecorded,
+    EffectClaimed,
+    MemoryWritten,
+    MemoryWriteFailed,
 )
 INPUT_TYPES: tuple[type[Event], ...] = (
     SessionOpened,
     MessageReceived,
     WakeDue,
     SubagentFinished,
+    CoreMemorySet,
+    LlmResponded,
+    LlmFailed,
+    LlmAttemptFailed,
+    LlmStreamRecorded,
+    EffectClaimed,
 )

@@ -42,6 +42,7 @@ DECIDERS = [
     "steward/actors/session.py",
     "steward/actors/session_context.py",
     "steward/actors/session_effects.py",
+    "steward/actors/session_memory.py",
     "steward/actors/run_effects.py",
     "steward/isotime.py",
     "steward/events/__init__.py",

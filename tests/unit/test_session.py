@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hypothesis
 from hypothesis import strategies as st
+from msgspec.structs import replace
 
 from steward.actors import session as s
 from steward.actors.effects import ArmTimer, Create
@@ -18,8 +19,10 @@ from steward.actors.session_effects import effects, turn_run
 from steward.events import (
     ChatMessage,
     CommandAnswered,
+    CoreMemorySet,
     DebounceArmed,
     Event,
+    LlmResponded,
     MessageReceived,
     ModelBudget,
     ModelSwitched,
@@ -411,7 +414,12 @@ def test_slash_status_returns_uptime_and_session_info() -> None:
 
 
 def test_slash_memory_shows_core_memory() -> None:
-    assert _reply(Chat().say("/memory", at=1001.0)) == "core memory is empty"
+    chat = Chat()
+    assert _reply(chat.say("/memory", at=1001.0)) == (
+        "core memory and memory items are empty"
+    )
+    chat.give(CoreMemorySet(request_id="q1", key="name", value="Alex"))
+    assert _reply(chat.say("/memory", at=1002.0)) == "name: Alex"
 
 
 def test_slash_help_lists_every_command() -> None:
@@ -448,13 +456,27 @@ def test_a_turn_asks_for_its_run_and_a_message_for_its_timer() -> None:
     assert isinstance(create, Create) and create.stream == "run.cli:c1-t1"
 
 
+WRITER_REPLIES = [
+    '[{"op":"add","level":1,"module":"identity","key":"name","value":"Alex"}]',
+    '{"operations":[{"op":"touch","module":"identity","key":"name"}],"summary":"s"}',
+    '[{"op":"add","level":9,"module":"identity","key":"x","value":"y"}]',
+    '[{"op":"delete","id":"m1"},{"op":"update","id":"m2","value":"v"}]',
+    "no JSON at all",
+    "[1, 2]",
+]
+
 inputs = st.one_of(
     st.tuples(
         st.just("say"),
-        st.sampled_from(["hi", "/new", "/model large", "/status", "/nope", "x" * 50]),
+        st.sampled_from(
+            ["hi", "/new", "/model large", "/status", "/nope", "x" * 50, " ", "/memory"]
+        ),
     ),
     st.tuples(st.just("wake"), st.booleans()),
     st.tuples(st.just("answer"), st.sampled_from(["completed", "failed"])),
+    st.tuples(st.just("turn"), st.sampled_from(["completed", "failed"])),
+    st.tuples(st.just("core"), st.sampled_from(["a", "b", "", "c" * 3000])),
+    st.tuples(st.just("write"), st.sampled_from(WRITER_REPLIES)),
 )
 
 
@@ -468,9 +490,9 @@ def test_fold_of_the_log_is_the_live_state_and_every_step_re_decides(
     """Random timings, commands and replies: folding the recorded events gives
     the live state, and deciding each recorded input again on the state
     before it gives the recorded decisions."""
-    chat = Chat()
+    chat = Chat(settings=replace(SETTINGS, max_turns_per_context=2))
     at = 1000.0
-    for (what, arg), gap in zip(script, gaps, strict=False):
+    for n, ((what, arg), gap) in enumerate(zip(script, gaps, strict=False)):
         at += gap
         if what == "say":
             chat.say(str(arg), at=at)
@@ -478,6 +500,17 @@ def test_fold_of_the_log_is_the_live_state_and_every_step_re_decides(
             chat.give(WakeDue(timer_id=chat.state.timer if arg else "stale"))
         elif what == "answer" and chat.state.turn is not None:
             chat.answer("reply", status=str(arg))
+        elif what == "turn":  # a whole exchange, unless a turn is in flight
+            chat.say("question", at=at)
+            if chat.state.timer is not None:
+                chat.give(WakeDue(timer_id=chat.state.timer))
+            if chat.state.turn is not None:
+                chat.answer("answer", status=str(arg))
+        elif what == "core":
+            value = str(arg) or None
+            chat.give(CoreMemorySet(request_id=f"q{n}", key="k", value=value))
+        elif what == "write" and chat.state.writer is not None:
+            chat.give(LlmResponded(request_id=chat.state.writer, text=str(arg), at=at))
     assert SESSION.fold(chat.log) == chat.state
     state = s.initial
     i = 0
