@@ -393,6 +393,22 @@ class Host:
         if self.worker_id is not None and self.projector is not None:
             self._sweeper = asyncio.create_task(self._sweep())
 
+    async def settle(self, timeout: float = 60.0) -> bool:
+        """Wait until this host has routed everything in the log and no
+        effect it started is in flight (their answers recorded, and what
+        those asked for done too); timers armed for later are not waited
+        for. ``False`` when ``timeout`` seconds pass first: what is still in
+        flight is in the log, and the next host carries it out."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while loop.time() < deadline:
+            if not self._inflight and self.position >= await self.log.head():
+                await asyncio.sleep(0.02)  # what the last answer's commit asks
+                if not self._inflight and self.position >= await self.log.head():
+                    return True
+            await asyncio.sleep(0.01)
+        return False
+
     async def stop(self) -> None:
         """Stop following the log and cancel effects still in flight."""
         running = (self._dispatcher, self._timer_task, self._sweeper, *self._tasks)

@@ -22,6 +22,7 @@ from steward.cli.runs import (
     cmd_start,
 )
 from steward.cli.serve import cmd_serve, cmd_worker
+from steward.cli.sessions import cmd_sessions_list, cmd_sessions_send, cmd_sessions_show
 from steward.config.settings import Port
 
 
@@ -297,6 +298,59 @@ def build_parser() -> argparse.ArgumentParser:
         help="the chat id: the session is cli:ID (default: local)",
     )
     s.set_defaults(fn=cmd_chat)
+
+    sessions = sub.add_parser(
+        "sessions", help="list or inspect chat sessions, or send one a message"
+    )
+    ssub = sessions.add_subparsers(
+        dest="sessions_command", required=True, metavar="ACTION"
+    )
+    s = ssub.add_parser("list", help="the sessions, the last active first")
+    s.add_argument(
+        "--limit", type=_positive, default=20, help="at most this many (default: 20)"
+    )
+    s.set_defaults(fn=cmd_sessions_list)
+    s = ssub.add_parser(
+        "show",
+        help="a session's segment, core memory, memory items and messages",
+        description="A session from the read models: its model and segment, "
+        "core memory, the memory writer's summary and items (archived ones "
+        "marked), and its newest messages with their segment and run.",
+    )
+    s.add_argument("id", help="the session id, CHANNEL:CHAT (as cli:local)")
+    s.add_argument(
+        "--messages",
+        type=_positive,
+        default=40,
+        metavar="N",
+        help="show the newest N messages (default: 40)",
+    )
+    s.set_defaults(fn=cmd_sessions_show)
+    s = ssub.add_parser(
+        "send",
+        help="send a session a message and print its answer (a serve answers)",
+        description="Record a message to session ID (opened with the [session] "
+        "settings if new) and wait for its answer, which a running `steward "
+        "serve` (or `steward chat`) on the log gives: a command's at once, a "
+        "turn's after the debounce. Exit 3 when none comes in time (the message "
+        "stays recorded).",
+    )
+    s.add_argument("id", help="the session id, CHANNEL:CHAT (as telegram:42)")
+    s.add_argument("text", help="the message")
+    s.add_argument("--sender", help="who sends it (for cross-channel context)")
+    s.add_argument(
+        "--timeout",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="how long to wait for the answer (default: 120)",
+    )
+    s.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="print the message id once recorded; do not wait for the answer",
+    )
+    s.set_defaults(fn=cmd_sessions_send)
 
     s = sub.add_parser(
         "demo", help="a scripted run with a tool, a subagent and a sleep"

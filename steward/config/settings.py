@@ -255,6 +255,18 @@ class SessionConfig(_Section, frozen=True, kw_only=True):
     """The newest messages of a segment a turn's context shows, at most."""
     subagent_window: Positive = 5
     """The same for a subagent's context (Klaw ``subagentWindow``)."""
+    max_message_chars: Positive = 32_768
+    """The longest message a session takes; a longer one is answered with
+    the limit and starts no turn."""
+    max_turns_per_context: Positive = 60
+    """Turns in a session's window before its older half is compacted and
+    handed to the memory writer (Clifford ``maxTurnsPerContext``)."""
+    memory_writer_max_messages: Positive = 40
+    """The newest compacted messages the memory writer reads (Clifford
+    ``memoryWriterMaxMessages``)."""
+    cross_channel_limit: NonNegative = 12
+    """Messages from the sender's other chats a turn's context shows
+    (Clifford ``CROSS_CHANNEL_MESSAGE_LIMIT``); 0 shows none."""
 
 
 def _default_agents() -> dict[str, AgentProfile]:
@@ -367,6 +379,11 @@ class Settings(_Section, frozen=True, kw_only=True):
             sliding_window=config.sliding_window,
             subagent_window=config.subagent_window,
             run=self.run_settings(config.profile, tools),
+            profile=config.profile,
+            max_message_chars=config.max_message_chars,
+            max_turns_per_context=config.max_turns_per_context,
+            memory_writer_max_messages=config.memory_writer_max_messages,
+            cross_channel_limit=config.cross_channel_limit,
         )
 
     def run_settings(

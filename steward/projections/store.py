@@ -7,7 +7,8 @@ events carry (never the current time), so ``rebuild`` gives identical tables.
 
 A projection is a set of handlers per actor kind (`PROJECTIONS`, a
 `steward.projections.projection.Projection` per kind name; the run kind's is
-`steward.projections.runs.RUNS`). Besides them the projector keeps the
+`steward.projections.runs.RUNS`, the session kind's
+`steward.projections.sessions.SESSIONS`). Besides them the projector keeps the
 ``pending`` table for every kind (what a host routes again on start): the
 model and tool calls each stream requested and has no answer to, and what
 its kind's ``pending`` function says its events ask for and answer (timers,
@@ -34,6 +35,7 @@ from steward.bus import EventLog
 from steward.events import Recorded
 from steward.projections.projection import PENDING_SCHEMA, Projection, done, want
 from steward.projections.runs import RUNS
+from steward.projections.sessions import SESSIONS
 
 __all__ = ["PROJECTIONS", "Projector", "register", "schema_version"]
 
@@ -43,7 +45,7 @@ CREATE TABLE IF NOT EXISTS projection_checkpoint (
 );
 """
 
-PROJECTIONS: dict[str, Projection] = {RUNS.kind: RUNS}
+PROJECTIONS: dict[str, Projection] = {RUNS.kind: RUNS, SESSIONS.kind: SESSIONS}
 """The read models of each actor kind, by kind name."""
 
 

@@ -1,0 +1,119 @@
+"""Sessions end to end through the command line: a chat long enough to be
+compacted, the memory writer's operations applied (and one rejected), the
+memory views in `sessions list|show`, `replay --verify` of the session, and
+`projections rebuild` giving the memory views byte for byte; `sessions send`
+answering commands and refusing bad messages with a reason."""
+
+from __future__ import annotations
+
+import io
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from support import act
+
+from steward import cli
+
+WRITER_REPLY = json.dumps(
+    {
+        "operations": [
+            {
+                "op": "add",
+                "level": 1,
+                "module": "identity",
+                "key": "name",
+                "value": "Ada",
+            },
+            {"op": "add", "level": 9, "module": "identity", "key": "x", "value": "y"},
+        ],
+        "summary": "Ada introduced herself.",
+    }
+)
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A script for three turns and the memory writer; compaction after two
+    turns; a short debounce."""
+    script = tmp_path / "s.json"
+    replies = [
+        {"text": act(type="send_message", message=f"reply {n}")} for n in (1, 2, 3)
+    ]
+    script.write_text(
+        json.dumps({"replies": replies, "subagent_replies": [WRITER_REPLY]})
+    )
+    monkeypatch.setenv("STEWARD_SESSION_DEBOUNCE_MS", "10")
+    monkeypatch.setenv("STEWARD_SESSION_MAX_TURNS_PER_CONTEXT", "2")
+    monkeypatch.chdir(tmp_path)
+    return script
+
+
+def _steward(*argv: str) -> int:
+    return cli.main(["--db", "log.db", *argv])
+
+
+def _memory_views(path: Path) -> list[tuple[object, ...]]:
+    conn = sqlite3.connect(path)
+    try:
+        rows: list[tuple[object, ...]] = []
+        for table in ("sessions", "messages", "memory_items"):
+            rows += conn.execute(f"SELECT * FROM {table} ORDER BY 1, 2").fetchall()
+        for index in ("messages_fts", "memory_fts"):
+            rows += conn.execute(
+                f"SELECT rowid, text FROM {index} ORDER BY rowid"
+            ).fetchall()
+        return rows
+    finally:
+        conn.close()
+
+
+def test_a_compacted_chat_leaves_memory_the_views_show_and_rebuild_exactly(
+    env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO("I am Ada\nhow are you\nbye\n"))
+    assert _steward("--script", str(env), "chat") == 0
+    assert capsys.readouterr().out.splitlines() == ["reply 1", "reply 2", "reply 3"]
+
+    assert _steward("sessions", "list") == 0
+    header, row = capsys.readouterr().out.splitlines()
+    assert header.split()[:3] == ["id", "model", "segment"]
+    assert row.split()[:6] == ["cli:local", "default", "0", "3", "3", "1"]
+
+    assert _steward("sessions", "show", "cli:local") == 0
+    shown = capsys.readouterr().out
+    assert "summary: Ada introduced herself." in shown
+    assert "[m1] L1 identity.name: Ada" in shown
+    assert "1 compactions" in shown
+
+    assert _steward("replay", "session.cli:local", "--verify") == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "verify: ok"
+
+    before = _memory_views(env.parent / "log.db")
+    assert any(row == (1, "identity name Ada") for row in before)
+    assert _steward("projections", "rebuild") == 0
+    assert _memory_views(env.parent / "log.db") == before
+
+
+def test_sessions_send_answers_a_command_and_refuses_an_empty_message(
+    env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _steward("sessions", "send", "telegram:42", "/model") == 0
+    assert capsys.readouterr().out.strip() == "model: default"
+    assert _steward("sessions", "send", "telegram:42", "   ") == 0
+    assert "empty message was not taken" in capsys.readouterr().out
+    assert _steward("sessions", "send", "telegram:42", "hi", "--no-wait") == 0
+    assert capsys.readouterr().out.startswith("telegram:42-")
+    assert _steward("sessions", "show", "telegram:42") == 0
+    shown = capsys.readouterr().out
+    assert "refused" in shown and "3 messages, 0 turns" in shown
+
+
+def test_a_bad_session_id_is_one_line(
+    env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _steward("sessions", "send", "nocolon", "hi") == 2
+    assert "is not CHANNEL:CHAT" in capsys.readouterr().err
+    assert _steward("sessions", "show", "cli:none") == 2
+    assert "no session 'cli:none'" in capsys.readouterr().err
