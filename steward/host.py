@@ -755,7 +755,13 @@ class Host:
             return  # answered already (read back from the log, as a fork's copy)
         if not await self.claim(rec, rid):
             return  # another worker runs it, or it is answered already
-        ctx = ToolContext(workspace=self.workspace, run_id=rec.stream.partition(".")[2])
+        ctx = ToolContext(
+            workspace=self.workspace,
+            run_id=rec.stream.partition(".")[2],
+            request_id=rid,
+            actors=self,
+            reads=self.projector,
+        )
         assert self.tools is not None
         try:
             result = await call_tool(

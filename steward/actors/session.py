@@ -76,7 +76,7 @@ COMMANDS = (
     ("/new", "start a new segment: later turns see only messages from here on"),
     ("/model [NAME]", "show the session's model, or switch to NAME"),
     ("/models", "list the configured models and their context budgets"),
-    ("/memory", "show the core memory and the memory items a turn sees"),
+    ("/memory", "show the core memory"),
     ("/status", "uptime, model, segment start and model calls waiting"),
     ("/help", "this list"),
 )
@@ -415,7 +415,7 @@ def _command(input: MessageReceived, state: Session) -> list[Event]:
         case "/models":
             reply = _models(state)
         case "/memory":
-            reply = core_memory_text(state) or "core memory and memory items are empty"
+            reply = core_memory_text(state) or "core memory is empty"
         case "/status":
             reply = _status(input, state)
         case "/help":

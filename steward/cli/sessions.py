@@ -39,7 +39,7 @@ async def open_session(env: Env, host: Host, session_id: str) -> str:
         )
     stream = session_stream(session_id)
     if (await host.state(stream))[1] == 0:
-        tools = ToolRegistry.with_builtins().specs()
+        tools = ToolRegistry.with_builtins(memory=True).specs()
         opening = SessionOpened(
             session_id=session_id,
             channel=channel,

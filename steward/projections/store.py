@@ -27,7 +27,7 @@ import sqlite3
 import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from steward import events
 from steward.actors.kind import KINDS
@@ -38,6 +38,8 @@ from steward.projections.runs import RUNS
 from steward.projections.sessions import SESSIONS
 
 __all__ = ["PROJECTIONS", "Projector", "register", "schema_version"]
+
+R = TypeVar("R")
 
 CHECKPOINT_SCHEMA = """
 CREATE TABLE IF NOT EXISTS projection_checkpoint (
@@ -201,6 +203,11 @@ class Projector:
             "WHERE kind != 'approval' ORDER BY stream, version"
         )
         return [(str(s), int(v)) for s, v in rows]
+
+    async def read(self, fn: Callable[[sqlite3.Connection], R]) -> R:
+        """``fn(connection)``, in the projector's thread, between batches."""
+        async with self._lock:
+            return await asyncio.to_thread(fn, self._conn)
 
     async def query(
         self, sql: str, params: Sequence[Any] = ()

@@ -539,6 +539,71 @@ async def session(rig: Rig) -> None:
     await rig.recorded(events.ReplySent, 2)
 
 
+async def session_memory(rig: Rig) -> None:
+    """A session's memory: core memory set by a turn's tool input, an empty
+    message refused, the window compacted after every turn past the first,
+    the memory writer's ops applied (one rejected), then a writer reply that
+    is no list of ops."""
+    chat = "session.cli:memory"
+    opened = Settings().session_settings(rig.tools.specs())
+    opened = msgspec.structs.replace(
+        opened,
+        max_turns_per_context=1,
+        run=msgspec.structs.replace(opened.run, planning_gate=False),
+    )
+    writer = {
+        "operations": [
+            {
+                "op": "add",
+                "level": 1,
+                "module": "identity",
+                "key": "name",
+                "value": "Ada",
+            },
+            {"op": "add", "level": 8, "module": "identity", "key": "age", "value": "9"},
+        ],
+        "summary": "Ada said hello.",
+    }
+    host = await rig.host(
+        per_run(
+            {
+                "cli:memory-t1": [act(type="finish", output="Hello.")],
+                "cli:memory-t2": [act(type="finish", output="Noted.")],
+                "cli:memory-t3": [act(type="finish", output="Bye.")],
+                "cli:memory": [json.dumps(writer), "I cannot remember that."],
+            }
+        )
+    )
+    n = 0
+
+    async def say(text: str) -> None:
+        nonlocal n
+        n += 1
+        message = events.MessageReceived(
+            message_id=f"m{n}", text=text, sender="ada", at=rig.clock.now()
+        )
+        await host.submit(chat, message)
+
+    start = events.SessionOpened(
+        session_id="cli:memory",
+        channel="cli",
+        chat_id="memory",
+        settings=opened,
+        at=rig.clock.now(),
+    )
+    await host.submit(chat, start)
+    core = events.CoreMemorySet(request_id="q1", key="city", value="Kiel", run_id="")
+    await host.submit(chat, core)
+    await say("   ")
+    for turn, text in enumerate(("I am Ada", "I like tea", "bye"), start=1):
+        await say(text)
+        await rig.advance(2.0)
+        await rig.recorded(events.ReplySent, turn)
+        if turn == 2:
+            await rig.recorded(events.MemoryWritten, 1)
+    await rig.recorded(events.MemoryWriteFailed, 1)
+
+
 Scenario = Callable[[Rig], Awaitable[None]]
 SCENARIOS: dict[str, Scenario] = {
     "json_protocol": json_protocol,
@@ -555,6 +620,7 @@ SCENARIOS: dict[str, Scenario] = {
     "claims": claims,
     "queued": queued,
     "session": session,
+    "session_memory": session_memory,
 }
 
 

@@ -76,11 +76,17 @@ EXPECTED: dict[str, dict[str, Final]] = {
         "cli:golden-t1": Final("completed", "Hello, Ada."),
         "cli:golden-t2": Final("completed", "A fresh start."),
     },
+    "session_memory": {
+        "cli:memory-t1": Final("completed", "Hello."),
+        "cli:memory-t2": Final("completed", "Noted."),
+        "cli:memory-t3": Final("completed", "Bye."),
+    },
 }
 """Each golden log's runs (by run id) and their final states."""
 
 SESSIONS: dict[str, dict[str, tuple[str, ...]]] = {
     "session": {"session.cli:golden": ("start over", "A fresh start.")},
+    "session_memory": {"session.cli:memory": ("bye", "Bye.")},
 }
 """Each golden log's sessions and the messages of their last segment."""
 

@@ -6,15 +6,20 @@ answering commands and refusing bad messages with a reason."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import sqlite3
 from pathlib import Path
 
 import pytest
-from support import act
+from support import PLAN, act
 
 from steward import cli
+from steward.actors.tools import ToolContext, ToolRegistry
+from steward.bus import SqliteEventLog
+from steward.events import ToolResulted
+from steward.host import Host
 
 WRITER_REPLY = json.dumps(
     {
@@ -117,3 +122,59 @@ def test_a_bad_session_id_is_one_line(
     assert "is not CHANNEL:CHAT" in capsys.readouterr().err
     assert _steward("sessions", "show", "cli:none") == 2
     assert "no session 'cli:none'" in capsys.readouterr().err
+
+
+def test_a_turn_sets_core_memory_and_searches_the_archive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The memory tools in a turn: ``memory.core_set`` becomes the session's
+    own event, ``memory.search`` finds an earlier message, ``core_get``
+    reads what was set."""
+    first = tmp_path / "first.json"
+    first.write_text(json.dumps({"replies": [act(type="send_message", message="Hi")]}))
+    turn = [
+        *PLAN,
+        act(
+            type="tool_call",
+            name="memory.core_set",
+            args={"key": "city", "value": "Kiel"},
+        ),
+        act(type="tool_call", name="memory.search", args={"query": "lighthouse"}),
+        act(type="tool_call", name="memory.core_get", args={}),
+        act(type="finish", output="Noted."),
+    ]
+    second = tmp_path / "second.json"
+    second.write_text(json.dumps({"replies": turn}))
+    monkeypatch.setenv("STEWARD_SESSION_DEBOUNCE_MS", "10")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.stdin", io.StringIO("the lighthouse is red\n"))
+    assert _steward("--script", str(first), "chat") == 0
+    monkeypatch.setattr("sys.stdin", io.StringIO("I live in Kiel\n/memory\n"))
+    assert _steward("--script", str(second), "chat") == 0
+    assert capsys.readouterr().out.splitlines() == ["Hi", "Noted.", "city: Kiel"]
+    results = asyncio.run(_tool_results(tmp_path / "log.db", "run.cli:local-t2"))
+    assert [r.ok for r in results] == [True, True, True]
+    found = json.loads(results[1].output)
+    assert found[0]["text"] == "the lighthouse is red"
+    assert found[0]["source"].startswith("message ")
+    assert results[2].output == "city: Kiel"
+    assert _steward("replay", "session.cli:local", "--verify") == 0
+
+
+async def _tool_results(path: Path, stream: str) -> list[ToolResulted]:
+    async with await SqliteEventLog.open(path) as log:
+        return [
+            r.event for r in await log.read(stream) if isinstance(r.event, ToolResulted)
+        ]
+
+
+def test_the_memory_tools_outside_a_session_say_so(tmp_path: Path) -> None:
+    async def call() -> str:
+        async with await SqliteEventLog.open(tmp_path / "log.db") as log:
+            ctx = ToolContext(workspace=tmp_path, run_id="r1", actors=Host(log))
+            registry = ToolRegistry.with_builtins(memory=True)
+            outcome = await registry.call("memory.core_get", {}, ctx=ctx)
+            assert not outcome.ok
+            return outcome.error or ""
+
+    assert "run r1 belongs to no chat session" in asyncio.run(call())

@@ -415,9 +415,7 @@ def test_slash_status_returns_uptime_and_session_info() -> None:
 
 def test_slash_memory_shows_core_memory() -> None:
     chat = Chat()
-    assert _reply(chat.say("/memory", at=1001.0)) == (
-        "core memory and memory items are empty"
-    )
+    assert _reply(chat.say("/memory", at=1001.0)) == "core memory is empty"
     chat.give(CoreMemorySet(request_id="q1", key="name", value="Alex"))
     assert _reply(chat.say("/memory", at=1002.0)) == "name: Alex"
 

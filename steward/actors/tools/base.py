@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import inspect
 import pathlib
+import sqlite3
 import typing
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, Protocol, TypeVar
@@ -22,10 +23,37 @@ import msgspec
 
 from steward.errors import ToolError
 
-__all__ = ["Tool", "ToolContext", "ToolFn", "is_argument_error", "tool"]
+__all__ = [
+    "Actors",
+    "ReadModels",
+    "Tool",
+    "ToolContext",
+    "ToolFn",
+    "is_argument_error",
+    "tool",
+]
 
 A = TypeVar("A", bound=msgspec.Struct)
 A_contra = TypeVar("A_contra", bound=msgspec.Struct, contravariant=True)
+R = TypeVar("R")
+
+
+class Actors(Protocol):
+    """The host, to a tool that reads an actor's state or gives it an input
+    (the ``memory.*`` tools and their session)."""
+
+    async def state(self, stream: str) -> tuple[Any, int]: ...
+
+    async def submit(
+        self, stream: str, input: Any, *, causation_id: str | None = None
+    ) -> Any: ...
+
+
+class ReadModels(Protocol):
+    """The projections, to a tool that reads them (``memory.search``):
+    ``read(fn)`` is ``fn(connection)``, run where the connection lives."""
+
+    async def read(self, fn: Callable[[sqlite3.Connection], R]) -> R: ...
 
 
 class ToolContext(msgspec.Struct, frozen=True, kw_only=True):
@@ -35,6 +63,12 @@ class ToolContext(msgspec.Struct, frozen=True, kw_only=True):
     """The directory the run's files tools are confined to."""
     run_id: str
     """The run that asked for the call."""
+    request_id: str = ""
+    """The tool call's request id."""
+    actors: Actors | None = None
+    """The host running the call; ``None`` where no host is (a unit test)."""
+    reads: ReadModels | None = None
+    """The host's projections; ``None`` when it keeps none."""
 
 
 class ToolFn(Protocol[A_contra]):

@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from steward.actors.tools import files
+from steward.actors.tools import memory as memory_tools
 from steward.actors.tools.base import (
     Tool,
     ToolContext,
@@ -91,9 +92,12 @@ class ToolRegistry:
         *,
         output_limit: int = DEFAULT_OUTPUT_LIMIT,
         timeout: float = DEFAULT_TIMEOUT,
+        memory: bool = False,
     ) -> ToolRegistry:
-        """A registry holding the built-in tools (``files.read/write/list``)."""
-        return cls(files.TOOLS, output_limit=output_limit, timeout=timeout)
+        """A registry holding the built-in tools (``files.read/write/list``),
+        and with ``memory`` the session turns' ``memory.*`` tools."""
+        tools = (*files.TOOLS, *(memory_tools.TOOLS if memory else ()))
+        return cls(tools, output_limit=output_limit, timeout=timeout)
 
     def register(self, tool: Tool[Any]) -> None:
         """Add a tool; its name must not be taken yet."""
