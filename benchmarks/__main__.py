@@ -2,7 +2,7 @@
 
 Usage: ``python -m benchmarks [--only NAME]``, NAME being a module of
 ``MODULES`` (``log_bench``, ``runtime_bench``, ``floor_bench``,
-``workers_bench``, or just ``log``).
+``workers_bench``, ``session_bench``, or just ``log``).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ MODULES = [
     "benchmarks.runtime_bench",
     "benchmarks.floor_bench",
     "benchmarks.workers_bench",
+    "benchmarks.session_bench",
 ]
 
 

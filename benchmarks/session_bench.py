@@ -1,0 +1,218 @@
+"""A chat session's own costs (issue #16).
+
+Targets:
+
+- the context builder for a 60-message window with core memory, a summary
+  and 12 cross-channel blocks <= 200 us (`build_context`, pure);
+- ``memory.search`` over 100,000 archived items of one session, p95 <= 5 ms
+  (`steward.projections.sessions.search` on a projection file the session
+  projection wrote, the FTS5 query the tool makes);
+- the session's own cost per message, from its arrival to its run's start,
+  excluding the debounce wait, <= 2x a run step on the same machine: CPU
+  time of committing the message, the timer's `WakeDue` (which starts the
+  turn) and the turn's `RunCreated` (with its context and first model
+  request), against the runtime's CPU per step measured here too.
+"""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+import tempfile
+import time
+from pathlib import Path
+from statistics import median, quantiles
+
+from benchmarks.common import REPEATS, Figure
+from benchmarks.runtime_bench import STEPS
+from benchmarks.runtime_bench import _measure as run_steps
+from steward import events
+from steward.actors.kind import KINDS
+from steward.actors.session import Session, session_stream
+from steward.actors.session_context import build_context
+from steward.bus import SqliteEventLog
+from steward.events import Recorded
+from steward.host import Host
+from steward.projections.sessions import SESSIONS, search
+from steward.projections.store import _schema
+
+WINDOW = 60
+ITEMS = 100_000
+MESSAGES = 200  # messages of the per-message cost, each its own session
+
+
+def _context_us() -> float:
+    """Median microseconds of one `build_context` of the target's shape."""
+    settings = events.SessionSettings(
+        sliding_window=WINDOW, default_budget_tokens=200_000
+    )
+    segment = tuple(
+        events.ChatMessage(
+            role="user" if n % 2 == 0 else "assistant",
+            content=f"message {n}: " + "some words of a chat " * 8,
+        )
+        for n in range(WINDOW)
+    )
+    elsewhere = tuple(
+        events.Elsewhere(session_id="telegram:7", role="user", text=f"over there {n}")
+        for n in range(12)
+    )
+    tools = tuple(
+        events.ToolSpec(name=f"tool.{n}", description="does a thing " * 5)
+        for n in range(6)
+    )
+    core = "\n".join(f"key{n}: a remembered value {n}" for n in range(20))
+    rounds = 2_000
+    times = []
+    for _ in range(REPEATS):
+        started = time.perf_counter()
+        for _ in range(rounds):
+            build_context(
+                settings,
+                model="default",
+                system_prompt="You are steward. " * 20,
+                core_memory=core,
+                summary="The user asked about tea and the weather. " * 5,
+                segment=segment,
+                pending="and now?",
+                tools=tools,
+                elsewhere=elsewhere,
+            )
+        times.append((time.perf_counter() - started) / rounds * 1e6)
+    return median(times)
+
+
+def _search_p95_ms(path: Path) -> float:
+    """p95 milliseconds of `search` over ``ITEMS`` memory items of one
+    session, written by the session projection itself."""
+    rng = random.Random(16)
+    vocabulary = [f"w{n:04d}" for n in range(5_000)]
+    items = tuple(
+        events.MemoryItem(
+            id=f"m{n}",
+            module="recent_context",
+            key=f"k{n}",
+            level=n % 6,
+            value=" ".join(rng.choices(vocabulary, k=8)),
+            archived=True,
+        )
+        for n in range(ITEMS)
+    )
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.executescript(_schema())
+    opened = events.SessionOpened(
+        session_id="cli:bench",
+        channel="cli",
+        chat_id="bench",
+        settings=events.SessionSettings(),
+    )
+    written = events.MemoryWritten(request_id="w1", items=items)
+    conn.execute("BEGIN")
+    for version, event in enumerate((opened, written), start=1):
+        SESSIONS.apply(
+            conn,
+            Recorded(
+                stream="session.cli:bench",
+                version=version,
+                position=version,
+                event=event,
+                at=1.0,
+            ),
+        )
+    conn.execute("COMMIT")
+    times = []
+    for _ in range(400):
+        query = " ".join(rng.choices(vocabulary, k=2))
+        started = time.perf_counter()
+        hits = search(conn, "cli:bench", query)
+        times.append((time.perf_counter() - started) * 1e3)
+        if not hits:
+            raise RuntimeError(f"memory.search found nothing for {query!r}")
+    conn.close()
+    return quantiles(times, n=20)[-1]
+
+
+async def _per_message_us(tmp: Path) -> float:
+    """CPU microseconds per message from arrival to its run's start."""
+    kind = KINDS["session"]
+    log = await SqliteEventLog.open(tmp / "session.db")
+    host = Host(log)  # not started: the effects are made here, one by one
+    settings = events.SessionSettings(
+        run=events.RunSettings(planning_gate=False, tools=())
+    )
+    opened = [
+        events.SessionOpened(
+            session_id=f"cli:{n}", channel="cli", chat_id=str(n), settings=settings
+        )
+        for n in range(MESSAGES)
+    ]
+    for opening in opened:
+        await host.submit(session_stream(opening.session_id), opening)
+    started = time.process_time()
+    for opening in opened:
+        stream = session_stream(opening.session_id)
+        message = events.MessageReceived(message_id="m1", text="hello there", at=1.0)
+        await host.submit(stream, message)
+        state: Session = (await host.state(stream))[0]
+        assert state.timer is not None
+        commit = await host.submit(stream, events.WakeDue(timer_id=state.timer))
+        assert commit is not None
+        turn = commit.records[-1]
+        after: Session = (await host.state(stream))[0]
+        assert kind.effects is not None
+        [create] = kind.effects(turn, after, after)
+        await host.submit(create.stream, create.input)
+    seconds = time.process_time() - started
+    await log.close()
+    return seconds / MESSAGES * 1e6
+
+
+async def run() -> list[Figure]:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        search_ms = _search_p95_ms(root / "search.db")
+        per_message = median(
+            [await _per_message_us(_fresh(root, n)) for n in range(REPEATS)]
+        )
+    step = median(
+        [
+            cpu / n * 1e6
+            for n, _, cpu in [await run_steps(1, STEPS) for _ in range(REPEATS)]
+        ]
+    )
+    return [
+        Figure(
+            "session context builder, 60 messages + 12 blocks",
+            _context_us(),
+            "us",
+            200.0,
+            higher_is_better=False,
+        ),
+        Figure(
+            f"memory.search p95, {ITEMS:,} items",
+            search_ms,
+            "ms",
+            5.0,
+            higher_is_better=False,
+        ),
+        Figure(
+            "session CPU per message to its run's start",
+            per_message,
+            "us",
+            2 * step,
+            higher_is_better=False,
+        ),
+        Figure(
+            "  (a run step's CPU, the target's unit)",
+            step,
+            "us",
+            None,
+            higher_is_better=False,
+        ),
+    ]
+
+
+def _fresh(root: Path, n: int) -> Path:
+    path = root / f"m{n}"
+    path.mkdir()
+    return path
