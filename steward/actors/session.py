@@ -119,6 +119,7 @@ class Session(Struct, frozen=True, kw_only=True):
     writer: str | None = None
     """The memory writer's call in flight (its request id)."""
     writes: int = 0
+    """The memory writer calls asked for so far."""
     claim: tuple[str, str, float] | None = None
     """The (request, worker, until) claim on the writer's call."""
     elsewhere: tuple[Elsewhere, ...] = ()
@@ -172,11 +173,16 @@ def writer_request(state: Session) -> LlmRequested:
     """The memory writer's call for the messages ``state`` hands it."""
     prompt = writer_prompt(model_id(state), state.writing, state.memory)
     return LlmRequested(
-        request_id=f"{state.session_id}/memory/{state.writes + 1}",
+        request_id=_writer_id(state),
         iteration=state.writes + 1,
         prompt_hash=prompt_hash(prompt),
         priority="subagent",
     )
+
+
+def _writer_id(state: Session) -> str:
+    """The request id of the session's next memory writer call."""
+    return f"{state.session_id}/memory/{state.writes + 1}"
 
 
 def is_command(text: str) -> bool:
@@ -365,8 +371,9 @@ def _compact(state: Session) -> list[Event]:
     kept = sum(1 for m in newer if m.role == "user")
     if state.writer is not None:
         return [ContextCompacted(dropped=dropped, kept=kept)]
-    request_id = f"{state.session_id}/memory/{state.writes + 1}"
-    compacted = ContextCompacted(dropped=dropped, kept=kept, request_id=request_id)
+    compacted = ContextCompacted(
+        dropped=dropped, kept=kept, request_id=_writer_id(state)
+    )
     return [compacted, writer_request(evolve(state, compacted))]
 
 
