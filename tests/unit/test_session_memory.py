@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 from msgspec.structs import replace
+from test_session import SETTINGS, Chat
 
 from steward.actors import session as s
 from steward.actors.prompt import prompt_hash
@@ -32,7 +33,6 @@ from steward.events import (
     MemoryWritten,
     MessageRefused,
 )
-from tests.unit.test_session import SETTINGS, Chat
 
 
 def _item(n: int, level: int, value: str = "v", seen_at: float = 0.0) -> MemoryItem:
