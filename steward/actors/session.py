@@ -66,6 +66,7 @@ __all__ = [
     "is_command",
     "model_id",
     "session_stream",
+    "window_turns",
     "writer_request",
 ]
 
@@ -108,8 +109,6 @@ class Session(Struct, frozen=True, kw_only=True):
     ``memory.core_set`` tool."""
     summary: str | None = None
     """The memory writer's last summary of this segment."""
-    window_turns: int = 0
-    """Turns in the window since the segment began or was last compacted."""
     memory: tuple[MemoryItem, ...] = ()
     """Memory items, archived ones too (they are searchable)."""
     memory_ids: int = 0
@@ -180,6 +179,13 @@ def writer_request(state: Session) -> LlmRequested:
     )
 
 
+def window_turns(state: Session) -> int:
+    """The finished turns the window holds (each a message of the user's,
+    the turn in flight's not counted)."""
+    asked = sum(1 for m in state.messages if m.role == "user")
+    return asked - (state.turn is not None)
+
+
 def _writer_id(state: Session) -> str:
     """The request id of the session's next memory writer call."""
     return f"{state.session_id}/memory/{state.writes + 1}"
@@ -230,7 +236,6 @@ def evolve(state: Session, event: Event) -> Session:
                 state,
                 turn=None,
                 messages=(*state.messages, answer),
-                window_turns=state.window_turns + 1,
             )
         case SegmentStarted(segment=segment, at=at):
             return replace(
@@ -239,7 +244,6 @@ def evolve(state: Session, event: Event) -> Session:
                 segment_at=at,
                 messages=(),
                 summary=None,
-                window_turns=0,
             )
         case ModelSwitched(model=model):
             return replace(state, model=model)
@@ -252,16 +256,13 @@ def evolve(state: Session, event: Event) -> Session:
                 return replace(state, core_memory=(*kept, (key, value)))
             at = keys.index(key)  # a changed key keeps its place
             return replace(state, core_memory=kept[:at] + ((key, value),) + kept[at:])
-        case ContextCompacted(dropped=dropped, kept=kept, request_id=request_id):
+        case ContextCompacted(dropped=dropped, request_id=request_id):
             older, newer = state.messages[:dropped], state.messages[dropped:]
             if request_id is None:
-                return replace(state, messages=newer, window_turns=kept)
+                return replace(state, messages=newer)
             limit = state.settings.memory_writer_max_messages
             return replace(
-                state,
-                messages=newer,
-                window_turns=kept,
-                writing=older[-limit:] if limit > 0 else (),
+                state, messages=newer, writing=older[-limit:] if limit > 0 else ()
             )
         case LlmRequested(request_id=request_id):
             return replace(state, writer=request_id, writes=state.writes + 1)
@@ -311,7 +312,7 @@ def decide(input: Event, state: Session) -> list[Event] | None:
             reply = ReplySent(run_id=result.run_id, text=text, status=result.status)
             decisions: list[Event] = [reply]
             after = evolve(state, reply)
-            if after.window_turns > state.settings.max_turns_per_context:
+            if window_turns(after) > state.settings.max_turns_per_context:
                 decisions += _compact(after)
                 for decision in decisions[1:]:
                     after = evolve(after, decision)

@@ -244,7 +244,7 @@ def test_new_segment_resets_the_window_turns_and_summary() -> None:
     chat = Chat(settings=replace(SETTINGS, max_turns_per_context=3))
     _turns(chat, 2)
     chat.say("/new", at=3000.0)
-    assert chat.state.window_turns == 0 and chat.state.summary is None
+    assert s.window_turns(chat.state) == 0 and chat.state.summary is None
     _turns(chat, 3, start=3001.0)
     assert not any(isinstance(e, ContextCompacted) for e in chat.log)
 
