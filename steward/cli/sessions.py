@@ -10,7 +10,7 @@ import json
 import secrets
 import sys
 
-from steward.actors.session import session_stream
+from steward.actors.session import is_command, session_stream
 from steward.actors.tools import ToolRegistry
 from steward.bus import EventLog
 from steward.cli.env import EXIT_MISMATCH, Env, opened
@@ -26,6 +26,7 @@ from steward.events import (
 )
 from steward.host import Host
 from steward.isotime import iso_time
+from steward.projections.sessions import elsewhere
 from steward.projections.store import Projector
 
 
@@ -63,24 +64,17 @@ async def message(
     """A message to session ``session_id``, with the sender's newest
     messages in other chats (``[session] cross_channel_limit``)."""
     limit = env.settings.session.cross_channel_limit
-    elsewhere: tuple[Elsewhere, ...] = ()
-    if sender and limit and not text.startswith("/"):
-        rows = await projector.query(
-            "SELECT session_id, role, text FROM messages WHERE session_id IN "
-            "(SELECT DISTINCT session_id FROM messages WHERE sender=? AND "
-            "session_id != ?) AND kind IN ('message', 'reply') "
-            "ORDER BY at DESC, rid DESC LIMIT ?",
-            [sender, session_id, limit],
-        )
-        elsewhere = tuple(
-            Elsewhere(session_id=s, role=r, text=t[:2000]) for s, r, t in reversed(rows)
+    found: tuple[Elsewhere, ...] = ()
+    if sender and limit and not is_command(text):
+        found = await projector.read(
+            lambda conn: elsewhere(conn, sender, session_id, limit)
         )
     return MessageReceived(
         message_id=f"{session_id}-{secrets.token_hex(6)}",
         text=text,
         sender=sender,
         llm_waiting=waiting,
-        elsewhere=elsewhere,
+        elsewhere=found,
         at=host.clock.now(),
     )
 

@@ -13,6 +13,9 @@
   messages' and items' text, whose rowids are those of ``messages`` and
   ``memory_items``: the archival memory ``memory.search`` reads
   (`search`).
+
+`elsewhere` reads a sender's newest messages in their other chats, for the
+process that takes a message (a turn's cross-channel blocks).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from steward import events
 from steward.events import Recorded
 from steward.projections.projection import Projection
 
-__all__ = ["SESSIONS", "search"]
+__all__ = ["SESSIONS", "elsewhere", "search"]
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -241,3 +244,22 @@ def search(
     ).fetchall()
     hits.sort(key=lambda hit: hit[2])
     return [(str(a), str(b), float(c)) for a, b, c in hits[:limit]]
+
+
+def elsewhere(
+    conn: sqlite3.Connection, sender: str, session_id: str, limit: int
+) -> tuple[events.Elsewhere, ...]:
+    """The newest ``limit`` messages and replies of the chats other than
+    ``session_id`` that ``sender`` wrote in, oldest first, each cut to 2000
+    characters."""
+    rows = conn.execute(
+        "SELECT session_id, role, text FROM messages WHERE session_id IN "
+        "(SELECT DISTINCT session_id FROM messages WHERE sender=? AND "
+        "session_id != ?) AND kind IN ('message', 'reply') "
+        "ORDER BY at DESC, rid DESC LIMIT ?",
+        (sender, session_id, limit),
+    ).fetchall()
+    return tuple(
+        events.Elsewhere(session_id=s, role=r, text=t[:2000])
+        for s, r, t in reversed(rows)
+    )

@@ -18,7 +18,7 @@ from support import PLAN, act
 from steward import cli
 from steward.actors.tools import ToolContext, ToolRegistry
 from steward.bus import SqliteEventLog
-from steward.events import ToolResulted
+from steward.events import MessageReceived, ToolResulted
 from steward.host import Host
 
 WRITER_REPLY = json.dumps(
@@ -178,3 +178,34 @@ def test_the_memory_tools_outside_a_session_say_so(tmp_path: Path) -> None:
             return outcome.error or ""
 
     assert "run r1 belongs to no chat session" in asyncio.run(call())
+
+
+def test_a_message_carries_what_its_sender_said_in_other_chats(
+    env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for chat, text in (("telegram:1", "I like tea"), ("slack:2", "and cake")):
+        assert (
+            _steward("sessions", "send", chat, text, "--sender", "ada", "--no-wait")
+            == 0
+        )
+    assert (
+        _steward("sessions", "send", "cli:3", "hi", "--sender", "ada", "--no-wait") == 0
+    )
+    assert (
+        _steward("sessions", "send", "cli:4", "hi", "--sender", "bob", "--no-wait") == 0
+    )
+    messages = asyncio.run(_messages(env.parent / "log.db"))
+    assert [(e.session_id, e.text) for e in messages["cli:3"].elsewhere] == [
+        ("telegram:1", "I like tea"),
+        ("slack:2", "and cake"),
+    ]
+    assert messages["cli:4"].elsewhere == ()
+
+
+async def _messages(path: Path) -> dict[str, MessageReceived]:
+    async with await SqliteEventLog.open(path) as log:
+        return {
+            r.stream.removeprefix("session."): r.event
+            for r in await log.read_all()
+            if isinstance(r.event, MessageReceived)
+        }
