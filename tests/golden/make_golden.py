@@ -483,11 +483,37 @@ async def queued(rig: Rig) -> None:
     await rig.until(run, "completed")
 
 
+async def open_chat(
+    rig: Rig, host: Host, chat_id: str, settings: events.SessionSettings
+) -> Callable[[str], Awaitable[None]]:
+    """Open session ``cli:<chat_id>``; what sends it ada's messages, numbered
+    ``m1``, ``m2``, ... and stamped with the scenario's clock."""
+    stream = f"session.cli:{chat_id}"
+    start = events.SessionOpened(
+        session_id=f"cli:{chat_id}",
+        channel="cli",
+        chat_id=chat_id,
+        settings=settings,
+        at=rig.clock.now(),
+    )
+    await host.submit(stream, start)
+    sent = 0
+
+    async def say(text: str) -> None:
+        nonlocal sent
+        sent += 1
+        message = events.MessageReceived(
+            message_id=f"m{sent}", text=text, sender="ada", at=rig.clock.now()
+        )
+        await host.submit(stream, message)
+
+    return say
+
+
 async def session(rig: Rig) -> None:
     """A chat session: two messages merged by the debounce timer into a turn
     (a run answering through ``reply_to``), every command, a segment break,
     a model switch and a second turn."""
-    chat = "session.cli:golden"
     config = Settings(
         models={
             "default": ModelConfig(provider="scripted", context_budget=4000),
@@ -506,24 +532,7 @@ async def session(rig: Rig) -> None:
             }
         )
     )
-    n = 0
-
-    async def say(text: str) -> None:
-        nonlocal n
-        n += 1
-        message = events.MessageReceived(
-            message_id=f"m{n}", text=text, sender="ada", at=rig.clock.now()
-        )
-        await host.submit(chat, message)
-
-    start = events.SessionOpened(
-        session_id="cli:golden",
-        channel="cli",
-        chat_id="golden",
-        settings=opened,
-        at=rig.clock.now(),
-    )
-    await host.submit(chat, start)
+    say = await open_chat(rig, host, "golden", opened)
     await say("hello")
     await say("it is Ada")
     await rig.advance(1.0)
@@ -574,24 +583,7 @@ async def session_memory(rig: Rig) -> None:
             }
         )
     )
-    n = 0
-
-    async def say(text: str) -> None:
-        nonlocal n
-        n += 1
-        message = events.MessageReceived(
-            message_id=f"m{n}", text=text, sender="ada", at=rig.clock.now()
-        )
-        await host.submit(chat, message)
-
-    start = events.SessionOpened(
-        session_id="cli:memory",
-        channel="cli",
-        chat_id="memory",
-        settings=opened,
-        at=rig.clock.now(),
-    )
-    await host.submit(chat, start)
+    say = await open_chat(rig, host, "memory", opened)
     core = events.CoreMemorySet(request_id="q1", key="city", value="Kiel", run_id="")
     await host.submit(chat, core)
     await say("   ")
