@@ -15,7 +15,7 @@ import msgspec
 
 from steward.actors.prompt import Prompt
 from steward.events import Event
-from steward.events.run import LlmRequested, ToolRequested
+from steward.events.run import EffectClaimed, LlmRequested, ToolRequested
 
 __all__ = [
     "ArmTimer",
@@ -27,6 +27,7 @@ __all__ = [
     "ModelCall",
     "Pending",
     "Want",
+    "claim_takes",
 ]
 
 
@@ -108,3 +109,10 @@ class Pending(msgspec.Struct, frozen=True, kw_only=True):
     wants: tuple[Want, ...] = ()
     answers: tuple[str, ...] = ()
     ended: bool = False
+
+
+def claim_takes(held: tuple[str, float] | None, claim: EffectClaimed) -> bool:
+    """Whether ``claim`` may take its effect, given the (worker, until) of
+    the claim ``held`` on it: none is held, its own worker renews it, or its
+    time has passed (that worker died)."""
+    return held is None or held[0] == claim.worker or held[1] <= claim.at

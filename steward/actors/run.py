@@ -31,6 +31,7 @@ from steward.actors.commands import (
     text_field,
     timestamp,
 )
+from steward.actors.effects import claim_takes
 from steward.actors.prompt import Prompt, PromptCache, prompt_hash
 from steward.actors.run_prompt import JSON_PROTOCOL, build_prompt
 from steward.events.base import Event
@@ -782,10 +783,8 @@ def _next_call(state: Run, decisions: list[Event]) -> list[Event]:
 
 def _claimable(state: Run, claim: EffectClaimed) -> bool:
     """Whether ``claim`` may take its effect: unclaimed, expired, or renewed."""
-    for request_id, worker, until in state.claims:
-        if request_id == claim.request_id:
-            return worker == claim.worker or until <= claim.at
-    return True
+    held = next(((w, u) for r, w, u in state.claims if r == claim.request_id), None)
+    return claim_takes(held, claim)
 
 
 def _unclaimed(state: Run, request_id: str) -> tuple[tuple[str, str, float], ...]:

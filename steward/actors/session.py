@@ -19,6 +19,7 @@ from __future__ import annotations
 from msgspec import Struct
 from msgspec.structs import replace
 
+from steward.actors.effects import claim_takes
 from steward.actors.prompt import prompt_hash
 from steward.actors.session_memory import memory_block, write, writer_prompt
 from steward.events.base import Event
@@ -58,6 +59,7 @@ __all__ = [
     "COMMANDS",
     "CORE_MEMORY_CHARS",
     "Session",
+    "claim_on",
     "core_memory_text",
     "core_set_problem",
     "decide",
@@ -343,8 +345,8 @@ def decide(input: Event, state: Session) -> list[Event] | None:
             rid == state.writer
         ):
             return []  # recorded for people; changes nothing
-        case EffectClaimed(request_id=rid) if rid == state.writer and _claimable(
-            state, input
+        case EffectClaimed(request_id=rid) if rid == state.writer and claim_takes(
+            claim_on(state, rid), input
         ):
             return []
         case _:
@@ -378,13 +380,11 @@ def _compact(state: Session) -> list[Event]:
     return [compacted, writer_request(evolve(state, compacted))]
 
 
-def _claimable(state: Session, claim: EffectClaimed) -> bool:
-    """Whether ``claim`` may take the writer's call: unclaimed, expired, or
-    renewed by its own worker."""
-    if state.claim is None or state.claim[0] != claim.request_id:
-        return True
-    _, worker, until = state.claim
-    return worker == claim.worker or until <= claim.at
+def claim_on(state: Session, request_id: str) -> tuple[str, float] | None:
+    """The (worker, until) of the claim on the writer's call, if any."""
+    if state.claim is None or state.claim[0] != request_id:
+        return None
+    return state.claim[1], state.claim[2]
 
 
 def _turn(state: Session) -> TurnStarted:

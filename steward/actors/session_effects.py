@@ -20,7 +20,6 @@ from steward.events.session import DebounceArmed, SessionOpened, TurnStarted
 __all__ = [
     "ROUTED",
     "awaits",
-    "claim",
     "correlation",
     "effects",
     "model_call",
@@ -120,10 +119,3 @@ def model_call(
 def awaits(state: Session, request_id: str) -> bool:
     """Whether the session still waits for model call ``request_id``."""
     return state.writer == request_id
-
-
-def claim(state: Session, request_id: str) -> tuple[str, float] | None:
-    """The (worker, until) of the claim on the writer's call, if any."""
-    if state.claim is None or state.claim[0] != request_id:
-        return None
-    return state.claim[1], state.claim[2]

@@ -12,6 +12,7 @@ from test_session import SETTINGS, Chat
 
 from steward.actors import session as s
 from steward.actors.prompt import prompt_hash
+from steward.actors.session import claim_on
 from steward.actors.session_effects import awaits, model_call, turn_run
 from steward.actors.session_memory import (
     LEVEL_LIMITS,
@@ -24,7 +25,9 @@ from steward.events import (
     ContextCompacted,
     CoreMemoryChanged,
     CoreMemorySet,
+    EffectClaimed,
     Elsewhere,
+    Event,
     LlmFailed,
     LlmRequested,
     LlmResponded,
@@ -308,3 +311,24 @@ def test_an_oversized_message_is_answered_with_the_limit() -> None:
     assert "11 characters" in refused.reply and "limit is 10" in refused.reply
     assert chat.state.buffer == ()
     assert chat.say("x" * 10, at=1002.0) is not None and chat.state.buffer
+
+
+def test_one_live_worker_holds_the_writers_call() -> None:
+    chat = Chat(settings=replace(SETTINGS, max_turns_per_context=1))
+    _turns(chat, 2)
+    rid = chat.state.writer
+    assert rid is not None
+
+    def claim(worker: str, at: float) -> list[Event] | None:
+        return chat.give(
+            EffectClaimed(request_id=rid, worker=worker, until=at + 30, at=at)
+        )
+
+    assert claim("w1", at=10.0) == []
+    assert claim("w2", at=20.0) is None  # w1's claim is live
+    assert claim("w1", at=25.0) == []  # renewed by its own worker
+    assert claim("w2", at=60.0) == []  # w1's lapsed at 55: w2 takes it
+    assert claim_on(chat.state, rid) == ("w2", 90.0)
+    assert (
+        chat.give(EffectClaimed(request_id="other", worker="w3", until=1, at=0)) is None
+    )
