@@ -32,7 +32,7 @@ __all__ = ["TOOLS", "core_get", "core_set", "search"]
 
 
 class _Args(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    pass
+    """A model that misspells an argument hears so (forbid_unknown_fields)."""
 
 
 class SearchArgs(_Args, frozen=True, kw_only=True):
@@ -44,15 +44,11 @@ class SearchArgs(_Args, frozen=True, kw_only=True):
     ] = 10
 
 
-class CoreGetArgs(
-    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
-):
+class CoreGetArgs(_Args, frozen=True, kw_only=True):
     """Arguments of ``memory.core_get`` (none)."""
 
 
-class CoreSetArgs(
-    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
-):
+class CoreSetArgs(_Args, frozen=True, kw_only=True):
     """Arguments of ``memory.core_set``."""
 
     key: Annotated[str, msgspec.Meta(description="The fact's name, e.g. `name`.")]
