@@ -761,6 +761,7 @@ class Host:
             request_id=rid,
             actors=self,
             reads=self.projector,
+            now=self.clock.now(),
         )
         assert self.tools is not None
         try:

@@ -12,10 +12,21 @@ and the debounce timer has come due.
 ``/new`` starts a segment: later turns' windows show only messages from
 there on; the log keeps every message. A superseded debounce timer still
 fires, and its `WakeDue` is refused here.
+
+A turn's tools may start subagents (`SubagentAsked`) and keep cron
+schedules (`ScheduleAsked`); each schedule firing starts one too. A
+subagent is a run of its own answering the session; its answer goes to the
+chat (`SubagentAnswered`) unless it is ``{"silent": true}`` (`is_silent`).
+A schedule's next firing is computed here, by croniter, from the time the
+input records (never the clock).
 """
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
+import msgspec
+from croniter import croniter  # pure computation over a base time we pass in
 from msgspec import Struct
 from msgspec.structs import replace
 
@@ -48,9 +59,17 @@ from steward.events.session import (
     MessageRefused,
     ModelSwitched,
     ReplySent,
+    Schedule,
+    ScheduleAsked,
+    ScheduleCreated,
+    ScheduleDeleted,
+    ScheduleFired,
     SegmentStarted,
     SessionOpened,
     SessionSettings,
+    SubagentAnswered,
+    SubagentAsked,
+    SubagentStarted,
     TurnStarted,
 )
 from steward.isotime import duration, iso_time
@@ -58,6 +77,8 @@ from steward.isotime import duration, iso_time
 __all__ = [
     "COMMANDS",
     "CORE_MEMORY_CHARS",
+    "MAX_SCHEDULES",
+    "MAX_SUBAGENTS",
     "Session",
     "claim_on",
     "core_memory_text",
@@ -66,14 +87,24 @@ __all__ = [
     "evolve",
     "initial",
     "is_command",
+    "is_silent",
     "model_id",
+    "next_firing",
+    "schedule_problem",
     "session_stream",
+    "subagent_problem",
     "window_turns",
     "writer_request",
 ]
 
 CORE_MEMORY_CHARS = 2000
 """The characters core memory may hold, keys and values (Klaw's ~500 tokens)."""
+
+MAX_SUBAGENTS = 4
+"""A session's subagents running at once; a fifth is refused until one ends."""
+
+MAX_SCHEDULES = 20
+"""The schedules a session holds."""
 
 COMMANDS = (
     ("/new", "start a new segment: later turns see only messages from here on"),
@@ -126,6 +157,14 @@ class Session(Struct, frozen=True, kw_only=True):
     elsewhere: tuple[Elsewhere, ...] = ()
     """The sender's newest messages in other chats, as the newest message
     that brought any found them."""
+    subagents: tuple[tuple[str, str], ...] = ()
+    """The (run, name) of each subagent running, oldest first."""
+    spawned: int = 0
+    """The subagents started so far (their run ids are ``<session>-s<n>``)."""
+    schedules: tuple[Schedule, ...] = ()
+    """The session's cron schedules, oldest first."""
+    schedule_timers: int = 0
+    """The schedule timers armed so far."""
 
 
 initial = Session()
@@ -161,13 +200,75 @@ def core_set_problem(state: Session, key: str, value: str | None) -> str | None:
     return None
 
 
-def model_id(state: Session) -> str:
-    """The model id the session's model is asked for."""
+def model_id(state: Session, name: str | None = None) -> str:
+    """The model id model ``name`` (default: the session's) is asked for."""
     settings = state.settings
+    name = name or state.model
     return next(
-        (m.model for m in settings.models if m.name == state.model and m.model),
+        (m.model for m in settings.models if m.name == name and m.model),
         settings.run.model,
     )
+
+
+def subagent_problem(
+    state: Session, name: str, task: str, model: str | None
+) -> str | None:
+    """Why a subagent ``name`` cannot start on ``task``, or ``None``."""
+    if not name.strip() or len(name) > 64 or any(c in name for c in "\n\r"):
+        return "a subagent's name is 1 to 64 characters, on one line"
+    if not task.strip():
+        return "a subagent needs a task: what it is to do, in words"
+    if len(task) > state.settings.max_message_chars:
+        return (
+            f"a subagent's task is at most {state.settings.max_message_chars} "
+            f"characters, not {len(task)}"
+        )
+    if model is not None and all(m.name != model for m in state.settings.models):
+        names = ", ".join(m.name for m in state.settings.models) or "none"
+        return f"unknown model {model!r}; configured models: {names}"
+    if len(state.subagents) >= MAX_SUBAGENTS:
+        running = ", ".join(name for _, name in state.subagents)
+        return (
+            f"{MAX_SUBAGENTS} subagents run already ({running}); wait for one to answer"
+        )
+    return None
+
+
+def schedule_problem(
+    state: Session, name: str, cron: str | None, task: str, model: str | None
+) -> str | None:
+    """Why schedule ``name`` cannot be created with ``cron`` and ``task``
+    (``cron`` ``None``: deleted), or ``None``."""
+    known = any(s.name == name for s in state.schedules)
+    if cron is None:
+        return None if known else f"there is no schedule {name!r}"
+    if not croniter.is_valid(cron):
+        return (
+            f"{cron!r} is not a cron expression (five fields: minute hour day "
+            "month weekday, as `0 9 * * 1-5`)"
+        )
+    if not known and len(state.schedules) >= MAX_SCHEDULES:
+        return f"a session holds {MAX_SCHEDULES} schedules; delete one first"
+    return subagent_problem(replace(state, subagents=()), name, task, model)
+
+
+def next_firing(cron: str, after: float) -> float:
+    """When ``cron`` fires next after time ``after`` (UTC)."""
+    base = datetime.fromtimestamp(after, UTC)
+    return float(croniter(cron, base).get_next(datetime).timestamp())
+
+
+def is_silent(text: str) -> bool:
+    """Whether a subagent's reply asks not to be sent: a JSON object with
+    ``"silent": true``. Anything else, unparsable text included, is sent
+    (the safe default)."""
+    if not text.lstrip().startswith("{"):
+        return False
+    try:
+        reply = msgspec.json.decode(text)
+    except (msgspec.DecodeError, UnicodeEncodeError):
+        return False
+    return isinstance(reply, dict) and reply.get("silent") is True
 
 
 def writer_request(state: Session) -> LlmRequested:
@@ -283,13 +384,44 @@ def evolve(state: Session, event: Event) -> Session:
             )
         case MemoryWriteFailed():
             return replace(state, writer=None, writing=(), claim=None)
+        case SubagentStarted(run_id=run_id, name=name):
+            return replace(
+                state,
+                subagents=(*state.subagents, (run_id, name)),
+                spawned=state.spawned + 1,
+            )
+        case SubagentAnswered(run_id=run_id, text=text, silent=silent):
+            running = tuple(sub for sub in state.subagents if sub[0] != run_id)
+            if silent:
+                return replace(state, subagents=running)
+            told = ChatMessage(role="assistant", content=text)
+            return replace(state, subagents=running, messages=(*state.messages, told))
+        case ScheduleCreated(schedule=schedule):
+            others = tuple(s for s in state.schedules if s.name != schedule.name)
+            return replace(
+                state,
+                schedules=(*others, schedule),
+                schedule_timers=state.schedule_timers + 1,
+            )
+        case ScheduleDeleted(name=name):
+            left = tuple(s for s in state.schedules if s.name != name)
+            return replace(state, schedules=left)
+        case ScheduleFired(name=name, timer_id=timer_id, due=due):
+            fired = tuple(
+                replace(s, timer_id=timer_id, due=due) if s.name == name else s
+                for s in state.schedules
+            )
+            return replace(
+                state, schedules=fired, schedule_timers=state.schedule_timers + 1
+            )
         case _:
             return state
 
 
 def decide(input: Event, state: Session) -> list[Event] | None:
     """The decisions for ``input``; ``None`` refuses it (a session not open
-    yet, a superseded timer, a result of no turn in flight)."""
+    yet, a superseded debounce timer, a result of no turn or subagent in
+    flight, a subagent or schedule its ``*_problem`` finds fault with)."""
     if isinstance(input, SessionOpened):
         return [] if not state.session_id else None
     if not state.session_id:
@@ -307,6 +439,49 @@ def decide(input: Event, state: Session) -> list[Event] | None:
             if state.turn is not None or not state.buffer:
                 return []  # the turn in flight starts the next one
             return [_turn(state)]
+        case WakeDue(timer_id=timer_id, at=at) if timer_id.startswith(
+            f"{state.session_id}/schedule/"
+        ):
+            return _fire(state, timer_id, at)
+        case SubagentAsked(name=name, task=task, model=model):
+            if subagent_problem(state, name, task, model) is not None:
+                return None
+            return [_subagent(state, name, task, model)]
+        case ScheduleAsked(name=name, cron=None):
+            if schedule_problem(state, name, None, "", None) is not None:
+                return None
+            return [ScheduleDeleted(name=name)]
+        case ScheduleAsked(name=name, cron=str(cron), task=task, model=model, at=at):
+            if schedule_problem(state, name, cron, task, model) is not None:
+                return None
+            timer_id = f"{state.session_id}/schedule/{state.schedule_timers + 1}"
+            schedule = Schedule(
+                name=name,
+                cron=cron,
+                task=task,
+                model=model,
+                timer_id=timer_id,
+                due=next_firing(cron, at),
+            )
+            return [ScheduleCreated(schedule=schedule)]
+        case SubagentFinished(result=result) if any(
+            run_id == result.run_id for run_id, _ in state.subagents
+        ):
+            name = next(n for r, n in state.subagents if r == result.run_id)
+            if result.status != "completed":
+                text = f"(subagent {name} {result.status}: {result.output})"
+                silent = False
+            else:
+                text, silent = result.output, is_silent(result.output)
+            return [
+                SubagentAnswered(
+                    run_id=result.run_id,
+                    name=name,
+                    text=text,
+                    status=result.status,
+                    silent=silent,
+                )
+            ]
         case SubagentFinished(result=result) if result.run_id == state.turn:
             text = result.output
             if result.status != "completed":
@@ -385,6 +560,37 @@ def claim_on(state: Session, request_id: str) -> tuple[str, float] | None:
     if state.claim is None or state.claim[0] != request_id:
         return None
     return state.claim[1], state.claim[2]
+
+
+def _subagent(
+    state: Session, name: str, task: str, model: str | None, schedule: str | None = None
+) -> SubagentStarted:
+    """Subagent ``name`` on ``task``, as the session's next one."""
+    return SubagentStarted(
+        run_id=f"{state.session_id}-s{state.spawned + 1}",
+        name=name,
+        task=task,
+        model=model or state.settings.subagent_model or state.model,
+        schedule=schedule,
+    )
+
+
+def _fire(state: Session, timer_id: str, at: float) -> list[Event]:
+    """A schedule timer came due: the schedule's subagent starts and its
+    next firing is armed (once, however many firings a stopped host
+    missed); the timer of a deleted or replaced schedule does nothing."""
+    schedule = next((s for s in state.schedules if s.timer_id == timer_id), None)
+    if schedule is None:
+        return []
+    fired = ScheduleFired(
+        name=schedule.name,
+        timer_id=f"{state.session_id}/schedule/{state.schedule_timers + 1}",
+        due=next_firing(schedule.cron, max(at, schedule.due)),
+    )
+    return [
+        fired,
+        _subagent(state, schedule.name, schedule.task, schedule.model, schedule.name),
+    ]
 
 
 def _turn(state: Session) -> TurnStarted:

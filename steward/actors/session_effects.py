@@ -1,7 +1,8 @@
 """What a session's committed decisions ask of the host, as effect values
-(pure): its debounce timers, each turn's run (created with the turn's
-context and answering the session through ``reply_to``), and the memory
-writer's model call (`model_call`, its prompt rebuilt from the state)."""
+(pure): its debounce and schedule timers, each turn's run and each
+subagent's (created with their context and answering the session through
+``reply_to``), and the memory writer's model call (`model_call`, its prompt
+rebuilt from the state)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,14 @@ from steward.actors.session_context import build_context
 from steward.actors.session_memory import writer_prompt
 from steward.events import Event, Recorded
 from steward.events.run import LlmRequested, RunCreated, SubagentFinished, WakeDue
-from steward.events.session import DebounceArmed, SessionOpened, TurnStarted
+from steward.events.session import (
+    DebounceArmed,
+    ScheduleCreated,
+    ScheduleFired,
+    SessionOpened,
+    SubagentStarted,
+    TurnStarted,
+)
 
 __all__ = [
     "ROUTED",
@@ -24,17 +32,40 @@ __all__ = [
     "effects",
     "model_call",
     "pending",
+    "subagent_run",
     "turn_run",
 ]
 
-ROUTED: frozenset[type[Event]] = frozenset({DebounceArmed, TurnStarted})
+ROUTED: frozenset[type[Event]] = frozenset(
+    {DebounceArmed, TurnStarted, SubagentStarted, ScheduleCreated, ScheduleFired}
+)
+
+SESSION_TOOLS = frozenset(
+    {"subagent_spawn", "schedule.create", "schedule.list", "schedule.delete"}
+)
+"""Tools of a session's turns that its subagents do not get: a subagent
+starts no subagents and sets no schedules."""
 
 
 def effects(rec: Recorded, at: Session, latest: Session) -> list[Effect]:
     """What committed event ``rec`` asks for, given the session's state at it."""
     match rec.event:
-        case DebounceArmed(timer_id=timer_id, due=due):
+        case (
+            DebounceArmed(timer_id=timer_id, due=due)
+            | ScheduleFired(timer_id=timer_id, due=due)
+        ):
             return [ArmTimer(timer_id=timer_id, due=due)]
+        case ScheduleCreated(schedule=schedule):
+            return [ArmTimer(timer_id=schedule.timer_id, due=schedule.due)]
+        case SubagentStarted(run_id=run_id):
+            return [
+                Create(
+                    key=f"spawn:{run_id}",
+                    stream=run_stream(run_id),
+                    input=subagent_run(at, rec.event, rec.stream),
+                    stamp=True,
+                )
+            ]
         case TurnStarted(run_id=run_id):
             return [
                 Create(
@@ -79,14 +110,53 @@ def turn_run(state: Session, turn: TurnStarted, stream: str) -> RunCreated:
     )
 
 
+def subagent_run(state: Session, started: SubagentStarted, stream: str) -> RunCreated:
+    """The run of subagent ``started``, given the session's state just after
+    it: an isolated context (core memory, summary and the newest
+    ``subagent_window`` messages), its own model, and the turn's tools less
+    the session's own (`SESSION_TOOLS`)."""
+    settings = state.settings
+    tools = tuple(t for t in settings.run.tools if t.name not in SESSION_TOOLS)
+    run_settings = replace(
+        settings.run, model=model_id(state, started.model), tools=tools
+    )
+    context = build_context(
+        settings,
+        model=started.model,
+        system_prompt=run_settings.system_prompt,
+        core_memory=core_memory_text(state),
+        summary=state.summary,
+        segment=state.messages,
+        pending=started.task,
+        tools=tools,
+        subagent=True,
+    )
+    return RunCreated(
+        run_id=started.run_id,
+        input_text=started.task,
+        settings=run_settings,
+        conversation=context.messages,
+        channel_id=state.channel,
+        context_id=state.session_id,
+        reply_to=stream,
+        kind="subagent",
+    )
+
+
 def pending(event: Event) -> Pending:
     """What a session's event asks of a host that a crash must not lose."""
     match event:
-        case DebounceArmed(timer_id=timer_id, due=due):
+        case (
+            DebounceArmed(timer_id=timer_id, due=due)
+            | ScheduleFired(timer_id=timer_id, due=due)
+        ):
             return Pending(wants=(Want(key=timer_id, kind="timer", due_at=due),))
+        case ScheduleCreated(schedule=schedule):
+            want = Want(key=schedule.timer_id, kind="timer", due_at=schedule.due)
+            return Pending(wants=(want,))
         case WakeDue(timer_id=timer_id):
             return Pending(answers=(timer_id,))
-        case TurnStarted(run_id=run_id):
+        case SubagentStarted(run_id=run_id) | TurnStarted(run_id=run_id):
             return Pending(wants=(Want(key=f"spawn:{run_id}", kind="create"),))
         case SubagentFinished(result=result):
             return Pending(answers=(f"notify:{result.run_id}",))

@@ -2,9 +2,11 @@
 
 Each line read is a message to session ``cli:<chat id>``; the command waits
 for its answer (a command's, or the reply of the turn that took the message)
-and prints it. On an embedded log nobody hosts, this process hosts it for as
-long as the chat lasts; beside a `serve` (or on JetStream, with workers), it
-records the messages and reads the answers from the log.
+and prints it. What the session's subagents and schedules send the chat is
+printed as it comes, as ``[NAME] text``. On an embedded log nobody hosts,
+this process hosts it for as long as the chat lasts; beside a `serve` (or on
+JetStream, with workers), it records the messages and reads the answers from
+the log.
 """
 
 from __future__ import annotations
@@ -15,15 +17,18 @@ import getpass
 import signal
 import sys
 
+from steward.bus import EventLog
 from steward.cli.env import EXIT_INTERRUPTED, Env, opened
 from steward.cli.hosting import checked_provider, new_host
 from steward.cli.sessions import answer, message, open_session
+from steward.events import SubagentAnswered
 from steward.host import Host
 from steward.hostlock import HostLock
 
 
 async def cmd_chat(env: Env, args: argparse.Namespace) -> int:
     provider = checked_provider(env)  # bad settings fail before a log is made
+    env.settings.session_settings()
     session_id = f"cli:{args.chat}"
     interactive = sys.stdin.isatty()
     stop = asyncio.Event()
@@ -33,12 +38,15 @@ async def cmd_chat(env: Env, args: argparse.Namespace) -> int:
     async with opened(env) as (log, projector):
         lock = None if env.distributed else HostLock(env.db)
         host: Host | None = None
+        follower: asyncio.Task[None] | None = None
         try:
             if lock is not None and lock.acquire():
                 host = new_host(env, log, projector, provider=provider)
                 await host.start()
             submitter = host or Host(log)
             stream = await open_session(env, submitter, session_id)
+            told = _Told(env, log, stream, (await submitter.state(stream))[1])
+            follower = asyncio.create_task(told.follow())
             if interactive:
                 env.out(f"chat {session_id}: /help lists the commands; Ctrl-D ends")
             sender = _user()
@@ -58,16 +66,43 @@ async def cmd_chat(env: Env, args: argparse.Namespace) -> int:
                 if reply is None:
                     break
                 env.out(reply)
+            if host is not None and not stop.is_set():
+                await host.settle(60.0)  # the end of input: let what runs finish
+            await _cancelled(follower)
+            await told.tell()  # what the last of it sent
         finally:
+            await _cancelled(follower)
             if host is not None:
-                if not stop.is_set():  # the end of input: let what runs finish
-                    await host.settle(60.0)
                 await host.stop()
             if lock is not None:
                 lock.release()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
     return EXIT_INTERRUPTED if stop.is_set() else 0
+
+
+async def _cancelled(task: asyncio.Task[None] | None) -> None:
+    if task is not None:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+class _Told:
+    """What the session's subagents send the chat, printed as it comes."""
+
+    def __init__(self, env: Env, log: EventLog, stream: str, seen: int) -> None:
+        self.env, self.log, self.stream, self.seen = env, log, stream, seen
+
+    async def tell(self) -> None:
+        for rec in await self.log.read(self.stream, self.seen + 1):
+            self.seen = rec.version
+            if isinstance(rec.event, SubagentAnswered) and not rec.event.silent:
+                self.env.out(f"[{rec.event.name}] {rec.event.text}")
+
+    async def follow(self) -> None:
+        while True:
+            await self.tell()
+            await asyncio.sleep(0.1)
 
 
 def _user() -> str | None:

@@ -56,7 +56,7 @@ def new_host(env: Env, log: EventLog, projector: Projector, **kw: Any) -> Host:
     tools = ToolRegistry.with_builtins(
         output_limit=env.settings.tools.output_limit,
         timeout=env.settings.tools.timeout,
-        memory=True,  # offered to session turns only (their settings list them)
+        session=True,  # offered to session turns only (their settings list them)
     )
     return Host(
         log,

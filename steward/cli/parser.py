@@ -312,10 +312,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=cmd_sessions_list)
     s = ssub.add_parser(
         "show",
-        help="a session's segment, core memory, memory items and messages",
+        help="a session's segment, memory, schedules and messages",
         description="A session from the read models: its model and segment, "
         "core memory, the memory writer's summary and items (archived ones "
-        "marked), and its newest messages with their segment and run.",
+        "marked), its cron schedules with their next firing, and its newest "
+        "messages (subagents' answers too) with their segment and run.",
     )
     s.add_argument("id", help="the session id, CHANNEL:CHAT (as cli:local)")
     s.add_argument(

@@ -40,7 +40,7 @@ async def open_session(env: Env, host: Host, session_id: str) -> str:
         )
     stream = session_stream(session_id)
     if (await host.state(stream))[1] == 0:
-        tools = ToolRegistry.with_builtins(memory=True).specs()
+        tools = ToolRegistry.with_builtins(session=True).specs()
         opening = SessionOpened(
             session_id=session_id,
             channel=channel,
@@ -154,6 +154,11 @@ async def cmd_sessions_show(env: Env, args: argparse.Namespace) -> int:
             "WHERE session_id=? ORDER BY archived, level, id",
             [args.id],
         )
+        schedules = await projector.query(
+            "SELECT name, cron, next_at, fired, task FROM schedules "
+            "WHERE session_id=? ORDER BY name",
+            [args.id],
+        )
     channel, chat, model, segment, n, turns, compactions, core, summary, at = found[0]
     env.out(f"session {args.id} (channel {channel}, chat {chat})")
     env.out(f"  opened {iso_time(at)}, model {model}, segment {segment}")
@@ -166,6 +171,10 @@ async def cmd_sessions_show(env: Env, args: argparse.Namespace) -> int:
     for item_id, level, module, key, value, archived in items:
         mark = " (archived)" if archived else ""
         env.out(f"  [{item_id}] L{level} {module}.{key}: {value}{mark}")
+    env.out(f"schedules ({len(schedules)}):")
+    for name, cron, next_at, fired, task in schedules:
+        task = " ".join(str(task).split())[:60]
+        env.out(f"  {name} ({cron}) next {iso_time(next_at)}, fired {fired}: {task}")
     env.out(f"messages (the newest {len(talk)}; seq, segment, kind, run):")
     for seq, seg, kind, role, run_id, text in reversed(talk):
         text = " ".join(str(text).split())[:100]
@@ -175,6 +184,7 @@ async def cmd_sessions_show(env: Env, args: argparse.Namespace) -> int:
 
 
 async def cmd_sessions_send(env: Env, args: argparse.Namespace) -> int:
+    env.settings.session_settings()  # bad settings fail before a log is made
     stop = asyncio.Event()
     async with opened(env) as (log, projector):
         await projector.catch_up(log)

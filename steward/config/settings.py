@@ -267,6 +267,10 @@ class SessionConfig(_Section, frozen=True, kw_only=True):
     cross_channel_limit: NonNegative = 12
     """Messages from the sender's other chats a turn's context shows
     (Clifford ``CROSS_CHANNEL_MESSAGE_LIMIT``); 0 shows none."""
+    subagent_model: str | None = None
+    """The ``[models]`` name a session's subagents and schedules use when
+    they name none (Klaw ``routing.tasks.subagent``); unset: the session's
+    model."""
 
 
 def _default_agents() -> dict[str, AgentProfile]:
@@ -364,6 +368,16 @@ class Settings(_Section, frozen=True, kw_only=True):
         configured models and the run settings of its profile."""
         config = self.session
         agent = self.profile(config.profile)
+        if config.subagent_model is not None and config.subagent_model not in (
+            self.models
+        ):
+            known = ", ".join(sorted(self.models)) or "none"
+            raise ConfigError(
+                "settings",
+                "session.subagent_model",
+                f"names model {config.subagent_model!r}, which has no "
+                f"[models.{config.subagent_model}] table; known models: {known}",
+            )
         return SessionSettings(
             debounce_seconds=config.debounce_ms / 1000,
             model=agent.model,
@@ -384,6 +398,7 @@ class Settings(_Section, frozen=True, kw_only=True):
             max_turns_per_context=config.max_turns_per_context,
             memory_writer_max_messages=config.memory_writer_max_messages,
             cross_channel_limit=config.cross_channel_limit,
+            subagent_model=config.subagent_model,
         )
 
     def run_settings(

@@ -42,9 +42,17 @@ __all__ = [  # EVENT_TYPES and INPUT_TYPES are read from the module (as the run'
     "ModelSwitched",
     "RejectedOp",
     "ReplySent",
+    "Schedule",
+    "ScheduleAsked",
+    "ScheduleCreated",
+    "ScheduleDeleted",
+    "ScheduleFired",
     "SegmentStarted",
     "SessionOpened",
     "SessionSettings",
+    "SubagentAnswered",
+    "SubagentAsked",
+    "SubagentStarted",
     "TurnStarted",
 ]
 
@@ -92,6 +100,9 @@ class SessionSettings(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """The newest of the compacted messages the memory writer reads."""
     cross_channel_limit: int = 12
     """Messages from the sender's other chats a turn's context shows."""
+    subagent_model: str | None = None
+    """The model (a ``[models]`` name) a subagent or schedule uses when it
+    names none (Klaw's ``routing.tasks.subagent``); ``None``: the session's."""
 
 
 class Elsewhere(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -141,6 +152,20 @@ class RejectedOp(msgspec.Struct, frozen=True, kw_only=True):
     reason: str
 
 
+class Schedule(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """A cron schedule of a session: at each firing, ``task`` goes to a
+    subagent (using ``model``, or the session's subagent model), whose reply
+    goes to the chat unless it is silent. ``timer_id`` is the armed timer of
+    its next firing, due at ``due``."""
+
+    name: str
+    cron: str
+    task: str
+    model: str | None = None
+    timer_id: str
+    due: float
+
+
 # -- inputs -------------------------------------------------------------------
 
 
@@ -181,6 +206,33 @@ class CoreMemorySet(Event, frozen=True, kw_only=True):
     key: str
     value: str | None = None
     run_id: str = ""
+
+
+class SubagentAsked(Event, frozen=True, kw_only=True):
+    """A turn's ``subagent_spawn`` tool call: run ``task`` as a subagent of
+    the session (isolated context, ``model`` or the session's subagent
+    model), whose reply goes to the chat unless it answers
+    ``{"silent": true}``. ``request_id`` is the tool call's."""
+
+    request_id: str
+    name: str
+    task: str
+    model: str | None = None
+    run_id: str = ""
+
+
+class ScheduleAsked(Event, frozen=True, kw_only=True):
+    """A turn's ``schedule.create`` (or, with ``cron`` ``None``,
+    ``schedule.delete``) tool call on schedule ``name``; ``at`` is when it
+    was made, the base of the first firing."""
+
+    request_id: str
+    name: str
+    cron: str | None = None
+    task: str = ""
+    model: str | None = None
+    run_id: str = ""
+    at: float = 0.0
 
 
 # -- decisions ----------------------------------------------------------------
@@ -282,6 +334,51 @@ class MemoryWriteFailed(Event, frozen=True, kw_only=True):
     reason: str
 
 
+class SubagentStarted(Event, frozen=True, kw_only=True):
+    """Subagent ``name`` started as run ``run_id`` on ``task`` (asked by a
+    turn, or fired by schedule ``schedule``); its result comes back to the
+    session."""
+
+    run_id: str
+    name: str
+    task: str
+    model: str
+    schedule: str | None = None
+
+
+class SubagentAnswered(Event, frozen=True, kw_only=True):
+    """Subagent run ``run_id`` finished: its reply ``text`` went to the chat,
+    or not when ``silent`` (it answered ``{"silent": true}``)."""
+
+    run_id: str
+    name: str
+    text: str
+    status: str = "completed"
+    silent: bool = False
+
+
+class ScheduleCreated(Event, frozen=True, kw_only=True):
+    """Schedule ``schedule.name`` was created (or replaced one of its name);
+    its first firing's timer is armed."""
+
+    schedule: Schedule
+
+
+class ScheduleDeleted(Event, frozen=True, kw_only=True):
+    """Schedule ``name`` was deleted; its armed timer fires to no effect."""
+
+    name: str
+
+
+class ScheduleFired(Event, frozen=True, kw_only=True):
+    """Schedule ``name``'s timer came due: a subagent starts, and the next
+    firing's timer ``timer_id`` is armed for ``due``."""
+
+    name: str
+    timer_id: str
+    due: float
+
+
 EVENT_TYPES: tuple[type[Event], ...] = (
     SessionOpened,
     MessageReceived,
@@ -305,6 +402,13 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     EffectClaimed,
     MemoryWritten,
     MemoryWriteFailed,
+    SubagentAsked,
+    ScheduleAsked,
+    SubagentStarted,
+    SubagentAnswered,
+    ScheduleCreated,
+    ScheduleDeleted,
+    ScheduleFired,
 )
 INPUT_TYPES: tuple[type[Event], ...] = (
     SessionOpened,
@@ -317,4 +421,6 @@ INPUT_TYPES: tuple[type[Event], ...] = (
     LlmAttemptFailed,
     LlmStreamRecorded,
     EffectClaimed,
+    SubagentAsked,
+    ScheduleAsked,
 )

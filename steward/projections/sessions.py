@@ -4,11 +4,13 @@
   counts, core memory (a JSON object) and the last summary.
 - ``messages`` — every message of every session, in log order: what people
   sent (``kind`` ``message``), the turns' replies (``reply``), the answers
-  to commands (``command``) and to messages not taken (``refused``), each
+  to commands (``command``) and to messages not taken (``refused``), and
+  subagents' answers (``subagent``, or ``silent`` when not sent), each
   with its segment. The log keeps every one; so does this table, whatever
   ``/new`` or compaction did to the window.
 - ``memory_items`` — each session's memory items (archived ones too), as
   the memory writer last left them.
+- ``schedules`` — each session's cron schedules and their next firing.
 - ``messages_fts`` and ``memory_fts`` — SQLite FTS5 indexes of the
   messages' and items' text, whose rowids are those of ``messages`` and
   ``memory_items``: the archival memory ``memory.search`` reads
@@ -52,6 +54,11 @@ CREATE TABLE IF NOT EXISTS memory_items (
     archived INTEGER NOT NULL,
     UNIQUE (session_id, id)
 );
+CREATE TABLE IF NOT EXISTS schedules (
+    session_id TEXT NOT NULL, name TEXT NOT NULL, cron TEXT NOT NULL,
+    task TEXT NOT NULL, model TEXT, next_at REAL NOT NULL, fired INTEGER NOT NULL,
+    PRIMARY KEY (session_id, name)
+);
 CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(text);
 CREATE VIRTUAL TABLE IF NOT EXISTS memory_fts USING fts5(text);
 """
@@ -81,6 +88,32 @@ def _apply(conn: sqlite3.Connection, rec: Recorded) -> None:
         case events.ReplySent():
             _message(conn, rec, "reply", "assistant", event.text, run_id=event.run_id)
             _count(conn, session_id, "turns")
+        case events.SubagentAnswered(text=text, run_id=run_id, silent=silent):
+            kind = "silent" if silent else "subagent"
+            _message(conn, rec, kind, "assistant", text, run_id=run_id)
+        case events.ScheduleCreated(schedule=sched):
+            conn.execute(
+                "INSERT OR REPLACE INTO schedules VALUES (?,?,?,?,?,?,0)",
+                (
+                    session_id,
+                    sched.name,
+                    sched.cron,
+                    sched.task,
+                    sched.model,
+                    sched.due,
+                ),
+            )
+        case events.ScheduleFired(name=name, due=due):
+            conn.execute(
+                "UPDATE schedules SET next_at=?, fired=fired+1 "
+                "WHERE session_id=? AND name=?",
+                (due, session_id, name),
+            )
+        case events.ScheduleDeleted(name=name):
+            conn.execute(
+                "DELETE FROM schedules WHERE session_id=? AND name=?",
+                (session_id, name),
+            )
         case events.CommandAnswered():
             _message(conn, rec, "command", "assistant", event.reply, event.message_id)
         case events.MessageRefused():
@@ -208,7 +241,14 @@ def _memory(
 
 SESSIONS = Projection(
     kind="session",
-    tables=("sessions", "messages", "memory_items", "messages_fts", "memory_fts"),
+    tables=(
+        "sessions",
+        "messages",
+        "memory_items",
+        "schedules",
+        "messages_fts",
+        "memory_fts",
+    ),
     schema=SCHEMA,
     apply=_apply,
 )
@@ -239,7 +279,7 @@ def search(
         "SELECT 'message ' || m.seq || ' ' || m.role, m.text, f.rank "
         "FROM messages_fts f JOIN messages m ON m.rid = f.rowid "
         "WHERE messages_fts MATCH ? AND m.session_id = ? AND m.kind IN "
-        "('message', 'reply') ORDER BY f.rank LIMIT ?",
+        "('message', 'reply', 'subagent', 'silent') ORDER BY f.rank LIMIT ?",
         (match, session_id, limit),
     ).fetchall()
     hits.sort(key=lambda hit: hit[2])

@@ -596,6 +596,61 @@ async def session_memory(rig: Rig) -> None:
     await rig.recorded(events.MemoryWriteFailed, 1)
 
 
+async def session_subagents(rig: Rig) -> None:
+    """A session's subagents and schedules: a turn spawns a subagent (whose
+    answer goes to the chat) and creates an hourly schedule; the schedule
+    fires on the hour and its subagent answers silently; a second turn
+    deletes the schedule, whose armed timer then fires to no effect."""
+    rig.tools = ToolRegistry.with_builtins(session=True)
+    opened = Settings().session_settings(rig.tools.specs())
+    opened = msgspec.structs.replace(
+        opened, run=msgspec.structs.replace(opened.run, planning_gate=False)
+    )
+    weather = 'Any rain this hour? Answer {"silent": true} if none.'
+    host = await rig.host(
+        per_run(
+            {
+                "cli:subs-t1": [
+                    act(
+                        type="tool_call",
+                        name="subagent_spawn",
+                        args={"name": "scout", "task": "Count the open issues."},
+                    ),
+                    act(
+                        type="tool_call",
+                        name="schedule.create",
+                        args={"name": "weather", "cron": "0 * * * *", "task": weather},
+                    ),
+                    act(type="finish", output="A scout runs; weather every hour."),
+                ],
+                "cli:subs-s1": [act(type="finish", output="Two open issues.")],
+                "cli:subs-s2": [act(type="finish", output='{"silent": true}')],
+                "cli:subs-t2": [
+                    act(
+                        type="tool_call",
+                        name="schedule.delete",
+                        args={"name": "weather"},
+                    ),
+                    act(type="finish", output="No more weather."),
+                ],
+            }
+        )
+    )
+    say = await open_chat(rig, host, "subs", opened)
+    await say("scout the issues, and watch the weather hourly")
+    await rig.advance(2.0)
+    await rig.recorded(events.ReplySent, 1)
+    await rig.recorded(events.SubagentAnswered, 1)
+    hour = 3600.0
+    await rig.advance(hour - rig.clock.now() % hour)
+    await rig.recorded(events.SubagentAnswered, 2)
+    await say("stop the weather checks")
+    await rig.advance(2.0)
+    await rig.recorded(events.ReplySent, 2)
+    await rig.advance(hour)  # the deleted schedule's timer fires, to no effect
+    await rig.recorded(events.WakeDue, 4)
+
+
 Scenario = Callable[[Rig], Awaitable[None]]
 SCENARIOS: dict[str, Scenario] = {
     "json_protocol": json_protocol,
@@ -613,6 +668,7 @@ SCENARIOS: dict[str, Scenario] = {
     "queued": queued,
     "session": session,
     "session_memory": session_memory,
+    "session_subagents": session_subagents,
 }
 
 

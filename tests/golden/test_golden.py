@@ -81,12 +81,27 @@ EXPECTED: dict[str, dict[str, Final]] = {
         "cli:memory-t2": Final("completed", "Noted."),
         "cli:memory-t3": Final("completed", "Bye."),
     },
+    "session_subagents": {
+        "cli:subs-t1": Final("completed", "A scout runs; weather every hour."),
+        "cli:subs-s1": Final("completed", "Two open issues."),
+        "cli:subs-s2": Final("completed", '{"silent": true}'),
+        "cli:subs-t2": Final("completed", "No more weather."),
+    },
 }
 """Each golden log's runs (by run id) and their final states."""
 
 SESSIONS: dict[str, dict[str, tuple[str, ...]]] = {
     "session": {"session.cli:golden": ("start over", "A fresh start.")},
     "session_memory": {"session.cli:memory": ("bye", "Bye.")},
+    "session_subagents": {
+        "session.cli:subs": (
+            "scout the issues, and watch the weather hourly",
+            "Two open issues.",
+            "A scout runs; weather every hour.",
+            "stop the weather checks",
+            "No more weather.",
+        )
+    },
 }
 """Each golden log's sessions and the messages of their last segment."""
 

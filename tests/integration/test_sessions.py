@@ -172,7 +172,7 @@ def test_the_memory_tools_outside_a_session_say_so(tmp_path: Path) -> None:
     async def call() -> str:
         async with await SqliteEventLog.open(tmp_path / "log.db") as log:
             ctx = ToolContext(workspace=tmp_path, run_id="r1", actors=Host(log))
-            registry = ToolRegistry.with_builtins(memory=True)
+            registry = ToolRegistry.with_builtins(session=True)
             outcome = await registry.call("memory.core_get", {}, ctx=ctx)
             assert not outcome.ok
             return outcome.error or ""
@@ -209,3 +209,53 @@ async def _messages(path: Path) -> dict[str, MessageReceived]:
             for r in await log.read_all()
             if isinstance(r.event, MessageReceived)
         }
+
+
+def test_a_turn_spawns_a_subagent_and_sets_a_schedule(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``subagent_spawn`` and ``schedule.*`` in a piped chat: the subagent's
+    answer is printed as ``[NAME] text``; the schedule shows in
+    ``sessions show`` and ``schedule.list``; both streams verify."""
+    turn = [
+        *PLAN,
+        act(
+            type="tool_call",
+            name="subagent_spawn",
+            args={"name": "scout", "task": "Count the open issues."},
+        ),
+        act(
+            type="tool_call",
+            name="schedule.create",
+            args={"name": "daily", "cron": "0 9 * * *", "task": "Any news?"},
+        ),
+        act(type="tool_call", name="schedule.create", args={"name": "x", "cron": "?"}),
+        act(type="tool_call", name="schedule.list", args={}),
+        act(type="finish", output="On it."),
+    ]
+    script = tmp_path / "s.json"
+    subagent = [*PLAN, act(type="finish", output="Two open issues.")]
+    script.write_text(json.dumps({"replies": turn, "subagent_replies": subagent}))
+    monkeypatch.setenv("STEWARD_SESSION_DEBOUNCE_MS", "10")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.stdin", io.StringIO("scout, and news daily\n"))
+    assert _steward("--script", str(script), "chat") == 0
+    assert sorted(capsys.readouterr().out.splitlines()) == [
+        "On it.",
+        "[scout] Two open issues.",
+    ]
+    results = asyncio.run(_tool_results(tmp_path / "log.db", "run.cli:local-t1"))
+    assert [r.ok for r in results] == [True, True, False, True]
+    assert "missing required field `task`" in (results[2].error or "")
+    [listed] = json.loads(results[3].output)
+    assert (listed["name"], listed["cron"], listed["task"]) == (
+        "daily",
+        "0 9 * * *",
+        "Any news?",
+    )
+    assert _steward("sessions", "show", "cli:local") == 0
+    shown = capsys.readouterr().out
+    assert "schedules (1):\n  daily (0 9 * * *) next " in shown
+    assert "subagent cli:local-s1 assistant: Two open issues." in shown
+    for stream in ("session.cli:local", "run.cli:local-s1"):
+        assert _steward("replay", stream, "--verify") == 0

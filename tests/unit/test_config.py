@@ -528,3 +528,15 @@ def test_a_claim_must_outlive_the_longest_call() -> None:
         msgspec.structs.replace(
             short, log=msgspec.structs.replace(short.log, claim_seconds=7.0)
         ).check_claims()
+
+
+def test_a_subagent_model_must_be_a_configured_model(tmp_path: Path) -> None:
+    """``[session] subagent_model`` names a ``[models]`` table, or the
+    session settings are refused naming the known ones."""
+    settings = load_settings(
+        write(tmp_path, '[models.small]\n[session]\nsubagent_model = "small"\n'), {}
+    )
+    assert settings.session_settings().subagent_model == "small"
+    bad = load_settings(write(tmp_path, '[session]\nsubagent_model = "huge"\n'), {})
+    with pytest.raises(ConfigError, match=r"session\.subagent_model: .*known models"):
+        bad.session_settings()

@@ -29,9 +29,11 @@ from steward.events import (
     Recorded,
     ReplySent,
     RunSettings,
+    ScheduleAsked,
     SegmentStarted,
     SessionOpened,
     SessionSettings,
+    SubagentAsked,
     SubagentFinished,
     SubagentResult,
     ToolSpec,
@@ -475,6 +477,12 @@ inputs = st.one_of(
     st.tuples(st.just("turn"), st.sampled_from(["completed", "failed"])),
     st.tuples(st.just("core"), st.sampled_from(["a", "b", "", "c" * 3000])),
     st.tuples(st.just("write"), st.sampled_from(WRITER_REPLIES)),
+    st.tuples(st.just("spawn"), st.sampled_from(["a", "b", ""])),
+    st.tuples(
+        st.just("subagent"), st.sampled_from(['{"silent": true}', "news", "{oops"])
+    ),
+    st.tuples(st.just("schedule"), st.sampled_from(["*/5 * * * *", "bad", None])),
+    st.tuples(st.just("fire"), st.booleans()),
 )
 
 
@@ -509,6 +517,20 @@ def test_fold_of_the_log_is_the_live_state_and_every_step_re_decides(
             chat.give(CoreMemorySet(request_id=f"q{n}", key="k", value=value))
         elif what == "write" and chat.state.writer is not None:
             chat.give(LlmResponded(request_id=chat.state.writer, text=str(arg), at=at))
+        elif what == "spawn":
+            chat.give(SubagentAsked(request_id=f"q{n}", name="sub", task=str(arg)))
+        elif what == "subagent" and chat.state.subagents:
+            run_id = chat.state.subagents[0][0]
+            result = SubagentResult(run_id=run_id, status="completed", output=str(arg))
+            chat.give(SubagentFinished(result=result, at=at))
+        elif what == "schedule":
+            cron = None if arg is None else str(arg)
+            chat.give(
+                ScheduleAsked(request_id=f"q{n}", name="s", cron=cron, task="t", at=at)
+            )
+        elif what == "fire" and chat.state.schedules:
+            timer_id = chat.state.schedules[0].timer_id if arg else "cli:c1/schedule/0"
+            chat.give(WakeDue(timer_id=timer_id, at=at))
     assert SESSION.fold(chat.log) == chat.state
     state = s.initial
     i = 0

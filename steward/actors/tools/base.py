@@ -69,6 +69,8 @@ class ToolContext(msgspec.Struct, frozen=True, kw_only=True):
     """The host running the call; ``None`` where no host is (a unit test)."""
     reads: ReadModels | None = None
     """The host's projections; ``None`` when it keeps none."""
+    now: float = 0.0
+    """When the call started, on the host's clock."""
 
 
 class ToolFn(Protocol[A_contra]):

@@ -16,7 +16,6 @@ from typing import Annotated, Any
 
 import msgspec
 
-from steward.actors.run_effects import run_stream
 from steward.actors.session import (
     Session,
     core_memory_text,
@@ -24,15 +23,13 @@ from steward.actors.session import (
     session_stream,
 )
 from steward.actors.tools.base import Tool, ToolContext, tool
+from steward.actors.tools.session import Args as _Args
+from steward.actors.tools.session import session_of
 from steward.errors import ToolError
 from steward.events.session import CoreMemorySet
 from steward.projections.sessions import search as search_views
 
 __all__ = ["TOOLS", "core_get", "core_set", "search"]
-
-
-class _Args(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """A model that misspells an argument hears so (forbid_unknown_fields)."""
 
 
 class SearchArgs(_Args, frozen=True, kw_only=True):
@@ -59,20 +56,7 @@ class CoreSetArgs(_Args, frozen=True, kw_only=True):
 
 
 async def _session(ctx: ToolContext) -> tuple[str, Session]:
-    """The session the calling run belongs to, and its state."""
-    if ctx.actors is None:
-        raise ToolError("the memory tools need a host; none runs this call")
-    run, _ = await ctx.actors.state(run_stream(ctx.run_id))
-    created = getattr(run, "created", None)
-    session_id = getattr(created, "context_id", None)
-    if session_id:
-        state, version = await ctx.actors.state(session_stream(session_id))
-        if version and isinstance(state, Session):
-            return session_id, state
-    raise ToolError(
-        f"run {ctx.run_id} belongs to no chat session: the memory tools work "
-        "in a session's turns"
-    )
+    return await session_of(ctx, "memory")
 
 
 @tool("memory.search", args_type=SearchArgs)

@@ -17,6 +17,7 @@ import msgspec
 
 from steward.actors.tools import files
 from steward.actors.tools import memory as memory_tools
+from steward.actors.tools import session as session_tools
 from steward.actors.tools.base import (
     Tool,
     ToolContext,
@@ -92,11 +93,13 @@ class ToolRegistry:
         *,
         output_limit: int = DEFAULT_OUTPUT_LIMIT,
         timeout: float = DEFAULT_TIMEOUT,
-        memory: bool = False,
+        session: bool = False,
     ) -> ToolRegistry:
         """A registry holding the built-in tools (``files.read/write/list``),
-        and with ``memory`` the session turns' ``memory.*`` tools."""
-        tools = (*files.TOOLS, *(memory_tools.TOOLS if memory else ()))
+        and with ``session`` the session turns' tools (``memory.*``,
+        ``subagent_spawn``, ``schedule.*``)."""
+        turns = (*memory_tools.TOOLS, *session_tools.TOOLS) if session else ()
+        tools = (*files.TOOLS, *turns)
         return cls(tools, output_limit=output_limit, timeout=timeout)
 
     def register(self, tool: Tool[Any]) -> None:
