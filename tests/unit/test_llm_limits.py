@@ -15,7 +15,7 @@ from steward.clock import FakeClock
 from steward.host import Host
 
 
-async def test_interactive_waiters_overtake_subagent_waiters() -> None:
+async def test_interactive_requests_get_priority_over_subagents() -> None:
     """With the slot taken, a later interactive call is served before subagents."""
     limiter = PriorityLimiter(1)
     order: list[str] = []
@@ -40,7 +40,9 @@ async def test_interactive_waiters_overtake_subagent_waiters() -> None:
     assert limiter.active == 0 and limiter.depth() == {"interactive": 0, "subagent": 0}
 
 
-async def test_the_limit_holds_and_a_cancelled_waiter_gives_no_slot_away() -> None:
+async def test_max_concurrent_llm_limit_respected() -> None:
+    """Never more than the limit in flight; a waiter cancelled in the queue
+    gives no slot away."""
     limiter = PriorityLimiter(2)
     inside = 0
     most = 0

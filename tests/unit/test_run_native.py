@@ -2,6 +2,8 @@
 
 The model answers with tool calls instead of JSON commands; the run ends on a
 reply without any. Tests read as given events / when input / then decisions.
+This is Klaw's tool call loop (spec 003), and its test list's names are here
+(``ToolCallLoopTest``): a session's turn is such a run.
 """
 
 from __future__ import annotations
@@ -63,6 +65,23 @@ def test_tool_calls_are_requested_each_with_its_call_id():
     assert decisions == [requested(1, A), requested(2, B)]
 
 
+def test_single_tool_call_processed_correctly():
+    """One tool call → its request; its result in → the model is asked again."""
+    story = native()
+    assert story.call(A) == [requested(1, A)]
+    assert story.result("A text") == [asks(story, 2)]
+
+
+def test_multiple_sequential_tool_calls():
+    """Round after round, each call is requested once the last result is in."""
+    story = native()
+    for n, call in enumerate((A, B, A), start=1):
+        assert story.call(call) == [requested(n, call)]
+        assert story.result(f"result {n}", request_id=f"{RUN}/tool/{n}") == [
+            asks(story, n + 1)
+        ]
+
+
 def test_next_call_waits_for_every_result():
     """The model is asked again only when all results of the round are in."""
     story = native()
@@ -71,7 +90,7 @@ def test_next_call_waits_for_every_result():
     assert story.result("B done", request_id=f"{RUN}/tool/2") == [asks(story, 2)]
 
 
-def test_prompt_pairs_the_assistant_tool_calls_with_tool_messages():
+def test_tool_results_added_to_context_for_next_round():
     """The next prompt has the assistant's tool_calls, then a tool message each."""
     story = native()
     story.call(A, B, text="reading")
@@ -85,7 +104,7 @@ def test_prompt_pairs_the_assistant_tool_calls_with_tool_messages():
     )
 
 
-def test_reply_without_tool_calls_completes_with_its_text():
+def test_loop_stops_when_llm_returns_no_tool_calls():
     """A reply without tool calls completes the run with the reply's text."""
     story = native()
     story.call(A)
@@ -109,8 +128,9 @@ def test_rounds_up_to_the_limit_go_through():
     assert story.call(B) == [requested(2, B)]
 
 
-def test_more_rounds_than_the_limit_fail_the_run():
-    """Round max_tool_call_rounds+1 → RunFailed naming the tool-call loop limit."""
+def test_tool_call_loop_fails_the_run_after_max_tool_call_rounds():
+    """Round max_tool_call_rounds+1 → RunFailed naming the tool-call loop limit
+    (Klaw's ``ToolCallLoopException``, as an event the run ends with)."""
     story = native(max_tool_call_rounds=2)
     for call in (A, B):
         story.call(call)

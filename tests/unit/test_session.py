@@ -317,12 +317,17 @@ def test_creates_session_with_the_default_model() -> None:
     assert chat.state.model == "small" and chat.state.session_id == "cli:c1"
 
 
-def test_a_session_opens_once() -> None:
+def test_returns_existing_session_for_known_chat_id() -> None:
+    """A chat's session opens once: opening it again is refused and what it
+    holds stays (`open_session` opens only a stream with no events)."""
     chat = Chat()
+    chat.say("/model large", at=1001.0)
+    before = chat.state
     again = SessionOpened(
         session_id="cli:c1", channel="cli", chat_id="c1", settings=SETTINGS
     )
     assert chat.give(again) is None
+    assert chat.state == before and chat.state.model == "large"
 
 
 def test_a_message_to_a_session_not_open_is_refused() -> None:
