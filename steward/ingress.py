@@ -1,24 +1,30 @@
-"""Ingress and egress over NATS: services start runs and hear back from them.
+"""Ingress and egress over NATS: services talk to chat sessions and hear back.
 
 **Ingress.** A service publishes an `InboundMessage` (JSON, or msgpack with the
 header ``Content-Type: application/msgpack``) on ``steward.inbound.<channel>``.
 `Ingress` checks it (size, encoding, schema, known channel, agent profile) and
-starts a run for the channel's agent. When the publisher asked for a reply it
-gets ``{"ok": true, "run_id": ...}`` or ``{"ok": false, "error": {"code", "message"}}``
-with one of the stable `ERROR_CODES`. A rejected message is never dropped: its
-original payload goes to ``steward.deadletter.inbound.<channel>`` with the
-headers ``Steward-Error-Code`` and ``Steward-Error``, where the JetStream
-stream ``STEWARD_DEADLETTER`` (created on start, file storage) keeps it for
-30 days whether or not anyone listens.
+gives it to the session of its chat, ``<channel>:<chat>`` where the chat is
+the message's ``context_id``, else its ``user_id``, else ``default`` (opened
+with the channel's agent profile the first time). The session debounces it
+and answers as any chat's does. When the publisher asked for a reply it gets
+``{"ok": true, "session_id", "message_id", "duplicate"}`` or ``{"ok": false,
+"error": {"code", "message"}}`` with one of the stable `ERROR_CODES`. A
+rejected message is never dropped: its original payload goes to
+``steward.deadletter.inbound.<channel>`` with the headers
+``Steward-Error-Code`` and ``Steward-Error``, where the JetStream stream
+``STEWARD_DEADLETTER`` (created on start, file storage) keeps it for 30 days
+whether or not anyone listens.
 
-A message with a ``message_id`` starts at most one run per channel: the run id
-is derived from the channel and the id, so a redelivery finds the run already
-created and the host refuses the second ``RunCreated`` (it expects version 0).
+A message with a ``message_id`` is taken at most once: the session refuses
+an id among its newest (`steward.actors.session.SEEN_MESSAGES`), and the
+reply says ``"duplicate": true``.
 
 **Egress.** `Egress` listens to the host and publishes, in log order, one JSON
-update per recorded event on ``steward.runs.<run_id>.updates`` and, for runs
-started on a channel, the run's messages and its end on
-``steward.outbound.<channel>``.
+update per recorded event of a run on ``steward.runs.<run_id>.updates``;
+what a session tells its chat (a turn's reply, a command's answer, a
+refusal, a subagent's answer) on ``steward.outbound.<channel>``; and, for a
+run recorded with a channel that answers no one (no parent, no session),
+its messages and its end there too.
 
 The schema of `InboundMessage` is exported to
 ``docs/inbound-message.v1.schema.json``; regenerate it with
@@ -28,10 +34,8 @@ The schema of `InboundMessage` is exported to
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
-import secrets
 from typing import Annotated, Any, Literal, NamedTuple
 
 import msgspec
@@ -40,7 +44,9 @@ import nats.js.errors
 
 from steward import events
 from steward.actors.llm import RequestInfo
-from steward.actors.run_effects import run_id_of, run_stream
+from steward.actors.run_effects import run_id_of
+from steward.bus.jetstream.subjects import escape_token
+from steward.chats import message, open_session
 from steward.config.settings import Settings
 from steward.errors import StewardError
 from steward.host import Host
@@ -59,7 +65,6 @@ __all__ = [
     "deltas_subject",
     "inbound_schema",
     "inbound_schema_json",
-    "message_run_id",
     "outbound_subject",
     "updates_subject",
 ]
@@ -104,21 +109,26 @@ class InboundMessage(msgspec.Struct, frozen=True, kw_only=True):
     ] = 1
     text: Annotated[
         str,
-        msgspec.Meta(
-            min_length=1, description="What the user said: the run's input text."
-        ),
+        msgspec.Meta(min_length=1, description="What the user said."),
     ]
     user_id: Annotated[
-        str | None, msgspec.Meta(description="Who sent it, as the service knows them.")
+        str | None,
+        msgspec.Meta(
+            description="Who sent it, as the service knows them: the chat when "
+            "there is no context_id, and who the sender is across chats."
+        ),
     ] = None
     context_id: Annotated[
-        str | None, msgspec.Meta(description="The conversation it belongs to.")
+        str | None,
+        msgspec.Meta(
+            description="The chat it belongs to: its session is <channel>:<context_id>."
+        ),
     ] = None
     message_id: Annotated[
         str | None,
         msgspec.Meta(
-            description="The service's id of this message: the same id on a "
-            "channel never starts two runs."
+            description="The service's id of this message: the same id in a "
+            "chat is taken once."
         ),
     ] = None
     metadata: Annotated[
@@ -140,12 +150,6 @@ def inbound_schema() -> dict[str, Any]:
 def inbound_schema_json() -> str:
     """`inbound_schema` as the text of ``docs/inbound-message.v1.schema.json``."""
     return json.dumps(inbound_schema(), indent=2, sort_keys=True) + "\n"
-
-
-def message_run_id(channel: str, message_id: str) -> str:
-    """The run id of message ``message_id`` on ``channel`` (the same every time)."""
-    digest = hashlib.sha256(f"{channel}\x00{message_id}".encode()).hexdigest()
-    return "m" + digest[:12]
 
 
 def deadletter_subject(channel: str) -> str:
@@ -179,7 +183,7 @@ def outbound_subject(channel: str) -> str:
 
 
 def updates_subject(run_id: str) -> str:
-    return f"steward.runs.{run_id}.updates"
+    return f"steward.runs.{escape_token(run_id)}.updates"
 
 
 class _Rejected(StewardError):
@@ -242,13 +246,13 @@ def _header(text: str, limit: int = 1024) -> str:
 
 
 class Ingress:
-    """Starts runs from inbound messages on ``steward.inbound.<channel>``.
+    """Gives inbound messages on ``steward.inbound.<channel>`` to sessions.
 
     Args:
         nc: a connected nats-py client (``await nats.connect(url)``); the
             caller owns and closes it.
-        host: the host that records the runs (``Host.submit``).
-        settings: the settings runs are created with (profiles, models).
+        host: the host that records the messages (``Host.submit``).
+        settings: the settings sessions are opened with (profiles, models).
         channels: channel name → agent profile name; other channels are
             answered ``unknown_channel``.
         max_bytes: largest payload accepted; larger ones are ``too_large``.
@@ -317,7 +321,7 @@ class Ingress:
         except Exception as e:
             log.exception("inbound on %s failed", channel)
             await self._refuse(
-                msg, channel, "internal", f"steward could not start the run: {e}"
+                msg, channel, "internal", f"steward could not take the message: {e}"
             )
             return
         if msg.reply:
@@ -329,7 +333,8 @@ class Ingress:
     async def handle(
         self, channel: str, data: bytes, headers: dict[str, str]
     ) -> dict[str, Any]:
-        """Start the run for one inbound payload; the reply to send back.
+        """Give one inbound payload to its chat's session; the reply to send
+        back.
 
         Raises ``_Rejected`` (with its ``code``) for a message steward refuses.
         """
@@ -339,7 +344,7 @@ class Ingress:
                 f"the payload is {len(data)} bytes, more than the {self.max_bytes} "
                 f"an inbound message may have",
             )
-        message = _decode(data, headers.get("Content-Type"))
+        inbound = _decode(data, headers.get("Content-Type"))
         profile = self.channels.get(channel)
         if profile is None:
             known = ", ".join(sorted(self.channels)) or "none"
@@ -351,38 +356,32 @@ class Ingress:
             raise _Rejected(
                 "no_agent",
                 f"channel {channel!r} names agent profile {profile!r}, which is not "
-                f"in [agents]; no run was created",
+                f"in [agents]; the message was not taken",
             )
-        created = self._created(channel, profile, message)
-        commit = await self.host.submit(run_stream(created.run_id), created)
-        return {"ok": True, "run_id": created.run_id, "duplicate": commit is None}
-
-    def _created(
-        self, channel: str, profile: str, message: InboundMessage
-    ) -> events.RunCreated:
-        allowed = self.settings.agents[profile].tools
-        tools = self.host.tools.specs(allowed) if self.host.tools is not None else ()
+        chat = inbound.context_id or inbound.user_id or "default"
+        session_id = f"{channel}:{chat}"
         try:
-            run_settings = self.settings.run_settings(profile, tools)
+            stream = await open_session(self.settings, self.host, session_id, profile)
         except StewardError as e:
             raise _Rejected(
-                "no_agent", f"agent profile {profile!r} cannot start a run: {e}"
+                "no_agent", f"agent profile {profile!r} cannot open a session: {e}"
             ) from None
-        run_id = (
-            message_run_id(channel, message.message_id)
-            if message.message_id is not None
-            else "r" + secrets.token_hex(6)
+        sent = await message(
+            self.settings,
+            self.host,
+            self.host.projector,
+            session_id,
+            inbound.text,
+            inbound.user_id,
+            message_id=inbound.message_id,
         )
-        return events.RunCreated(
-            run_id=run_id,
-            input_text=message.text,
-            settings=run_settings,
-            channel_id=channel,
-            user_id=message.user_id,
-            context_id=message.context_id,
-            profile=profile,
-            at=self.host.clock.now(),
-        )
+        commit = await self.host.submit(stream, sent)
+        return {
+            "ok": True,
+            "session_id": session_id,
+            "message_id": sent.message_id,
+            "duplicate": commit is None,
+        }
 
     async def _refuse(self, msg: Any, channel: str, code: str, reason: str) -> None:
         try:
@@ -430,19 +429,40 @@ class _Delta(NamedTuple):
 
 def deltas_subject(run_id: str) -> str:
     """Where a run's model text streams live (not stored)."""
-    return f"steward.runs.{run_id}.deltas"
+    return f"steward.runs.{escape_token(run_id)}.deltas"
+
+
+def _told(event: events.Event) -> tuple[str, str, dict[str, str]] | None:
+    """What a session's event tells its chat: (type, text, ids), or ``None``."""
+    match event:
+        case events.ReplySent(run_id=run_id, text=text, status=status):
+            return "reply", text, {"run_id": run_id, "status": status}
+        case events.CommandAnswered(message_id=mid, reply=reply):
+            return "command", reply, {"message_id": mid}
+        case events.MessageRefused(message_id=mid, reply=reply):
+            return "refused", reply, {"message_id": mid}
+        case events.SubagentAnswered(run_id=run_id, text=text, name=name) if (
+            not event.silent
+        ):
+            return "subagent", text, {"run_id": run_id, "name": name}
+        case _:
+            return None
 
 
 class Egress:
     """Publishes run updates and channel replies as the host records them.
 
     Every event of a run stream goes to ``steward.runs.<run_id>.updates`` as
-    ``{"run_id", "version", "type", "summary"}``. For a top-level run started
-    on a channel, ``MessageSent`` and its end go to ``steward.outbound.<channel>``
-    as ``{"run_id", "channel", "type", "text"}`` with type ``message``,
-    ``completed``, ``failed`` or ``cancelled``. Subagents share their parent's
-    channel but speak to their parent, not to the user, so they publish
-    updates only.
+    ``{"run_id", "version", "type", "summary"}``. What a session tells its
+    chat goes to ``steward.outbound.<channel>`` as ``{"session_id",
+    "channel", "chat_id", "type", "text", ...}`` with type ``reply`` (and
+    ``run_id``, ``status``), ``command`` or ``refused`` (and the
+    ``message_id`` answered), or ``subagent`` (and ``run_id``, ``name``).
+    A top-level run started on a channel that answers no one publishes its
+    ``MessageSent`` and its end there as ``{"run_id", "channel", "type",
+    "text"}`` with type ``message``, ``completed``, ``failed`` or
+    ``cancelled``. A session's turns and subagents, and a run's subagents,
+    speak to whom they answer, not to the user: they publish updates only.
 
     Args:
         nc: a connected nats-py client; the caller owns and closes it.
@@ -480,7 +500,7 @@ class Egress:
 
     def on_event(self, rec: events.Recorded) -> None:
         """The host listener: queue ``rec`` for publishing (never blocks)."""
-        if self._task is not None and rec.stream.startswith("run."):
+        if self._task is not None and rec.stream.startswith(("run.", "session.")):
             self._queue.put_nowait(rec)
 
     async def close(self) -> None:
@@ -506,6 +526,9 @@ class Egress:
                 log.exception("publishing to the outbound subjects failed")
 
     async def _publish(self, rec: events.Recorded) -> None:
+        if rec.stream.startswith("session."):
+            await self._tell(rec)
+            return
         run_id = run_id_of(rec.stream)
         event = rec.event
         update = {
@@ -517,9 +540,7 @@ class Egress:
         await self.nc.publish(updates_subject(run_id), _json.encode(update))
         kind = _OUTBOUND.get(type(event))
         if isinstance(event, events.RunCreated):
-            self._channels[run_id] = (
-                event.channel_id if event.parent_run_id is None else None
-            )
+            self._channels[run_id] = _user_channel(event)
         if kind is None:
             return
         channel = await self._channel_of(rec.stream)
@@ -541,12 +562,33 @@ class Egress:
             # a run created before this egress started: ask its state
             state, _ = await self.host.state(stream)
             created = state.created
-            self._channels[run_id] = (
-                created.channel_id
-                if created is not None and created.parent_run_id is None
-                else None
-            )
+            self._channels[run_id] = None if created is None else _user_channel(created)
         return self._channels[run_id]
+
+    async def _tell(self, rec: events.Recorded) -> None:
+        told = _told(rec.event)
+        if told is None:
+            return
+        kind, text, ids = told
+        session_id = rec.stream.partition(".")[2]
+        channel, _, chat_id = session_id.partition(":")
+        message = {
+            "session_id": session_id,
+            "channel": channel,
+            "chat_id": chat_id,
+            "type": kind,
+            "text": text,
+            **ids,
+        }
+        await self.nc.publish(outbound_subject(channel), _json.encode(message))
+
+
+def _user_channel(created: events.RunCreated) -> str | None:
+    """The channel a run speaks to the user on: its own, unless it answers
+    a parent run or a session (``reply_to``)."""
+    if created.parent_run_id is not None or created.reply_to is not None:
+        return None
+    return created.channel_id
 
 
 if __name__ == "__main__":

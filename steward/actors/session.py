@@ -79,6 +79,7 @@ __all__ = [
     "CORE_MEMORY_CHARS",
     "MAX_SCHEDULES",
     "MAX_SUBAGENTS",
+    "SEEN_MESSAGES",
     "Session",
     "claim_on",
     "core_memory_text",
@@ -106,6 +107,10 @@ MAX_SUBAGENTS = 4
 MAX_SCHEDULES = 20
 """The schedules a session holds."""
 
+SEEN_MESSAGES = 256
+"""The newest message ids a session remembers: a message delivered again
+with one of them (a service's redelivery) is refused, not taken twice."""
+
 COMMANDS = (
     ("/new", "start a new segment: later turns see only messages from here on"),
     ("/model [NAME]", "show the session's model, or switch to NAME"),
@@ -131,6 +136,8 @@ class Session(Struct, frozen=True, kw_only=True):
     """The current segment's messages: each turn's merged input and reply."""
     buffer: tuple[MessageReceived, ...] = ()
     """Messages waiting for the debounce timer, oldest first."""
+    seen: tuple[str, ...] = ()
+    """The ids of the newest messages taken (`SEEN_MESSAGES` at most)."""
     timer: str | None = None
     """The debounce timer that starts the next turn; ``None``: none armed."""
     timers: int = 0
@@ -312,14 +319,16 @@ def evolve(state: Session, event: Event) -> Session:
                 segment_at=event.at,
                 model=event.settings.model,
             )
-        case MessageReceived(text=text) if not is_command(text) and not _refusal(
-            event, state
-        ):
-            if event.elsewhere:
-                return replace(
-                    state, buffer=(*state.buffer, event), elsewhere=event.elsewhere
-                )
-            return replace(state, buffer=(*state.buffer, event))
+        case MessageReceived(message_id=message_id, text=text):
+            seen = (*state.seen[1 - SEEN_MESSAGES :], message_id)
+            if is_command(text) or _refusal(event, state):
+                return replace(state, seen=seen)
+            return replace(
+                state,
+                seen=seen,
+                buffer=(*state.buffer, event),
+                elsewhere=event.elsewhere or state.elsewhere,
+            )
         case DebounceArmed(timer_id=timer_id):
             return replace(state, timer=timer_id, timers=state.timers + 1)
         case WakeDue(timer_id=timer_id) if timer_id == state.timer:
@@ -420,13 +429,16 @@ def evolve(state: Session, event: Event) -> Session:
 
 def decide(input: Event, state: Session) -> list[Event] | None:
     """The decisions for ``input``; ``None`` refuses it (a session not open
-    yet, a superseded debounce timer, a result of no turn or subagent in
-    flight, a subagent or schedule its ``*_problem`` finds fault with)."""
+    yet, a message taken already, a superseded debounce timer, a result of
+    no turn or subagent in flight, a subagent or schedule its ``*_problem``
+    finds fault with)."""
     if isinstance(input, SessionOpened):
         return [] if not state.session_id else None
     if not state.session_id:
         return None
     match input:
+        case MessageReceived(message_id=message_id) if message_id in state.seen:
+            return None  # delivered again: taken once
         case MessageReceived() if (refusal := _refusal(input, state)) is not None:
             return [MessageRefused(message_id=input.message_id, reply=refusal)]
         case MessageReceived(text=text) if is_command(text):

@@ -18,9 +18,9 @@ import signal
 import sys
 
 from steward.bus import EventLog
+from steward.chats import answer, message, open_session
 from steward.cli.env import EXIT_INTERRUPTED, Env, opened
 from steward.cli.hosting import checked_provider, new_host
-from steward.cli.sessions import answer, message, open_session
 from steward.events import SubagentAnswered
 from steward.host import Host
 from steward.hostlock import HostLock
@@ -44,7 +44,7 @@ async def cmd_chat(env: Env, args: argparse.Namespace) -> int:
                 host = new_host(env, log, projector, provider=provider)
                 await host.start()
             submitter = host or Host(log)
-            stream = await open_session(env, submitter, session_id)
+            stream = await open_session(env.settings, submitter, session_id)
             told = _Told(env, log, stream, (await submitter.state(stream))[1])
             follower = asyncio.create_task(told.follow())
             if interactive:
@@ -59,7 +59,13 @@ async def cmd_chat(env: Env, args: argparse.Namespace) -> int:
                     continue
                 waiting = None if host is None else host.models.slots.depth_total()
                 sent = await message(
-                    env, submitter, projector, session_id, text, sender, waiting
+                    env.settings,
+                    submitter,
+                    projector,
+                    session_id,
+                    text,
+                    sender,
+                    waiting=waiting,
                 )
                 await submitter.submit(stream, sent)
                 reply = await answer(log, stream, sent.message_id, stop)

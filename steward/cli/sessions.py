@@ -1,112 +1,19 @@
 """`steward sessions list|show|send`: chat sessions from the read models, and
-a message to one; what `steward chat` shares with them (opening a session,
-a message with what its sender said elsewhere, waiting for its answer)."""
+a message to one (`steward.chats` opens the session and waits for the
+answer)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
-import secrets
 import sys
 
-from steward.actors.session import is_command, session_stream
-from steward.actors.tools import ToolRegistry
-from steward.bus import EventLog
+from steward.chats import answer, message, open_session
 from steward.cli.env import EXIT_MISMATCH, Env, opened
 from steward.errors import NotFoundError
-from steward.events import (
-    CommandAnswered,
-    Elsewhere,
-    MessageReceived,
-    MessageRefused,
-    ReplySent,
-    SessionOpened,
-    TurnStarted,
-)
 from steward.host import Host
 from steward.isotime import iso_time
-from steward.projections.sessions import elsewhere
-from steward.projections.store import Projector
-
-
-async def open_session(env: Env, host: Host, session_id: str) -> str:
-    """The stream of session ``session_id`` (``<channel>:<chat>``), opened
-    with today's ``[session]`` settings if it has no events yet."""
-    channel, _, chat_id = session_id.partition(":")
-    if not channel or not chat_id:
-        raise NotFoundError(
-            f"session id {session_id!r} is not CHANNEL:CHAT (as cli:local)"
-        )
-    stream = session_stream(session_id)
-    if (await host.state(stream))[1] == 0:
-        tools = ToolRegistry.with_builtins(session=True).specs()
-        opening = SessionOpened(
-            session_id=session_id,
-            channel=channel,
-            chat_id=chat_id,
-            settings=env.settings.session_settings(tools),
-            at=host.clock.now(),
-        )
-        await host.submit(stream, opening)
-    return stream
-
-
-async def message(
-    env: Env,
-    host: Host,
-    projector: Projector,
-    session_id: str,
-    text: str,
-    sender: str | None,
-    waiting: int | None = None,
-) -> MessageReceived:
-    """A message to session ``session_id``, with the sender's newest
-    messages in other chats (``[session] cross_channel_limit``)."""
-    limit = env.settings.session.cross_channel_limit
-    found: tuple[Elsewhere, ...] = ()
-    if sender and limit and not is_command(text):
-        found = await projector.read(
-            lambda conn: elsewhere(conn, sender, session_id, limit)
-        )
-    return MessageReceived(
-        message_id=f"{session_id}-{secrets.token_hex(6)}",
-        text=text,
-        sender=sender,
-        llm_waiting=waiting,
-        elsewhere=found,
-        at=host.clock.now(),
-    )
-
-
-async def answer(
-    log: EventLog, stream: str, message_id: str, stop: asyncio.Event
-) -> str | None:
-    """The answer to message ``message_id`` once the session records it: a
-    command's, a refusal's, or the reply of the turn that took the message;
-    ``None`` on ``stop``."""
-    turn: str | None = None
-    seen = 0
-    while not stop.is_set():
-        for rec in await log.read(stream, seen + 1):
-            seen = rec.version
-            match rec.event:
-                case (
-                    CommandAnswered(message_id=mid, reply=reply)
-                    | MessageRefused(message_id=mid, reply=reply)
-                ) if mid == message_id:
-                    return reply
-                case TurnStarted(run_id=run_id, message_ids=ids) if message_id in ids:
-                    turn = run_id
-                case ReplySent(run_id=run_id, text=text) if run_id == turn:
-                    return text
-                case _:
-                    pass
-        try:
-            await asyncio.wait_for(stop.wait(), 0.02)
-        except TimeoutError:
-            pass
-    return None
 
 
 async def cmd_sessions_list(env: Env, args: argparse.Namespace) -> int:
@@ -189,8 +96,10 @@ async def cmd_sessions_send(env: Env, args: argparse.Namespace) -> int:
     async with opened(env) as (log, projector):
         await projector.catch_up(log)
         submitter = Host(log)  # records only: a serve (or chat) answers
-        stream = await open_session(env, submitter, args.id)
-        sent = await message(env, submitter, projector, args.id, args.text, args.sender)
+        stream = await open_session(env.settings, submitter, args.id)
+        sent = await message(
+            env.settings, submitter, projector, args.id, args.text, args.sender
+        )
         await submitter.submit(stream, sent)
         if args.no_wait:
             env.out(sent.message_id)

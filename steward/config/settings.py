@@ -301,8 +301,9 @@ class Settings(_Section, frozen=True, kw_only=True):
 
     channels: dict[str, str] = msgspec.field(default_factory=dict)
     """``[channels]``: channel name → agent profile; with a ``nats://`` log,
-    ``steward serve`` starts a run for each message on
-    ``steward.inbound.<channel>`` (unknown channels are refused)."""
+    ``steward serve`` gives each message on ``steward.inbound.<channel>`` to
+    its chat's session, opened with that profile (unknown channels are
+    refused)."""
 
     llm_max_concurrency: Positive = 2
     """Model calls in flight at once per process (Klaw ``maxConcurrentLlm``)."""
@@ -363,11 +364,15 @@ class Settings(_Section, frozen=True, kw_only=True):
                 "claim_seconds or lower [tools] timeout",
             )
 
-    def session_settings(self, tools: tuple[ToolSpec, ...] = ()) -> SessionSettings:
+    def session_settings(
+        self, tools: tuple[ToolSpec, ...] = (), profile: str | None = None
+    ) -> SessionSettings:
         """The ``SessionSettings`` a new session records: ``[session]``, the
-        configured models and the run settings of its profile."""
+        configured models and the run settings of agent ``profile`` (default
+        ``[session] profile``; a channel's sessions use the channel's)."""
         config = self.session
-        agent = self.profile(config.profile)
+        profile = profile or config.profile
+        agent = self.profile(profile)
         if config.subagent_model is not None and config.subagent_model not in (
             self.models
         ):
@@ -392,8 +397,8 @@ class Settings(_Section, frozen=True, kw_only=True):
             default_budget_tokens=config.default_budget_tokens,
             sliding_window=config.sliding_window,
             subagent_window=config.subagent_window,
-            run=self.run_settings(config.profile, tools),
-            profile=config.profile,
+            run=self.run_settings(profile, tools),
+            profile=profile,
             max_message_chars=config.max_message_chars,
             max_turns_per_context=config.max_turns_per_context,
             memory_writer_max_messages=config.memory_writer_max_messages,

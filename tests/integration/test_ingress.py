@@ -1,8 +1,11 @@
-"""Ingress and egress over a real nats-server, a real SQLite log and a host."""
+"""Ingress and egress over a real nats-server, a real SQLite log and a host:
+inbound messages go to their chat's session, whose answers go out on the
+channel (Klaw's ``MessageProcessorIntegrationTest``, with a scripted model)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 from collections.abc import AsyncIterator, Iterator
@@ -19,21 +22,24 @@ from support import act
 from steward import events
 from steward.actors.llm import ScriptedProvider
 from steward.actors.run_effects import run_stream
+from steward.actors.session import session_stream
 from steward.bus import SqliteEventLog
-from steward.config.settings import AgentProfile, RunConfig, Settings
+from steward.chats import answer
+from steward.clock import SystemClock
+from steward.config.settings import AgentProfile, RunConfig, SessionConfig, Settings
 from steward.host import Host
 from steward.ingress import (
     DEADLETTER_STREAM,
     Egress,
     Ingress,
     inbound_schema_json,
-    message_run_id,
 )
 
 SCHEMA = Path(__file__).parents[2] / "docs" / "inbound-message.v1.schema.json"
 SETTINGS = Settings(
     run=RunConfig(planning_gate=False),
     agents={"default": AgentProfile(), "helper": AgentProfile()},
+    session=SessionConfig(debounce_ms=10),
 )
 CHANNELS = {"web": "default", "ops": "helper", "orphan": "missing"}
 
@@ -73,7 +79,16 @@ async def setup(
     # A first message with nothing done yet answers the user and ends the run
     # (Clifford's rule), so each run is: message "hi", completed "hi".
     provider = ScriptedProvider([act(type="send_message", message="hi")], per_run=True)
-    host = await make_host(provider)
+    async with serving(server, log, make_host, provider) as running:
+        yield running
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    server: NatsServer, log: SqliteEventLog, make_host: Any, provider: Any
+) -> AsyncIterator[Setup]:
+    """A host answering with ``provider``, its ingress and egress."""
+    host = await make_host(provider, clock=SystemClock())  # debounce in real time
     steward_nc = await nats.connect(server.url)
     client = await nats.connect(server.url)
     ingress = Ingress(steward_nc, host, SETTINGS, CHANNELS, max_bytes=1024)
@@ -88,6 +103,16 @@ async def setup(
         await egress.close()
         await client.close()
         await steward_nc.close()
+
+
+async def answered(setup: Setup, reply: dict[str, Any]) -> str:
+    """The session's answer to the message ``reply`` acknowledged."""
+    stream = session_stream(reply["session_id"])
+    text = await asyncio.wait_for(
+        answer(setup.log, stream, reply["message_id"], asyncio.Event()), 10
+    )
+    assert text is not None
+    return text
 
 
 async def wait_done(host: Host, run_id: str, timeout: float = 10.0) -> Any:
@@ -115,10 +140,11 @@ def test_the_committed_schema_is_the_generated_one() -> None:
     )
 
 
-async def test_a_message_starts_a_run_that_replies_on_its_channel(
-    setup: Setup,
-) -> None:
-    """A valid message starts a run; updates and outbound replies are published."""
+async def test_simple_message_processed_end_to_end(setup: Setup) -> None:
+    """A valid message goes to its chat's session (opened with the channel's
+    profile); the turn's run answers it, and the reply goes out on the
+    channel; the run's updates are published, its messages are not (it
+    answers the session)."""
     outbound = await setup.client.subscribe("steward.outbound.web")
     updates = await setup.client.subscribe("steward.runs.*.updates")
     await setup.client.flush()
@@ -128,59 +154,105 @@ async def test_a_message_starts_a_run_that_replies_on_its_channel(
     )
 
     assert reply["ok"] is True and reply["duplicate"] is False
-    run_id = reply["run_id"]
-    state = await wait_done(setup.host, run_id)
-    assert state.status == "completed" and state.output == "hi"
+    assert reply["session_id"] == "web:c1"
+    assert await answered(setup, reply) == "hi"
+    said = json.loads((await outbound.next_msg(timeout=5)).data)
+    assert said == {
+        "session_id": "web:c1",
+        "channel": "web",
+        "chat_id": "c1",
+        "type": "reply",
+        "text": "hi",
+        "run_id": "web:c1-t1",
+        "status": "completed",
+    }
+    state = await wait_done(setup.host, "web:c1-t1")
     created = state.created
     assert (created.channel_id, created.user_id, created.context_id) == (
         "web",
         "u1",
-        "c1",
+        "web:c1",
     )
-    assert created.profile == "default" and created.input_text == "say hi"
-
-    said = [json.loads(m.data) for m in await collect(outbound, 2)]
-    assert said == [
-        {"run_id": run_id, "channel": "web", "type": "message", "text": "hi"},
-        {"run_id": run_id, "channel": "web", "type": "completed", "text": "hi"},
-    ]
-    records = await setup.log.read(run_stream(run_id))
+    assert created.input_text == "say hi" and created.reply_to == "session.web:c1"
+    records = await setup.log.read(run_stream("web:c1-t1"))
     got = await collect(updates, len(records))
-    assert {m.subject for m in got} == {f"steward.runs.{run_id}.updates"}
+    assert {m.subject for m in got} == {"steward.runs.web:c1-t1.updates"}
     seen = [json.loads(m.data) for m in got]
     assert [(u["run_id"], u["version"], u["type"]) for u in seen] == [
-        (run_id, r.version, events.type_name(r.event)) for r in records
+        ("web:c1-t1", r.version, events.type_name(r.event)) for r in records
     ]
-    assert seen[0]["summary"] == "say hi"
 
 
-async def test_the_same_message_id_starts_one_run(setup: Setup) -> None:
-    """A redelivered message_id answers with the same run and starts no other."""
-    payload = {"text": "once", "message_id": "msg-1"}
+async def test_tool_call_returned_by_llm_is_executed(
+    server: NatsServer, log: SqliteEventLog, make_host: Any
+) -> None:
+    """A turn whose model calls a tool: the tool runs, its result goes back
+    to the model, and the turn's answer goes out."""
+    replies = [
+        act(
+            type="tool_call", name="files.write", args={"path": "a.txt", "content": "x"}
+        ),
+        act(type="finish", output="Wrote a.txt."),
+    ]
+    async with serving(server, log, make_host, ScriptedProvider(replies)) as setup:
+        reply = await setup.request("web", {"text": "write a.txt", "user_id": "u1"})
+        assert await answered(setup, reply) == "Wrote a.txt."
+    run = [r.event for r in await log.read(run_stream("web:u1-t1"))]
+    [result] = [e for e in run if isinstance(e, events.ToolResulted)]
+    assert result.ok and result.request_id == "web:u1-t1/tool/1"
+
+
+async def test_response_sent_to_gateway_for_commands_and_refusals(
+    setup: Setup,
+) -> None:
+    """A command's answer and a refusal go out on the channel too, naming the
+    message they answer; a chat with no context_id is its user's."""
+    outbound = await setup.client.subscribe("steward.outbound.ops")
+    await setup.client.flush()
+    reply = await setup.request("ops", {"text": "/model", "user_id": "u7"})
+    assert reply["session_id"] == "ops:u7"
+    said = json.loads((await outbound.next_msg(timeout=5)).data)
+    assert (said["type"], said["text"], said["message_id"]) == (
+        "command",
+        "model: default",
+        reply["message_id"],
+    )
+    big = await setup.request("ops", {"text": "  \t ", "user_id": "u7"})
+    said = json.loads((await outbound.next_msg(timeout=5)).data)
+    assert said["type"] == "refused" and said["message_id"] == big["message_id"]
+    assert "empty message" in said["text"]
+
+
+async def test_the_same_message_id_is_taken_once(setup: Setup) -> None:
+    """A redelivered message_id is answered ``duplicate`` and taken once; the
+    same id in another chat is another message."""
+    payload = {"text": "once", "message_id": "msg-1", "context_id": "c2"}
 
     first = await setup.request("web", payload)
     second = await setup.request("web", payload)
     other_channel = await setup.request("ops", payload)
 
-    run_id = message_run_id("web", "msg-1")
-    assert first == {"ok": True, "run_id": run_id, "duplicate": False}
-    assert second == {"ok": True, "run_id": run_id, "duplicate": True}
-    assert other_channel["run_id"] != run_id
-    await wait_done(setup.host, run_id)
-    await wait_done(setup.host, other_channel["run_id"])
-    created = [
+    assert first == {
+        "ok": True,
+        "session_id": "web:c2",
+        "message_id": "msg-1",
+        "duplicate": False,
+    }
+    assert second == {**first, "duplicate": True}
+    assert other_channel["session_id"] == "ops:c2"
+    assert other_channel["duplicate"] is False
+    await answered(setup, first)
+    await answered(setup, other_channel)
+    taken = [
         r
-        for r in await setup.log.read(run_stream(run_id))
-        if isinstance(r.event, events.RunCreated)
+        for r in await setup.log.read(session_stream("web:c2"))
+        if isinstance(r.event, events.MessageReceived)
     ]
-    assert len(created) == 1
-    assert sorted(await setup.log.streams("run.")) == sorted(
-        [run_stream(run_id), run_stream(other_channel["run_id"])]
-    )
+    assert len(taken) == 1
 
 
 async def test_msgpack_is_accepted_with_its_content_type(setup: Setup) -> None:
-    """A msgpack payload with Content-Type application/msgpack starts a run."""
+    """A msgpack payload with Content-Type application/msgpack is taken."""
     data = msgspec.msgpack.encode({"text": "packed", "message_id": "p1"})
 
     reply = await setup.request(
@@ -188,7 +260,9 @@ async def test_msgpack_is_accepted_with_its_content_type(setup: Setup) -> None:
     )
 
     assert reply["ok"] is True, reply
-    state = await wait_done(setup.host, reply["run_id"])
+    assert reply["session_id"] == "web:default"
+    await answered(setup, reply)
+    state = await wait_done(setup.host, "web:default-t1")
     assert state.created.input_text == "packed"
 
 
@@ -283,11 +357,12 @@ async def test_a_bad_message_gets_an_error_and_a_dead_letter(
         DEADLETTER_STREAM, letter.subject
     )
     assert (kept.data, kept.headers) == (letter.data, letter.headers)
-    assert await setup.log.streams("run.") == []  # nothing half-created
+    assert await setup.log.streams("session.") == []  # nothing half-created
+    assert await setup.log.streams("run.") == []
 
     good = await setup.request("web", {"text": "after the bad one"})
     assert good["ok"] is True
-    await wait_done(setup.host, good["run_id"])
+    assert await answered(setup, good) == "hi"
 
 
 async def test_a_message_without_reply_subject_is_still_dead_lettered(
@@ -311,12 +386,13 @@ async def test_a_message_without_reply_subject_is_still_dead_lettered(
 async def test_a_lone_surrogate_in_a_message_is_recorded_replaced(
     setup: Setup,
 ) -> None:
-    """Valid JSON with an escaped lone surrogate starts its run, the surrogate
+    """Valid JSON with an escaped lone surrogate is taken, the surrogate
     recorded as U+FFFD; a message that is not JSON is still refused."""
     data = b'{"text": "odd \\ud800 text", "message_id": "lone"}'
     reply = await setup.request("web", data)
     assert reply["ok"] is True, reply
-    state = await wait_done(setup.host, reply["run_id"])
+    await answered(setup, reply)
+    state = await wait_done(setup.host, "web:default-t1")
     assert state.created.input_text == "odd \ufffd text"
     refused = await setup.request("web", b'{"text": "cut \\ud800')
     assert refused["ok"] is False and refused["error"]["code"] == "not_json"

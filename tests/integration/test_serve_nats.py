@@ -15,8 +15,6 @@ import pytest
 from nats_server import NatsServer
 from support import act
 
-from steward.ingress import message_run_id
-
 pytestmark = pytest.mark.slow
 
 
@@ -27,7 +25,8 @@ async def test_a_message_on_a_channel_runs_and_the_answer_goes_out(
     server.start()
     log_url = f"{server.url}?stream=SERVE&prefix=serve.ev"
     (tmp_path / "steward.toml").write_text(
-        f'[log]\nurl = "{log_url}"\n\n[channels]\nweb = "default"\n'
+        f'[log]\nurl = "{log_url}"\n\n[channels]\nweb = "default"\n\n'
+        "[session]\ndebounce_ms = 10\n"
     )
     (tmp_path / "script.json").write_text(
         json.dumps({"replies": [{"text": act(type="send_message", message="hi!")}]})
@@ -46,27 +45,29 @@ async def test_a_message_on_a_channel_runs_and_the_answer_goes_out(
             asyncio.to_thread(serve.stdout.readline), timeout=30
         )
         assert b"inbound channels: web" in banner
-        run_id = message_run_id("web", "m-1")
+        run_id = "web:u1-t1"  # the first turn of the session web:u1
         outbound = await nc.subscribe("steward.outbound.web")
         deltas = await nc.subscribe(f"steward.runs.{run_id}.deltas")
-        body = {"version": 1, "text": "say hi", "message_id": "m-1"}
+        body = {"version": 1, "text": "say hi", "message_id": "m-1", "user_id": "u1"}
         reply = await nc.request(
             "steward.inbound.web", json.dumps(body).encode(), timeout=10
         )
         assert json.loads(reply.data) == {
             "ok": True,
-            "run_id": run_id,
+            "session_id": "web:u1",
+            "message_id": "m-1",
             "duplicate": False,
         }
         said = json.loads((await outbound.next_msg(timeout=10)).data)
         assert said == {
-            "run_id": run_id,
+            "session_id": "web:u1",
             "channel": "web",
-            "type": "message",
+            "chat_id": "u1",
+            "type": "reply",
             "text": "hi!",
+            "run_id": run_id,
+            "status": "completed",
         }
-        done = json.loads((await outbound.next_msg(timeout=10)).data)
-        assert done["type"] == "completed"
         delta = json.loads((await deltas.next_msg(timeout=10)).data)
         assert delta == {
             "request_id": f"{run_id}/llm/1",

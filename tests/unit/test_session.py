@@ -334,6 +334,22 @@ def test_a_message_to_a_session_not_open_is_refused() -> None:
     assert s.decide(MessageReceived(message_id="m1", text="hi"), s.initial) is None
 
 
+def test_a_message_delivered_again_is_taken_once() -> None:
+    """A service's redelivery (the same message id) is refused, whether the
+    first was buffered, a command or refused; the newest 256 ids count."""
+    chat = Chat()
+    for text in ("hi", "/status", " "):
+        first = MessageReceived(message_id=f"id-{text}", text=text, at=1001.0)
+        assert chat.give(first) is not None
+        assert chat.give(first) is None
+    assert len(chat.state.buffer) == 1
+    for n in range(s.SEEN_MESSAGES):
+        chat.give(MessageReceived(message_id=f"n{n}", text="/status", at=1002.0))
+    assert len(chat.state.seen) == s.SEEN_MESSAGES
+    again = MessageReceived(message_id="id-hi", text="hi", at=1003.0)
+    assert chat.give(again) is not None  # older than the newest 256
+
+
 def test_update_model_changes_session_model() -> None:
     chat = Chat()
     chat.say("/model large", at=1001.0)

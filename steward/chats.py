@@ -1,0 +1,119 @@
+"""Talking to a chat's session: opening it, a message to it, its answer.
+
+What `steward chat`, `steward sessions send` and the NATS ingress share. A
+session is opened (`SessionOpened`, with today's ``[session]`` settings and
+the channel's agent profile) the first time a message comes for it; a
+message carries its sender's newest messages in other chats, looked up in
+the memory views (the decider cannot read other streams); `answer` reads
+the session's stream until the message is answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+
+from steward.actors.session import is_command, session_stream
+from steward.actors.tools import ToolRegistry
+from steward.bus import EventLog
+from steward.config import Settings
+from steward.errors import NotFoundError
+from steward.events import (
+    CommandAnswered,
+    Elsewhere,
+    MessageReceived,
+    MessageRefused,
+    ReplySent,
+    SessionOpened,
+    TurnStarted,
+)
+from steward.host import Host
+from steward.projections.sessions import elsewhere
+from steward.projections.store import Projector
+
+__all__ = ["answer", "message", "open_session"]
+
+
+async def open_session(
+    settings: Settings, host: Host, session_id: str, profile: str | None = None
+) -> str:
+    """The stream of session ``session_id`` (``<channel>:<chat>``), opened
+    with today's ``[session]`` settings (and agent ``profile``, default
+    ``[session] profile``) if it has no events yet."""
+    channel, _, chat_id = session_id.partition(":")
+    if not channel or not chat_id:
+        raise NotFoundError(
+            f"session id {session_id!r} is not CHANNEL:CHAT (as cli:local)"
+        )
+    stream = session_stream(session_id)
+    if (await host.state(stream))[1] == 0:
+        registry = host.tools or ToolRegistry.with_builtins(session=True)
+        opening = SessionOpened(
+            session_id=session_id,
+            channel=channel,
+            chat_id=chat_id,
+            settings=settings.session_settings(registry.specs(), profile),
+            at=host.clock.now(),
+        )
+        await host.submit(stream, opening)
+    return stream
+
+
+async def message(
+    settings: Settings,
+    host: Host,
+    projector: Projector | None,
+    session_id: str,
+    text: str,
+    sender: str | None,
+    *,
+    waiting: int | None = None,
+    message_id: str | None = None,
+) -> MessageReceived:
+    """A message to session ``session_id`` (its id ``message_id``, or a new
+    one), with the sender's newest messages in other chats (``[session]
+    cross_channel_limit``) when there are memory views to look in."""
+    limit = settings.session.cross_channel_limit
+    found: tuple[Elsewhere, ...] = ()
+    if projector is not None and sender and limit and not is_command(text):
+        found = await projector.read(
+            lambda conn: elsewhere(conn, sender, session_id, limit)
+        )
+    return MessageReceived(
+        message_id=message_id or f"{session_id}-{secrets.token_hex(6)}",
+        text=text,
+        sender=sender,
+        llm_waiting=waiting,
+        elsewhere=found,
+        at=host.clock.now(),
+    )
+
+
+async def answer(
+    log: EventLog, stream: str, message_id: str, stop: asyncio.Event
+) -> str | None:
+    """The answer to message ``message_id`` once the session records it: a
+    command's, a refusal's, or the reply of the turn that took the message;
+    ``None`` on ``stop``."""
+    turn: str | None = None
+    seen = 0
+    while not stop.is_set():
+        for rec in await log.read(stream, seen + 1):
+            seen = rec.version
+            match rec.event:
+                case (
+                    CommandAnswered(message_id=mid, reply=reply)
+                    | MessageRefused(message_id=mid, reply=reply)
+                ) if mid == message_id:
+                    return reply
+                case TurnStarted(run_id=run_id, message_ids=ids) if message_id in ids:
+                    turn = run_id
+                case ReplySent(run_id=run_id, text=text) if run_id == turn:
+                    return text
+                case _:
+                    pass
+        try:
+            await asyncio.wait_for(stop.wait(), 0.02)
+        except TimeoutError:
+            pass
+    return None
