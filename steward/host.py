@@ -180,6 +180,7 @@ class Host:
         self._known: dict[str, int] = {}
         self._mailboxes: dict[str, _Mailbox] = {}
         self._inflight: set[str] = set()
+        self._draining = False
         self._tasks: set[asyncio.Task[Any]] = set()
         self._listeners: list[Listener] = []
         self._dispatcher: asyncio.Task[None] | None = None
@@ -409,6 +410,32 @@ class Host:
             await asyncio.sleep(0.01)
         return False
 
+    async def drain(
+        self, timeout: float = 60.0, abandon: asyncio.Event | None = None
+    ) -> bool:
+        """A graceful stop's first half: start no more model or tool calls and
+        fire no more timers, and wait until the calls in flight have
+        finished and their answers are recorded (with the deliveries those
+        make: a turn's reply reaches its session). What they ask next stays
+        in the log, for the next host. ``False`` when ``timeout`` seconds
+        pass, or ``abandon`` is set, first: `stop` then cancels the calls
+        still running, which the next host makes again."""
+        self._draining = True
+        if self._timer_task is not None:
+            self._timer_task.cancel()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self._inflight:
+            if loop.time() >= deadline or (abandon is not None and abandon.is_set()):
+                return False
+            await asyncio.sleep(0.02)
+        return True
+
+    def in_flight(self) -> int:
+        """The effects this host carries out now (model and tool calls,
+        deliveries, creations)."""
+        return len(self._inflight)
+
     async def stop(self) -> None:
         """Stop following the log and cancel effects still in flight."""
         running = (self._dispatcher, self._timer_task, self._sweeper, *self._tasks)
@@ -493,7 +520,10 @@ class Host:
             self._start(rec, effect)
 
     def _start(self, rec: Recorded, effect: Effect) -> None:
-        """Carry out ``effect``, which committed event ``rec`` asked for."""
+        """Carry out ``effect``, which committed event ``rec`` asked for
+        (while draining: no call and no timer, see `drain`)."""
+        if self._draining and isinstance(effect, CallModel | CallTool | ArmTimer):
+            return
         match effect:
             case CallModel(request=request):
                 self._spawn_effect(
@@ -572,6 +602,8 @@ class Host:
                 follow = commit.records[-1] if commit and commit.records else None
                 if follow is None or not isinstance(follow.event, events.LlmRequested):
                     return
+                if self._draining:
+                    return  # the next host asks it
                 if follow.event.request_id in self._inflight:
                     return  # the dispatcher started it already
                 self._inflight.discard(request.request_id)

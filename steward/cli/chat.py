@@ -3,7 +3,9 @@
 Each line read is a message to session ``cli:<chat id>``; the command waits
 for its answer (a command's, or the reply of the turn that took the message)
 and prints it. What the session's subagents and schedules send the chat is
-printed as it comes, as ``[NAME] text``. On an embedded log nobody hosts,
+printed as it comes, as ``[NAME] text``. At the end of input it waits (up
+to 60 s) for what still runs; on SIGINT or SIGTERM only for the model and
+tool calls in flight, as `serve` does. On an embedded log nobody hosts,
 this process hosts it for as long as the chat lasts; beside a `serve` (or on
 JetStream, with workers), it records the messages and reads the answers from
 the log.
@@ -21,6 +23,7 @@ from steward.bus import EventLog
 from steward.chats import answer, message, open_session
 from steward.cli.env import EXIT_INTERRUPTED, Env, opened
 from steward.cli.hosting import checked_provider, new_host
+from steward.cli.serve import drain
 from steward.events import SubagentAnswered
 from steward.host import Host
 from steward.hostlock import HostLock
@@ -31,10 +34,12 @@ async def cmd_chat(env: Env, args: argparse.Namespace) -> int:
     env.settings.session_settings()
     session_id = f"cli:{args.chat}"
     interactive = sys.stdin.isatty()
-    stop = asyncio.Event()
+    stop, again = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(
+            sig, lambda: again.set() if stop.is_set() else stop.set()
+        )
     async with opened(env) as (log, projector):
         lock = None if env.distributed else HostLock(env.db)
         host: Host | None = None
@@ -72,7 +77,9 @@ async def cmd_chat(env: Env, args: argparse.Namespace) -> int:
                 if reply is None:
                     break
                 env.out(reply)
-            if host is not None and not stop.is_set():
+            if host is not None and stop.is_set():
+                await drain(env, host, again)  # a signal: let the calls finish
+            elif host is not None:
                 await host.settle(60.0)  # the end of input: let what runs finish
             await _cancelled(follower)
             await told.tell()  # what the last of it sent

@@ -1,5 +1,12 @@
 """The long-running hosts: `serve` and `worker`, with their metrics endpoint
-and the inbound services of a NATS log."""
+and the inbound services of a NATS log.
+
+SIGTERM or SIGINT stops one gracefully (Klaw's shutdown): it takes no more
+inbound messages, lets the model and tool calls in flight finish and
+records their answers (up to `SHUTDOWN_SECONDS`; a second signal stops at
+once), then closes. Nothing accepted is lost either way: what is not done
+is in the log, and the next host carries it out.
+"""
 
 from __future__ import annotations
 
@@ -21,6 +28,11 @@ from steward.host import Host
 from steward.hostlock import HostLock
 from steward.ingress import Egress, Ingress
 from steward.projections.metrics import endpoint_registry
+
+SHUTDOWN_SECONDS = 60.0
+"""How long a stopping host waits for the calls in flight."""
+
+Closer = Callable[[], Awaitable[None]]
 
 
 async def cmd_serve(env: Env, args: argparse.Namespace) -> int:
@@ -58,19 +70,26 @@ async def _serve_log(
 ) -> int:
     async with opened(env) as (log, projector):
         host = new_host(env, log, projector, provider=provider)
-        stop = asyncio.Event()
+        stop, again = asyncio.Event(), asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(
+                sig, lambda: again.set() if stop.is_set() else stop.set()
+            )
         metrics = _metrics_endpoint(env, args.metrics_port)
         try:
             await host.start(progress("catching up", await log.head()))
-            closers = await _start_services(env, log, host) if services else []
+            intake, outlets = (
+                await _start_services(env, log, host) if services else ([], [])
+            )
             role = "serving" if services else f"working as {host.worker_id} on"
             env.out(f"steward {role} {env.log_url} (ctrl-c to stop)")
             sys.stdout.flush()  # seen at once through a pipe (`serve | tee`)
             await stop.wait()
-            for close in reversed(closers):
+            for close in intake:
+                await close()
+            await drain(env, host, again)
+            for close in outlets:
                 await close()
             await host.stop()
         finally:
@@ -102,12 +121,29 @@ def _metrics_endpoint(env: Env, port: int | None) -> WSGIServer | None:
     return server
 
 
+async def drain(env: Env, host: Host, abandon: asyncio.Event) -> None:
+    """Let the calls in flight finish (`Host.drain`), saying so when any are."""
+    waiting = host.in_flight()
+    if waiting:
+        env.out(
+            f"stopping: waiting up to {SHUTDOWN_SECONDS:g}s for {waiting} calls in "
+            "flight (a second ctrl-c stops at once)"
+        )
+        sys.stdout.flush()
+    if not await host.drain(SHUTDOWN_SECONDS, abandon):
+        env.out(
+            f"stopped with {host.in_flight()} calls in flight: they are in the "
+            "log, and the next host makes them"
+        )
+
+
 async def _start_services(
     env: Env, log: EventLog, host: Host
-) -> list[Callable[[], Awaitable[None]]]:
+) -> tuple[list[Closer], list[Closer]]:
     """On a NATS log: egress always, ingress for the configured channels.
 
-    Returns the closers, in start order.
+    Returns the closers of what takes messages in (closed first) and of
+    what sends them out (closed once the calls in flight are answered).
     """
     connection = getattr(log, "connection", None)
     if connection is None:
@@ -117,10 +153,10 @@ async def _start_services(
                 "channels",
                 "inbound channels need a nats:// event log ([log] url or --log)",
             )
-        return []
+        return [], []
     egress = Egress(connection, host)
     egress.start()
-    closers: list[Callable[[], Awaitable[None]]] = [egress.close]
+    intake: list[Closer] = []
     if env.settings.channels:
         for profile in env.settings.channels.values():
             env.settings.profile(profile)  # an unknown profile fails here, named
@@ -132,6 +168,6 @@ async def _start_services(
             replicas=getattr(log, "replicas", 1),
         )
         await ingress.start()
-        closers.append(ingress.stop)
+        intake.append(ingress.stop)
         env.out(f"inbound channels: {', '.join(sorted(env.settings.channels))}")
-    return closers
+    return intake, [egress.close]
