@@ -52,7 +52,7 @@ async def open_session(
             session_id=session_id,
             channel=channel,
             chat_id=chat_id,
-            settings=settings.session_settings(registry.specs(), profile),
+            settings=settings.session_settings(registry.specs(), profile, session_id),
             at=host.clock.now(),
         )
         await host.submit(stream, opening)

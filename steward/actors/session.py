@@ -31,7 +31,8 @@ from msgspec import Struct
 from msgspec.structs import replace
 
 from steward.actors.effects import claim_takes
-from steward.actors.prompt import prompt_hash
+from steward.actors.prompt import Prompt, prompt_hash
+from steward.actors.session_context import build_context
 from steward.actors.session_memory import memory_block, write, writer_prompt
 from steward.events.base import Event
 from steward.events.run import (
@@ -85,6 +86,8 @@ __all__ = [
     "core_memory_text",
     "core_set_problem",
     "decide",
+    "direct_call",
+    "direct_prompt",
     "evolve",
     "initial",
     "is_command",
@@ -159,8 +162,9 @@ class Session(Struct, frozen=True, kw_only=True):
     """The memory writer's call in flight (its request id)."""
     writes: int = 0
     """The memory writer calls asked for so far."""
-    claim: tuple[str, str, float] | None = None
-    """The (request, worker, until) claim on the writer's call."""
+    claims: tuple[tuple[str, str, float], ...] = ()
+    """The (request, worker, until) claims on the session's own model calls
+    in flight (the memory writer's, a direct chat's)."""
     elsewhere: tuple[Elsewhere, ...] = ()
     """The sender's newest messages in other chats, as the newest message
     that brought any found them."""
@@ -289,6 +293,41 @@ def writer_request(state: Session) -> LlmRequested:
     )
 
 
+def direct_call(state: Session) -> str | None:
+    """The request id of a direct chat's model call in flight, if any."""
+    if state.turn is None or not state.settings.direct:
+        return None
+    return f"{state.turn}/llm"
+
+
+def direct_prompt(state: Session) -> Prompt:
+    """A direct chat turn's model call (Clifford's message processor): the
+    system prompt and who talks where, then the turn's context (core memory,
+    summary, cross-channel blocks, window), then the turn's input; no tools.
+    ``state`` is the session's just after the turn started."""
+    settings = state.settings
+    asked = state.messages[-1]
+    system = (
+        f"{settings.direct_system_prompt}\n"
+        f"Channel: {state.channel}. Chat: {state.chat_id}."
+    )
+    context = build_context(
+        settings,
+        model=state.model,
+        system_prompt=system,
+        core_memory=core_memory_text(state),
+        summary=state.summary,
+        segment=state.messages[:-1],
+        pending=asked.content,
+        elsewhere=state.elsewhere[-settings.cross_channel_limit :]
+        if settings.cross_channel_limit > 0
+        else (),
+    )
+    return Prompt(
+        model=model_id(state), system=system, messages=(*context.messages, asked)
+    )
+
+
 def window_turns(state: Session) -> int:
     """The finished turns the window holds (each a message of the user's,
     the turn in flight's not counted)."""
@@ -342,12 +381,13 @@ def evolve(state: Session, event: Event) -> Session:
                 buffer=(),
                 messages=(*state.messages, asked),
             )
-        case ReplySent(text=text):
+        case ReplySent(run_id=run_id, text=text):
             answer = ChatMessage(role="assistant", content=text)
             return replace(
                 state,
                 turn=None,
                 messages=(*state.messages, answer),
+                claims=_unclaimed(state, f"{run_id}/llm"),
             )
         case SegmentStarted(segment=segment, at=at):
             return replace(
@@ -376,10 +416,11 @@ def evolve(state: Session, event: Event) -> Session:
             return replace(
                 state, messages=newer, writing=older[-limit:] if limit > 0 else ()
             )
-        case LlmRequested(request_id=request_id):
+        case LlmRequested(request_id=request_id) if request_id == _writer_id(state):
             return replace(state, writer=request_id, writes=state.writes + 1)
         case EffectClaimed(request_id=request_id, worker=worker, until=until):
-            return replace(state, claim=(request_id, worker, until))
+            claims = _unclaimed(state, request_id)
+            return replace(state, claims=(*claims, (request_id, worker, until)))
         case MemoryWritten(applied=applied, items=items, summary=summary):
             adds = sum(1 for op in applied if op.op == "add")
             return replace(
@@ -389,10 +430,12 @@ def evolve(state: Session, event: Event) -> Session:
                 summary=summary or state.summary,
                 writer=None,
                 writing=(),
-                claim=None,
+                claims=_unclaimed(state, event.request_id),
             )
-        case MemoryWriteFailed():
-            return replace(state, writer=None, writing=(), claim=None)
+        case MemoryWriteFailed(request_id=request_id):
+            return replace(
+                state, writer=None, writing=(), claims=_unclaimed(state, request_id)
+            )
         case SubagentStarted(run_id=run_id, name=name):
             return replace(
                 state,
@@ -450,7 +493,7 @@ def decide(input: Event, state: Session) -> list[Event] | None:
         case WakeDue(timer_id=timer_id) if timer_id == state.timer:
             if state.turn is not None or not state.buffer:
                 return []  # the turn in flight starts the next one
-            return [_turn(state)]
+            return _turn(state)
         case WakeDue(timer_id=timer_id, at=at) if timer_id.startswith(
             f"{state.session_id}/schedule/"
         ):
@@ -498,16 +541,19 @@ def decide(input: Event, state: Session) -> list[Event] | None:
             text = result.output
             if result.status != "completed":
                 text = f"(the turn {result.status}: {result.output})"
-            reply = ReplySent(run_id=result.run_id, text=text, status=result.status)
-            decisions: list[Event] = [reply]
-            after = evolve(state, reply)
-            if window_turns(after) > state.settings.max_turns_per_context:
-                decisions += _compact(after)
-                for decision in decisions[1:]:
-                    after = evolve(after, decision)
-            if after.buffer and after.timer is None:
-                decisions.append(_turn(after))
-            return decisions
+            return _replied(
+                state, ReplySent(run_id=result.run_id, text=text, status=result.status)
+            )
+        case LlmResponded(request_id=rid, text=text) if rid == direct_call(state):
+            assert state.turn is not None
+            return _replied(state, ReplySent(run_id=state.turn, text=text))
+        case LlmFailed(request_id=rid) if rid == direct_call(state):
+            assert state.turn is not None
+            failure = f"the model call failed: {input.kind}: {input.message}"
+            text = f"(the turn failed: {failure})"
+            return _replied(
+                state, ReplySent(run_id=state.turn, text=text, status="failed")
+            )
         case CoreMemorySet(request_id=rid, key=key, value=value):
             if core_set_problem(state, key, value) is not None:
                 return None
@@ -529,12 +575,13 @@ def decide(input: Event, state: Session) -> list[Event] | None:
             reason = f"the model call failed: {input.kind}: {input.message}"
             return [MemoryWriteFailed(request_id=rid, reason=reason)]
         case LlmAttemptFailed(request_id=rid) | LlmStreamRecorded(request_id=rid) if (
-            rid == state.writer
+            rid in (state.writer, direct_call(state))
         ):
             return []  # recorded for people; changes nothing
-        case EffectClaimed(request_id=rid) if rid == state.writer and claim_takes(
-            claim_on(state, rid), input
-        ):
+        case EffectClaimed(request_id=rid) if rid in (
+            state.writer,
+            direct_call(state),
+        ) and claim_takes(claim_on(state, rid), input):
             return []
         case _:
             return None
@@ -568,10 +615,13 @@ def _compact(state: Session) -> list[Event]:
 
 
 def claim_on(state: Session, request_id: str) -> tuple[str, float] | None:
-    """The (worker, until) of the claim on the writer's call, if any."""
-    if state.claim is None or state.claim[0] != request_id:
-        return None
-    return state.claim[1], state.claim[2]
+    """The (worker, until) of the claim on model call ``request_id``, if any."""
+    return next(((w, u) for r, w, u in state.claims if r == request_id), None)
+
+
+def _unclaimed(state: Session, request_id: str) -> tuple[tuple[str, str, float], ...]:
+    """The claims less the one on ``request_id`` (answered)."""
+    return tuple(c for c in state.claims if c[0] != request_id)
 
 
 def _subagent(
@@ -605,14 +655,40 @@ def _fire(state: Session, timer_id: str, at: float) -> list[Event]:
     ]
 
 
-def _turn(state: Session) -> TurnStarted:
-    """The buffered messages, merged in order, as the next turn."""
-    return TurnStarted(
+def _replied(state: Session, reply: ReplySent) -> list[Event]:
+    """The turn in flight answered: its reply, a compaction when the window
+    holds too many turns, and the next turn when messages wait for it."""
+    decisions: list[Event] = [reply]
+    after = evolve(state, reply)
+    if window_turns(after) > state.settings.max_turns_per_context:
+        decisions += _compact(after)
+        for decision in decisions[1:]:
+            after = evolve(after, decision)
+    if after.buffer and after.timer is None:
+        decisions += _turn(after)
+    return decisions
+
+
+def _turn(state: Session) -> list[Event]:
+    """The buffered messages, merged in order, as the next turn: a run, or in
+    a direct chat the session's own model call."""
+    direct = state.settings.direct
+    turn = TurnStarted(
         run_id=f"{state.session_id}-t{state.turns + 1}",
         message_ids=tuple(m.message_id for m in state.buffer),
         text="\n".join(m.text for m in state.buffer),
         sender=next((m.sender for m in reversed(state.buffer) if m.sender), None),
+        direct=direct,
     )
+    if not direct:
+        return [turn]
+    after = evolve(state, turn)
+    ask = LlmRequested(
+        request_id=f"{turn.run_id}/llm",
+        iteration=1,
+        prompt_hash=prompt_hash(direct_prompt(after)),
+    )
+    return [turn, ask]
 
 
 def _command(input: MessageReceived, state: Session) -> list[Event]:

@@ -11,7 +11,13 @@ from msgspec.structs import replace
 from steward.actors.effects import ArmTimer, Create, Effect, ModelCall, Pending, Want
 from steward.actors.prompt import Prompt, PromptCache
 from steward.actors.run_effects import run_stream
-from steward.actors.session import Session, core_memory_text, model_id
+from steward.actors.session import (
+    Session,
+    core_memory_text,
+    direct_call,
+    direct_prompt,
+    model_id,
+)
 from steward.actors.session_context import build_context
 from steward.actors.session_memory import writer_prompt
 from steward.events import Event, Recorded
@@ -66,7 +72,7 @@ def effects(rec: Recorded, at: Session, latest: Session) -> list[Effect]:
                     stamp=True,
                 )
             ]
-        case TurnStarted(run_id=run_id):
+        case TurnStarted(run_id=run_id, direct=False):
             return [
                 Create(
                     key=f"spawn:{run_id}",
@@ -156,7 +162,7 @@ def pending(event: Event) -> Pending:
             return Pending(wants=(want,))
         case WakeDue(timer_id=timer_id):
             return Pending(answers=(timer_id,))
-        case SubagentStarted(run_id=run_id) | TurnStarted(run_id=run_id):
+        case SubagentStarted(run_id=run_id) | TurnStarted(run_id=run_id, direct=False):
             return Pending(wants=(Want(key=f"spawn:{run_id}", kind="create"),))
         case SubagentFinished(result=result):
             return Pending(answers=(f"notify:{result.run_id}",))
@@ -177,15 +183,19 @@ def model_call(
     cache: PromptCache | None = None,
     prompt: Prompt | None = None,
 ) -> ModelCall:
-    """The memory writer's call: the prompt its request hashed, rebuilt
-    from the state at the request."""
+    """The session's own model call (the memory writer's, or a direct
+    chat's turn): the prompt its request hashed, rebuilt from the state at
+    the request."""
+    if prompt is None:
+        if request.request_id == state.writer:
+            prompt = writer_prompt(model_id(state), state.writing, state.memory)
+        else:
+            prompt = direct_prompt(state)
     return ModelCall(
-        prompt=prompt or writer_prompt(model_id(state), state.writing, state.memory),
-        actor_id=state.session_id,
-        profile=state.settings.profile,
+        prompt=prompt, actor_id=state.session_id, profile=state.settings.profile
     )
 
 
 def awaits(state: Session, request_id: str) -> bool:
     """Whether the session still waits for model call ``request_id``."""
-    return state.writer == request_id
+    return request_id in (state.writer, direct_call(state))

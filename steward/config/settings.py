@@ -6,6 +6,7 @@ fills them from ``steward.toml`` and ``STEWARD_*`` environment variables.
 
 from __future__ import annotations
 
+import fnmatch
 from typing import Annotated, Literal
 
 import msgspec
@@ -271,6 +272,10 @@ class SessionConfig(_Section, frozen=True, kw_only=True):
     """The ``[models]`` name a session's subagents and schedules use when
     they name none (Klaw ``routing.tasks.subagent``); unset: the session's
     model."""
+    direct_chats: list[str] = msgspec.field(default_factory=list)
+    """Sessions (ids or shell patterns, as ``cli:quick`` or ``telegram:*``)
+    whose turns are one model call without tools (Clifford's direct chat)
+    instead of a run; fixed when a session opens."""
 
 
 def _default_agents() -> dict[str, AgentProfile]:
@@ -365,11 +370,15 @@ class Settings(_Section, frozen=True, kw_only=True):
             )
 
     def session_settings(
-        self, tools: tuple[ToolSpec, ...] = (), profile: str | None = None
+        self,
+        tools: tuple[ToolSpec, ...] = (),
+        profile: str | None = None,
+        session_id: str = "",
     ) -> SessionSettings:
-        """The ``SessionSettings`` a new session records: ``[session]``, the
-        configured models and the run settings of agent ``profile`` (default
-        ``[session] profile``; a channel's sessions use the channel's)."""
+        """The ``SessionSettings`` session ``session_id`` records when it
+        opens: ``[session]``, the configured models and the run settings of
+        agent ``profile`` (default ``[session] profile``; a channel's sessions
+        use the channel's)."""
         config = self.session
         profile = profile or config.profile
         agent = self.profile(profile)
@@ -404,6 +413,7 @@ class Settings(_Section, frozen=True, kw_only=True):
             memory_writer_max_messages=config.memory_writer_max_messages,
             cross_channel_limit=config.cross_channel_limit,
             subagent_model=config.subagent_model,
+            direct=any(fnmatch.fnmatchcase(session_id, p) for p in config.direct_chats),
         )
 
     def run_settings(

@@ -103,6 +103,14 @@ class SessionSettings(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     subagent_model: str | None = None
     """The model (a ``[models]`` name) a subagent or schedule uses when it
     names none (Klaw's ``routing.tasks.subagent``); ``None``: the session's."""
+    direct: bool = False
+    """Direct chat (Clifford's message processor): each turn is one model
+    call of the session's own, without tools, instead of a run."""
+    direct_system_prompt: str = (
+        "You are a helpful assistant in a chat. Reply to the user's last "
+        "message in plain text."
+    )
+    """The system prompt of a direct chat's model calls."""
 
 
 class Elsewhere(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -248,12 +256,14 @@ class DebounceArmed(Event, frozen=True, kw_only=True):
 
 class TurnStarted(Event, frozen=True, kw_only=True):
     """The buffered messages, merged in order, went to run ``run_id``, whose
-    result comes back to the session."""
+    result comes back to the session; with ``direct``, to the session's own
+    model call ``<run_id>/llm`` instead (a direct chat)."""
 
     run_id: str
     message_ids: tuple[str, ...]
     text: str
     sender: str | None = None
+    direct: bool = False
 
 
 class ReplySent(Event, frozen=True, kw_only=True):

@@ -651,6 +651,34 @@ async def session_subagents(rig: Rig) -> None:
     await rig.recorded(events.WakeDue, 4)
 
 
+async def session_direct(rig: Rig) -> None:
+    """A direct chat: each turn is the session's own model call without
+    tools (``TurnStarted`` with ``direct``, its ``LlmRequested``), with core
+    memory in the prompt; the third call fails for good and is told to the
+    chat."""
+    chat = "session.cli:direct"
+    opened = msgspec.structs.replace(
+        Settings().session_settings(rig.tools.specs()), direct=True
+    )
+    failure = Reply(error=ReplyError(kind="transport", message="scripted outage"))
+    host = await rig.host(
+        per_run({"cli:direct": ["Hello, Ada.", "Tea it is.", failure]}),
+        llm_retries=0,
+    )
+    say = await open_chat(rig, host, "direct", opened)
+    core = events.CoreMemorySet(request_id="q1", key="drink", value="tea", run_id="")
+    await host.submit(chat, core)
+    await say("hello")
+    await rig.advance(2.0)
+    await rig.recorded(events.ReplySent, 1)
+    await say("what do I drink?")
+    await rig.advance(2.0)
+    await rig.recorded(events.ReplySent, 2)
+    await say("and tomorrow?")
+    await rig.advance(2.0)
+    await rig.recorded(events.ReplySent, 3)
+
+
 Scenario = Callable[[Rig], Awaitable[None]]
 SCENARIOS: dict[str, Scenario] = {
     "json_protocol": json_protocol,
@@ -669,6 +697,7 @@ SCENARIOS: dict[str, Scenario] = {
     "session": session,
     "session_memory": session_memory,
     "session_subagents": session_subagents,
+    "session_direct": session_direct,
 }
 
 

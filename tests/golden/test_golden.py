@@ -87,6 +87,7 @@ EXPECTED: dict[str, dict[str, Final]] = {
         "cli:subs-s2": Final("completed", '{"silent": true}'),
         "cli:subs-t2": Final("completed", "No more weather."),
     },
+    "session_direct": {},
 }
 """Each golden log's runs (by run id) and their final states."""
 
@@ -100,6 +101,16 @@ SESSIONS: dict[str, dict[str, tuple[str, ...]]] = {
             "A scout runs; weather every hour.",
             "stop the weather checks",
             "No more weather.",
+        )
+    },
+    "session_direct": {
+        "session.cli:direct": (
+            "hello",
+            "Hello, Ada.",
+            "what do I drink?",
+            "Tea it is.",
+            "and tomorrow?",
+            "(the turn failed: the model call failed: transport: scripted outage)",
         )
     },
 }

@@ -259,3 +259,25 @@ def test_a_turn_spawns_a_subagent_and_sets_a_schedule(
     assert "subagent cli:local-s1 assistant: Two open issues." in shown
     for stream in ("session.cli:local", "run.cli:local-s1"):
         assert _steward("replay", stream, "--verify") == 0
+
+
+def test_a_direct_chat_answers_with_one_model_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``[session] direct_chats``: the chat's turns are the session's own
+    model calls, no runs; the session replays."""
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"replies": ["Hi there.", "Still here."]}))
+    monkeypatch.setenv("STEWARD_SESSION_DEBOUNCE_MS", "10")
+    monkeypatch.setenv("STEWARD_SESSION_DIRECT_CHATS", "cli:quick,cli:other")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.stdin", io.StringIO("hello\nstill there?\n"))
+    assert _steward("--script", str(script), "chat", "--chat", "quick") == 0
+    assert capsys.readouterr().out.splitlines() == ["Hi there.", "Still here."]
+    assert asyncio.run(_streams(tmp_path / "log.db")) == ["session.cli:quick"]
+    assert _steward("replay", "session.cli:quick", "--verify") == 0
+
+
+async def _streams(path: Path) -> list[str]:
+    async with await SqliteEventLog.open(path) as log:
+        return sorted(await log.streams(""))

@@ -22,6 +22,7 @@ from steward.events import (
     CoreMemorySet,
     DebounceArmed,
     Event,
+    LlmFailed,
     LlmResponded,
     MessageReceived,
     ModelBudget,
@@ -89,7 +90,14 @@ class Chat:
         return self.give(WakeDue(timer_id=self.state.timer))
 
     def answer(self, output: str, status: str = "completed") -> list[Event] | None:
+        """The turn in flight answered: its run's result, or in a direct chat
+        the model call's reply (or failure)."""
         assert self.state.turn is not None
+        call = s.direct_call(self.state)
+        if call is not None and status == "completed":
+            return self.give(LlmResponded(request_id=call, text=output))
+        if call is not None:
+            return self.give(LlmFailed(request_id=call, kind="http", message=output))
         result = SubagentResult(run_id=self.state.turn, status=status, output=output)
         return self.give(SubagentFinished(result=result))
 
@@ -510,14 +518,16 @@ inputs = st.one_of(
 @hypothesis.given(
     script=st.lists(inputs, max_size=40),
     gaps=st.lists(st.floats(0, 5), min_size=40, max_size=40),
+    direct=st.booleans(),
 )
 def test_fold_of_the_log_is_the_live_state_and_every_step_re_decides(
-    script: list[tuple[str, object]], gaps: list[float]
+    script: list[tuple[str, object]], gaps: list[float], direct: bool
 ) -> None:
-    """Random timings, commands and replies: folding the recorded events gives
-    the live state, and deciding each recorded input again on the state
-    before it gives the recorded decisions."""
-    chat = Chat(settings=replace(SETTINGS, max_turns_per_context=2))
+    """Random timings, commands and replies, in a chat of runs or a direct
+    chat: folding the recorded events gives the live state, and deciding
+    each recorded input again on the state before it gives the recorded
+    decisions."""
+    chat = Chat(settings=replace(SETTINGS, max_turns_per_context=2, direct=direct))
     at = 1000.0
     for n, ((what, arg), gap) in enumerate(zip(script, gaps, strict=False)):
         at += gap
