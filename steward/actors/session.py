@@ -85,6 +85,7 @@ __all__ = [
     "claim_on",
     "core_memory_text",
     "core_set_problem",
+    "cross_channel",
     "decide",
     "direct_call",
     "direct_prompt",
@@ -293,6 +294,13 @@ def writer_request(state: Session) -> LlmRequested:
     )
 
 
+def cross_channel(state: Session) -> tuple[Elsewhere, ...]:
+    """The cross-channel blocks a turn's context shows (the newest
+    ``cross_channel_limit``)."""
+    limit = state.settings.cross_channel_limit
+    return state.elsewhere[-limit:] if limit > 0 else ()
+
+
 def direct_call(state: Session) -> str | None:
     """The request id of a direct chat's model call in flight, if any."""
     if state.turn is None or not state.settings.direct:
@@ -319,9 +327,7 @@ def direct_prompt(state: Session) -> Prompt:
         summary=state.summary,
         segment=state.messages[:-1],
         pending=asked.content,
-        elsewhere=state.elsewhere[-settings.cross_channel_limit :]
-        if settings.cross_channel_limit > 0
-        else (),
+        elsewhere=cross_channel(state),
     )
     return Prompt(
         model=model_id(state), system=system, messages=(*context.messages, asked)

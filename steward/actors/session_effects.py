@@ -14,6 +14,7 @@ from steward.actors.run_effects import run_stream
 from steward.actors.session import (
     Session,
     core_memory_text,
+    cross_channel,
     direct_call,
     direct_prompt,
     model_id,
@@ -100,9 +101,7 @@ def turn_run(state: Session, turn: TurnStarted, stream: str) -> RunCreated:
         segment=state.messages[:-1],  # the last one is the turn's own input
         pending=turn.text,
         tools=run_settings.tools,
-        elsewhere=state.elsewhere[-settings.cross_channel_limit :]
-        if settings.cross_channel_limit > 0
-        else (),
+        elsewhere=cross_channel(state),
     )
     return RunCreated(
         run_id=turn.run_id,

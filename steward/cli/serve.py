@@ -126,14 +126,14 @@ async def drain(env: Env, host: Host, abandon: asyncio.Event) -> None:
     waiting = host.in_flight()
     if waiting:
         env.out(
-            f"stopping: waiting up to {SHUTDOWN_SECONDS:g}s for {waiting} calls in "
-            "flight (a second ctrl-c stops at once)"
+            f"stopping: letting what is in flight finish ({waiting} calls and "
+            f"deliveries; up to {SHUTDOWN_SECONDS:g}s, a second ctrl-c stops at once)"
         )
         sys.stdout.flush()
     if not await host.drain(SHUTDOWN_SECONDS, abandon):
         env.out(
-            f"stopped with {host.in_flight()} calls in flight: they are in the "
-            "log, and the next host makes them"
+            f"stopped with {host.in_flight()} calls or deliveries in flight: they "
+            "are in the log, and the next host carries them out"
         )
 
 

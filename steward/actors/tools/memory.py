@@ -17,7 +17,6 @@ from typing import Annotated, Any
 import msgspec
 
 from steward.actors.session import (
-    Session,
     core_memory_text,
     core_set_problem,
     session_stream,
@@ -55,15 +54,11 @@ class CoreSetArgs(_Args, frozen=True, kw_only=True):
     ]
 
 
-async def _session(ctx: ToolContext) -> tuple[str, Session]:
-    return await session_of(ctx, "memory")
-
-
 @tool("memory.search", args_type=SearchArgs)
 async def search(args: SearchArgs, *, ctx: ToolContext) -> Any:
     """Search this chat's archival memory (memory items and every earlier
     message, all segments) for the query's words; the best matches first."""
-    session_id, _ = await _session(ctx)
+    session_id, _ = await session_of(ctx, "memory")
     if ctx.reads is None:
         raise ToolError("this host keeps no projections to search")
     hits = await ctx.reads.read(
@@ -76,7 +71,7 @@ async def search(args: SearchArgs, *, ctx: ToolContext) -> Any:
 async def core_get(args: CoreGetArgs, *, ctx: ToolContext) -> str:
     """This chat's core memory (always in your context too) and the memory
     items you see, a line each."""
-    _, state = await _session(ctx)
+    _, state = await session_of(ctx, "memory")
     return core_memory_text(state) or "(core memory is empty)"
 
 
@@ -85,7 +80,7 @@ async def core_set(args: CoreSetArgs, *, ctx: ToolContext) -> str:
     """Set a fact in this chat's core memory (kept across /new and shown in
     every turn); a null value removes the key. Keep it short: core memory
     holds 2000 characters."""
-    session_id, state = await _session(ctx)
+    session_id, state = await session_of(ctx, "memory")
     problem = core_set_problem(state, args.key, args.value)
     if problem is not None:
         raise ToolError(problem)
