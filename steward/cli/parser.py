@@ -134,7 +134,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true", help="log debug details")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    s = sub.add_parser("serve", help="host the actors over the log until stopped")
+    s = sub.add_parser(
+        "serve",
+        help="host the actors over the log until stopped",
+        description="Host every actor of the log (runs, sessions) until "
+        "stopped; on a nats:// log also take inbound messages of the "
+        "[channels] and publish the answers. Ctrl-C or SIGTERM stops taking "
+        "messages, lets the model and tool calls in flight finish and records "
+        "them (up to 60 s; a second Ctrl-C stops at once).",
+    )
     s.set_defaults(fn=cmd_serve)
     # also after the command, as in `steward serve --backend jetstream`
     _backend_option(s, argparse.SUPPRESS)
@@ -284,12 +292,16 @@ def build_parser() -> argparse.ArgumentParser:
         description="Chat with session cli:ID. Each line is a message; "
         "commands (/new /model /models /memory /status /help) are answered at "
         "once, other messages after the debounce quiet time ([session] "
-        "debounce_ms) by a turn (a run). When standard input is not a terminal, "
+        "debounce_ms) by a turn (a run, or one model call in a chat of "
+        "[session] direct_chats). What subagents and schedules send the chat is "
+        "printed as [NAME] text. When standard input is not a terminal, "
         "one message per line, each answer printed, exit 0 at the end of input: "
         "`printf 'hello\\n/status\\n' | steward --script s.yaml chat`. On an "
         "embedded log no `serve` holds, this process hosts it while the chat "
         "lasts; beside a `serve` it records the messages and reads the answers "
-        "from the log. Ctrl-D ends; Ctrl-C stops (exit 130).",
+        "from the log. Ctrl-D ends once what runs is recorded (up to 60 s); "
+        "Ctrl-C stops once the model calls in flight are recorded (a second "
+        "Ctrl-C at once; exit 130).",
     )
     s.add_argument(
         "--chat",
