@@ -90,13 +90,14 @@ async def message(
 
 
 async def answer(
-    log: EventLog, stream: str, message_id: str, stop: asyncio.Event
+    log: EventLog, stream: str, message_id: str, stop: asyncio.Event, since: int = 0
 ) -> str | None:
     """The answer to message ``message_id`` once the session records it: a
     command's, a refusal's, or the reply of the turn that took the message;
-    ``None`` on ``stop``."""
+    ``None`` on ``stop``. The stream is read after version ``since`` (before
+    the message's commit: a long chat is not read again for each message)."""
     turn: str | None = None
-    seen = 0
+    seen = since
     while not stop.is_set():
         for rec in await log.read(stream, seen + 1):
             seen = rec.version

@@ -226,6 +226,21 @@ def subagent_problem(
     state: Session, name: str, task: str, model: str | None
 ) -> str | None:
     """Why a subagent ``name`` cannot start on ``task``, or ``None``."""
+    if (problem := _task_problem(state, name, task, model)) is not None:
+        return problem
+    if len(state.subagents) >= MAX_SUBAGENTS:
+        running = ", ".join(name for _, name in state.subagents)
+        return (
+            f"{MAX_SUBAGENTS} subagents run already ({running}); wait for one to answer"
+        )
+    return None
+
+
+def _task_problem(
+    state: Session, name: str, task: str, model: str | None
+) -> str | None:
+    """What is wrong with a subagent's (or a schedule's) name, task or
+    model, or ``None``."""
     if not name.strip() or len(name) > 64 or any(c in name for c in "\n\r"):
         return "a subagent's name is 1 to 64 characters, on one line"
     if not task.strip():
@@ -238,11 +253,6 @@ def subagent_problem(
     if model is not None and all(m.name != model for m in state.settings.models):
         names = ", ".join(m.name for m in state.settings.models) or "none"
         return f"unknown model {model!r}; configured models: {names}"
-    if len(state.subagents) >= MAX_SUBAGENTS:
-        running = ", ".join(name for _, name in state.subagents)
-        return (
-            f"{MAX_SUBAGENTS} subagents run already ({running}); wait for one to answer"
-        )
     return None
 
 
@@ -261,7 +271,7 @@ def schedule_problem(
         )
     if not known and len(state.schedules) >= MAX_SCHEDULES:
         return f"a session holds {MAX_SCHEDULES} schedules; delete one first"
-    return subagent_problem(replace(state, subagents=()), name, task, model)
+    return _task_problem(state, name, task, model)
 
 
 def next_firing(cron: str, after: float) -> float:

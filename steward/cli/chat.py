@@ -72,8 +72,9 @@ async def cmd_chat(env: Env, args: argparse.Namespace) -> int:
                     sender,
                     waiting=waiting,
                 )
+                since = (await submitter.state(stream))[1]
                 await submitter.submit(stream, sent)
-                reply = await answer(log, stream, sent.message_id, stop)
+                reply = await answer(log, stream, sent.message_id, stop, since)
                 if reply is None:
                     break
                 env.out(reply)

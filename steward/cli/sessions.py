@@ -100,12 +100,13 @@ async def cmd_sessions_send(env: Env, args: argparse.Namespace) -> int:
         sent = await message(
             env.settings, submitter, projector, args.id, args.text, args.sender
         )
+        since = (await submitter.state(stream))[1]
         await submitter.submit(stream, sent)
         if args.no_wait:
             env.out(sent.message_id)
             return 0
         try:
-            waited = answer(log, stream, sent.message_id, stop)
+            waited = answer(log, stream, sent.message_id, stop, since)
             reply = await asyncio.wait_for(waited, args.timeout)
         except TimeoutError:
             stop.set()

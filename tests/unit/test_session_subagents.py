@@ -13,6 +13,7 @@ from test_session import SETTINGS, Chat
 from steward.actors import session as s
 from steward.actors.effects import ArmTimer, Create
 from steward.actors.session_effects import SESSION_TOOLS, effects, pending, subagent_run
+from steward.actors.tools import session as session_tools
 from steward.events import (
     ChatMessage,
     Event,
@@ -85,6 +86,12 @@ def test_subagent_gets_an_isolated_context_with_the_subagent_window() -> None:
     assert run.input_text == "look around"
     assert run.settings.model == "m-large"  # its own model
     assert [t.name for t in run.settings.tools] == ["files.read"]
+
+
+def test_the_tools_a_subagent_goes_without_are_the_session_tools() -> None:
+    """`SESSION_TOOLS` (kept beside the pure effects) names exactly the
+    tools of `steward.actors.tools.session`."""
+    assert {t.name for t in session_tools.TOOLS} == SESSION_TOOLS
 
 
 def test_a_subagent_of_an_unknown_model_or_without_a_task_is_refused() -> None:

@@ -22,6 +22,7 @@ import msgspec
 from steward.actors.run_effects import run_stream
 from steward.actors.session import (
     Session,
+    next_firing,
     schedule_problem,
     session_stream,
     subagent_problem,
@@ -153,10 +154,8 @@ async def schedule_create(args: CreateArgs, *, ctx: ToolContext) -> str:
         at=ctx.now,
     )
     await _give(ctx, session_id, asked, f"schedule {args.name!r}")
-    _, after = await session_of(ctx, "schedule")
-    due = next((s.due for s in after.schedules if s.name == args.name), None)
-    when = "" if due is None else f"; it fires first at {iso_time(due)}"
-    return f"schedule {args.name!r} set ({args.cron}){when}"
+    first = iso_time(next_firing(args.cron, asked.at))  # as the session computed it
+    return f"schedule {args.name!r} set ({args.cron}); it fires first at {first}"
 
 
 @tool("schedule.list", args_type=ListArgs)
