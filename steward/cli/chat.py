@@ -2,9 +2,11 @@
 
 Each line read is a message to session ``cli:<chat id>``; the command waits
 for its answer (a command's, or the reply of the turn that took the message)
-and prints it. What the session's subagents and schedules send the chat is
-printed as it comes, as ``[NAME] text``. At the end of input it waits (up
-to 60 s) for what still runs; on SIGINT or SIGTERM only for the model and
+and prints it. In a terminal, when this process hosts the session, a turn's
+reply is printed as the model writes it (of a JSON action, its finish's
+output). What the session's subagents and schedules send the chat is printed
+as it comes, as ``[NAME] text``. At the end of input it waits (up to 60 s)
+for what still runs; on SIGINT or SIGTERM only for the model and
 tool calls in flight, as `serve` does. On an embedded log nobody hosts,
 this process hosts it for as long as the chat lasts; beside a `serve` (or on
 JetStream, with workers), it records the messages and reads the answers from
@@ -16,15 +18,25 @@ from __future__ import annotations
 import argparse
 import asyncio
 import getpass
+import json
+import re
 import signal
 import sys
 
+from steward.actors.llm.base import RequestInfo
 from steward.bus import EventLog
 from steward.chats import answer, message, open_session
 from steward.cli.env import EXIT_INTERRUPTED, Env, opened
 from steward.cli.hosting import checked_provider, new_host
 from steward.cli.serve import drain
-from steward.events import SubagentAnswered
+from steward.events import (
+    LlmAttemptFailed,
+    Recorded,
+    ReplySent,
+    SubagentAnswered,
+    TurnStarted,
+)
+from steward.events.codec import encodable_value
 from steward.host import Host
 from steward.hostlock import HostLock
 
@@ -50,6 +62,11 @@ async def cmd_chat(env: Env, args: argparse.Namespace) -> int:
                 await host.start()
             submitter = host or Host(log)
             stream = await open_session(env.settings, submitter, session_id)
+            state = (await submitter.state(stream))[0]
+            streamed = _Streamed(stream, state.settings.run.protocol == "json")
+            if interactive and host is not None:
+                host.listen(streamed.on_record)
+                host.listen_deltas(streamed.on_delta)
             told = _Told(env, log, stream, (await submitter.state(stream))[1])
             follower = asyncio.create_task(told.follow())
             if interactive:
@@ -77,7 +94,8 @@ async def cmd_chat(env: Env, args: argparse.Namespace) -> int:
                 reply = await answer(log, stream, sent.message_id, stop, since)
                 if reply is None:
                     break
-                env.out(reply)
+                if (rest := streamed.finish(reply)) is not None:
+                    env.out(rest)
             if host is not None and stop.is_set():
                 await drain(env, host, again)  # a signal: let the calls finish
             elif host is not None:
@@ -117,6 +135,100 @@ class _Told:
         while True:
             await self.tell()
             await asyncio.sleep(0.1)
+
+
+class _Streamed:
+    """The replies of this chat's turns, written as the model writes them:
+    a turn's run's calls, or the session's own call in a direct chat. Each
+    call's text is a line of its own (a tool round's text, then the reply's).
+    """
+
+    def __init__(self, stream: str, json_actions: bool) -> None:
+        self.stream = stream
+        self.json_actions = json_actions  # a turn's model answers in JSON actions
+        self.turns: set[str] = set()
+        self.request: str | None = None  # the call whose text the line holds
+        self.raw = ""  # ... what the model wrote of it so far
+        self.text = ""  # ... and what of that is printed
+
+    def on_record(self, rec: Recorded) -> None:
+        match rec.event:
+            case TurnStarted(run_id=turn) if rec.stream == self.stream:
+                self.turns.add(turn)
+            case ReplySent(run_id=turn) if rec.stream == self.stream:
+                self.turns.discard(turn)
+            case LlmAttemptFailed(request_id=rid) if rid == self.request:
+                self._end_line()  # its retry starts a line of its own
+            case _:
+                pass
+
+    def on_delta(self, info: RequestInfo, text: str) -> None:
+        direct = info.request_id.removesuffix("/llm") in self.turns
+        if info.run_id not in self.turns and not direct:
+            return
+        if info.request_id != self.request:
+            self._end_line()
+            self.request = info.request_id
+        self.raw += text
+        shown = _printable(
+            finishing(self.raw) if self.json_actions and not direct else self.raw
+        )
+        if len(shown) > len(self.text) and shown.startswith(self.text):
+            sys.stdout.write(shown[len(self.text) :])
+            sys.stdout.flush()
+            self.text = shown
+
+    def finish(self, reply: str) -> str | None:
+        """What is still to print of ``reply`` once the session records it:
+        ``None`` when its text was streamed whole."""
+        streamed = self.text
+        self._end_line()
+        return None if streamed and streamed.strip() == reply.strip() else reply
+
+    def _end_line(self) -> None:
+        if self.text:
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+        self.request, self.raw, self.text = None, "", ""
+
+
+_FINISH = re.compile(r'"type"\s*:\s*"finish"')
+_OUTPUT = re.compile(r'"output"\s*:\s*"')
+
+
+def finishing(text: str) -> str:
+    """What is written so far of the ``output`` string of JSON action
+    ``text``, itself still being written; "" until it shows to be a finish.
+
+    Only whole escapes are decoded, so each result begins with the one
+    before it.
+    """
+    output = _OUTPUT.search(text)
+    if output is None or _FINISH.search(text) is None:
+        return ""
+    start = end = output.end()
+    while end < len(text) and text[end] != '"':
+        if text[end] != "\\":
+            end += 1
+        elif end + 1 < len(text) and text[end + 1] != "u":
+            end += 2
+        elif end + 5 < len(text):
+            end += 6
+        else:
+            break  # an escape not yet whole
+    try:
+        value = json.loads(f'"{text[start:end]}"')
+    except json.JSONDecodeError:  # a control character, a bad escape
+        return ""
+    return value if isinstance(value, str) else ""
+
+
+def _printable(text: str) -> str:
+    """``text`` less a last half of a surrogate pair still to come, with any
+    other lone surrogate made U+FFFD (a terminal takes UTF-8 only)."""
+    if text and "\ud800" <= text[-1] <= "\udbff":
+        text = text[:-1]
+    return str(encodable_value(text))
 
 
 def _user() -> str | None:

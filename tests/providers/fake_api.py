@@ -129,9 +129,12 @@ def json_reply(
     return raw_reply(json.dumps(body).encode(), status=status, headers=headers)
 
 
-def sse_reply(frames: Iterable[bytes], *, cut: bool = False) -> Reply:
+def sse_reply(
+    frames: Iterable[bytes], *, cut: bool = False, hold: int | None = None
+) -> Reply:
     """An event stream, one chunk per frame; ``cut`` drops the connection
-    before the end of the body (no terminating chunk)."""
+    before the end of the body (no terminating chunk); ``hold`` sends that
+    many frames, then waits for the API's ``release`` before the rest."""
     frames = list(frames)
 
     def reply(h: _Handler) -> None:
@@ -140,7 +143,10 @@ def sse_reply(frames: Iterable[bytes], *, cut: bool = False) -> Reply:
         h.send_header("Cache-Control", "no-cache")
         h.send_header("Transfer-Encoding", "chunked")
         h.end_headers()
-        for frame in frames:
+        for n, frame in enumerate(frames):
+            if n == hold:
+                api: FakeAPI = h.server.api  # type: ignore[attr-defined]
+                api.release.wait(10)
             h.wfile.write(f"{len(frame):x}\r\n".encode() + frame + b"\r\n")
             h.wfile.flush()
         if cut:
