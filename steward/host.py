@@ -235,13 +235,28 @@ class Host:
     async def _decide_and_commit(
         self, stream: str, input: Event, causation_id: str | None
     ) -> Commit | None:
+        kind = kind_of(stream)
+        # An input that begins a stream this host knows nothing of is decided
+        # on the initial state, without a read: the append at version 0
+        # fails if the stream has events after all (a restarted effect's).
+        guess = (
+            isinstance(input, kind.opens)
+            and stream not in self._known
+            and stream not in self._cache
+        )
         for _ in range(self._max_conflict_retries):
-            state, version = self._cache.get(stream) or await self.state(stream)
+            if guess:
+                state, version = kind.initial, 0
+            else:
+                state, version = self._cache.get(stream) or await self.state(stream)
             try:
-                return await self._commit(stream, input, causation_id, state, version)
+                commit = await self._commit(stream, input, causation_id, state, version)
             except ConcurrencyError:
-                METRICS.conflicts += 1
+                if not guess:
+                    METRICS.conflicts += 1
+                guess = False
                 self._forget(stream)
+                continue
             except UnicodeEncodeError:
                 # Text from outside (a model's reply, a tool's output, a
                 # message) with a lone surrogate: recorded made encodable.
@@ -250,6 +265,11 @@ class Host:
                     raise
                 log.info("stream %s: %s made encodable", stream, type(input).__name__)
                 input = clean
+                continue
+            if commit is None and guess:
+                guess = False  # refused on a guess: decide on what the log holds
+                continue
+            return commit
         raise StewardError(
             f"stream {stream}: gave up after {self._max_conflict_retries} conflicts"
         )

@@ -66,6 +66,11 @@ class Kind(Generic[S]):
     decisions of the input before them."""
     events: tuple[type[Event], ...]
     """Every event type the kind records, inputs and decisions."""
+    opens: tuple[type[Event], ...] = ()
+    """The inputs that begin a stream (`RunCreated`): the host decides one
+    on ``initial`` without reading a stream it knows nothing of. Appended at
+    version 0, it fails if the stream has events, and is then decided again
+    on them."""
     fold_events: Callable[[Iterable[Event], S], S] | None = None
     """A fold giving what ``evolve`` event by event would, faster."""
     step: Callable[[Event, S, PromptCache | None], Step[S] | None] | None = None
@@ -143,6 +148,7 @@ RUN: Kind[run_actor.Run] = Kind(
     decide=run_actor.decide,
     inputs=run_events.INPUT_TYPES,
     events=run_events.EVENT_TYPES,
+    opens=(run_events.RunCreated,),
     fold_events=run_actor.fold,
     step=run_actor.decide_and_fold,
     same_decisions=run_effects.same_decisions,
@@ -162,6 +168,7 @@ SESSION: Kind[session_actor.Session] = Kind(
     decide=session_actor.decide,
     inputs=session_events.INPUT_TYPES,
     events=session_events.EVENT_TYPES,
+    opens=(session_events.SessionOpened,),
     routed=session_effects.ROUTED,
     effects=session_effects.effects,
     awaits=session_effects.awaits,

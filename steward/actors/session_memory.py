@@ -96,6 +96,8 @@ def memory_block(items: Sequence[MemoryItem]) -> str:
     """The memory items a turn's context shows: per level (0 first) the
     newest seen `MEMORY_PER_LEVEL_LIMIT`, a line each, until
     `MEMORY_LOAD_CAP` characters; empty when there are none."""
+    if not items:
+        return ""
     lines: list[str] = []
     total = 0
     for level in sorted(LEVEL_LIMITS):

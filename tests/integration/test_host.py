@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import prometheus_client
 import pytest
+from counter_kind import COUNTER, CounterAdd, CounterAdded
+from counter_kind import Counter as Count
+from counter_kind import decide as counter_decide
 from prometheus_client.parser import text_string_to_metric_families
 from support import PLAN, act
 
 from steward import events, replay
 from steward import host as host_module
+from steward.actors import kind
 from steward.actors import run as run_actor
 from steward.actors.llm import ScriptedProvider
 from steward.actors.run import Run
@@ -661,3 +667,71 @@ async def test_a_tool_call_answered_in_its_own_commit_is_not_made(
     await _written_elsewhere(copy, log, await open_log_handle())
     await asyncio.sleep(0.1)  # time a repeated call would have had
     assert not (tmp_path / "workspace" / "out.txt").exists()
+
+
+class _CountedReads(_SlowReads):
+    """The test's log, counting the stream reads made of it."""
+
+    def __init__(self, log: EventLog) -> None:
+        super().__init__(log)
+        self.reads: list[str] = []
+
+    async def read(self, stream: str, from_version: int = 1) -> list[Any]:
+        self.reads.append(stream)
+        return await super().read(stream, from_version)
+
+
+async def test_a_stream_begun_by_its_opening_input_is_not_read_first(log) -> None:
+    counted = _CountedReads(log)
+    host = Host(counted, provider=ScriptedProvider([PLAN]))  # type: ignore[arg-type]
+    commit = await host.submit(run_stream("new"), created("new"))
+    assert commit is not None and commit.first_version == 1
+    assert counted.reads == []
+    # any other input to a stream the host does not know is read first
+    await host.submit(run_stream("other"), events.CancelRequested())
+    assert counted.reads == [run_stream("other")]
+
+
+async def test_an_opening_input_to_a_stream_another_host_began_is_decided_on_it(
+    log,
+) -> None:
+    first = Host(log, provider=ScriptedProvider([PLAN]))
+    await first.submit(run_stream("r1"), created("r1"))
+    before = await log.read(run_stream("r1"))
+    conflicts = host_module.METRICS.conflicts
+    second = Host(log, provider=ScriptedProvider([PLAN]))  # knows nothing of r1
+    assert await second.submit(run_stream("r1"), created("r1")) is None  # refused
+    assert await log.read(run_stream("r1")) == before
+    assert host_module.METRICS.conflicts == conflicts  # a guess, not a conflict
+    state, version = await second.state(run_stream("r1"))
+    assert (state.status, version) == ("running", len(before))
+
+
+def _touch(input: events.Event, state: Count) -> list[events.Event] | None:
+    """The counter's decider, but adding nothing to an empty counter is refused."""
+    if isinstance(input, CounterAdd) and input.n == 0 and state.total == 0:
+        return None
+    return counter_decide(input, state)
+
+
+@pytest.fixture
+def touch() -> Iterator[None]:
+    """A counter kind that opens with `CounterAdd`, registered for the test."""
+    opened = dataclasses.replace(
+        COUNTER, name="touch", decide=_touch, opens=(CounterAdd,)
+    )
+    kind.register(opened)
+    try:
+        yield
+    finally:
+        del kind.KINDS["touch"]
+
+
+async def test_an_opening_input_refused_on_a_guess_is_decided_on_the_log(
+    log, touch: None
+) -> None:
+    await Host(log).submit("touch.t", CounterAdd(n=2))
+    late = Host(log)  # knows nothing of touch.t: guesses it empty, and is refused
+    commit = await late.submit("touch.t", CounterAdd(n=0))
+    assert commit is not None  # decided again on the counter at 2
+    assert [type(r.event) for r in await log.read("touch.t")][-1] is CounterAdded
