@@ -659,6 +659,7 @@ class Host:
             request_id=rid,
             priority=request.priority,
             profile=call.profile,
+            model=prompt.model,
         )
         answer: Event | None
         # The decider hashed this very prompt when this host committed the

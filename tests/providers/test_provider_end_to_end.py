@@ -9,6 +9,7 @@ projections or the log lines.
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 from pathlib import Path
@@ -136,3 +137,49 @@ def test_recorded_streams_are_numbered_per_attempt_without_gaps(
     types = [e["type"] for e in exported]
     assert types.index("LlmStreamRecorded") < types.index("LlmAttemptFailed")
     assert cli.main([*base, "replay", run_id, "--verify"]) == 0
+
+
+def test_a_session_switched_with_model_calls_that_models_server(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`/model fast` in a chat: the next turn asks the [models.fast] table's
+    server for its model id, and is priced at that table's prices."""
+    default, fast = FakeAPI(), FakeAPI()
+    try:
+        finish = json.dumps({"type": "finish", "output": "from the fast model"})
+        fast.queue(sse_reply(openai_frames([finish], input_tokens=1000)))
+        config = tmp_path / "steward.toml"
+        config.write_text(
+            "[run]\nplanning_gate = false\n\n"
+            "[session]\ndebounce_ms = 10\n\n"
+            "[models.default]\n"
+            'provider = "openai"\nmodel = "gpt-big"\n'
+            f'base_url = "{default.url}/v1"\n\n'
+            "[models.fast]\n"
+            'provider = "openai"\nmodel = "gpt-fast"\n'
+            f'base_url = "{fast.url}/v1"\n'
+            "input_price_per_mtok = 1.0\n"
+        )
+        monkeypatch.setenv("OPENAI_API_KEY", KEY)
+        monkeypatch.setattr("sys.stdin", io.StringIO("/model fast\nhello\n"))
+        base = ["--config", str(config), "--db", str(tmp_path / "log.db")]
+        assert cli.main([*base, "chat"]) == 0
+    finally:
+        default.close()
+        fast.close()
+    assert capsys.readouterr().out.splitlines() == [
+        "model switched to fast",
+        "from the fast model",
+    ]
+    assert default.requests == []
+    [request] = fast.requests
+    assert request.body["model"] == "gpt-fast"
+    assert cli.main([*base, "events", "export", "session.cli:local"]) == 0
+    exported = [json.loads(x)["event"] for x in capsys.readouterr().out.splitlines()]
+    [turn] = [e["run_id"] for e in exported if e["type"] == "TurnStarted"]
+    assert cli.main([*base, "events", "export", turn]) == 0
+    exported = [json.loads(x)["event"] for x in capsys.readouterr().out.splitlines()]
+    [answer] = [e for e in exported if e["type"] == "LlmResponded"]
+    assert answer["cost_usd"] == pytest.approx(1000 * 1.0 / 1e6)

@@ -115,6 +115,9 @@ class RequestInfo(msgspec.Struct, frozen=True, kw_only=True):
     request_id: str
     priority: Literal["interactive", "subagent"] = "interactive"
     profile: str | None = None
+    model: str | None = None
+    """The model id the call asks for (the prompt's): with the profile, it
+    picks the ``[models.<name>]`` table the call goes to."""
 
 
 class Provider(Protocol):

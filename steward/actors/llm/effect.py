@@ -89,7 +89,7 @@ class ModelCalls:
         retries = self.retries
         record = False
         if isinstance(provider, ModelRouter):
-            model = provider.model(info.profile)
+            model = provider.model(info.profile, info.model)
             retries, record = model.max_retries, model.record_stream
         # A provider whose replies are whole before they are given (the
         # scripted one) hands over the result alone when no one watches the
@@ -101,7 +101,7 @@ class ModelCalls:
             on_event, keep_stream = self._watchers(port, rec, info, record)
         else:
             target = (
-                provider.provider(info.profile)
+                provider.provider(info.profile, info.model)
                 if isinstance(provider, ModelRouter)
                 else provider
             )
@@ -109,7 +109,7 @@ class ModelCalls:
 
         rate = None
         if isinstance(provider, ModelRouter):
-            rate = provider.rate_limiter(info.profile, port.clock.now, port.clock.sleep)
+            rate = provider.rate_limiter(info, port.clock.now, port.clock.sleep)
         tokens = 0
         if rate is not None and rate.tpm is not None:
             sent = len(prompt.system) + sum(len(m.content) for m in prompt.messages)

@@ -98,12 +98,16 @@ def make_provider(name: str, config: ModelConfig | None = None) -> Provider:
 
 
 class ModelRouter:
-    """The provider for each request: the model of the run's agent profile.
+    """The provider for each request: the ``[models.<name>]`` table of the
+    model it asks for.
 
-    A `Provider` itself: ``stream`` asks the provider of
-    ``settings.model_for(info.profile)``, built on first use and kept. ``cost``
-    prices a call at that model's configured prices. With ``script`` set, every
-    profile plays that script instead (the ``--script`` option).
+    A `Provider` itself: ``stream`` asks the provider of the request's table
+    (`table`), built on first use and kept. A request asks for a model id
+    (``info.model``, the prompt's): the table of its agent profile when that
+    is the id (or none is asked for), else the first table with that id (a
+    session switched with ``/model``), else the profile's. ``cost`` prices a
+    call at its table's prices. With ``script`` set, every table plays that
+    script instead (the ``--script`` option).
     """
 
     name = "router"
@@ -114,46 +118,61 @@ class ModelRouter:
         self._built: dict[str, Provider] = {}
         self._rates: dict[str, RateLimiter] = {}
 
-    def model(self, profile: str | None) -> ModelConfig:
-        """The ``[models.<name>]`` table requests of ``profile`` go to."""
-        model = self.settings.model_for(profile or "default")
-        if self.script is not None:
-            model = msgspec.structs.replace(
-                model, provider="scripted", script=self.script
-            )
-        return model
+    def table(self, profile: str | None, model: str | None = None) -> str:
+        """The name of the table a request of ``profile`` for model id
+        ``model`` goes to."""
+        own = self.settings.profile(profile or "default").model
+        tables = self.settings.models
+        if model is None or (own in tables and tables[own].model == model):
+            return own
+        return next((n for n, t in tables.items() if t.model == model), own)
 
-    def provider(self, profile: str | None) -> Provider:
-        """The provider for ``profile``, built once (errors name the setting)."""
-        key = profile or "default"
-        built = self._built.get(key)
+    def model(self, profile: str | None, model: str | None = None) -> ModelConfig:
+        """The table a request of ``profile`` for model id ``model`` goes to."""
+        name = self.table(profile, model)
+        config = (
+            self.settings.models[name]
+            if name in self.settings.models
+            else self.settings.model_for(profile or "default")  # names the error
+        )
+        if self.script is not None:
+            config = msgspec.structs.replace(
+                config, provider="scripted", script=self.script
+            )
+        return config
+
+    def provider(self, profile: str | None, model: str | None = None) -> Provider:
+        """The provider of `table`, built once (errors name the setting)."""
+        name = self.table(profile, model)
+        built = self._built.get(name)
         if built is None:
-            model = self.model(key)
-            built = self._built[key] = make_provider(model.provider, model)
+            config = self.model(profile, model)
+            built = self._built[name] = make_provider(config.provider, config)
         return built
 
     def rate_limiter(
         self,
-        profile: str | None,
+        info: RequestInfo,
         now: Callable[[], float],
         sleep: Callable[[float], Awaitable[None]],
     ) -> RateLimiter:
-        """The rate limiter of ``profile``'s model (one per model, shared)."""
-        name = self.settings.profile(profile or "default").model
+        """The rate limiter of ``info``'s table (one per table, shared)."""
+        name = self.table(info.profile, info.model)
         limiter = self._rates.get(name)
         if limiter is None:
-            model = self.model(profile)
+            config = self.model(info.profile, info.model)
             limiter = self._rates[name] = RateLimiter(
-                model.requests_per_minute, model.tokens_per_minute, now, sleep
+                config.requests_per_minute, config.tokens_per_minute, now, sleep
             )
         return limiter
 
     def stream(self, prompt: Prompt, info: RequestInfo) -> AsyncIterator[StreamEvent]:
-        return self.provider(info.profile).stream(prompt, info)
+        return self.provider(info.profile, info.model).stream(prompt, info)
 
     def cost(self, info: RequestInfo, usage: Usage) -> float:
-        """What a call of ``info``'s profile with ``usage`` cost, in US dollars."""
-        return cost_usd(usage, self.model(info.profile))
+        """What ``info``'s call with ``usage`` cost at its table's prices, in
+        US dollars."""
+        return cost_usd(usage, self.model(info.profile, info.model))
 
     async def aclose(self) -> None:
         """Close every provider built (their HTTP connection pools)."""
