@@ -81,7 +81,7 @@ async def test_sigterm_during_a_model_call_lets_it_finish_and_records_its_reply(
         log = await SqliteEventLog.open(tmp_path / "log.db")
         try:
             # the third model call (after the plan notes) takes 2 s
-            for _ in range(200):
+            for _ in range(1500):
                 asks = [
                     r
                     for r in await log.read_all()
@@ -90,6 +90,8 @@ async def test_sigterm_during_a_model_call_lets_it_finish_and_records_its_reply(
                 if len(asks) == len(PLAN) + 1:
                     break
                 await asyncio.sleep(0.02)
+            assert len(asks) == len(PLAN) + 1, "the slow call was never asked for"
+            await asyncio.sleep(0.5)  # the call begins; it lasts 2 s
             out, err = _stop(server, signal.SIGTERM)
             assert server.returncode == 0, err[-2000:]
             assert "stopping: letting what is in flight finish (1 calls" in out
