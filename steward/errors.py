@@ -7,6 +7,7 @@
     ├── LogWriteError           the event log could not be written
     ├── LogReadError            a stored event could not be read or decoded
     ├── ConfigError             a settings file or variable is invalid
+    ├── WorkflowFileError       a workflow definition file is invalid
     ├── ScriptError             a scripted-model script is invalid or exhausted
     ├── ToolError               a tool could not be found, validated or run
     │   └── PathEscapeError     a files.* path points outside the workspace
@@ -53,6 +54,17 @@ class ConfigError(StewardError):
         self.key = key
         self.problem = problem
         super().__init__(f"{source}: {key}: {problem}")
+
+
+class WorkflowFileError(StewardError):
+    """A workflow definition file is invalid: ``place`` names the node, edge
+    or field (``node 2 "review"``), ``problem`` says what is wrong."""
+
+    def __init__(self, file: str, place: str, problem: str) -> None:
+        self.file = file
+        self.place = place
+        self.problem = problem
+        super().__init__(f"{file}: {place}: {problem}")
 
 
 class ScriptError(StewardError):

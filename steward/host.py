@@ -589,8 +589,10 @@ class Host:
             METRICS.effects["deliver"] += 1
 
     async def _create(self, create: Create, cause: str) -> None:
-        """Start actor ``create.stream``, unless it has started already."""
-        if (await self.state(create.stream))[1] > 0:
+        """Start actor ``create.stream``, unless it has started already (an
+        opening input is not read for: its kind refuses it on a begun stream)."""
+        opening = isinstance(create.input, kind_of(create.stream).opens)
+        if not opening and (await self.state(create.stream))[1] > 0:
             return
         input = self._stamped(create.input, create.stamp)
         if await self.submit(create.stream, input, causation_id=cause) is not None:

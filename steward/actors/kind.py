@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from steward.actors import run as run_actor
-from steward.actors import run_effects, session_effects
+from steward.actors import run_effects, session_effects, workflow_effects
 from steward.actors import session as session_actor
+from steward.actors import workflow as workflow_actor
 from steward.actors.effects import Effect, ModelCall, Pending
 from steward.actors.prompt import (
     Prompt,
@@ -35,6 +36,7 @@ from steward.errors import NotFoundError
 from steward.events import UNION, Event, Recorded
 from steward.events import run as run_events
 from steward.events import session as session_events
+from steward.events import workflow as workflow_events
 from steward.events.run import LlmRequested
 
 __all__ = ["KINDS", "Kind", "Step", "kind_of", "register"]
@@ -70,7 +72,8 @@ class Kind(Generic[S]):
     """The inputs that begin a stream (`RunCreated`): the host decides one
     on ``initial`` without reading a stream it knows nothing of. Appended at
     version 0, it fails if the stream has events, and is then decided again
-    on them."""
+    on them: the kind's decider must refuse an opening input on a stream
+    that has begun."""
     fold_events: Callable[[Iterable[Event], S], S] | None = None
     """A fold giving what ``evolve`` event by event would, faster."""
     step: Callable[[Event, S, PromptCache | None], Step[S] | None] | None = None
@@ -178,7 +181,25 @@ SESSION: Kind[session_actor.Session] = Kind(
     pending=session_effects.pending,
 )
 
-KINDS: dict[str, Kind[Any]] = {RUN.name: RUN, SESSION.name: SESSION}
+WORKFLOW: Kind[workflow_actor.Workflow] = Kind(
+    name="workflow",
+    initial=workflow_actor.initial,
+    evolve=workflow_actor.evolve,
+    decide=workflow_actor.decide,
+    inputs=workflow_events.INPUT_TYPES,
+    events=workflow_events.EVENT_TYPES,
+    opens=(workflow_events.WorkflowCreated,),
+    routed=workflow_effects.ROUTED,
+    effects=workflow_effects.effects,
+    correlation=workflow_effects.correlation,
+    pending=workflow_effects.pending,
+)
+
+KINDS: dict[str, Kind[Any]] = {
+    RUN.name: RUN,
+    SESSION.name: SESSION,
+    WORKFLOW.name: WORKFLOW,
+}
 """Every actor kind by name: the only place that names them."""
 
 

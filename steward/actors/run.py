@@ -112,6 +112,8 @@ class Run(msgspec.Struct, kw_only=True, gc=False):
     timer_id: str | None = None
     wake_at: float | None = None
     output: str = ""
+    metadata: dict[str, Any] = {}
+    """The finish's ``metadata`` (`RunCompleted.metadata`)."""
     last_message: str | None = None
     has_requirements: bool = False
     has_plan: bool = False
@@ -366,6 +368,7 @@ def _run_resumed(s: Run, event: RunResumed) -> None:
 def _run_completed(s: Run, event: RunCompleted) -> None:
     s.status = "completed"
     s.output = event.output
+    s.metadata = event.metadata
 
 
 def _run_failed(s: Run, event: RunFailed) -> None:
@@ -699,7 +702,11 @@ def _finish(state: Run, command: dict[str, Any]) -> list[Event]:
             OutputUpdated(text=text_field(command, "output"), mode=mode_field(command))
         )
     after = fold(decisions, state)
-    return [*decisions, RunCompleted(output=after.output, reason="finish")]
+    metadata = command.get("metadata") if state.settings.revision >= 2 else None
+    if metadata is not None and not isinstance(metadata, dict):
+        raise InvalidCommand("a finish's `metadata` must be a JSON object")
+    done = RunCompleted(output=after.output, reason="finish", metadata=metadata or {})
+    return [*decisions, done]
 
 
 def _spawn(state: Run, subagents: list[Any]) -> list[Event]:

@@ -130,6 +130,7 @@ def _answer(rec: Recorded, state: Run) -> list[Effect]:
         run_id=state.run_id,
         status=state.status,
         output=state.output or (state.reason or ""),
+        metadata=state.metadata,
     )
     finished = SubagentFinished(result=result, at=rec.at)
     return [Deliver(key=f"notify:{state.run_id}", stream=reply_to, input=finished)]

@@ -23,6 +23,9 @@ from steward.cli.runs import (
 )
 from steward.cli.serve import cmd_serve, cmd_worker
 from steward.cli.sessions import cmd_sessions_list, cmd_sessions_send, cmd_sessions_show
+from steward.cli.workflow import cmd_cancel as cmd_workflow_cancel
+from steward.cli.workflow import cmd_pause, cmd_resume, cmd_validate
+from steward.cli.workflow import cmd_run as cmd_workflow_run
 from steward.config.settings import Port
 
 
@@ -365,6 +368,64 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the message id once recorded; do not wait for the answer",
     )
     s.set_defaults(fn=cmd_sessions_send)
+
+    workflow = sub.add_parser(
+        "workflow",
+        help="check or run a workflow of phases; pause, resume or cancel one",
+        description="A workflow file (TOML or YAML) is a graph of phases: "
+        "nodes, each a fresh agent run, and edges taken after a phase "
+        "completes, by priority, when auto or when their guard holds "
+        '(decision == "changes_requested", report.score >= 0.8 and ...). '
+        "See examples/workflows/.",
+    )
+    wsub = workflow.add_subparsers(
+        dest="workflow_command", required=True, metavar="ACTION"
+    )
+    s = wsub.add_parser(
+        "validate",
+        help="check a workflow file; exit 2 with the first problem",
+        description="Check FILE: its fields, the graph (duplicate node keys, "
+        "edges to unknown nodes, two edges of one source with one priority, "
+        "guards that do not parse) and that each node's provider and profile "
+        "are configured. A problem is one line naming the file, the node or "
+        "edge and what is wrong; the exit status is then 2.",
+    )
+    s.add_argument("file", help="the workflow file (.toml, .yaml or .yml)")
+    s.set_defaults(fn=cmd_validate)
+    s = wsub.add_parser(
+        "run",
+        help="run a workflow file: a line per phase, its id last",
+        description="Check FILE, record a workflow run of it and carry it "
+        "until it ends: a line per phase started and completed (with its "
+        "routing decision) and per transition taken; then its end, and its id "
+        "on the last line. Exit 0 when it completed, 1 when it failed or was "
+        "cancelled, 2 for a bad file or a missing input, 130 on Ctrl-C (the "
+        "run stays recorded; `steward serve` carries it on). Beside a `serve` "
+        "the run is recorded for it and followed in the log.",
+    )
+    s.add_argument("file", help="the workflow file (.toml, .yaml or .yml)")
+    s.add_argument(
+        "--input",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a value for {input.NAME} in the prompts (repeatable)",
+    )
+    s.add_argument("--id", help="the workflow run's id (default: wf-<random>)")
+    s.add_argument("--quiet", action="store_true", help="print only the end and the id")
+    s.set_defaults(fn=cmd_workflow_run)
+    for name, fn, what, reason in (
+        ("pause", cmd_pause, "start no more phases (the one running ends)", True),
+        ("resume", cmd_resume, "go on with a paused run", False),
+        ("cancel", cmd_workflow_cancel, "stop a run and cancel its phase", True),
+    ):
+        s = wsub.add_parser(name, help=what)
+        s.add_argument("id", help="the workflow run's id (or workflow.ID)")
+        if reason:
+            s.add_argument(
+                "--reason", default=f"{name} by operator", help="why, recorded"
+            )
+        s.set_defaults(fn=fn)
 
     s = sub.add_parser(
         "demo", help="a scripted run with a tool, a subagent and a sleep"

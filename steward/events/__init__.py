@@ -18,6 +18,8 @@ from steward.events.run import __all__ as _run_all
 from steward.events.session import *  # noqa: F403
 from steward.events.session import __all__ as _session_all
 from steward.events.union import UNION, EventUnion
+from steward.events.workflow import *  # noqa: F403
+from steward.events.workflow import __all__ as _workflow_all
 
 __all__ = [
     "UNION",
@@ -39,4 +41,5 @@ __all__ = [
     "type_name",
     *_run_all,
     *_session_all,
+    *_workflow_all,
 ]

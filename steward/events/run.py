@@ -133,10 +133,13 @@ class RunSettings(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     was recorded (Temporal's ``patched``). Revision 1: the tool-name shortcut
     takes the keys beside the name as the call's arguments, and a reply whose
     JSON holds a lone surrogate (``"\\ud800"``) is read, the surrogate made
-    U+FFFD (before, it was invalid JSON)."""
+    U+FFFD (before, it was invalid JSON). Revision 2: a finish's ``metadata``
+    object is its result's (`RunCompleted.metadata`), what a workflow reads
+    a phase's routing decision and structured report from (before, it was
+    ignored)."""
 
 
-LATEST_REVISION = 1
+LATEST_REVISION = 2
 """The revision new runs are created with; see `RunSettings.revision`."""
 
 
@@ -162,6 +165,8 @@ class SubagentResult(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     run_id: str
     status: str
     output: str
+    metadata: dict[str, Any] = {}
+    """The result's structured part (a finish's ``metadata``)."""
 
 
 # -- inputs -------------------------------------------------------------------
@@ -436,6 +441,9 @@ class RunCompleted(Event, frozen=True, kw_only=True):
 
     output: str
     reason: str = "finish"
+    metadata: dict[str, Any] = {}
+    """A finish's ``metadata`` object (from revision 2 on): the result's
+    structured part, such as a workflow phase's routing decision."""
 
 
 class RunFailed(Event, frozen=True, kw_only=True):

@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from steward.events import run, session
+from steward.events import run, session, workflow
 from steward.events.base import Event
 
 __all__ = ["UNION", "EventUnion"]
@@ -56,6 +56,6 @@ class EventUnion:
         self.union: Any = union
 
 
-UNION = EventUnion((*run.EVENT_TYPES, *session.EVENT_TYPES))
+UNION = EventUnion((*run.EVENT_TYPES, *session.EVENT_TYPES, *workflow.EVENT_TYPES))
 """The union the log decodes into: the events of steward's kinds and of every
 kind registered since (`steward.actors.kind.register`)."""

@@ -44,11 +44,16 @@ DECIDERS = [
     "steward/actors/session_effects.py",
     "steward/actors/session_memory.py",
     "steward/actors/run_effects.py",
+    "steward/actors/guards.py",
+    "steward/actors/workflow.py",
+    "steward/actors/workflow_graph.py",
+    "steward/actors/workflow_effects.py",
     "steward/isotime.py",
     "steward/events/__init__.py",
     "steward/events/base.py",
     "steward/events/run.py",
     "steward/events/session.py",
+    "steward/events/workflow.py",
     "steward/events/codec.py",
 ]
 FORBIDDEN = {

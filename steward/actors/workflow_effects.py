@@ -1,0 +1,106 @@
+"""What a workflow run's committed decisions ask of the host, as effect
+values (pure): each phase's run, created with its prompt and upstream
+reports and answering the workflow through ``reply_to``; a cancel to the
+phase in flight when the workflow is cancelled."""
+
+from __future__ import annotations
+
+from steward.actors.effects import Create, Deliver, Effect, Pending, Want
+from steward.actors.run_effects import run_stream
+from steward.actors.workflow import Workflow, phase_of, reports
+from steward.actors.workflow_graph import node_of, render_prompt, upstream_text
+from steward.events import Event, Recorded
+from steward.events.run import (
+    CancelRequested,
+    RunCreated,
+    RunSettings,
+    SubagentFinished,
+)
+from steward.events.workflow import (
+    PhaseStarted,
+    WorkflowCancelled,
+    WorkflowCompleted,
+    WorkflowCreated,
+    WorkflowFailed,
+)
+
+__all__ = ["ROUTED", "RESULT_NOTE", "correlation", "effects", "pending", "phase_run"]
+
+ROUTED: frozenset[type[Event]] = frozenset({PhaseStarted, WorkflowCancelled})
+
+RESULT_NOTE = """\
+## Your result
+Finish with your report as the output. Put what the workflow routes on in
+the finish's metadata: {"type": "finish", "output": "<report>", "metadata":
+{"routingDecision": "approved" | "changes_requested" | "blocked" | "retry"}}
+and any fields your instructions ask for beside it."""
+"""Told to every phase after its prompt: routing reads the metadata only."""
+
+
+def effects(rec: Recorded, at: Workflow, latest: Workflow) -> list[Effect]:
+    """What committed event ``rec`` asks for, given the run's state at it."""
+    match rec.event:
+        case PhaseStarted(run_id=run_id) as started:
+            return [
+                Create(
+                    key=f"spawn:{run_id}",
+                    stream=run_stream(run_id),
+                    input=phase_run(at, started, rec.stream),
+                    stamp=True,
+                )
+            ]
+        case WorkflowCancelled() if at.current is not None:
+            phase = phase_of(at, at.current).run_id
+            assert phase is not None
+            why = f"its workflow {at.workflow_id} was cancelled"
+            return [
+                Deliver(
+                    key=f"cancel:{phase}",
+                    stream=run_stream(phase),
+                    input=CancelRequested(reason=why),
+                    stamp=True,
+                )
+            ]
+        case _:
+            return []
+
+
+def phase_run(state: Workflow, started: PhaseStarted, stream: str) -> RunCreated:
+    """The run of phase ``started``, given the workflow's state just after
+    it: the node's prompt with the workflow's inputs, the upstream reports
+    its manifest names, and how to give its result."""
+    assert state.definition is not None
+    node = node_of(state.definition, started.node)
+    parts = [
+        render_prompt(node.prompt, state.inputs).strip(),
+        upstream_text(started.upstream, reports(state)),
+        RESULT_NOTE,
+    ]
+    return RunCreated(
+        run_id=started.run_id,
+        input_text="\n\n".join(p for p in parts if p),
+        settings=node.settings or RunSettings(),
+        context_id=state.workflow_id,
+        profile=node.profile,
+        reply_to=stream,
+    )
+
+
+def pending(event: Event) -> Pending:
+    """What a workflow's event asks of a host that a crash must not lose."""
+    match event:
+        case PhaseStarted(run_id=run_id):
+            return Pending(wants=(Want(key=f"spawn:{run_id}", kind="create"),))
+        case SubagentFinished(result=result):
+            return Pending(answers=(f"notify:{result.run_id}",))
+        case WorkflowCompleted() | WorkflowFailed():
+            return Pending(ended=True)
+        case _:
+            return Pending()
+
+
+def correlation(state: Workflow, input: Event) -> str | None:
+    """A workflow run's commits correlate by the run."""
+    if isinstance(input, WorkflowCreated):
+        return input.workflow_id
+    return state.workflow_id or None

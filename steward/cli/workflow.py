@@ -1,0 +1,178 @@
+"""`steward workflow`: check a workflow file, run it, pause, resume, cancel.
+
+`run` records the workflow run's first event (its definition and inputs)
+and, on an embedded log nobody hosts, hosts the log until the run ends,
+printing a line per phase, transition and routing decision; the last line
+is the workflow run's id. Beside a `serve` (or on JetStream, with workers)
+it records the run and follows it in the log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import secrets
+import signal
+import sys
+
+from msgspec.structs import replace
+
+from steward import events
+from steward.actors.kind import kind_of
+from steward.actors.tools import ToolRegistry
+from steward.actors.workflow import Workflow, workflow_stream
+from steward.bus import EventLog
+from steward.cli.env import EXIT_FAILED, EXIT_INTERRUPTED, Env, opened, stream_records
+from steward.cli.hosting import checked_provider, new_host
+from steward.errors import StewardError
+from steward.host import Host
+from steward.hostlock import HostLock
+from steward.workflows import created, load_definition
+
+TERMINAL = ("completed", "failed", "cancelled")
+
+
+async def cmd_validate(env: Env, args: argparse.Namespace) -> int:
+    definition = load_definition(args.file, env.settings)
+    env.out(
+        f"{args.file}: ok: workflow {definition.key} v{definition.version}, "
+        f"{len(definition.nodes)} nodes, {len(definition.edges)} edges"
+    )
+    return 0
+
+
+async def cmd_run(env: Env, args: argparse.Namespace) -> int:
+    definition = load_definition(args.file, env.settings)
+    inputs = dict(_pair(text) for text in args.input)
+    workflow_id = args.id or f"wf-{secrets.token_hex(4)}"
+    first = created(
+        definition,
+        env.settings,
+        workflow_id,
+        inputs,
+        ToolRegistry.with_builtins().specs(),
+        file=args.file,
+    )
+    provider = checked_provider(env)  # bad settings fail before a log is made
+    stream = workflow_stream(workflow_id)
+    interrupted = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGINT, interrupted.set)
+    async with opened(env) as (log, projector):
+        lock = None if env.distributed else HostLock(env.db)
+        host: Host | None = None
+        try:
+            if (await log.version(stream)) > 0:
+                raise StewardError(f"there is a workflow run {workflow_id} already")
+            if lock is not None and lock.acquire():
+                host = new_host(env, log, projector, provider=provider)
+                await host.start()
+            if await (host or Host(log)).submit(stream, first) is None:
+                raise StewardError(f"workflow run {workflow_id} was refused")
+            env.out(f"workflow {workflow_id}: {definition.key} v{definition.version}")
+            state = await _follow(env, log, stream, interrupted, args.quiet)
+        finally:
+            if host is not None:
+                await host.stop()
+            if lock is not None:
+                lock.release()
+            loop.remove_signal_handler(signal.SIGINT)
+    if state.status not in TERMINAL:
+        print(
+            f"interrupted: workflow run {workflow_id} is left {state.status}; "
+            f"`steward serve` carries it on, `steward workflow cancel {workflow_id}` "
+            "ends it",
+            file=sys.stderr,
+        )
+        env.out(workflow_id)
+        return EXIT_INTERRUPTED
+    end = f": {state.reason}" if state.reason else ""
+    env.out(f"workflow {workflow_id} {state.status}{end}")
+    env.out(workflow_id)
+    return 0 if state.status == "completed" else EXIT_FAILED
+
+
+def _pair(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise StewardError(f"--input {text!r} is not NAME=VALUE")
+    return name, value
+
+
+async def _follow(
+    env: Env, log: EventLog, stream: str, interrupted: asyncio.Event, quiet: bool
+) -> Workflow:
+    """Print the run's steps as they are recorded, until it ends or Ctrl-C;
+    its state then."""
+    seen = 0
+    kind = kind_of(stream)
+    state: Workflow = kind.initial
+    while True:
+        for rec in await log.read(stream, seen + 1):
+            seen = rec.version
+            state = kind.evolve(state, rec.event)
+            line = step_line(rec.event)
+            if line and not quiet:
+                env.out(line)
+        if state.status in TERMINAL or interrupted.is_set():
+            return state
+        try:
+            await asyncio.wait_for(interrupted.wait(), 0.05)
+        except TimeoutError:
+            pass
+
+
+def step_line(event: events.Event) -> str | None:
+    """A line saying what a workflow event records; ``None`` for those that
+    say nothing new to a person watching."""
+    match event:
+        case events.PhaseStarted(node=node, attempt=attempt, retry=retry, run_id=rid):
+            again = f", retry {retry}" if retry else ""
+            handed = ""
+            if isinstance(event, events.PhaseStarted) and event.upstream:
+                handed = f", given {', '.join(a.node for a in event.upstream)}"
+            return f"  phase {node} started (attempt {attempt}{again}{handed}): {rid}"
+        case events.PhaseCompleted(node=node, attempt=attempt, decision=decision):
+            return f"  phase {node} completed (attempt {attempt}): {decision}"
+        case events.PhaseFailed(node=node, reason=reason):
+            return f"  phase {node} failed: {reason}"
+        case events.TransitionTaken(source=source, target=target, auto=auto, when=when):
+            why = "auto" if auto else f"when {when}"
+            return f"  {source} -> {target} ({why})"
+        case events.PhaseRequeued(node=node, attempt=attempt):
+            return f"  phase {node} queued again (attempt {attempt})"
+        case events.WorkflowPaused():
+            return "  paused"
+        case events.WorkflowResumed():
+            return "  resumed"
+        case _:
+            return None
+
+
+async def _operator(env: Env, name: str, input: events.Event, verb: str) -> int:
+    stream = name if name.startswith("workflow.") else workflow_stream(name)
+    async with opened(env, create=False) as (log, projector):
+        await stream_records(log, stream)
+        host = Host(log, projector=projector)
+        commit = await host.submit(stream, replace(input, at=host.clock.now()))
+        state, _ = await host.state(stream)
+    workflow_id = stream.removeprefix("workflow.")
+    if commit is None:
+        env.out(f"workflow run {workflow_id} is {state.status}: it cannot be {verb}")
+        return EXIT_FAILED
+    env.out(f"workflow run {workflow_id} is now {state.status}")
+    return 0
+
+
+async def cmd_pause(env: Env, args: argparse.Namespace) -> int:
+    paused = events.WorkflowPauseRequested(reason=args.reason)
+    return await _operator(env, args.id, paused, "paused")
+
+
+async def cmd_resume(env: Env, args: argparse.Namespace) -> int:
+    return await _operator(env, args.id, events.WorkflowResumeRequested(), "resumed")
+
+
+async def cmd_cancel(env: Env, args: argparse.Namespace) -> int:
+    cancel = events.WorkflowCancelRequested(reason=args.reason)
+    return await _operator(env, args.id, cancel, "cancelled")
