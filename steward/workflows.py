@@ -75,6 +75,9 @@ class _File(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 _PATH = re.compile(r"`\$((?:\.\w+|\[\d+\])*)`")
+_ITEM = re.compile(r"\.(nodes|edges)\[(\d+)\]")
+_UNKNOWN = re.compile(r"Object contains unknown field (`.*`)")
+_TOML_AT = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
 
 
 def load_definition(path: str | Path, settings: Settings | None = None) -> WorkflowDef:
@@ -89,7 +92,7 @@ def load_definition(path: str | Path, settings: Settings | None = None) -> Workf
     try:
         parsed = msgspec.convert(raw, _File)
     except msgspec.ValidationError as e:
-        raise WorkflowFileError(str(file), *_where(str(e))) from None
+        raise _error(file, *_where(str(e), raw)) from None
     definition = WorkflowDef(
         key=parsed.workflow.key,
         version=parsed.workflow.version,
@@ -103,60 +106,96 @@ def load_definition(path: str | Path, settings: Settings | None = None) -> Workf
     if found:
         place, problem = found[0]
         more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
-        raise WorkflowFileError(str(file), place, problem + more)
+        raise _error(file, place, problem + more)
     return definition
+
+
+def _error(file: Path, place: str, problem: str) -> WorkflowFileError:
+    """The error, each part on one line: a key or guard may hold a newline."""
+    return WorkflowFileError(_one_line(str(file)), _one_line(place), _one_line(problem))
+
+
+def _one_line(text: str) -> str:
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _read(file: Path) -> Any:
     try:
         text = file.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise WorkflowFileError(str(file), "(file)", "no such file") from None
+        raise _error(file, "(file)", "no such file") from None
     except OSError as e:
-        problem = f"cannot be read: {e.strerror}"
-        raise WorkflowFileError(str(file), "(file)", problem) from None
+        raise _error(file, "(file)", f"cannot be read: {e.strerror}") from None
     except UnicodeDecodeError as e:
-        problem = f"is not UTF-8 text: {e}"
-        raise WorkflowFileError(str(file), "(file)", problem) from None
+        raise _error(file, "(file)", f"is not UTF-8 text: {e}") from None
     suffix = file.suffix.lower()
     if suffix == ".toml":
         try:
             return tomllib.loads(text)
         except tomllib.TOMLDecodeError as e:
-            raise WorkflowFileError(str(file), "(file)", f"invalid TOML: {e}") from e
+            # Python 3.11's error has the position only in its message.
+            at = _TOML_AT.search(str(e))
+            if at is None:
+                raise _error(file, "(file)", f"invalid TOML: {e}") from None
+            place = f"line {at[1]}, column {at[2]}"
+            problem = f"invalid TOML: {str(e)[: at.start()]}"
+            raise _error(file, place, problem) from None
     if suffix in (".yaml", ".yml"):
         try:
             raw = yaml.safe_load(text)
         except yaml.MarkedYAMLError as e:
             mark = e.problem_mark
-            place = f"line {mark.line + 1}" if mark is not None else "(file)"
-            problem = f"invalid YAML: {e.problem}"
-            raise WorkflowFileError(str(file), place, problem) from None
+            place = "(file)"
+            if mark is not None:
+                place = f"line {mark.line + 1}, column {mark.column + 1}"
+            problem = f"invalid YAML: {e.problem or e.context or 'cannot be parsed'}"
+            raise _error(file, place, problem) from None
         except yaml.YAMLError as e:
-            problem = f"invalid YAML: {e}"
-            raise WorkflowFileError(str(file), "(file)", problem) from None
+            raise _error(file, "(file)", f"invalid YAML: {e}") from None
+        if raw is None:
+            raise _error(file, "(file)", "is empty; it needs a workflow table")
         if not isinstance(raw, dict):
-            raise WorkflowFileError(str(file), "(file)", "is no mapping of tables")
+            raise _error(file, "(file)", "is no mapping of tables")
         return raw
-    raise WorkflowFileError(
-        str(file), "(file)", "is neither TOML (.toml) nor YAML (.yaml, .yml)"
-    )
+    raise _error(file, "(file)", "is neither TOML (.toml) nor YAML (.yaml, .yml)")
 
 
-def _where(message: str) -> tuple[str, str]:
-    """A msgspec validation message as (place, problem): ``$.nodes[1].key``
-    is ``node 2``, field ``key``."""
+def _where(message: str, raw: Any) -> tuple[str, str]:
+    """A msgspec validation message as (place, problem), the place named as
+    the graph's checks name it: ``$.nodes[1].max_retries`` of a node keyed
+    ``review`` is ``node 2 "review", field max_retries``."""
     found = _PATH.search(message)
-    problem = message[: found.start()].rstrip(" -") if found else message
-    if found is None:
-        return "(file)", problem
-    path = found[1]
-    node = re.match(r"\.(nodes|edges)\[(\d+)\](?:\.(\w+))?", path)
-    if node is not None:
-        what = "node" if node[1] == "nodes" else "edge"
-        field = f" {node[3]}" if node[3] else ""
-        return f"{what} {int(node[2]) + 1}{field}", problem
-    return path.lstrip(".") or "(file)", problem
+    problem = message[: found.start()].removesuffix(" - at ") if found else message
+    path = found[1] if found else ""
+    schema: type[msgspec.Struct] = _File
+    place, rest = "(file)", path
+    if item := _ITEM.match(path):
+        schema = _Node if item[1] == "nodes" else _Edge
+        place, rest = _item_place(raw, item[1], int(item[2])), path[item.end() :]
+    elif path.startswith(".workflow"):
+        schema, place, rest = _Workflow, "workflow", path.removeprefix(".workflow")
+    if rest:
+        field = rest.lstrip(".")
+        place = field if place == "(file)" else f"{place}, field {field}"
+    if (unknown := _UNKNOWN.fullmatch(problem)) and not rest:
+        known = ", ".join(schema.__struct_fields__)
+        return place, f"unknown field {unknown[1]}; the fields are {known}"
+    return place, problem.replace("Object missing required", "missing required")
+
+
+def _item_place(raw: Any, table: str, n: int) -> str:
+    """Node or edge ``n`` (0-based) of ``raw``, named as `problems` names
+    it, from what of its key (or ends) is there to read."""
+    entries = raw.get(table) if isinstance(raw, dict) else None
+    entry = entries[n] if isinstance(entries, list) and n < len(entries) else None
+    entry = entry if isinstance(entry, dict) else {}
+    if table == "nodes":
+        key = entry.get("key")
+        return f'node {n + 1} "{key}"' if isinstance(key, str) else f"node {n + 1}"
+    source, target = entry.get("source"), entry.get("target")
+    if isinstance(source, str) and isinstance(target, str):
+        return f"edge {n + 1} ({source} -> {target})"
+    return f"edge {n + 1}"
 
 
 def _settings_problems(
@@ -166,7 +205,7 @@ def _settings_problems(
     models = ", ".join(sorted(settings.models)) or "none"
     for n, node in enumerate(definition.nodes, start=1):
         place = f'node {n} "{node.key}"'
-        if node.provider is not None and node.provider not in settings.models:
+        if node.provider and node.provider not in settings.models:
             found.append(
                 (place, f"provider {node.provider!r} is no [models] table ({models})")
             )

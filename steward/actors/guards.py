@@ -15,12 +15,15 @@ Its grammar::
                                           digits, _ or -
     OP         := "==" | "!=" | ">" | "<" | ">=" | "<="
 
-Strings are quoted with ``"`` or ``'`` and take JSON's escapes. A path
+Strings are quoted with ``"`` or ``'`` and read as JSON strings: JSON's
+escapes (and ``\\'`` in a ``'``-quoted one), no raw control characters. A
+word (``and``, ``true``...) standing alone is that word, not a path. A path
 reads the context: a dict per segment. `evaluate` never raises: a path that
 is missing (or runs into a value that is no object) makes its comparison
-false, whatever the operator; ``==`` and ``!=`` compare JSON values (a
-boolean is never a number: ``true != 1``); the orderings hold between two
-numbers or two strings and are false otherwise.
+false, whatever the operator; ``==`` and ``!=`` compare JSON values, arrays
+and objects item by item (a boolean is never a number: ``true != 1``, nor
+``[true] != [1]``); the orderings hold between two numbers or two strings
+and are false otherwise.
 """
 
 from __future__ import annotations
@@ -81,7 +84,7 @@ class GuardError(ValueError):
 _TOKEN = re.compile(
     r"""\s*(?:
         (?P<number>-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)
-      | (?P<string>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')
+      | (?P<string>"(?:[^"\\]|\\(?s:.))*"|'(?:[^'\\]|\\(?s:.))*')
       | (?P<op>==|!=|>=|<=|>|<)
       | (?P<paren>[()])
       | (?P<name>[A-Za-z_][A-Za-z0-9_-]*(?:\.[A-Za-z_][A-Za-z0-9_-]*)*)
@@ -181,17 +184,47 @@ class _Parser:
                 raise self.fail(token, "a path or a value")
 
 
+# What a string's body holds beyond plain characters, and of those the
+# escapes JSON takes as they are.
+_SPECIAL = re.compile(r'\\(?:u[0-9a-fA-F]{4}|.)?|"|[\x00-\x1f]', re.DOTALL)
+_JSON_ESCAPE = re.compile(r'\\(?:u[0-9a-fA-F]{4}|["\\/bfnrt])')
+
+
 def _string(text: str, token: _Token) -> str:
-    body = token.text[1:-1]
-    if token.text[0] == "'":
-        body = body.replace("\\'", "'").replace('"', '\\"')
-    try:
-        value = json.loads(f'"{body}"')
-    except json.JSONDecodeError as e:
-        problem = f"a string with a bad escape: {e.msg}"
-        raise GuardError(text, token.column, problem) from None
-    assert isinstance(value, str)
+    # The body is rewritten as a double-quoted JSON string, piece by piece, so
+    # that a bad piece is reported where it is (not at the opening quote) and
+    # an escaped \" in a '-quoted string stays one quote.
+    quote, body = token.text[0], token.text[1:-1]
+    pieces: list[str] = []
+    at = 0
+    for special in _SPECIAL.finditer(body):
+        piece = special.group()
+        if piece == '"':  # only in a '-quoted string
+            piece = '\\"'
+        elif piece == "\\'" and quote == "'":
+            piece = "'"
+        elif not _JSON_ESCAPE.fullmatch(piece):
+            raise GuardError(
+                text, token.column + 1 + special.start(), _bad_piece(piece, quote)
+            )
+        pieces += [body[at : special.start()], piece]
+        at = special.end()
+    pieces.append(body[at:])
+    value: str = json.loads('"' + "".join(pieces) + '"')
     return value
+
+
+def _bad_piece(piece: str, quote: str) -> str:
+    if not piece.startswith("\\"):
+        return (
+            f"a string with a raw control character {piece!r}: "
+            "write it as an escape (\\n, \\t, \\u0000)"
+        )
+    escapes = '\\" \\\\ \\/ \\b \\f \\n \\r \\t \\uXXXX'
+    if quote == "'":
+        escapes += " \\'"
+    shown = piece if piece.isprintable() else repr(piece)
+    return f"a string with a bad escape {shown}: the escapes are {escapes}"
 
 
 def parse(text: str) -> Guard:
@@ -227,11 +260,25 @@ def _number(value: Any) -> bool:
 
 
 def _equal(left: Any, right: Any) -> bool:
-    if _number(left) and _number(right):
-        return bool(left == right)
-    if type(left) is not type(right):
-        return False
-    return bool(left == right)
+    # Item by item with a list of pairs to go, not Python's ``==`` (which
+    # takes ``[True]`` for ``[1]``) nor recursion (a deep value would raise).
+    pending = [(left, right)]
+    while pending:
+        a, b = pending.pop()
+        if _number(a) and _number(b):
+            if a != b:
+                return False
+        elif isinstance(a, dict) and isinstance(b, dict):
+            if a.keys() != b.keys():
+                return False
+            pending += [(value, b[key]) for key, value in a.items()]
+        elif isinstance(a, list | tuple) and isinstance(b, list | tuple):
+            if len(a) != len(b):
+                return False
+            pending += zip(a, b, strict=True)
+        elif type(a) is not type(b) or a != b:
+            return False
+    return True
 
 
 def _compare(guard: Compare, context: dict[str, Any]) -> bool:
@@ -269,7 +316,11 @@ def evaluate(guard: Guard, context: dict[str, Any]) -> bool:
 
 
 def render(guard: Guard) -> str:
-    """``guard`` as text that parses back to it."""
+    """``guard`` as text that parses back to it.
+
+    Any guard `parse` returns renders back to itself; so does one built by
+    hand of the same parts (paths of NAMEs that are not words, no NaN).
+    """
     if isinstance(guard, Compare):
         return f"{_operand_text(guard.left)} {guard.op} {_operand_text(guard.right)}"
     return f" {guard.op} ".join(f"({render(part)})" for part in guard.parts)
@@ -283,5 +334,8 @@ def _operand_text(operand: Operand) -> str:
     if isinstance(operand, bool):
         return "true" if operand else "false"
     if isinstance(operand, float):
+        # ``1e999`` parses to an infinity, whose repr would read as a path.
+        if operand in (float("inf"), float("-inf")):
+            return "1e999" if operand > 0 else "-1e999"
         return repr(operand)
     return json.dumps(operand)

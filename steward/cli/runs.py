@@ -16,6 +16,7 @@ from steward.actors import run as run_actor
 from steward.actors.kind import kind_of
 from steward.actors.run_effects import run_id_of, run_stream
 from steward.actors.tools import ToolRegistry
+from steward.actors.workflow import workflow_stream
 from steward.bus import EventLog
 from steward.cli.env import (
     Env,
@@ -26,6 +27,7 @@ from steward.cli.env import (
     stream_records,
 )
 from steward.cli.hosting import checked_provider, see_run
+from steward.cli.workflow import show_workflow
 from steward.errors import StewardError
 from steward.host import Host
 from steward.isotime import iso_time
@@ -121,10 +123,16 @@ async def cmd_runs_list(env: Env, args: argparse.Namespace) -> int:
 async def cmd_runs_show(env: Env, args: argparse.Namespace) -> int:
     stream = stream_named(args.id)
     async with opened(env, create=False) as (log, projector):
+        if is_run(stream) and not await log.version(stream):
+            # a workflow run's id names its stream (`workflow.ID`) too
+            if await log.version(workflow_stream(args.id)):
+                stream = workflow_stream(args.id)
         records = await stream_records(log, stream)
         if is_run(stream):
             await projector.catch_up(log)
             await _show_run(env, projector, run_id_of(stream))
+        elif kind_of(stream).name == "workflow":
+            show_workflow(env, records)
         else:
             _show_actor(env, stream, records)
     if args.prompts:

@@ -176,3 +176,43 @@ async def cmd_resume(env: Env, args: argparse.Namespace) -> int:
 async def cmd_cancel(env: Env, args: argparse.Namespace) -> int:
     cancel = events.WorkflowCancelRequested(reason=args.reason)
     return await _operator(env, args.id, cancel, "cancelled")
+
+
+def show_workflow(env: Env, records: list[events.Recorded]) -> None:
+    """A workflow run from its log: its status, the phase path it took, each
+    attempt (and retry) of each phase with its routing decision, and each
+    transition taken."""
+    state: Workflow = kind_of(records[0].stream).initial
+    tries: list[list[str]] = []
+    taken: list[str] = []
+    for rec in records:
+        state = kind_of(rec.stream).evolve(state, rec.event)
+        match rec.event:
+            case events.PhaseStarted(node=node, attempt=attempt, retry=retry) as e:
+                again = f" retry {retry}" if retry else ""
+                tries.append([f"{node} #{attempt}{again}", "running", "", e.run_id])
+            case events.PhaseCompleted() as e:
+                tries[-1][1:3] = ["completed", e.decision]
+            case events.PhaseFailed(reason=why):
+                tries[-1][1:3] = ["failed", why[:60]]
+            case events.TransitionTaken(source=source, target=target) as e:
+                how = "auto" if e.auto else f"when {e.when}"
+                taken.append(f"  {source} -> {target}  (priority {e.priority}, {how})")
+            case _:
+                pass
+    assert state.definition is not None
+    defn = state.definition
+    reason = f"  ({state.reason})" if state.reason else ""
+    env.out(
+        f"workflow {state.workflow_id}  {state.status}  "
+        f"{defn.key} v{defn.version}{reason}"
+    )
+    path = " > ".join(t[0].split(" #")[0] for t in tries)
+    env.out(f"path: {path or '(no phase started)'}")
+    env.out(f"  {'phase':<22} {'status':<10} {'decision':<18} run")
+    for label, status, outcome, run_id in tries:
+        env.out(f"  {label:<22} {status:<10} {outcome:<18} {run_id}")
+    if taken:
+        env.out("transitions:")
+        for line in taken:
+            env.out(line)

@@ -1,0 +1,196 @@
+"""Workflow runs through the real host and log, and from the command line.
+
+Random phase graphs and phase outcomes play through a `Host` on a real
+SQLite log: every stream (the workflow's and each phase's run) folds to the
+state the host holds live and verifies. The example workflow runs end to end
+with its scripted reviewer that first asks for changes and then approves;
+`runs show` draws the loop, and replay verifies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import hypothesis
+from hypothesis import strategies as st
+
+from steward import cli, events, replay
+from steward.actors.kind import kind_of
+from steward.actors.llm import Reply, ReplyError, RequestInfo, ScriptedProvider
+from steward.actors.prompt import Prompt
+from steward.actors.tools import ToolRegistry
+from steward.actors.workflow import workflow_stream
+from steward.bus import SqliteEventLog
+from steward.events.run import LATEST_REVISION, RunSettings
+from steward.events.workflow import EdgeDef, NodeDef, WorkflowDef
+from steward.host import Host
+
+ROOT = Path(__file__).parent.parent.parent
+EXAMPLE = ROOT / "examples" / "workflows" / "design-implement-review.toml"
+SCRIPT = ROOT / "examples" / "workflows" / "design-implement-review.script.yaml"
+TERMINAL = {"completed", "failed", "cancelled"}
+MAX_PHASES = 12
+KEYS = ("a", "b", "c")
+GUARDS = (
+    'decision == "approved"',
+    'decision == "changes_requested"',
+    "report.score >= 0.5",
+)
+
+
+@st.composite
+def graphs(draw: st.DrawFn) -> WorkflowDef:
+    keys = KEYS[: draw(st.integers(1, len(KEYS)))]
+    settings = RunSettings(planning_gate=False, revision=LATEST_REVISION)
+    nodes = tuple(
+        NodeDef(
+            key=k,
+            provider="default",
+            max_retries=draw(st.integers(0, 1)),
+            settings=settings,
+        )
+        for k in keys
+    )
+    edges = []
+    for source in keys:
+        targets = draw(st.lists(st.sampled_from(keys), max_size=2))
+        for priority, target in enumerate(targets, start=1):
+            when = draw(st.one_of(st.none(), st.sampled_from(GUARDS)))
+            edges.append(
+                EdgeDef(
+                    source=source,
+                    target=target,
+                    priority=priority,
+                    auto=when is None,
+                    when=when,
+                )
+            )
+    return WorkflowDef(key="random", version=1, nodes=nodes, edges=tuple(edges))
+
+
+outcomes = st.one_of(
+    st.fixed_dictionaries(
+        {
+            "routingDecision": st.sampled_from(
+                ["approved", "changes_requested", "retry", "nonsense"]
+            ),
+            "score": st.floats(0, 1),
+        }
+    ),
+    st.just("fail"),
+)
+
+
+def _player(plays: list[Any]) -> Any:
+    """The model: each call takes the next outcome (a finish with that
+    metadata, or a failure); past the list, it approves."""
+    left = list(plays)
+
+    def reply(prompt: Prompt, info: RequestInfo) -> Reply:
+        play = left.pop(0) if left else {"routingDecision": "approved"}
+        if play == "fail":  # the run fails
+            return Reply(error=ReplyError(kind="invalid_request", message="no"))
+        finish = {"type": "finish", "output": f"report of {info.run_id}"}
+        return Reply(text=json.dumps({**finish, "metadata": play}))
+
+    return reply
+
+
+async def _play(db: Path, defn: WorkflowDef, plays: list[Any]) -> None:
+    log = await SqliteEventLog.open(db)
+    host = Host(
+        log,
+        provider=ScriptedProvider(_player(plays)),
+        tools=ToolRegistry.with_builtins(),
+        workspace=db.parent,
+    )
+    await host.start()
+    stream = workflow_stream("wf")
+    try:
+        created = events.WorkflowCreated(workflow_id="wf", definition=defn)
+        assert await host.submit(stream, created) is not None
+        deadline = asyncio.get_running_loop().time() + 20
+        cancelled = False
+        while True:
+            state = (await host.state(stream))[0]
+            runs = await log.streams("run.")
+            live = [(await host.state(r))[0] for r in runs]
+            if state.status in TERMINAL and all(r.status in TERMINAL for r in live):
+                break
+            if state.runs > MAX_PHASES and not cancelled:  # a loop with no end
+                cancel = events.WorkflowCancelRequested(reason="long enough")
+                cancelled = await host.submit(stream, cancel) is not None
+            assert asyncio.get_running_loop().time() < deadline, state
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)  # let a straggling effect try (and be refused)
+        for name in [stream, *await log.streams("run.")]:
+            records = await log.read(name)
+            assert [r.version for r in records] == list(range(1, len(records) + 1))
+            live_state = (await host.state(name))[0]
+            assert kind_of(name).fold(r.event for r in records) == live_state, name
+            assert replay.verify(records) is None, name
+    finally:
+        await host.stop()
+        await log.close()
+
+
+@hypothesis.settings(
+    max_examples=25,
+    deadline=None,
+    database=None,
+    suppress_health_check=[hypothesis.HealthCheck.too_slow],
+)
+@hypothesis.given(defn=graphs(), plays=st.lists(outcomes, max_size=10))
+def test_random_workflows_fold_to_the_live_state_and_verify(
+    defn: WorkflowDef, plays: list[Any]
+) -> None:
+    """Any graph and phase outcomes: each stream folds to the host's live
+    state, and `steward replay --verify` passes for the workflow."""
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "log.db"
+        asyncio.run(_play(db, defn, plays))
+        assert cli.main(["--db", str(db), "replay", "workflow.wf", "--verify"]) == 0
+
+
+def test_the_example_workflow_loops_once_and_completes(
+    tmp_path: Path, monkeypatch: Any, capsys: Any
+) -> None:
+    """design -> implement -> review asks for changes -> implement again ->
+    review approves: the run completes, its id on the last line; `runs show`
+    draws the path with the loop; the workflow and its runs verify."""
+    monkeypatch.chdir(tmp_path)
+    base = ["--db", "log.db", "--script", str(SCRIPT)]
+    code = cli.main(
+        [*base, "workflow", "run", str(EXAMPLE), "--input", "feature=a /health route"]
+    )
+    out = capsys.readouterr().out.splitlines()
+    assert code == 0, out
+    workflow_id = out[-1]
+    assert out[-2] == f"workflow {workflow_id} completed"
+    assert '  review -> implement (when decision == "changes_requested")' in out
+    assert (
+        "  phase implement started (attempt 2, given design, review): "
+        + (f"{workflow_id}-implement-4")
+        in out
+    )
+
+    assert cli.main(["--db", "log.db", "runs", "show", workflow_id]) == 0
+    shown = capsys.readouterr().out
+    assert "path: design > implement > review > implement > review" in shown
+    rows = [line.split() for line in shown.splitlines()]
+    assert ["review", "#1", "completed", "changes_requested"] in [r[:4] for r in rows]
+    assert ["review", "#2", "completed", "approved"] in [r[:4] for r in rows]
+
+    assert (
+        cli.main(["--db", "log.db", "replay", f"workflow.{workflow_id}", "--verify"])
+        == 0
+    )
+    assert capsys.readouterr().out.splitlines()[-1] == "verify: ok"
+    for n, phase in enumerate(["design", "implement", "review", "implement", "review"]):
+        run = f"{workflow_id}-{phase}-{n + 1}"
+        assert cli.main(["--db", "log.db", "replay", run, "--verify"]) == 0
+    capsys.readouterr()
