@@ -48,7 +48,9 @@ from steward.actors.tools import ToolContext, ToolRegistry, tool
 from steward.bus import SqliteEventLog
 from steward.clock import FakeClock
 from steward.config import ModelConfig, Settings
+from steward.events.workflow import EdgeDef, NodeDef, WorkflowDef
 from steward.host import Host
+from steward.workflows import created
 
 HERE = Path(__file__).resolve().parent
 KEEP_DB = {"subagents"}
@@ -679,6 +681,81 @@ async def session_direct(rig: Rig) -> None:
     await rig.recorded(events.ReplySent, 3)
 
 
+async def workflow(rig: Rig) -> None:
+    """Workflow runs: one loops (review asks for changes, implement goes
+    again), retries a failed phase, is paused and resumed, skips a branch it
+    never takes, and completes; one fails past its retries; one is cancelled
+    with its phase in flight (which is cancelled and recorded failed)."""
+    nodes = (
+        NodeDef(key="design", provider="default", prompt="Design {input.feature}."),
+        NodeDef(key="implement", provider="default", max_retries=1),
+        NodeDef(key="review", provider="default"),
+        NodeDef(key="hotfix", provider="default"),
+    )
+    edges = (
+        EdgeDef(source="design", target="implement", priority=1, auto=True),
+        EdgeDef(source="implement", target="review", priority=1, auto=True),
+        EdgeDef(
+            source="review",
+            target="implement",
+            priority=1,
+            when='decision == "changes_requested"',
+        ),
+        EdgeDef(
+            source="review", target="hotfix", priority=2, when='decision == "blocked"'
+        ),
+    )
+    loop = WorkflowDef(key="loop", version=1, nodes=nodes, edges=edges)
+    lone = WorkflowDef(key="lone", version=1, nodes=(nodes[0],))
+    settings = Settings(
+        run=msgspec.structs.replace(Settings().run, planning_gate=False)
+    )
+    outage = Reply(error=ReplyError(kind="transport", message="scripted outage"))
+
+    def finish(output: str, **metadata: Any) -> str:
+        return act(type="finish", output=output, metadata=metadata)
+
+    script: dict[str, list[Reply | str]] = {
+        "wf-loop-design-1": [Reply(text=finish("The design."), delay=5.0)],
+        "wf-loop-implement-2": [outage],
+        "wf-loop-implement-3": [finish("Built it.")],
+        "wf-loop-review-4": [
+            finish("Return JSON.", routingDecision="changes_requested")
+        ],
+        "wf-loop-implement-5": [finish("Returns JSON now.")],
+        "wf-loop-review-6": [finish("Approved.", routingDecision="approved")],
+        "wf-fail-design-1": [outage],
+        "wf-cancel-design-1": [Reply(text=finish("Too late."), delay=60.0)],
+    }
+    cursors = {run_id: iter(replies) for run_id, replies in script.items()}
+    provider = ScriptedProvider(
+        lambda prompt, info: next(cursors[info.run_id]), sleep=rig.clock.sleep
+    )
+    host = await rig.host(provider, llm_retries=0)
+    specs = rig.tools.specs()
+    inputs = {"feature": "a health check"}
+
+    def first(defn: WorkflowDef, workflow_id: str) -> events.WorkflowCreated:
+        made = created(defn, settings, workflow_id, inputs, specs)
+        return msgspec.structs.replace(made, at=rig.clock.now())
+
+    await host.submit("workflow.wf-loop", first(loop, "wf-loop"))
+    await rig.recorded(events.RunStarted, 1)
+    await host.submit("workflow.wf-loop", events.WorkflowPauseRequested(reason="lunch"))
+    await rig.advance(5.0)  # design answers while the run is paused
+    await rig.recorded(events.PhaseCompleted, 1)
+    await host.submit("workflow.wf-loop", events.WorkflowResumeRequested())
+    await rig.recorded(events.WorkflowCompleted, 1)
+
+    await host.submit("workflow.wf-fail", first(lone, "wf-fail"))
+    await rig.recorded(events.WorkflowFailed, 1)
+
+    await host.submit("workflow.wf-cancel", first(lone, "wf-cancel"))
+    await rig.recorded(events.RunStarted, 8)
+    await host.submit("workflow.wf-cancel", events.WorkflowCancelRequested())
+    await rig.recorded(events.PhaseFailed, 3)
+
+
 Scenario = Callable[[Rig], Awaitable[None]]
 SCENARIOS: dict[str, Scenario] = {
     "json_protocol": json_protocol,
@@ -698,6 +775,7 @@ SCENARIOS: dict[str, Scenario] = {
     "session_memory": session_memory,
     "session_subagents": session_subagents,
     "session_direct": session_direct,
+    "workflow": workflow,
 }
 
 

@@ -88,6 +88,22 @@ EXPECTED: dict[str, dict[str, Final]] = {
         "cli:subs-t2": Final("completed", "No more weather."),
     },
     "session_direct": {},
+    "workflow": {
+        "wf-loop-design-1": Final("completed", "The design."),
+        "wf-loop-implement-2": Final(
+            "failed", reason="model call failed: transport: scripted outage"
+        ),
+        "wf-loop-implement-3": Final("completed", "Built it."),
+        "wf-loop-review-4": Final("completed", "Return JSON."),
+        "wf-loop-implement-5": Final("completed", "Returns JSON now."),
+        "wf-loop-review-6": Final("completed", "Approved."),
+        "wf-fail-design-1": Final(
+            "failed", reason="model call failed: transport: scripted outage"
+        ),
+        "wf-cancel-design-1": Final(
+            "cancelled", reason="its workflow wf-cancel was cancelled"
+        ),
+    },
 }
 """Each golden log's runs (by run id) and their final states."""
 
@@ -115,6 +131,18 @@ SESSIONS: dict[str, dict[str, tuple[str, ...]]] = {
     },
 }
 """Each golden log's sessions and the messages of their last segment."""
+
+WORKFLOWS: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {
+    "workflow": {
+        "workflow.wf-loop": (
+            "completed",
+            ("design", "implement", "implement", "review", "implement", "review"),
+        ),
+        "workflow.wf-fail": ("failed", ("design",)),
+        "workflow.wf-cancel": ("cancelled", ("design",)),
+    }
+}
+"""Each golden log's workflow runs: their status and the phases they started."""
 
 NAMES = sorted({p.stem for p in GOLDEN.glob("*.jsonl")} | set(EXPECTED))
 
@@ -158,12 +186,20 @@ def check_replays(name: str, records: typing.Iterable[Recorded]) -> None:
     )
     assert sorted(runs) == sorted(f"run.{run_id}" for run_id in EXPECTED[name])
     others = {s: r for s, r in streams.items() if s not in runs}
-    assert sorted(others) == sorted(SESSIONS.get(name, {}))
+    sessions, workflows = SESSIONS.get(name, {}), WORKFLOWS.get(name, {})
+    assert sorted(others) == sorted([*sessions, *workflows])
     for stream_name, stream in others.items():
         assert [r.version for r in stream] == list(range(1, len(stream) + 1))
         assert replay.verify(stream) is None, f"{name}: {stream_name} no longer replays"
-        messages = replay.rebuild(stream).messages
-        assert tuple(m.content for m in messages) == SESSIONS[name][stream_name]
+        state = replay.rebuild(stream)
+        if stream_name in sessions:
+            messages = tuple(m.content for m in state.messages)
+            assert messages == sessions[stream_name]
+        else:
+            phases = tuple(
+                r.event.node for r in stream if isinstance(r.event, events.PhaseStarted)
+            )
+            assert (state.status, phases) == workflows[stream_name]
     for run_id, final in EXPECTED[name].items():
         stream = runs[f"run.{run_id}"]
         assert [r.version for r in stream] == list(range(1, len(stream) + 1))

@@ -138,12 +138,12 @@ def test_fork_copies_a_stream_of_any_kind(
         (
             ["replay", "task.t1"],
             "steward: stream 'task.t1' is of no actor kind steward has (its "
-            "name starts with one of: counter., run., session.)",
+            "name starts with one of: counter., run., session., workflow.)",
         ),
         (
             ["events", "export", "task.t1"],
             "steward: stream 'task.t1' is of no actor kind steward has (its "
-            "name starts with one of: counter., run., session.)",
+            "name starts with one of: counter., run., session., workflow.)",
         ),
         (
             ["replay", "counter.c9"],

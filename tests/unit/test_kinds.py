@@ -14,7 +14,7 @@ from counter_kind import (
     decide,
 )
 
-from steward import replay
+from steward import events, replay
 from steward.actors import kind
 from steward.errors import NotFoundError
 from steward.events import Event, Recorded
@@ -114,3 +114,40 @@ async def test_a_registered_kinds_events_are_stored_and_read(
         r.event for r in records
     ]
     assert replay.verify(read) is None
+
+
+OPENINGS: dict[str, Event] = {
+    "run": events.RunCreated(
+        run_id="r1", input_text="x", settings=events.RunSettings()
+    ),
+    "session": events.SessionOpened(
+        session_id="cli:a",
+        channel="cli",
+        chat_id="a",
+        settings=events.SessionSettings(),
+    ),
+    "workflow": events.WorkflowCreated(
+        workflow_id="w",
+        definition=events.WorkflowDef(
+            key="k", version=1, nodes=(events.NodeDef(key="a", provider="default"),)
+        ),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPENINGS))
+def test_a_kind_refuses_its_opening_input_on_a_begun_stream(name: str) -> None:
+    """The host decides an opening input (`Kind.opens`) on the initial state
+    without reading the stream, trusting the append at version 0 and this:
+    on a stream that has begun, the kind refuses it."""
+    actor = kind.KINDS[name]
+    opening = OPENINGS[name]
+    assert isinstance(opening, actor.opens)
+    decided = actor.decide(opening, actor.initial)
+    assert decided is not None
+    assert actor.decide(opening, actor.fold([opening, *decided])) is None
+
+
+def test_every_kind_that_opens_has_an_opening_here() -> None:
+    """A new kind with `opens` is added to OPENINGS (and so to the test above)."""
+    assert sorted(OPENINGS) == sorted(n for n, k in kind.KINDS.items() if k.opens)
