@@ -8,7 +8,8 @@ events carry (never the current time), so ``rebuild`` gives identical tables.
 A projection is a set of handlers per actor kind (`PROJECTIONS`, a
 `steward.projections.projection.Projection` per kind name; the run kind's is
 `steward.projections.runs.RUNS`, the session kind's
-`steward.projections.sessions.SESSIONS`). Besides them the projector keeps the
+`steward.projections.sessions.SESSIONS`, the workflow kind's
+`steward.projections.workflows.WORKFLOWS`). Besides them the projector keeps the
 ``pending`` table for every kind (what a host routes again on start): the
 model and tool calls each stream requested and has no answer to, and what
 its kind's ``pending`` function says its events ask for and answer (timers,
@@ -36,6 +37,7 @@ from steward.events import Recorded
 from steward.projections.projection import PENDING_SCHEMA, Projection, done, want
 from steward.projections.runs import RUNS
 from steward.projections.sessions import SESSIONS
+from steward.projections.workflows import WORKFLOWS
 
 __all__ = ["PROJECTIONS", "Projector", "register", "schema_version"]
 
@@ -47,7 +49,11 @@ CREATE TABLE IF NOT EXISTS projection_checkpoint (
 );
 """
 
-PROJECTIONS: dict[str, Projection] = {RUNS.kind: RUNS, SESSIONS.kind: SESSIONS}
+PROJECTIONS: dict[str, Projection] = {
+    RUNS.kind: RUNS,
+    SESSIONS.kind: SESSIONS,
+    WORKFLOWS.kind: WORKFLOWS,
+}
 """The read models of each actor kind, by kind name."""
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from steward.bus import SqliteEventLog
 from steward.events.run import LATEST_REVISION, RunSettings
 from steward.events.workflow import EdgeDef, NodeDef, WorkflowDef
 from steward.host import Host
+from steward.projections.store import Projector
 
 ROOT = Path(__file__).parent.parent.parent
 EXAMPLE = ROOT / "examples" / "workflows" / "design-implement-review.toml"
@@ -194,3 +196,84 @@ def test_the_example_workflow_loops_once_and_completes(
         run = f"{workflow_id}-{phase}-{n + 1}"
         assert cli.main(["--db", "log.db", "replay", run, "--verify"]) == 0
     capsys.readouterr()
+
+    before = _tables(tmp_path / "log.db")
+    assert [r[4] for r in sorted(before["routing_decisions"], key=lambda r: r[6])] == [
+        "no_route",
+        "no_route",
+        "changes_requested",
+        "no_route",
+        "approved",
+    ]
+    assert cli.main(["--db", "log.db", "projections", "rebuild"]) == 0
+    assert _tables(tmp_path / "log.db") == before
+
+
+TABLES = (
+    "workflow_runs",
+    "run_nodes",
+    "routing_decisions",
+    "phase_artifacts",
+    "run_node_diagnostics",
+)
+
+
+def _tables(path: Path) -> dict[str, list[tuple[object, ...]]]:
+    conn = sqlite3.connect(path)
+    try:
+        return {
+            t: conn.execute(f"SELECT * FROM {t} ORDER BY 1, 2, 3").fetchall()
+            for t in TABLES
+        }
+    finally:
+        conn.close()
+
+
+async def test_the_golden_workflows_project_as_alphreds_tables(tmp_path: Path) -> None:
+    """The golden workflow log's runs as the projection's tables: one node
+    row per attempt (unique), a routing decision and an artifact per
+    completed phase, one diagnostics row per attempt that ended for good."""
+    lines = (ROOT / "tests" / "golden" / "workflow.jsonl").read_bytes().splitlines()
+    records = [events.recorded_from_json(line) for line in lines]
+    projector = await Projector.open(tmp_path / "views.db")
+    try:
+        await projector.apply(records)
+        await projector.flush()
+    finally:
+        await projector.close()
+    tables = _tables(tmp_path / "views.db")
+    runs = {r[0]: (r[7], r[9]) for r in tables["workflow_runs"]}
+    assert runs == {
+        "wf-loop": ("completed", 6),
+        "wf-fail": ("failed", 1),
+        "wf-cancel": ("cancelled", 1),
+    }
+    loop_nodes = [
+        (r[2], r[3], r[4], r[5]) for r in tables["run_nodes"] if r[0] == "wf-loop"
+    ]
+    assert sorted(loop_nodes) == [  # (node, attempt, status, tries)
+        ("design", 1, "completed", 1),
+        ("hotfix", 1, "skipped", 0),
+        ("implement", 1, "completed", 2),  # a failed try, then its retry
+        ("implement", 2, "completed", 1),
+        ("review", 1, "completed", 1),
+        ("review", 2, "completed", 1),
+    ]
+    decisions = [
+        (r[1], r[2], r[4]) for r in tables["routing_decisions"] if r[0] == "wf-loop"
+    ]
+    assert sorted(decisions) == [
+        ("design", 1, "no_route"),
+        ("implement", 1, "no_route"),
+        ("implement", 2, "no_route"),
+        ("review", 1, "changes_requested"),
+        ("review", 2, "approved"),
+    ]
+    assert len([r for r in tables["phase_artifacts"] if r[0] == "wf-loop"]) == 5
+    diagnostics = {
+        (r[0], r[1], r[2]): (r[3], r[4]) for r in tables["run_node_diagnostics"]
+    }
+    assert diagnostics[("wf-loop", "implement", 1)] == ("completed", 2)
+    assert diagnostics[("wf-fail", "design", 1)] == ("failed", 1)
+    assert diagnostics[("wf-cancel", "design", 1)] == ("failed", 1)
+    assert len(diagnostics) == 7  # five attempts of wf-loop, one each of the others
