@@ -2,7 +2,7 @@
 
 Usage: ``python -m benchmarks [--only NAME]``, NAME being a module of
 ``MODULES`` (``log_bench``, ``runtime_bench``, ``floor_bench``,
-``workers_bench``, ``session_bench``, or just ``log``).
+``workers_bench``, ``session_bench``, ``workflow_bench``, or just ``log``).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ MODULES = [
     "benchmarks.floor_bench",
     "benchmarks.workers_bench",
     "benchmarks.session_bench",
+    "benchmarks.workflow_bench",
 ]
 
 

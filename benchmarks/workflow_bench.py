@@ -1,0 +1,92 @@
+"""A workflow run's own cost per phase transition (issue #17).
+
+Target: the runtime's cost per phase transition <= 300 us, so a workflow's
+overhead stays invisible next to its phases. Measured as the CPU time of
+what a transition takes once a phase's run has answered: committing its
+`SubagentFinished` to the workflow (the workflow decides the phase's
+outcome, its routing decision, the transition, the target's requeue and its
+start, with the upstream hand-off), the `PhaseStarted` effect (the next
+phase's prompt and context built), and committing the next run's
+`RunCreated` (which that run decides into its start and first model request,
+prompt hashed). The model is not called: the phase runs' own steps are a
+run step each, measured by `runtime_bench`.
+
+The workflow loops over two nodes (``a -> b -> a``, auto edges), each phase
+handed the other's report of 2,000 characters, for `TRANSITIONS` steps.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from statistics import median
+
+from benchmarks.common import REPEATS, Figure
+from steward import events
+from steward.actors.kind import KINDS
+from steward.actors.workflow import Workflow, phase_of, workflow_stream
+from steward.bus import SqliteEventLog
+from steward.config import Settings
+from steward.host import Host
+
+TRANSITIONS = 500
+REPORT = "A phase's report, as long as a real one. " * 50  # 2,000 characters
+
+
+def _definition() -> events.WorkflowDef:
+    settings = Settings().run_settings()
+    nodes = tuple(
+        events.NodeDef(key=k, provider="default", prompt=f"Do {k}.", settings=settings)
+        for k in ("a", "b")
+    )
+    edges = (
+        events.EdgeDef(source="a", target="b", priority=1, auto=True),
+        events.EdgeDef(source="b", target="a", priority=1, auto=True),
+    )
+    return events.WorkflowDef(key="loop", version=1, nodes=nodes, edges=edges)
+
+
+async def _per_transition_us(path: Path) -> float:
+    """CPU microseconds per phase transition, child's start included."""
+    kind = KINDS["workflow"]
+    log = await SqliteEventLog.open(path)
+    host = Host(log)  # not started: the effects are made here, one by one
+    stream = workflow_stream("bench")
+    created = events.WorkflowCreated(workflow_id="bench", definition=_definition())
+    commit = await host.submit(stream, created)
+    assert commit is not None and kind.effects is not None
+    state: Workflow = (await host.state(stream))[0]
+    [create] = kind.effects(commit.records[-1], state, state)
+    await host.submit(create.stream, create.input)  # type: ignore[union-attr]
+    started = time.process_time()
+    for n in range(TRANSITIONS):
+        assert state.current is not None
+        run_id = phase_of(state, state.current).run_id
+        assert run_id is not None
+        result = events.SubagentResult(run_id=run_id, status="completed", output=REPORT)
+        commit = await host.submit(stream, events.SubagentFinished(result=result))
+        assert commit is not None, n
+        state = (await host.state(stream))[0]
+        [create] = kind.effects(commit.records[-1], state, state)
+        await host.submit(create.stream, create.input)  # type: ignore[union-attr]
+    seconds = time.process_time() - started
+    await log.close()
+    return seconds / TRANSITIONS * 1e6
+
+
+async def run() -> list[Figure]:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        per_transition = median(
+            [await _per_transition_us(root / f"wf{n}.db") for n in range(REPEATS)]
+        )
+    return [
+        Figure(
+            "workflow CPU per phase transition (child started)",
+            per_transition,
+            "us",
+            300.0,
+            higher_is_better=False,
+        )
+    ]
