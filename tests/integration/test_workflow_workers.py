@@ -1,0 +1,122 @@
+"""Workflow runs on a JetStream log, carried by two `steward worker`s: their
+phases are spread over the workers like any run, each phase's run completes
+once, each transition is taken once, and every stream verifies."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from nats_server import NatsServer
+from support import steward_process
+
+from steward import events, replay
+from steward.actors.tools import ToolRegistry
+from steward.actors.workflow import workflow_stream
+from steward.bus import JetStreamEventLog, open_log
+from steward.config import load_settings
+from steward.host import Host
+from steward.workflows import created
+
+pytestmark = pytest.mark.slow
+
+WORKFLOWS = 12
+CHAIN = ("plan", "build", "check")
+
+
+def _definition() -> events.WorkflowDef:
+    nodes = tuple(
+        events.NodeDef(key=k, provider="default", prompt=f"{k} it") for k in CHAIN
+    )
+    edges = tuple(
+        events.EdgeDef(source=a, target=b, priority=1, auto=True)
+        for a, b in zip(CHAIN, CHAIN[1:], strict=False)
+    )
+    return events.WorkflowDef(key="chain", version=1, nodes=nodes, edges=edges)
+
+
+async def _ended(log: JetStreamEventLog) -> int:
+    ends = 0
+    for stream in await log.streams("workflow."):
+        kinds = [type(r.event) for r in await log.read(stream)]
+        ends += events.WorkflowCompleted in kinds or events.WorkflowFailed in kinds
+    return ends
+
+
+async def test_two_workers_share_the_phases_of_workflow_runs(tmp_path: Path) -> None:
+    server = NatsServer(tmp_path / "nats")
+    server.start()
+    url = f"{server.url}?stream=FLOWS&prefix=flows.ev"
+    finish = {
+        "type": "finish",
+        "output": "done",
+        "metadata": {"routingDecision": "approved"},
+    }
+    replies = [{"json": finish, "delay": 0.05}]
+    (tmp_path / "s.json").write_text(json.dumps({"per_run": True, "replies": replies}))
+    workers = [
+        steward_process(
+            tmp_path,
+            "--log",
+            url,
+            "--db",
+            str(tmp_path / f"projections-{n}.db"),
+            "--script",
+            str(tmp_path / "s.json"),
+            "worker",
+            STEWARD_RUN_PLANNING_GATE="false",
+        )
+        for n in range(2)
+    ]
+    log = await open_log(url)
+    assert isinstance(log, JetStreamEventLog)
+    try:
+        settings = load_settings(None, env={"STEWARD_RUN_PLANNING_GATE": "false"})
+        specs = ToolRegistry.with_builtins().specs()
+        starter = Host(log)
+        for n in range(WORKFLOWS):
+            first = created(_definition(), settings, f"wf{n}", {}, specs)
+            assert await starter.submit(workflow_stream(f"wf{n}"), first) is not None
+        for _ in range(600):
+            if await _ended(log) == WORKFLOWS:
+                break
+            await asyncio.sleep(0.1)
+        claimed_by: Counter[str] = Counter()
+        for stream in await log.streams("workflow."):
+            records = await log.read(stream)
+            kinds = [type(r.event) for r in records]
+            assert kinds[-1] is events.WorkflowCompleted, (stream, kinds)
+            assert kinds.count(events.PhaseStarted) == len(CHAIN), stream
+            assert kinds.count(events.TransitionTaken) == len(CHAIN) - 1, stream
+            assert replay.verify(records) is None, stream
+        for stream in await log.streams("run."):
+            records = await log.read(stream)
+            kinds = [type(r.event) for r in records]
+            assert kinds.count(events.RunCompleted) == 1, stream
+            assert kinds.count(events.LlmResponded) == 1, stream
+            assert replay.verify(records) is None, stream
+            for r in records:
+                if isinstance(r.event, events.EffectClaimed):
+                    claimed_by[r.event.worker] += 1
+        assert len(await log.streams("run.")) == WORKFLOWS * len(CHAIN)
+        assert len(claimed_by) == 2, claimed_by  # the phases were shared
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.send_signal(signal.SIGTERM)
+        errors = []
+        for worker in workers:
+            try:
+                _, err = worker.communicate(timeout=15)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                _, err = worker.communicate()
+            errors.append(err.decode()[-1500:])
+        await log.close()
+        server.stop()
+    assert [w.returncode for w in workers] == [0, 0], errors
