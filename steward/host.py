@@ -810,8 +810,10 @@ class Host:
             return  # answered already (read back from the log, as a fork's copy)
         if not await self.claim(rec, rid):
             return  # another worker runs it, or it is answered already
+        kind = kind_of(rec.stream)
+        own = None if kind.workspace is None else kind.workspace(state)
         ctx = ToolContext(
-            workspace=self.workspace,
+            workspace=self.workspace if own is None else Path(own),
             run_id=rec.stream.partition(".")[2],
             request_id=rid,
             actors=self,

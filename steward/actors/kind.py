@@ -105,6 +105,8 @@ class Kind(Generic[S]):
     its decider hashed), or one built from the state at the request."""
     correlation: Callable[[S, Event], str | None] | None = None
     """The correlation id of a commit of ``input`` on ``state``."""
+    workspace: Callable[[S], str | None] | None = None
+    """The directory the actor's tool calls work in, if not the host's."""
     detach: Callable[[Event], Event] | None = None
     """A fork's first input made an actor's of its own (one that answers no
     one), given the copied one; ``None``: copied as it is."""
@@ -161,6 +163,7 @@ RUN: Kind[run_actor.Run] = Kind(
     claim=run_effects.claim,
     model_call=run_effects.model_call,
     correlation=run_effects.correlation,
+    workspace=run_effects.workspace,
     detach=run_effects.detach,
 )
 
@@ -191,6 +194,8 @@ WORKFLOW: Kind[workflow_actor.Workflow] = Kind(
     opens=(workflow_events.WorkflowCreated,),
     routed=workflow_effects.ROUTED,
     effects=workflow_effects.effects,
+    awaits=workflow_actor.awaits,
+    claim=workflow_actor.claim_on,
     correlation=workflow_effects.correlation,
     pending=workflow_effects.pending,
 )

@@ -54,6 +54,7 @@ __all__ = [
     "run_id_of",
     "run_stream",
     "same_decisions",
+    "workspace",
 ]
 
 ROUTED: frozenset[type[Event]] = frozenset(
@@ -116,6 +117,11 @@ def effects(rec: Recorded, at: Run, latest: Run) -> list[Effect]:
             return [*_answer(rec, at), *_cancel_children(rec)]
         case _:
             return []
+
+
+def workspace(state: Run) -> str | None:
+    """The directory the run's tools work in, when its creator named one."""
+    return None if state.created is None else state.created.workspace
 
 
 def _answer(rec: Recorded, state: Run) -> list[Effect]:

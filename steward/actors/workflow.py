@@ -18,6 +18,14 @@ A paused run records what its phase in flight returns and decides what
 follows when it is resumed. Cancelling cancels the phase in flight (an
 effect); what it returns later is still recorded.
 
+A run with a worktree (`WorkflowCreated.worktree`) asks for it first
+(``git.worktree_add``, a tool call the host carries out) and starts its
+first phase when it is made (failing when it cannot be); its phases work
+in it. When the run ends, its branch gets a pull request if one was asked
+for (``git.pull_request``; a missing ``gh`` or ``az`` is said, not a
+failure) and the worktree is removed (``git.worktree_remove``, which
+commits what is left to the branch first) unless it is kept.
+
 Every status move is checked against the spec's tables (`RUN_MOVES`,
 `PHASE_MOVES`): an input that would need another move is refused.
 """
@@ -29,6 +37,7 @@ from typing import Any, Literal
 from msgspec import Struct
 from msgspec.structs import replace
 
+from steward.actors.effects import claim_takes
 from steward.actors.workflow_graph import (
     choose,
     guard_context,
@@ -38,7 +47,13 @@ from steward.actors.workflow_graph import (
     routing_decision,
 )
 from steward.events.base import Event
-from steward.events.run import SubagentFinished, SubagentResult
+from steward.events.run import (
+    EffectClaimed,
+    SubagentFinished,
+    SubagentResult,
+    ToolRequested,
+    ToolResulted,
+)
 from steward.events.workflow import (
     PhaseCompleted,
     PhaseFailed,
@@ -57,6 +72,7 @@ from steward.events.workflow import (
     WorkflowResumed,
     WorkflowResumeRequested,
     WorkflowStarted,
+    Worktree,
 )
 
 __all__ = [
@@ -64,6 +80,8 @@ __all__ = [
     "RUN_MOVES",
     "Phase",
     "Workflow",
+    "awaits",
+    "claim_on",
     "decide",
     "evolve",
     "initial",
@@ -136,6 +154,17 @@ class Workflow(Struct, frozen=True, kw_only=True):
     runs: int = 0
     """Phase runs started, for their ids."""
     reason: str | None = None
+    worktree: Worktree | None = None
+    workspace: str | None = None
+    """The worktree's path, once it is made."""
+    worktree_error: str | None = None
+    tool: str | None = None
+    """The git tool call in flight (its request id)."""
+    tool_name: str | None = None
+    tools: int = 0
+    """Git tool calls asked for, for their ids."""
+    claims: tuple[tuple[str, str, float], ...] = ()
+    """(request id, worker, until) of the tool call a worker has claimed."""
 
 
 initial = Workflow()
@@ -175,7 +204,20 @@ def evolve(state: Workflow, event: Event) -> Workflow:
                 inputs=inputs,
                 status="pending",
                 phases=phases,
+                worktree=event.worktree,
             )
+        case ToolRequested(request_id=rid, name=name):
+            return replace(state, tool=rid, tool_name=name, tools=state.tools + 1)
+        case ToolResulted(request_id=rid, ok=ok, error=error) if rid == state.tool:
+            after = replace(state, tool=None, tool_name=None, claims=())
+            if state.tool_name != "git.worktree_add" or state.worktree is None:
+                return after
+            if ok:
+                return replace(after, workspace=state.worktree.path)
+            return replace(after, worktree_error=error or "the git tool failed")
+        case EffectClaimed(request_id=rid, worker=worker, until=until):
+            claims = tuple(c for c in state.claims if c[0] != rid)
+            return replace(state, claims=(*claims, (rid, worker, until)))
         case WorkflowStarted() | WorkflowResumed():
             return replace(state, status="running")
         case WorkflowPaused():
@@ -254,7 +296,18 @@ def _decide(input: Event, state: Workflow) -> list[Event] | None:
             started = WorkflowStarted()
             after = fold([input, started], state)
             _move_run("pending", "running")
+            if input.worktree is not None:
+                return [started, _git(after, "git.worktree_add")]
             return [started, *_start(after, definition.nodes[0].key, at)]
+        case ToolResulted(request_id=rid, at=at), _ if rid == state.tool:
+            after = evolve(state, input)
+            if state.tool_name == "git.worktree_add" and state.status == "running":
+                return _follow(after, at)
+            if state.tool_name == "git.pull_request":
+                return _cleanup(after)
+            return []
+        case EffectClaimed(request_id=rid), _ if rid == state.tool:
+            return [] if claim_takes(claim_on(state, rid), input) else None
         case SubagentFinished(result=result, at=at), _ if _in_flight(state, result):
             outcome = _outcome(state, result, at)
             if state.status != "running":
@@ -269,13 +322,13 @@ def _decide(input: Event, state: Workflow) -> list[Event] | None:
             return [resumed, *_follow(evolve(state, resumed), at)]
         case WorkflowCancelRequested(reason=reason), "running":
             _move_run("running", "cancelled")
-            return [WorkflowCancelled(reason=reason)]
+            return _ending(state, [WorkflowCancelled(reason=reason)])
         case WorkflowCancelRequested(reason=reason), "paused":
             # paused -> cancelled is no move of the spec's: paused -> running
             # -> cancelled, in one step, so nothing starts in between
             _move_run("paused", "running")
             _move_run("running", "cancelled")
-            return [WorkflowResumed(), WorkflowCancelled(reason=reason)]
+            return _ending(state, [WorkflowResumed(), WorkflowCancelled(reason=reason)])
         case _:
             return None
 
@@ -317,11 +370,18 @@ def _outcome(state: Workflow, result: SubagentResult, at: float) -> Event:
 
 
 def _follow(state: Workflow, at: float) -> list[Event]:
-    """What follows the recorded outcome of phase ``state.ended`` (none:
-    nothing): a transition, a retry, or the run's end."""
-    if state.ended is None:
-        return []
+    """What follows the recorded outcome of phase ``state.ended``: a
+    transition, a retry, or the run's end; before any phase, what follows
+    the worktree: the first phase, or the run's failure."""
     assert state.definition is not None
+    if state.ended is None:
+        if state.runs or state.tool is not None or state.worktree is None:
+            return []
+        if state.worktree_error is not None:
+            _move_run("running", "failed")
+            why = f"its worktree could not be made: {state.worktree_error}"
+            return [WorkflowFailed(reason=why)]
+        return _start(state, state.definition.nodes[0].key, at)
     phase = phase_of(state, state.ended)
     node = node_of(state.definition, phase.node)
     if phase.status == "failed":
@@ -329,19 +389,19 @@ def _follow(state: Workflow, at: float) -> list[Event]:
             return _start(state, phase.node, at)
         _move_run("running", "failed")
         tries = phase.retries
-        return [
-            WorkflowFailed(
-                reason=f"phase {phase.node} failed {tries} time"
-                f"{'s' if tries != 1 else ''} (max_retries {node.max_retries})"
-            )
-        ]
+        failed = WorkflowFailed(
+            reason=f"phase {phase.node} failed {tries} time"
+            f"{'s' if tries != 1 else ''} (max_retries {node.max_retries})"
+        )
+        return _ending(state, [failed])
     context = guard_context(
         phase.node, phase.attempt, phase.decision or "no_route", phase.metadata
     )
     edge = choose(state.definition, phase.node, context)
     if edge is None:
         _move_run("running", "completed")
-        return [*_skip_pending(state, None), WorkflowCompleted(last=phase.node)]
+        done = [*_skip_pending(state, None), WorkflowCompleted(last=phase.node)]
+        return _ending(state, done)
     decisions: list[Event] = [
         TransitionTaken(
             source=edge.source,
@@ -365,6 +425,66 @@ def _follow(state: Workflow, at: float) -> list[Event]:
         _move_phase(target, "pending")
         decisions.append(PhaseRequeued(node=target.node, attempt=target.attempt))
     return decisions + _start(fold(decisions, state), edge.target, at)
+
+
+def _ending(state: Workflow, decisions: list[Event]) -> list[Event]:
+    """``decisions``, which end the run, and what its worktree asks then: a
+    pull request of its branch (when it completed and one is asked for),
+    else its removal (unless kept)."""
+    after = fold(decisions, state)
+    if after.workspace is None or after.worktree is None:
+        return decisions
+    if after.status == "completed" and after.worktree.pull_request is not None:
+        return [*decisions, _git(after, "git.pull_request")]
+    return [*decisions, *_cleanup(after)]
+
+
+def _cleanup(state: Workflow) -> list[Event]:
+    """The worktree's removal, unless it is kept."""
+    if state.worktree is None or state.worktree.keep:
+        return []
+    return [_git(state, "git.worktree_remove")]
+
+
+def _git(state: Workflow, name: str) -> ToolRequested:
+    """The git tool call ``name`` for the run's worktree."""
+    tree = state.worktree
+    assert tree is not None and state.definition is not None
+    defn = state.definition
+    where = {"repository": tree.repository, "path": tree.path, "branch": tree.branch}
+    match name:
+        case "git.worktree_add":
+            args: dict[str, Any] = {**where, "base": tree.base}
+        case "git.pull_request":
+            title = f"{defn.name or defn.key}: workflow run {state.workflow_id}"
+            args = {**where, "base": tree.base, "tool": tree.pull_request}
+            args |= {"title": title, "body": _path_taken(state)}
+        case _:
+            message = f"steward: left by workflow run {state.workflow_id}"
+            args = {**where, "message": message}
+    rid = f"{state.workflow_id}/git/{state.tools + 1}"
+    return ToolRequested(request_id=rid, name=name, args=args)
+
+
+def _path_taken(state: Workflow) -> str:
+    """The phases' last attempts and decisions, for a pull request's body."""
+    lines = [
+        f"- {p.node}: attempt {p.attempt}, {p.status}"
+        + (f", {p.decision}" if p.decision else "")
+        for p in state.phases
+        if p.status != "pending"
+    ]
+    return "Phases of this workflow run:\n" + "\n".join(lines)
+
+
+def awaits(state: Workflow, request_id: str) -> bool:
+    """Whether the run still waits for git tool call ``request_id``."""
+    return request_id == state.tool
+
+
+def claim_on(state: Workflow, request_id: str) -> tuple[str, float] | None:
+    """The (worker, until) of the claim on tool call ``request_id``, if any."""
+    return next(((w, u) for r, w, u in state.claims if r == request_id), None)
 
 
 def _skip_pending(state: Workflow, only: tuple[str, ...] | None) -> list[Event]:

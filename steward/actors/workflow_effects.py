@@ -83,6 +83,7 @@ def phase_run(state: Workflow, started: PhaseStarted, stream: str) -> RunCreated
         context_id=state.workflow_id,
         profile=node.profile,
         reply_to=stream,
+        workspace=state.workspace,
     )
 
 

@@ -198,6 +198,9 @@ class RunCreated(Event, frozen=True, kw_only=True):
     """Recorded for a host to take (`steward runs start`, or `steward run`
     beside a `serve`): the run stays pending until a host records `RunTaken`.
     ``False`` (every run before this field) starts the run at once."""
+    workspace: str | None = None
+    """The directory the run's tools work in (a workflow run's worktree);
+    ``None``: the host's workspace."""
 
 
 class RunTaken(Event, frozen=True, kw_only=True):

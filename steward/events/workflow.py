@@ -1,7 +1,9 @@
 """The events of a workflow run (the ``workflow`` actor kind, Alphred).
 
 A workflow run is one stream, ``workflow.<id>``, that walks a graph of
-phases. Each phase is a fresh run (a child stream) that answers the workflow
+phases, in a git worktree of its own when it has one (made and removed by
+the ``git.*`` tools: `ToolRequested` and `ToolResulted`, shared with runs).
+Each phase is a fresh run (a child stream) that answers the workflow
 through ``reply_to`` with `SubagentFinished`; the workflow records the
 phase's report and routing decision, takes the first transition whose
 ``auto`` or guard holds, and starts the next phase, until no transition
@@ -17,11 +19,18 @@ from typing import Any, Literal
 import msgspec
 
 from steward.events.base import Event
-from steward.events.run import RunSettings, SubagentFinished
+from steward.events.run import (
+    EffectClaimed,
+    RunSettings,
+    SubagentFinished,
+    ToolRequested,
+    ToolResulted,
+)
 
 __all__ = [  # EVENT_TYPES and INPUT_TYPES are read from the module (as the run's)
     "Artifact",
     "EdgeDef",
+    "GitDef",
     "NodeDef",
     "PhaseCompleted",
     "PhaseFailed",
@@ -40,6 +49,7 @@ __all__ = [  # EVENT_TYPES and INPUT_TYPES are read from the module (as the run'
     "WorkflowResumeRequested",
     "WorkflowResumed",
     "WorkflowStarted",
+    "Worktree",
 ]
 
 # -- the definition, as recorded ----------------------------------------------------
@@ -76,15 +86,46 @@ class EdgeDef(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     when: str | None = None
 
 
+class GitDef(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """A file's ``[git]`` table: the repository a run works in a worktree
+    of, and how (each may be given on the command line instead)."""
+
+    repository: str | None = None
+    target_branch: str | None = None
+    """The branch the worktree's branch starts from; ``None``: the
+    repository's current branch."""
+    branch_template: str | None = None
+    """The worktree branch's name, with tokens (``{tree-key}``,
+    ``{run-id}``, ...); ``None``: ``[workflow] branch_template``."""
+    pull_request: Literal["gh", "az"] | None = None
+    """Open a pull request with this command when the run completes."""
+    keep: bool = False
+    """Keep the worktree when the run ends (its branch is kept always)."""
+
+
 class WorkflowDef(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A versioned workflow: its nodes in order (the first is where a run
-    starts) and its edges."""
+    starts), its edges, and its ``[git]`` table if it has one."""
 
     key: str
     version: int
     name: str = ""
     nodes: tuple[NodeDef, ...]
     edges: tuple[EdgeDef, ...] = ()
+    git: GitDef | None = None
+
+
+class Worktree(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """Where a workflow run's phases work: a git worktree at ``path`` of
+    ``repository`` (both absolute), on branch ``branch`` made from ``base``
+    (its name resolved and sanitized when the run was created)."""
+
+    repository: str
+    path: str
+    branch: str
+    base: str
+    pull_request: Literal["gh", "az"] | None = None
+    keep: bool = False
 
 
 class Artifact(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -113,6 +154,8 @@ class WorkflowCreated(Event, frozen=True, kw_only=True):
     inputs: dict[str, str] = {}
     file: str | None = None
     """The definition's file, for people (the definition is recorded whole)."""
+    worktree: Worktree | None = None
+    """The git worktree the phases work in; ``None``: the host's workspace."""
     at: float = 0.0
 
 
@@ -246,10 +289,13 @@ INPUT_TYPES: tuple[type[Event], ...] = (
     WorkflowPauseRequested,
     WorkflowResumeRequested,
     WorkflowCancelRequested,
+    ToolResulted,
+    EffectClaimed,
 )
 
 EVENT_TYPES: tuple[type[Event], ...] = (
     *INPUT_TYPES,
+    ToolRequested,
     WorkflowStarted,
     PhaseStarted,
     PhaseCompleted,

@@ -96,6 +96,9 @@ class Tool(msgspec.Struct, Generic[A], frozen=True, kw_only=True):
     """Retries of a retryable failure; ``None`` takes the run's setting."""
     timeout: float | None = None
     """Seconds a call may take; ``None`` takes the caller's or registry's."""
+    offered: bool = True
+    """Whether models are told of it (`ToolRegistry.specs`); ``False`` for a
+    tool the host runs for an actor's own decisions (a workflow's git)."""
 
     def __post_init__(self) -> None:
         # Checked here so a mis-declared tool fails when the module is imported,
@@ -126,6 +129,7 @@ def tool(
     requires_approval: bool = False,
     max_retries: int | None = None,
     timeout: float | None = None,
+    offered: bool = True,
 ) -> Callable[[ToolFn[A]], Tool[A]]:
     """Declare an async function as a tool.
 
@@ -136,6 +140,7 @@ def tool(
         requires_approval: Whether each call waits for a person's approval.
         max_retries: Retries of a retryable failure; ``None`` takes the run's.
         timeout: Seconds a call may take; ``None`` takes the caller's.
+        offered: Whether models are told of it.
     """
 
     def declare(fn: ToolFn[A]) -> Tool[A]:
@@ -149,6 +154,7 @@ def tool(
             requires_approval=requires_approval,
             max_retries=max_retries,
             timeout=timeout,
+            offered=offered,
         )
 
     return declare

@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from steward.actors.tools import files
+from steward.actors.tools import git as git_tools
 from steward.actors.tools import memory as memory_tools
 from steward.actors.tools import session as session_tools
 from steward.actors.tools.base import (
@@ -95,11 +96,12 @@ class ToolRegistry:
         timeout: float = DEFAULT_TIMEOUT,
         session: bool = False,
     ) -> ToolRegistry:
-        """A registry holding the built-in tools (``files.read/write/list``),
-        and with ``session`` the session turns' tools (``memory.*``,
+        """A registry holding the built-in tools (``files.read/write/list``,
+        and the ``git.*`` a workflow's worktree is kept with, offered to no
+        model), and with ``session`` the session turns' tools (``memory.*``,
         ``subagent_spawn``, ``schedule.*``)."""
         turns = (*memory_tools.TOOLS, *session_tools.TOOLS) if session else ()
-        tools = (*files.TOOLS, *turns)
+        tools = (*files.TOOLS, *git_tools.TOOLS, *turns)
         return cls(tools, output_limit=output_limit, timeout=timeout)
 
     def register(self, tool: Tool[Any]) -> None:
@@ -128,7 +130,7 @@ class ToolRegistry:
         return tuple(sorted(self._tools))
 
     def specs(self, allowed: Iterable[str] | None = None) -> tuple[ToolSpec, ...]:
-        """What the model is told about the tools, sorted by name.
+        """What the model is told about the tools it is offered, sorted by name.
 
         ``allowed`` keeps only those names (``None`` keeps all). A name that is
         not registered is skipped rather than refused: a profile may list tools
@@ -144,7 +146,7 @@ class ToolRegistry:
                 max_retries=t.max_retries,
             )
             for name, t in sorted(self._tools.items())
-            if keep is None or name in keep
+            if t.offered and (keep is None or name in keep)
         )
 
     async def call(
