@@ -30,19 +30,35 @@ from __future__ import annotations
 
 import re
 import tomllib
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
 import yaml
 
+from steward.actors.tools.git import git as run_git
 from steward.actors.workflow_graph import inputs_named, problems
 from steward.config import Settings
-from steward.errors import ConfigError, WorkflowFileError
+from steward.errors import ConfigError, ToolError, WorkflowFileError
 from steward.events.run import ToolSpec
-from steward.events.workflow import EdgeDef, NodeDef, WorkflowCreated, WorkflowDef
+from steward.events.workflow import (
+    EdgeDef,
+    GitDef,
+    NodeDef,
+    WorkflowCreated,
+    WorkflowDef,
+    Worktree,
+)
 
-__all__ = ["created", "load_definition"]
+__all__ = [
+    "BRANCH_TOKENS",
+    "branch_name",
+    "created",
+    "load_definition",
+    "sanitize_ref",
+    "worktree",
+]
 
 
 class _Workflow(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -68,10 +84,19 @@ class _Edge(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     when: str | None = None
 
 
+class _Git(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    repository: str | None = None
+    target_branch: str | None = None
+    branch_template: str | None = None
+    pull_request: Literal["gh", "az"] | None = None
+    keep: bool = False
+
+
 class _File(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     workflow: _Workflow
     nodes: tuple[_Node, ...] = ()
     edges: tuple[_Edge, ...] = ()
+    git: _Git | None = None
 
 
 _PATH = re.compile(r"`\$((?:\.\w+|\[\d+\])*)`")
@@ -97,10 +122,16 @@ def load_definition(path: str | Path, settings: Settings | None = None) -> Workf
         key=parsed.workflow.key,
         version=parsed.workflow.version,
         name=parsed.workflow.name,
-        nodes=tuple(NodeDef(**msgspec.structs.asdict(n)) for n in parsed.nodes),
-        edges=tuple(EdgeDef(**msgspec.structs.asdict(e)) for e in parsed.edges),
+        nodes=tuple(NodeDef(**_fields(n)) for n in parsed.nodes),
+        edges=tuple(EdgeDef(**_fields(e)) for e in parsed.edges),
+        git=None
+        if parsed.git is None
+        else GitDef(**msgspec.structs.asdict(parsed.git)),
     )
     found = problems(definition)
+    template = definition.git.branch_template if definition.git else None
+    if template is not None and (unknown := _unknown_tokens(template)):
+        found.append(("git branch_template", unknown))
     if settings is not None:
         found += _settings_problems(definition, settings)
     if found:
@@ -117,6 +148,10 @@ def _error(file: Path, place: str, problem: str) -> WorkflowFileError:
 
 def _one_line(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def _fields(struct: msgspec.Struct) -> dict[str, Any]:
+    return msgspec.structs.asdict(struct)
 
 
 def _read(file: Path) -> Any:
@@ -224,6 +259,7 @@ def created(
     inputs: dict[str, str],
     tools: tuple[ToolSpec, ...] = (),
     file: str | None = None,
+    worktree: Worktree | None = None,
 ) -> WorkflowCreated:
     """The first event of workflow run ``workflow_id``: the definition with
     each node's run settings resolved now (its profile's, asking its
@@ -257,4 +293,116 @@ def created(
         definition=msgspec.structs.replace(definition, nodes=tuple(nodes)),
         inputs=inputs,
         file=file,
+        worktree=worktree,
+    )
+
+
+BRANCH_TOKENS = (
+    "tree-key",
+    "run-id",
+    "node-key",
+    "issue-id",
+    "timestamp",
+    "short-hash",
+    "date",
+)
+"""The tokens of a worktree branch's template (Alphred's)."""
+
+_TOKEN = re.compile(r"\{([^{}]*)\}")
+
+
+def _unknown_tokens(template: str) -> str | None:
+    unknown = [t for t in _TOKEN.findall(template) if t not in BRANCH_TOKENS]
+    if not unknown:
+        return None
+    known = ", ".join(f"{{{t}}}" for t in BRANCH_TOKENS)
+    return f"unknown token {{{unknown[0]}}} in {template!r}; the tokens are {known}"
+
+
+def branch_name(template: str, tokens: dict[str, str]) -> str:
+    """``template`` with its tokens filled in, made a valid branch name
+    (`sanitize_ref`).
+
+    Raises:
+        WorkflowFileError: the template names a token there is not.
+    """
+    if (unknown := _unknown_tokens(template)) is not None:
+        raise WorkflowFileError("branch", "template", unknown)
+    return sanitize_ref(_TOKEN.sub(lambda m: tokens.get(m.group(1), ""), template))
+
+
+_REF_BAD = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]+|@\{")
+
+
+def sanitize_ref(name: str) -> str:
+    """``name`` made a valid git branch name: what git refuses (spaces,
+    control characters, ``~ ^ : ? * [ \\``, ``@{``, ``..``) made ``-``,
+    each ``/``-part without a leading ``.`` or ``-`` or a trailing ``.`` or
+    ``.lock``, empty parts dropped; ``steward-branch`` if nothing is left."""
+    name = _REF_BAD.sub("-", name)
+    name = re.sub(r"\.{2,}", ".", name)
+    parts = []
+    for part in name.split("/"):
+        part = re.sub(r"-{2,}", "-", part).strip(".-")
+        while part.endswith(".lock"):
+            part = part.removesuffix(".lock").rstrip(".-")
+        if part:
+            parts.append(part)
+    branch = "/".join(parts)
+    return branch if branch and branch != "@" else "steward-branch"
+
+
+async def worktree(
+    definition: WorkflowDef,
+    settings: Settings,
+    workflow_id: str,
+    *,
+    repository: str | None = None,
+    base: str | None = None,
+    branch: str | None = None,
+    issue: str | None = None,
+    now: datetime | None = None,
+) -> Worktree | None:
+    """Where workflow run ``workflow_id`` works: a worktree of ``repository``
+    (else the file's ``[git] repository``; neither: none) on a new branch
+    from ``base`` (else ``[git] target_branch``, else the repository's
+    current branch). The branch is named by ``branch`` (a name or template),
+    else ``[git] branch_template``, else ``[workflow] branch_template``.
+
+    Raises:
+        WorkflowFileError: the repository is no git repository, or the base
+            branch does not exist.
+    """
+    git = definition.git or GitDef()
+    repo = repository or git.repository
+    if repo is None:
+        return None
+    try:
+        root = await run_git("rev-parse", "--show-toplevel", cwd=repo)
+        base = (
+            base
+            or git.target_branch
+            or await run_git("rev-parse", "--abbrev-ref", "HEAD", cwd=root)
+        )
+        short = await run_git("rev-parse", "--short", base, cwd=root)
+    except ToolError as e:
+        raise WorkflowFileError(repo, "repository", str(e)) from None
+    when = now or datetime.now(UTC)
+    tokens = {
+        "tree-key": definition.key,
+        "run-id": workflow_id,
+        "node-key": definition.nodes[0].key,
+        "issue-id": issue or "",
+        "timestamp": when.strftime("%Y%m%d%H%M%S"),
+        "short-hash": short,
+        "date": when.strftime("%Y-%m-%d"),
+    }
+    template = branch or git.branch_template or settings.workflow.branch_template
+    return Worktree(
+        repository=root,
+        path=str(Path(settings.workflow.worktrees).resolve() / workflow_id),
+        branch=branch_name(template, tokens),
+        base=base,
+        pull_request=git.pull_request,
+        keep=git.keep,
     )

@@ -412,6 +412,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="a value for {input.NAME} in the prompts (repeatable)",
     )
     s.add_argument("--id", help="the workflow run's id (default: wf-<random>)")
+    s.add_argument(
+        "--repo",
+        metavar="PATH",
+        help="run the phases in a git worktree of this repository (default: "
+        "the file's [git] repository; neither: the tools' workspace)",
+    )
+    s.add_argument(
+        "--base",
+        metavar="BRANCH",
+        help="the branch the worktree's branch starts from (default: the "
+        "file's [git] target_branch, else the repository's current branch)",
+    )
+    s.add_argument(
+        "--branch",
+        metavar="NAME",
+        help="the worktree's branch, a name or a template with {tree-key} "
+        "{run-id} {node-key} {issue-id} {timestamp} {short-hash} {date} "
+        "(default: [git] branch_template, else [workflow] branch_template, "
+        "steward/{tree-key}/{run-id}); made a valid ref",
+    )
+    s.add_argument("--issue", help="the value of {issue-id} in the branch's name")
     s.add_argument("--quiet", action="store_true", help="print only the end and the id")
     s.set_defaults(fn=cmd_workflow_run)
     for name, fn, what, reason in (

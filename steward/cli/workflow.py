@@ -27,7 +27,7 @@ from steward.cli.hosting import checked_provider, new_host
 from steward.errors import StewardError
 from steward.host import Host
 from steward.hostlock import HostLock
-from steward.workflows import created, load_definition
+from steward.workflows import created, load_definition, worktree
 
 TERMINAL = ("completed", "failed", "cancelled")
 
@@ -45,6 +45,15 @@ async def cmd_run(env: Env, args: argparse.Namespace) -> int:
     definition = load_definition(args.file, env.settings)
     inputs = dict(_pair(text) for text in args.input)
     workflow_id = args.id or f"wf-{secrets.token_hex(4)}"
+    tree = await worktree(
+        definition,
+        env.settings,
+        workflow_id,
+        repository=args.repo,
+        base=args.base,
+        branch=args.branch,
+        issue=args.issue,
+    )
     first = created(
         definition,
         env.settings,
@@ -52,6 +61,7 @@ async def cmd_run(env: Env, args: argparse.Namespace) -> int:
         inputs,
         ToolRegistry.with_builtins().specs(),
         file=args.file,
+        worktree=tree,
     )
     provider = checked_provider(env)  # bad settings fail before a log is made
     stream = workflow_stream(workflow_id)
@@ -70,6 +80,8 @@ async def cmd_run(env: Env, args: argparse.Namespace) -> int:
             if await (host or Host(log)).submit(stream, first) is None:
                 raise StewardError(f"workflow run {workflow_id} was refused")
             env.out(f"workflow {workflow_id}: {definition.key} v{definition.version}")
+            if tree is not None:
+                env.out(f"  worktree {tree.path} on branch {tree.branch} ({tree.base})")
             state = await _follow(env, log, stream, interrupted, args.quiet)
         finally:
             if host is not None:
@@ -114,7 +126,8 @@ async def _follow(
             line = step_line(rec.event)
             if line and not quiet:
                 env.out(line)
-        if state.status in TERMINAL or interrupted.is_set():
+        # ended, and its worktree's pull request and removal done
+        if (state.status in TERMINAL and state.tool is None) or interrupted.is_set():
             return state
         try:
             await asyncio.wait_for(interrupted.wait(), 0.05)
@@ -141,6 +154,8 @@ def step_line(event: events.Event) -> str | None:
             return f"  {source} -> {target} ({why})"
         case events.PhaseRequeued(node=node, attempt=attempt):
             return f"  phase {node} queued again (attempt {attempt})"
+        case events.ToolResulted(ok=ok, output=output, error=error):
+            return f"  git: {output}" if ok else f"  git failed: {error}"
         case events.WorkflowPaused():
             return "  paused"
         case events.WorkflowResumed():

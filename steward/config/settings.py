@@ -282,6 +282,19 @@ def _default_agents() -> dict[str, AgentProfile]:
     return {"default": AgentProfile()}
 
 
+class WorkflowConfig(_Section, frozen=True, kw_only=True):
+    """``[workflow]``: workflow runs (Alphred, spec 001)."""
+
+    branch_template: str = "steward/{tree-key}/{run-id}"
+    """A worktree branch's name when neither ``--branch`` nor the file's
+    ``[git] branch_template`` gives one (Alphred's ``ALPHRED_BRANCH_TEMPLATE``
+    is ``STEWARD_WORKFLOW_BRANCH_TEMPLATE``); tokens: ``{tree-key}``,
+    ``{run-id}``, ``{node-key}``, ``{issue-id}``, ``{timestamp}``,
+    ``{short-hash}``, ``{date}``."""
+    worktrees: str = ".steward/worktrees"
+    """The directory worktrees are made in, one per workflow run."""
+
+
 class Settings(_Section, frozen=True, kw_only=True):
     """Everything configurable, as read from ``steward.toml`` and ``STEWARD_*``."""
 
@@ -315,6 +328,9 @@ class Settings(_Section, frozen=True, kw_only=True):
 
     session: SessionConfig = msgspec.field(default_factory=SessionConfig)
     """``[session]``: chat sessions, their debounce and context windows."""
+
+    workflow: WorkflowConfig = msgspec.field(default_factory=WorkflowConfig)
+    """``[workflow]``: workflow runs' worktree branches and directory."""
 
     def profile(self, name: str = "default") -> AgentProfile:
         """The ``[agents.<name>]`` profile; a ``ConfigError`` lists the known ones."""

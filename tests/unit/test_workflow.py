@@ -9,6 +9,7 @@ from typing import Any
 import hypothesis
 import pytest
 from hypothesis import strategies as st
+from msgspec.structs import replace
 
 from steward import replay
 from steward.actors import workflow as w
@@ -23,7 +24,14 @@ from steward.actors.workflow_graph import (
     upstream_text,
 )
 from steward.events import Event, Recorded
-from steward.events.run import CancelRequested, SubagentFinished, SubagentResult
+from steward.events.run import (
+    CancelRequested,
+    EffectClaimed,
+    SubagentFinished,
+    SubagentResult,
+    ToolRequested,
+    ToolResulted,
+)
 from steward.events.workflow import (
     Artifact,
     EdgeDef,
@@ -45,6 +53,7 @@ from steward.events.workflow import (
     WorkflowResumed,
     WorkflowResumeRequested,
     WorkflowStarted,
+    Worktree,
 )
 
 STREAM = "workflow.wf"
@@ -687,17 +696,30 @@ operator = st.sampled_from(
 @hypothesis.settings(max_examples=150, deadline=None)
 @hypothesis.given(
     defn=graphs(),
-    script=st.lists(st.one_of(results, operator), max_size=40),
+    tree=st.one_of(
+        st.none(),
+        st.builds(
+            lambda pr, keep: replace(TREE, pull_request=pr, keep=keep),
+            st.sampled_from([None, "gh", "az"]),
+            st.booleans(),
+        ),
+    ),
+    script=st.lists(st.one_of(results, operator, st.booleans()), max_size=40),
 )
 def test_random_graphs_and_reports_fold_to_the_live_state_and_verify(
-    defn: WorkflowDef, script: list[Any]
+    defn: WorkflowDef, tree: Worktree | None, script: list[Any]
 ) -> None:
-    """For random graphs, phase results and operator inputs: every decision is
-    a move of the spec's tables, folding the log gives the live state, and
-    replay's verify re-decides every step the same."""
-    story = started(defn)
+    """For random graphs, worktrees, phase results, git answers (a boolean:
+    ok or not) and operator inputs: every decision is a move of the spec's
+    tables, folding the log gives the live state, and replay's verify
+    re-decides every step the same."""
+    story = Story()
+    story.when(WorkflowCreated(workflow_id="wf", definition=defn, worktree=tree))
     for n, item in enumerate(script):
-        if isinstance(item, dict):
+        if isinstance(item, bool):
+            if story.state.tool is not None:
+                tool_result(story, ok=item, error=None if item else "no")
+        elif isinstance(item, dict):
             if story.state.current is None:
                 continue
             run_id = w.phase_of(story.state, story.state.current).run_id
@@ -708,6 +730,8 @@ def test_random_graphs_and_reports_fold_to_the_live_state_and_verify(
             story.when(item)
         for phase in story.state.phases:
             assert phase.status in PHASE_STATUSES
+        if story.state.runs and tree is not None:
+            assert story.state.workspace == tree.path  # phases only in the tree
     records = story.records()
     assert replay.rebuild(records) == story.state
     assert replay.verify(records) is None
@@ -720,3 +744,133 @@ def test_random_graphs_and_reports_fold_to_the_live_state_and_verify(
             if before != phase.status:
                 assert (before, phase.status) in w.PHASE_MOVES, (phase.node, event)
             previous[phase.node] = phase.status
+
+
+# -- worktrees ------------------------------------------------------------------
+
+
+TREE = Worktree(
+    repository="/repo", path="/trees/wf", branch="steward/test/wf", base="main"
+)
+
+
+def in_tree(defn: WorkflowDef = DIR, **tree: Any) -> Story:
+    story = Story()
+    worktree = replace(TREE, **tree)
+    story.when(WorkflowCreated(workflow_id="wf", definition=defn, worktree=worktree))
+    return story
+
+
+def tool_result(story: Story, ok: bool = True, error: str | None = None) -> Any:
+    assert story.state.tool is not None, "no git call in flight"
+    result = ToolResulted(request_id=story.state.tool, ok=ok, error=error, at=2.0)
+    return story.when(result)
+
+
+def test_a_run_with_a_worktree_asks_for_it_before_its_first_phase() -> None:
+    """Created with a worktree: git.worktree_add first; once it is made the
+    first phase starts, its run working in the worktree."""
+    story = in_tree()
+    assert story.log[1:] == [
+        WorkflowStarted(),
+        ToolRequested(
+            request_id="wf/git/1",
+            name="git.worktree_add",
+            args={
+                "repository": "/repo",
+                "path": "/trees/wf",
+                "branch": "steward/test/wf",
+                "base": "main",
+            },
+        ),
+    ]
+    assert story.state.current is None
+    decisions = tool_result(story)
+    assert [type(d) for d in decisions] == [PhaseStarted]
+    started_design = decisions[0]
+    assert phase_run(story.state, started_design, STREAM).workspace == "/trees/wf"
+
+
+def test_a_worktree_that_cannot_be_made_fails_the_run() -> None:
+    """git.worktree_add failing: the run fails saying why; nothing to remove."""
+    story = in_tree()
+    decisions = tool_result(story, ok=False, error="not a git repository")
+    assert decisions == [
+        WorkflowFailed(reason="its worktree could not be made: not a git repository")
+    ]
+
+
+def test_a_completed_run_asks_for_its_pull_request_then_the_removal() -> None:
+    """The run completes: git.pull_request (asked for in the file), then,
+    when it answered (a missing gh too), git.worktree_remove."""
+    defn = definition([node("only")], [])
+    story = in_tree(defn, pull_request="gh")
+    tool_result(story)
+    decisions = story.finish()
+    assert decisions is not None and isinstance(decisions[-1], ToolRequested)
+    asked = decisions[-1]
+    assert (asked.name, asked.args["tool"], asked.args["base"]) == (
+        "git.pull_request",
+        "gh",
+        "main",
+    )
+    assert "only: attempt 1, completed" in asked.args["body"]
+    removal = tool_result(story)  # "gh is not installed" is an ok answer
+    assert [(d.name, d.request_id) for d in removal] == [
+        ("git.worktree_remove", "wf/git/3")
+    ]
+    assert tool_result(story) == []
+    assert story.state.tool is None and story.state.status == "completed"
+
+
+@pytest.mark.parametrize(
+    "end",
+    [
+        lambda s: s.when(WorkflowCancelRequested()),
+        lambda s: s.finish(status="failed"),
+    ],
+    ids=["cancelled", "failed"],
+)
+def test_a_run_that_fails_or_is_cancelled_removes_its_worktree(end: Any) -> None:
+    """No pull request for a run that did not complete; the worktree is
+    removed (its uncommitted work committed to the branch by the tool)."""
+    story = in_tree(definition([node("only")], []), pull_request="gh")
+    tool_result(story)
+    decisions = end(story)
+    assert decisions is not None
+    assert [d.name for d in decisions if isinstance(d, ToolRequested)] == [
+        "git.worktree_remove"
+    ]
+
+
+def test_a_kept_worktree_is_not_removed() -> None:
+    """keep: the run ends and asks for nothing more."""
+    story = in_tree(definition([node("only")], []), keep=True)
+    tool_result(story)
+    decisions = story.finish()
+    assert decisions is not None
+    assert not any(isinstance(d, ToolRequested) for d in decisions)
+
+
+def test_a_run_paused_while_its_worktree_is_made_starts_on_resume() -> None:
+    """The worktree made while paused: the first phase starts on resume."""
+    story = in_tree()
+    story.when(WorkflowPauseRequested())
+    assert tool_result(story) == []
+    decisions = story.when(WorkflowResumeRequested())
+    assert [type(d) for d in decisions or []] == [WorkflowResumed, PhaseStarted]
+
+
+def test_a_claim_on_the_git_call_is_taken_once() -> None:
+    """A worker's claim on the git call in flight is recorded; another
+    worker's while it holds is refused; a claim on anything else too."""
+    story = in_tree()
+    rid = story.state.tool
+    assert rid is not None
+    mine = EffectClaimed(request_id=rid, worker="w1", until=10.0, at=1.0)
+    assert story.when(mine) == []
+    theirs = EffectClaimed(request_id=rid, worker="w2", until=11.0, at=2.0)
+    assert story.when(theirs) is None
+    other = EffectClaimed(request_id="wf/git/9", worker="w1", until=10.0, at=1.0)
+    assert story.when(other) is None
+    assert w.awaits(story.state, rid) and not w.awaits(story.state, "wf/git/9")
