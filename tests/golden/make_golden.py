@@ -29,10 +29,12 @@ import json
 import logging
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -48,9 +50,9 @@ from steward.actors.tools import ToolContext, ToolRegistry, tool
 from steward.bus import SqliteEventLog
 from steward.clock import FakeClock
 from steward.config import ModelConfig, Settings
-from steward.events.workflow import EdgeDef, NodeDef, WorkflowDef
+from steward.events.workflow import EdgeDef, GitDef, NodeDef, WorkflowDef
 from steward.host import Host
-from steward.workflows import created
+from steward.workflows import created, worktree
 
 HERE = Path(__file__).resolve().parent
 KEEP_DB = {"subagents"}
@@ -756,6 +758,58 @@ async def workflow(rig: Rig) -> None:
     await rig.recorded(events.PhaseFailed, 3)
 
 
+async def workflow_worktree(rig: Rig) -> None:
+    """A workflow run in a git worktree of a repository made for it: the
+    worktree is asked for and made (``ToolRequested``/``ToolResulted`` of
+    ``git.worktree_add`` in the workflow's stream), its one phase writes a
+    file there, and when the run completes a pull request is asked for (``gh``
+    missing: said, not failed) and the worktree removed, its file committed
+    to the branch."""
+    repo = rig.root / "repo"
+    repo.mkdir()
+    me = ("-c", "user.name=golden", "-c", "user.email=golden@localhost")
+    for argv in (
+        ("init", "-q", "-b", "main"),
+        ("commit", "-q", "--allow-empty", "-m", "start"),
+    ):
+        subprocess.run(["git", *me, *argv], cwd=repo, check=True)
+    defn = WorkflowDef(
+        key="tree",
+        version=1,
+        nodes=(NodeDef(key="write", provider="default", prompt="Write a note."),),
+        git=GitDef(pull_request="gh"),
+    )
+    settings = Settings(
+        run=msgspec.structs.replace(Settings().run, planning_gate=False),
+        workflow=msgspec.structs.replace(
+            Settings().workflow, worktrees=str(rig.root / "trees")
+        ),
+    )
+    write = act(
+        type="tool_call",
+        name="files.write",
+        args={"path": "note.md", "content": "A note.\n"},
+    )
+    host = await rig.host(
+        per_run(
+            {"wf-tree-write-1": [write, act(type="finish", output="Wrote note.md.")]}
+        )
+    )
+    tree = await worktree(defn, settings, "wf-tree", repository=str(repo), now=_NOON)
+    first = created(defn, settings, "wf-tree", {}, rig.tools.specs(), worktree=tree)
+    first = msgspec.structs.replace(first, at=rig.clock.now())
+    old_path = os.environ.get("PATH", "")
+    os.environ["PATH"] = str(Path(shutil.which("git") or "git").parent)  # no gh
+    try:
+        await host.submit("workflow.wf-tree", first)
+        await rig.recorded(events.ToolResulted, 4)  # add, the phase's, gh, remove
+    finally:
+        os.environ["PATH"] = old_path
+
+
+_NOON = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
+
+
 Scenario = Callable[[Rig], Awaitable[None]]
 SCENARIOS: dict[str, Scenario] = {
     "json_protocol": json_protocol,
@@ -776,6 +830,7 @@ SCENARIOS: dict[str, Scenario] = {
     "session_subagents": session_subagents,
     "session_direct": session_direct,
     "workflow": workflow,
+    "workflow_worktree": workflow_worktree,
 }
 
 

@@ -104,6 +104,7 @@ EXPECTED: dict[str, dict[str, Final]] = {
             "cancelled", reason="its workflow wf-cancel was cancelled"
         ),
     },
+    "workflow_worktree": {"wf-tree-write-1": Final("completed", "Wrote note.md.")},
 }
 """Each golden log's runs (by run id) and their final states."""
 
@@ -140,7 +141,8 @@ WORKFLOWS: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {
         ),
         "workflow.wf-fail": ("failed", ("design",)),
         "workflow.wf-cancel": ("cancelled", ("design",)),
-    }
+    },
+    "workflow_worktree": {"workflow.wf-tree": ("completed", ("write",))},
 }
 """Each golden log's workflow runs: their status and the phases they started."""
 
