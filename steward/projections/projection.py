@@ -19,7 +19,7 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from steward.events import Recorded
+from steward.events import Event, Recorded
 
 __all__ = ["PENDING_SCHEMA", "Projection", "done", "want"]
 
@@ -36,14 +36,18 @@ CREATE INDEX IF NOT EXISTS pending_stream ON pending(stream);
 class Projection:
     """The read models of actor kind ``kind``: ``schema`` creates ``tables``
     (idempotently), and ``apply`` applies one recorded event of a stream of
-    that kind to them. With ``keeps_pending``, ``apply`` also keeps the
-    kind's rows in ``pending`` (the projector's generic rows are left out)."""
+    that kind to them (and of another kind's, of a type it ``watches``).
+    With ``keeps_pending``, ``apply`` also keeps the kind's rows in
+    ``pending`` (the projector's generic rows are left out)."""
 
     kind: str
     tables: tuple[str, ...]
     schema: str
     apply: Callable[[sqlite3.Connection, Recorded], None]
     keeps_pending: bool = False
+    watches: frozenset[type[Event]] = frozenset()
+    """Event types of other kinds' streams ``apply`` is given too (the
+    workflow's: its phases' recorded model streams)."""
 
 
 def want(

@@ -241,6 +241,9 @@ class Projector:
 def _handle(conn: sqlite3.Connection, rec: Recorded) -> None:
     """Apply ``rec`` to its kind's read models and to ``pending``."""
     name = rec.stream.partition(".")[0]
+    for other in PROJECTIONS.values():
+        if other.watches and other.kind != name and type(rec.event) in other.watches:
+            other.apply(conn, rec)
     projection = PROJECTIONS.get(name)
     if projection is not None:
         projection.apply(conn, rec)

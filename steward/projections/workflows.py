@@ -19,6 +19,11 @@ the log.
   ends for good (completed; failed past its retries or in a cancelled run):
   its outcome, tries, what it was handed (the context manifest: reports,
   characters, truncations, dropped predecessors) and its times.
+- ``run_node_stream_events`` — the provider stream events of each node
+  attempt's model calls, when the model records them (``[models.<name>]
+  record_stream``): ``sequence`` counts 1, 2, ... without gaps per node
+  attempt across its calls and their attempts; the type is one of the
+  normalized ones (checked); the payload is cut to `STREAM_PAYLOAD_CHARS`.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from steward import events
 from steward.events import Recorded
 from steward.projections.projection import Projection
 
-__all__ = ["WORKFLOWS"]
+__all__ = ["STREAM_PAYLOAD_CHARS", "WORKFLOWS"]
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS workflow_runs (
@@ -90,12 +95,29 @@ CREATE TABLE IF NOT EXISTS run_node_diagnostics (
 );
 CREATE INDEX IF NOT EXISTS run_node_diagnostics_time
     ON run_node_diagnostics (workflow_id, completed_at);
+CREATE INDEX IF NOT EXISTS run_nodes_run ON run_nodes (run_id);
+CREATE TABLE IF NOT EXISTS run_node_stream_events (
+    workflow_id TEXT NOT NULL, node_key TEXT NOT NULL, attempt INTEGER NOT NULL,
+    sequence INTEGER NOT NULL CHECK (sequence >= 1), run_id TEXT NOT NULL,
+    request_id TEXT NOT NULL, call_attempt INTEGER NOT NULL,
+    event_type TEXT NOT NULL CHECK (event_type IN
+        ('system', 'assistant', 'tool_use', 'tool_result', 'usage', 'result')),
+    payload TEXT NOT NULL, size INTEGER NOT NULL CHECK (size >= 0),
+    tokens INTEGER NOT NULL CHECK (tokens >= 0), created_at REAL NOT NULL,
+    PRIMARY KEY (workflow_id, node_key, attempt, sequence)
+);
 """
+
+STREAM_PAYLOAD_CHARS = 4_000
+"""Characters of a stream event kept in ``run_node_stream_events``."""
 
 _NODE = "workflow_id=? AND node_key=? AND attempt=?"
 
 
 def _apply(conn: sqlite3.Connection, rec: Recorded) -> None:
+    if isinstance(rec.event, events.LlmStreamRecorded):
+        _stream_events(conn, rec, rec.event)  # a phase's run's, or nobody's
+        return
     workflow_id = rec.stream.partition(".")[2]
     event = rec.event
     match event:
@@ -335,6 +357,49 @@ def _diagnostics(
     )
 
 
+def _stream_events(
+    conn: sqlite3.Connection, rec: Recorded, event: events.LlmStreamRecorded
+) -> None:
+    """A phase's run's recorded model stream, numbered on from its node
+    attempt's last event; a run that is no phase's is passed by."""
+    run_id = rec.stream.partition(".")[2]
+    node = conn.execute(
+        "SELECT workflow_id, node_key, attempt FROM run_nodes WHERE run_id=?",
+        (run_id,),
+    ).fetchone()
+    if node is None:
+        return
+    (last,) = conn.execute(
+        f"SELECT COALESCE(MAX(sequence), 0) FROM run_node_stream_events WHERE {_NODE}",
+        node,
+    ).fetchone()
+    rows = []
+    for n, item in enumerate(event.events, start=last + 1):
+        payload = json.dumps(item, sort_keys=True, ensure_ascii=False)
+        tokens = 0
+        if item.get("kind") == "usage":
+            tokens = int(item.get("input_tokens", 0)) + int(
+                item.get("output_tokens", 0)
+            )
+        rows.append(
+            (
+                *node,
+                n,
+                run_id,
+                event.request_id,
+                event.attempt,
+                item.get("kind"),
+                payload[:STREAM_PAYLOAD_CHARS],
+                len(payload),
+                max(tokens, 0),
+                rec.at,
+            )
+        )
+    conn.executemany(
+        "INSERT INTO run_node_stream_events VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", rows
+    )
+
+
 WORKFLOWS = Projection(
     kind="workflow",
     tables=(
@@ -343,7 +408,9 @@ WORKFLOWS = Projection(
         "routing_decisions",
         "phase_artifacts",
         "run_node_diagnostics",
+        "run_node_stream_events",
     ),
     schema=SCHEMA,
     apply=_apply,
+    watches=frozenset({events.LlmStreamRecorded}),
 )

@@ -163,8 +163,10 @@ def test_the_example_workflow_loops_once_and_completes(
 ) -> None:
     """design -> implement -> review asks for changes -> implement again ->
     review approves: the run completes, its id on the last line; `runs show`
-    draws the path with the loop; the workflow and its runs verify."""
+    draws the path with the loop; the workflow and its runs verify; the
+    read models (the phases' model streams recorded too) rebuild identically."""
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("STEWARD_MODELS_DEFAULT_RECORD_STREAM", "true")
     base = ["--db", "log.db", "--script", str(SCRIPT)]
     code = cli.main(
         [*base, "workflow", "run", str(EXAMPLE), "--input", "feature=a /health route"]
@@ -205,6 +207,18 @@ def test_the_example_workflow_loops_once_and_completes(
         "no_route",
         "approved",
     ]
+    streamed: dict[tuple[str, int], list[int]] = {}
+    for row in before["run_node_stream_events"]:
+        streamed.setdefault((row[1], row[2]), []).append(row[3])
+    assert sorted(streamed) == [
+        ("design", 1),
+        ("implement", 1),
+        ("implement", 2),
+        ("review", 1),
+        ("review", 2),
+    ]
+    for sequences in streamed.values():  # gap-free per node attempt
+        assert sorted(sequences) == list(range(1, len(sequences) + 1))
     assert cli.main(["--db", "log.db", "projections", "rebuild"]) == 0
     assert _tables(tmp_path / "log.db") == before
 
@@ -215,6 +229,7 @@ TABLES = (
     "routing_decisions",
     "phase_artifacts",
     "run_node_diagnostics",
+    "run_node_stream_events",
 )
 
 
