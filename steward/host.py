@@ -186,6 +186,8 @@ class Host:
         self._dispatcher: asyncio.Task[None] | None = None
         self._timer_task: asyncio.Task[None] | None = None
         self.position = 0
+        self._routed = 0
+        """The position of the last record the dispatcher has routed."""
 
     # -- inputs -------------------------------------------------------------------
 
@@ -409,6 +411,7 @@ class Host:
                         await self._route(rec)
         else:
             self.position = await self.log.head()
+        self._routed = self.position
         self._timer_task = asyncio.create_task(self.timers.run())
         self._dispatcher = asyncio.create_task(self._dispatch())
         if self.worker_id is not None and self.projector is not None:
@@ -445,7 +448,9 @@ class Host:
             self._timer_task.cancel()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while self._inflight:
+        # Done when nothing is in flight and the dispatcher has routed all
+        # there is: an answer just recorded may still ask for a delivery.
+        while self._inflight or self._routed < await self.log.head():
             if loop.time() >= deadline or (abandon is not None and abandon.is_set()):
                 return False
             await asyncio.sleep(0.02)
@@ -510,6 +515,7 @@ class Host:
                     listener(rec)
                 except Exception:  # a listener's fault must not stop routing
                     log.exception("a listener of %s failed", rec.id)
+            self._routed = rec.position
 
     # -- routing ------------------------------------------------------------------
 

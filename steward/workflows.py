@@ -40,7 +40,7 @@ import yaml
 from steward.actors.tools.git import git as run_git
 from steward.actors.workflow_graph import inputs_named, problems
 from steward.config import Settings
-from steward.errors import ConfigError, ToolError, WorkflowFileError
+from steward.errors import ConfigError, StewardError, ToolError, WorkflowFileError
 from steward.events.run import ToolSpec
 from steward.events.workflow import (
     EdgeDef,
@@ -372,6 +372,9 @@ async def worktree(
     Raises:
         WorkflowFileError: the repository is no git repository, or the base
             branch does not exist.
+        StewardError: ``branch`` names a token there is not.
+        ConfigError: ``[workflow] branch_template``, used, names a token
+            there is not.
     """
     git = definition.git or GitDef()
     repo = repository or git.repository
@@ -384,9 +387,16 @@ async def worktree(
             or git.target_branch
             or await run_git("rev-parse", "--abbrev-ref", "HEAD", cwd=root)
         )
-        short = await run_git("rev-parse", "--short", base, cwd=root)
     except ToolError as e:
         raise WorkflowFileError(repo, "repository", str(e)) from None
+    try:
+        commit = f"{base}^{{commit}}"
+        short = await run_git(
+            "rev-parse", "--verify", "-q", "--short", commit, cwd=root
+        )
+    except ToolError:
+        problem = f"no branch or commit {base!r} to start the worktree's branch from"
+        raise WorkflowFileError(repo, "base", problem) from None
     when = now or datetime.now(UTC)
     tokens = {
         "tree-key": definition.key,
@@ -398,6 +408,11 @@ async def worktree(
         "date": when.strftime("%Y-%m-%d"),
     }
     template = branch or git.branch_template or settings.workflow.branch_template
+    if (unknown := _unknown_tokens(template)) is not None:
+        if branch:
+            raise StewardError(f"--branch: {unknown}")
+        if not git.branch_template:  # the file's own is checked when it is read
+            raise ConfigError("settings", "workflow.branch_template", unknown)
     return Worktree(
         repository=root,
         path=str(Path(settings.workflow.worktrees).resolve() / workflow_id),

@@ -180,12 +180,22 @@ def test_get_names_the_tool_or_lists_the_others() -> None:
 
 
 def test_with_builtins_registers_the_files_tools() -> None:
-    """with_builtins() holds files.read, files.write and files.list."""
-    assert ToolRegistry.with_builtins().names() == (
+    """with_builtins() holds files.read, files.write and files.list, offered
+    to models, and the git tools of workflow worktrees, offered to none."""
+    registry = ToolRegistry.with_builtins()
+    assert registry.names() == (
         "files.list",
         "files.read",
         "files.write",
+        "git.pull_request",
+        "git.worktree_add",
+        "git.worktree_remove",
     )
+    assert [s.name for s in registry.specs()] == [
+        "files.list",
+        "files.read",
+        "files.write",
+    ]
 
 
 # -- calling ----------------------------------------------------------------------

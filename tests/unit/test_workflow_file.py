@@ -221,9 +221,10 @@ def test_an_unknown_workflow_field_names_the_workflow_table() -> None:
 
 
 def test_an_unknown_table_at_the_top_names_the_files_tables() -> None:
-    """A top-level key other than workflow, nodes and edges is refused."""
+    """A top-level key other than workflow, nodes, edges and git is refused."""
     assert problem("steps = 1\n" + HEAD + node("a")) == (
-        "wf.toml: (file): unknown field `steps`; the fields are workflow, nodes, edges"
+        "wf.toml: (file): unknown field `steps`; the fields are workflow, nodes, "
+        "edges, git"
     )
 
 

@@ -74,6 +74,8 @@ async def _run(*argv: str, cwd: str | Path) -> str:
             stdin=asyncio.subprocess.DEVNULL,
         )
     except FileNotFoundError as e:
+        if not Path(cwd).exists():  # a missing cwd is a FileNotFoundError too
+            raise ToolError(f"{cwd} does not exist") from None
         raise ToolError(f"{argv[0]} is not installed: {e.strerror}") from None
     except NotADirectoryError:
         raise ToolError(f"{cwd} is not a directory") from None
@@ -127,7 +129,12 @@ async def worktree_add(args: AddArgs, *, ctx: ToolContext) -> str:
     if (path / ".git").exists():  # made already, by this call's earlier try
         head = await git("rev-parse", "HEAD", cwd=path)
     else:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ToolError(
+                f"the directory {path.parent} could not be made: {e.strerror}"
+            ) from None
         if await _branch_exists(root, args.branch):
             await git("worktree", "add", "-q", str(path), args.branch, cwd=root)
         else:
