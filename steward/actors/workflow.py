@@ -301,8 +301,12 @@ def _decide(input: Event, state: Workflow) -> list[Event] | None:
             return [started, *_start(after, definition.nodes[0].key, at)]
         case ToolResulted(request_id=rid, at=at), _ if rid == state.tool:
             after = evolve(state, input)
-            if state.tool_name == "git.worktree_add" and state.status == "running":
-                return _follow(after, at)
+            if state.tool_name == "git.worktree_add":
+                if state.status == "running":
+                    return _follow(after, at)
+                if state.status == "cancelled" and after.workspace is not None:
+                    return _cleanup(after)  # made after the run was cancelled
+                return []  # paused: followed on resume
             if state.tool_name == "git.pull_request":
                 return _cleanup(after)
             return []

@@ -874,3 +874,18 @@ def test_a_claim_on_the_git_call_is_taken_once() -> None:
     other = EffectClaimed(request_id="wf/git/9", worker="w1", until=10.0, at=1.0)
     assert story.when(other) is None
     assert w.awaits(story.state, rid) and not w.awaits(story.state, "wf/git/9")
+
+
+def test_a_worktree_made_after_its_run_was_cancelled_is_removed() -> None:
+    """Cancelled while git.worktree_add runs: when the worktree comes, it is
+    removed at once (no phase starts); one that failed asks for nothing."""
+    story = in_tree()
+    assert story.when(WorkflowCancelRequested()) == [
+        WorkflowCancelled(reason="cancelled by operator")
+    ]
+    decisions = tool_result(story)
+    assert [d.name for d in decisions] == ["git.worktree_remove"]
+    assert story.state.runs == 0
+    failed = in_tree()
+    failed.when(WorkflowCancelRequested())
+    assert tool_result(failed, ok=False, error="no") == []

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any, Literal
@@ -72,6 +73,8 @@ async def _run(*argv: str, cwd: str | Path) -> str:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             stdin=asyncio.subprocess.DEVNULL,
+            # a push that needs a password fails, rather than wait for one
+            env={**os.environ, "GIT_TERMINAL_PROMPT": "0"},
         )
     except FileNotFoundError as e:
         if not Path(cwd).exists():  # a missing cwd is a FileNotFoundError too
@@ -163,7 +166,8 @@ async def worktree_remove(args: RemoveArgs, *, ctx: ToolContext) -> str:
     head = await git("rev-parse", "--short", "HEAD", cwd=path)
     await git("worktree", "remove", "--force", str(path), cwd=args.repository)
     await git("worktree", "prune", cwd=args.repository)
-    kept = f", {committed} changed files committed" if committed else ""
+    files = "1 change" if committed == 1 else f"{committed} changes"
+    kept = f", {files} committed" if committed else ""
     return f"removed {path}; branch {args.branch} at {head}{kept}"
 
 
