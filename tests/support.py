@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -31,3 +32,20 @@ def steward_process(cwd: Path, *argv: str, **env: str) -> subprocess.Popen[bytes
         stderr=subprocess.PIPE,
         env={**os.environ, "PYTHONUNBUFFERED": "1", **env},
     )
+
+
+def stop_all(processes: list[subprocess.Popen[bytes]]) -> list[str]:
+    """SIGTERM each process still running, wait up to 15 s each (then kill
+    it); the tail of each one's standard error."""
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+    errors = []
+    for process in processes:
+        try:
+            _, err = process.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            _, err = process.communicate()
+        errors.append((err or b"").decode()[-1500:])
+    return errors

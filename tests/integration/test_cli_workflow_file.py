@@ -6,38 +6,17 @@ run recorded (no log created at all)."""
 from __future__ import annotations
 
 import asyncio
-import json
 import tomllib
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
+from workflow_files import EXAMPLE, HEAD, SCRIPT, edge, node
 
 from steward import cli
 from steward.bus import SqliteEventLog
 
-EXAMPLES = Path(__file__).parents[2] / "examples" / "workflows"
-EXAMPLE = EXAMPLES / "design-implement-review.toml"
-SCRIPT = EXAMPLES / "design-implement-review.script.yaml"
 OK = "ok: workflow design-implement-review v1, 3 nodes, 4 edges"
-HEAD = '[workflow]\nkey = "w"\nversion = 1\n'
-
-
-def node(key: str, **fields: Any) -> str:
-    """A ``[[nodes]]`` table; provider ``default`` unless given (None: none)."""
-    return _table("nodes", key=key, **{"provider": "default", **fields})
-
-
-def edge(source: str, target: str, priority: int = 1, **fields: Any) -> str:
-    """An ``[[edges]]`` table; ``auto = true`` unless fields say otherwise."""
-    fields = fields or {"auto": True}
-    return _table("edges", source=source, target=target, priority=priority, **fields)
-
-
-def _table(name: str, **fields: Any) -> str:
-    lines = [f"{k} = {json.dumps(v)}" for k, v in fields.items() if v is not None]
-    return f"\n[[{name}]]\n" + "\n".join(lines) + "\n"
 
 
 AB = HEAD + node("a") + node("b")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from nats_server import NatsServer
-from support import steward_process
+from support import steward_process, stop_all
 
 from steward import events, replay
 from steward.actors import run as run_actor
@@ -155,17 +155,7 @@ async def test_workers_share_runs_and_survive_a_sigkill(
             assert replay.verify(records) is None, stream
         assert len(claimed_by) >= 2, claimed_by  # the work was shared
     finally:
-        for worker in workers:
-            if worker.poll() is None:
-                worker.send_signal(signal.SIGTERM)
-        errors = []
-        for worker in workers:
-            try:
-                _, err = worker.communicate(timeout=15)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-                _, err = worker.communicate()
-            errors.append(err.decode()[-1500:])
+        errors = stop_all(workers)
         await log.close()
         server.stop()
     survivors = workers[1:] if victim == "worker" else workers

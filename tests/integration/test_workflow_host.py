@@ -18,6 +18,7 @@ from typing import Any
 
 import hypothesis
 from hypothesis import strategies as st
+from workflow_files import EXAMPLE, SCRIPT
 
 from steward import cli, events, replay
 from steward.actors.kind import kind_of
@@ -30,10 +31,9 @@ from steward.events.run import LATEST_REVISION, RunSettings
 from steward.events.workflow import EdgeDef, NodeDef, WorkflowDef
 from steward.host import Host
 from steward.projections.store import Projector
+from steward.projections.workflows import WORKFLOWS
 
 ROOT = Path(__file__).parent.parent.parent
-EXAMPLE = ROOT / "examples" / "workflows" / "design-implement-review.toml"
-SCRIPT = ROOT / "examples" / "workflows" / "design-implement-review.script.yaml"
 TERMINAL = {"completed", "failed", "cancelled"}
 MAX_PHASES = 12
 KEYS = ("a", "b", "c")
@@ -223,14 +223,7 @@ def test_the_example_workflow_loops_once_and_completes(
     assert _tables(tmp_path / "log.db") == before
 
 
-TABLES = (
-    "workflow_runs",
-    "run_nodes",
-    "routing_decisions",
-    "phase_artifacts",
-    "run_node_diagnostics",
-    "run_node_stream_events",
-)
+TABLES = WORKFLOWS.tables
 
 
 def _tables(path: Path) -> dict[str, list[tuple[object, ...]]]:

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
-import subprocess
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from nats_server import NatsServer
-from support import steward_process
+from support import steward_process, stop_all
 
 from steward import events, replay
 from steward.actors.tools import ToolRegistry
@@ -106,17 +104,7 @@ async def test_two_workers_share_the_phases_of_workflow_runs(tmp_path: Path) -> 
         assert len(await log.streams("run.")) == WORKFLOWS * len(CHAIN)
         assert len(claimed_by) == 2, claimed_by  # the phases were shared
     finally:
-        for worker in workers:
-            if worker.poll() is None:
-                worker.send_signal(signal.SIGTERM)
-        errors = []
-        for worker in workers:
-            try:
-                _, err = worker.communicate(timeout=15)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-                _, err = worker.communicate()
-            errors.append(err.decode()[-1500:])
+        errors = stop_all(workers)
         await log.close()
         server.stop()
     assert [w.returncode for w in workers] == [0, 0], errors

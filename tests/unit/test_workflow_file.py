@@ -11,35 +11,11 @@ from typing import Any
 
 import pytest
 import yaml
+from workflow_files import EXAMPLE, HEAD, edge, node
 
 from steward.config import AgentProfile, ModelConfig, Settings
 from steward.errors import WorkflowFileError
 from steward.workflows import created, load_definition
-
-EXAMPLE = (
-    Path(__file__).parents[2]
-    / "examples"
-    / "workflows"
-    / "design-implement-review.toml"
-)
-HEAD = '[workflow]\nkey = "w"\nversion = 1\n'
-
-
-def node(key: str, **fields: Any) -> str:
-    """A ``[[nodes]]`` table; provider ``default`` unless given (None: none)."""
-    fields = {"provider": "default", **fields}
-    return _table("nodes", key=key, **fields)
-
-
-def edge(source: str, target: str, priority: int = 1, **fields: Any) -> str:
-    """An ``[[edges]]`` table; ``auto = true`` unless fields say otherwise."""
-    fields = fields or {"auto": True}
-    return _table("edges", source=source, target=target, priority=priority, **fields)
-
-
-def _table(name: str, **fields: Any) -> str:
-    lines = [f"{k} = {json.dumps(v)}" for k, v in fields.items() if v is not None]
-    return f"\n[[{name}]]\n" + "\n".join(lines) + "\n"
 
 
 @pytest.fixture(autouse=True)
