@@ -188,6 +188,8 @@ class Host:
         self.position = 0
         self._routed = 0
         """The position of the last record the dispatcher has routed."""
+        self._last_commit = 0
+        """The position of this host's newest commit."""
 
     # -- inputs -------------------------------------------------------------------
 
@@ -301,6 +303,7 @@ class Host:
             causation_id=causation_id,
         )
         METRICS.commits += 1
+        self._last_commit = commit.last_position
         for event in batch:
             if type(event) in COUNTED:
                 METRICS.record(event)
@@ -426,9 +429,9 @@ class Host:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while loop.time() < deadline:
-            if not self._inflight and self.position >= await self.log.head():
+            if not self._inflight and self._routed >= await self.log.head():
                 await asyncio.sleep(0.02)  # what the last answer's commit asks
-                if not self._inflight and self.position >= await self.log.head():
+                if not self._inflight and self._routed >= await self.log.head():
                     return True
             await asyncio.sleep(0.01)
         return False
@@ -448,9 +451,12 @@ class Host:
             self._timer_task.cancel()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        # Done when nothing is in flight and the dispatcher has routed all
-        # there is: an answer just recorded may still ask for a delivery.
-        while self._inflight or self._routed < await self.log.head():
+        # Done when nothing is in flight and the dispatcher has routed what
+        # the log held (and what answers since then recorded): an answer just
+        # recorded may still ask for a delivery. Others' later commits on a
+        # shared log are not waited for.
+        target = await self.log.head()
+        while self._inflight or self._routed < max(target, self._last_commit):
             if loop.time() >= deadline or (abandon is not None and abandon.is_set()):
                 return False
             await asyncio.sleep(0.02)
@@ -668,6 +674,7 @@ class Host:
             priority=request.priority,
             profile=call.profile,
             model=prompt.model,
+            table=call.table,
         )
         answer: Event | None
         # The decider hashed this very prompt when this host committed the

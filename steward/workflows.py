@@ -286,7 +286,9 @@ def created(
                     "settings", f"models.{node.provider}", "no such model table"
                 )
             model = settings.models[node.provider]
-            run = msgspec.structs.replace(run, model=model.model or model.provider)
+            run = msgspec.structs.replace(
+                run, model=model.model or model.provider, model_table=node.provider
+            )
         nodes.append(msgspec.structs.replace(node, settings=run))
     return WorkflowCreated(
         workflow_id=workflow_id,

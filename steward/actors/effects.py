@@ -85,6 +85,8 @@ class ModelCall(msgspec.Struct, frozen=True, kw_only=True):
     prompt: Prompt
     actor_id: str
     profile: str | None = None
+    table: str | None = None
+    """The ``[models.<name>]`` table the call goes to, when the actor names one."""
 
 
 class Want(msgspec.Struct, frozen=True, kw_only=True):

@@ -949,6 +949,7 @@ def child_created(parent: RunCreated, spec: SubagentSpec, at: float) -> RunCreat
         kind="subagent",
         profile=spec.profile or parent.profile,
         allowed_tools=spec.allowed_tools,
+        workspace=parent.workspace,  # a workflow phase's subagents share its tree
         at=at,
     )
 

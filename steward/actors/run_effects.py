@@ -180,6 +180,7 @@ def model_call(
         prompt=prompt or build_prompt(state, cache),
         actor_id=state.run_id,
         profile=None if created is None else created.profile,
+        table=state.settings.model_table,
     )
 
 

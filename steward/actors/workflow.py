@@ -304,7 +304,7 @@ def _decide(input: Event, state: Workflow) -> list[Event] | None:
             if state.tool_name == "git.worktree_add":
                 if state.status == "running":
                     return _follow(after, at)
-                if state.status == "cancelled" and after.workspace is not None:
+                if state.status == "cancelled":
                     return _cleanup(after)  # made after the run was cancelled
                 return []  # paused: followed on resume
             if state.tool_name == "git.pull_request":
@@ -314,9 +314,12 @@ def _decide(input: Event, state: Workflow) -> list[Event] | None:
             return [] if claim_takes(claim_on(state, rid), input) else None
         case SubagentFinished(result=result, at=at), _ if _in_flight(state, result):
             outcome = _outcome(state, result, at)
+            after = evolve(state, outcome)
+            if state.status == "cancelled":  # its worktree waited for it
+                return [outcome, *_cleanup(after)]
             if state.status != "running":
-                return [outcome]  # paused: followed on resume; ended: recorded
-            return [outcome, *_follow(evolve(state, outcome), at)]
+                return [outcome]  # paused: followed on resume
+            return [outcome, *_follow(after, at)]
         case WorkflowPauseRequested(reason=reason), "running":
             _move_run("running", "paused")
             return [WorkflowPaused(reason=reason)]
@@ -434,9 +437,10 @@ def _follow(state: Workflow, at: float) -> list[Event]:
 def _ending(state: Workflow, decisions: list[Event]) -> list[Event]:
     """``decisions``, which end the run, and what its worktree asks then: a
     pull request of its branch (when it completed and one is asked for),
-    else its removal (unless kept)."""
+    else its removal (unless kept; once a phase still in flight, cancelled,
+    has answered)."""
     after = fold(decisions, state)
-    if after.workspace is None or after.worktree is None:
+    if after.workspace is None or after.worktree is None or after.current:
         return decisions
     if after.status == "completed" and after.worktree.pull_request is not None:
         return [*decisions, _git(after, "git.pull_request")]
@@ -444,8 +448,8 @@ def _ending(state: Workflow, decisions: list[Event]) -> list[Event]:
 
 
 def _cleanup(state: Workflow) -> list[Event]:
-    """The worktree's removal, unless it is kept."""
-    if state.worktree is None or state.worktree.keep:
+    """The worktree's removal, unless there is none or it is kept."""
+    if state.workspace is None or state.worktree is None or state.worktree.keep:
         return []
     return [_git(state, "git.worktree_remove")]
 

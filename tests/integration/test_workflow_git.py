@@ -450,8 +450,8 @@ def test_a_repo_that_is_no_git_repository_is_refused(
     done = steward(
         capsys, "--script", "s.yaml", "workflow", "run", "wf.toml", "--repo", "plain"
     )
-    problem = "plain: repository: `git rev-parse --show-toplevel` failed: fatal: not a "
-    assert_refused(done, here, problem + "git repository", starts=True)
+    problem = "plain: repository: `git rev-parse --show-toplevel` failed in plain: "
+    assert_refused(done, here, problem + "fatal: not a git repository", starts=True)
 
 
 def test_a_repo_that_does_not_exist_is_refused(

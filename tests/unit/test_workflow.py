@@ -823,24 +823,30 @@ def test_a_completed_run_asks_for_its_pull_request_then_the_removal() -> None:
     assert story.state.tool is None and story.state.status == "completed"
 
 
-@pytest.mark.parametrize(
-    "end",
-    [
-        lambda s: s.when(WorkflowCancelRequested()),
-        lambda s: s.finish(status="failed"),
-    ],
-    ids=["cancelled", "failed"],
-)
-def test_a_run_that_fails_or_is_cancelled_removes_its_worktree(end: Any) -> None:
+def test_a_failed_run_removes_its_worktree() -> None:
     """No pull request for a run that did not complete; the worktree is
     removed (its uncommitted work committed to the branch by the tool)."""
     story = in_tree(definition([node("only")], []), pull_request="gh")
     tool_result(story)
-    decisions = end(story)
+    decisions = story.finish(status="failed")
     assert decisions is not None
     assert [d.name for d in decisions if isinstance(d, ToolRequested)] == [
         "git.worktree_remove"
     ]
+
+
+def test_a_cancelled_run_removes_its_worktree_once_its_phase_answered() -> None:
+    """Cancelled with a phase at work in the worktree: the removal waits for
+    that phase's run (cancelled too) to answer, so nothing writes after it."""
+    story = in_tree(definition([node("only")], []), pull_request="gh")
+    tool_result(story)
+    assert story.when(WorkflowCancelRequested(reason="no")) == [
+        WorkflowCancelled(reason="no")
+    ]
+    decisions = story.finish(status="cancelled", output="")
+    assert decisions is not None
+    assert [type(d) for d in decisions] == [PhaseFailed, ToolRequested]
+    assert decisions[-1].name == "git.worktree_remove"  # type: ignore[attr-defined]
 
 
 def test_a_kept_worktree_is_not_removed() -> None:

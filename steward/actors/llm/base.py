@@ -118,6 +118,8 @@ class RequestInfo(msgspec.Struct, frozen=True, kw_only=True):
     model: str | None = None
     """The model id the call asks for (the prompt's): with the profile, it
     picks the ``[models.<name>]`` table the call goes to."""
+    table: str | None = None
+    """The ``[models.<name>]`` table the caller named; it goes there."""
 
 
 class Provider(Protocol):

@@ -82,13 +82,21 @@ async def _run(*argv: str, cwd: str | Path) -> str:
         raise ToolError(f"{argv[0]} is not installed: {e.strerror}") from None
     except NotADirectoryError:
         raise ToolError(f"{cwd} is not a directory") from None
-    out, err = await process.communicate()
+    try:
+        out, err = await process.communicate()
+    except BaseException:  # a timeout or a cancel: the command stops too
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        raise
     if process.returncode != 0:
         said = (
             " ".join(err.decode(errors="replace").split())
             or f"exit {process.returncode}"
         )
-        raise ToolError(f"`{' '.join(argv[:3])}` failed: {said}")
+        command = [a for a in argv if not a.startswith("user.")]  # the identity
+        command = [a for a in command if a != "-c"][:3]
+        raise ToolError(f"`{' '.join(command)}` failed in {cwd}: {said}")
     return out.decode(errors="replace").strip()
 
 
