@@ -351,7 +351,7 @@ def sanitize_ref(name: str) -> str:
         if part:
             parts.append(part)
     branch = "/".join(parts)
-    return branch if branch and branch != "@" else "steward-branch"
+    return branch if branch not in ("", "@", "HEAD") else "steward-branch"
 
 
 async def worktree(
@@ -372,8 +372,9 @@ async def worktree(
     else ``[git] branch_template``, else ``[workflow] branch_template``.
 
     Raises:
-        WorkflowFileError: the repository is no git repository, or the base
-            branch does not exist.
+        WorkflowFileError: the repository is no git repository, the base
+            branch does not exist (or is a detached HEAD), or the branch
+            exists already.
         StewardError: ``branch`` names a token there is not.
         ConfigError: ``[workflow] branch_template``, used, names a token
             there is not.
@@ -391,6 +392,12 @@ async def worktree(
         )
     except ToolError as e:
         raise WorkflowFileError(repo, "repository", str(e)) from None
+    if base == "HEAD":
+        problem = (
+            "the repository is on a detached HEAD: name the branch to start "
+            "from with --base (or [git] target_branch)"
+        )
+        raise WorkflowFileError(repo, "base", problem)
     try:
         commit = f"{base}^{{commit}}"
         short = await run_git(
@@ -415,10 +422,21 @@ async def worktree(
             raise StewardError(f"--branch: {unknown}")
         if not git.branch_template:  # the file's own is checked when it is read
             raise ConfigError("settings", "workflow.branch_template", unknown)
+    name = branch_name(template, tokens)
+    try:
+        await run_git("rev-parse", "--verify", "-q", f"refs/heads/{name}", cwd=root)
+    except ToolError:
+        pass  # a new branch, as it should be
+    else:
+        problem = (
+            f"branch {name} exists already: name a new one with --branch (a "
+            "template with {run-id} gives each run its own)"
+        )
+        raise WorkflowFileError(repo, "branch", problem)
     return Worktree(
         repository=root,
         path=str(Path(settings.workflow.worktrees).resolve() / workflow_id),
-        branch=branch_name(template, tokens),
+        branch=name,
         base=base,
         pull_request=git.pull_request,
         keep=git.keep,

@@ -234,7 +234,10 @@ def parse(text: str) -> Guard:
         GuardError: it does not parse (its ``column`` says where).
     """
     parser = _Parser(text)
-    guard = parser.expr()
+    try:
+        guard = parser.expr()
+    except RecursionError:
+        raise GuardError(text, 1, "parentheses nested too deep") from None
     end = parser.take()
     if end.kind != "end":
         raise parser.fail(end, "'and', 'or' or the end")

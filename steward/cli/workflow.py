@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import secrets
 import signal
 import sys
@@ -44,6 +45,11 @@ async def cmd_validate(env: Env, args: argparse.Namespace) -> int:
 async def cmd_run(env: Env, args: argparse.Namespace) -> int:
     definition = load_definition(args.file, env.settings)
     inputs = dict(_pair(text) for text in args.input)
+    if args.id is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", args.id):
+        raise StewardError(
+            f"--id {args.id!r}: letters, digits, _ and - only, starting with a "
+            "letter or digit (it names the run's stream, runs and worktree)"
+        )
     workflow_id = args.id or f"wf-{secrets.token_hex(4)}"
     tree = await worktree(
         definition,
@@ -77,7 +83,9 @@ async def cmd_run(env: Env, args: argparse.Namespace) -> int:
             if lock is not None and lock.acquire():
                 host = new_host(env, log, projector, provider=provider)
                 await host.start()
-            if await (host or Host(log)).submit(stream, first) is None:
+            submitter = host or Host(log)
+            first = replace(first, at=submitter.clock.now())
+            if await submitter.submit(stream, first) is None:
                 raise StewardError(f"workflow run {workflow_id} was refused")
             env.out(f"workflow {workflow_id}: {definition.key} v{definition.version}")
             if tree is not None:
@@ -142,7 +150,7 @@ def step_line(event: events.Event) -> str | None:
         case events.PhaseStarted(node=node, attempt=attempt, retry=retry, run_id=rid):
             again = f", retry {retry}" if retry else ""
             handed = ""
-            if isinstance(event, events.PhaseStarted) and event.upstream:
+            if event.upstream:
                 handed = f", given {', '.join(a.node for a in event.upstream)}"
             return f"  phase {node} started (attempt {attempt}{again}{handed}): {rid}"
         case events.PhaseCompleted(node=node, attempt=attempt, decision=decision):

@@ -298,9 +298,11 @@ def _end(
 
 
 def _content_type(report: str) -> str:
+    if not report.lstrip().startswith("{"):
+        return "text"
     try:
         return "json" if isinstance(json.loads(report), dict) else "text"
-    except ValueError:
+    except (ValueError, RecursionError):  # any text a model wrote
         return "text"
 
 

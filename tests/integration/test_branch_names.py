@@ -38,6 +38,7 @@ def test_any_text_is_made_a_branch_name_git_takes(name: str) -> None:
         ("{date}/{timestamp}-{short-hash}", "2026-11-25/20261125083000-abc1234"),
         ("x/{issue-id}/y", "x/JIRA-12/y"),
         ("../{tree-key}..lock", "design-review"),
+        ("HEAD", "steward-branch"),
     ],
 )
 def test_a_template_fills_its_tokens(template: str, branch: str) -> None:

@@ -542,3 +542,43 @@ def test_a_worktree_that_cannot_be_made_fails_the_run_before_any_phase(
         f"workflow wf-1  failed  build v1  ({reason})",
         "path: (no phase started)",
     ]
+
+
+def test_a_branch_that_exists_already_is_refused(
+    capsys: pytest.CaptureFixture[str], here: Path
+) -> None:
+    """A run's branch must be new: one there is already (another run's, or
+    main) is refused before anything is recorded, naming it."""
+    (here / "wf.toml").write_text(workflow_file())
+    git("branch", "taken", cwd=here / "repo")
+    code, out, err = run(capsys, "--branch", "taken")
+    assert (code, out) == (2, "")
+    assert err.startswith("steward: repo: branch: branch taken exists already")
+    assert err.count("\n") == 1
+    assert streams(here / "log.db", "workflow.") == []
+
+
+def test_a_detached_head_needs_a_base(
+    capsys: pytest.CaptureFixture[str], here: Path
+) -> None:
+    """On a detached HEAD there is no branch to start from: --base is asked for."""
+    (here / "wf.toml").write_text(workflow_file())
+    git("checkout", "-q", "--detach", cwd=here / "repo")
+    code, out, err = run(capsys)
+    assert (code, out) == (2, "")
+    assert err.startswith("steward: repo: base: the repository is on a detached HEAD")
+    assert streams(here / "log.db", "workflow.") == []
+    assert run(capsys, "--base", "main")[0] == 0
+
+
+@pytest.mark.parametrize("bad", ["../x", "a b", "-x", "a.b"])
+def test_an_id_that_is_no_plain_name_is_refused(
+    capsys: pytest.CaptureFixture[str], here: Path, bad: str
+) -> None:
+    """--id names a stream, runs and a directory: a path or a space is refused."""
+    (here / "wf.toml").write_text(workflow_file())
+    base = ("--script", "s.yaml", "workflow", "run", "wf.toml", "--repo", "repo")
+    done = steward(capsys, *base, f"--id={bad}")
+    assert_refused(
+        done, here, f"--id {bad!r}: letters, digits, _ and - only", starts=True
+    )

@@ -580,3 +580,10 @@ def test_a_comparison_of_near_miss_values_agrees_with_the_reference(
 def test_evaluate_never_raises(guard: Guard, context: dict[str, Any]) -> None:
     """Any guard over any JSON-like context, NaN included, gives a bool."""
     assert type(evaluate(guard, context)) is bool
+
+
+def test_parentheses_nested_too_deep_are_one_error() -> None:
+    """A guard of thousands of parentheses is refused in one line, not with
+    a traceback."""
+    with pytest.raises(GuardError, match="nested too deep"):
+        parse("(" * 5000 + "a == 1" + ")" * 5000)
