@@ -106,7 +106,8 @@ def verify(
 
 
 def remap(event: Event, old: str, new: str) -> Event:
-    """``event`` with ids derived from run ``old`` rewritten for run ``new``."""
+    """``event`` with ids derived from actor ``old`` rewritten for ``new``
+    (a run's, a workflow run's)."""
 
     def swap(value: str) -> str:
         if value == old or value.startswith((f"{old}/", f"{old}-")):
@@ -114,7 +115,7 @@ def remap(event: Event, old: str, new: str) -> Event:
         return value
 
     changes: dict[str, object] = {}
-    for name in ("run_id", "request_id", "timer_id"):
+    for name in ("run_id", "request_id", "timer_id", "workflow_id"):
         value = getattr(event, name, None)
         if isinstance(value, str):
             changes[name] = swap(value)

@@ -197,6 +197,7 @@ WORKFLOW: Kind[workflow_actor.Workflow] = Kind(
     awaits=workflow_actor.awaits,
     claim=workflow_actor.claim_on,
     correlation=workflow_effects.correlation,
+    detach=workflow_effects.detach,
     pending=workflow_effects.pending,
 )
 

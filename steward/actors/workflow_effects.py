@@ -9,6 +9,7 @@ from steward.actors.effects import Create, Deliver, Effect, Pending, Want
 from steward.actors.run_effects import run_stream
 from steward.actors.workflow import Workflow, phase_of, reports
 from steward.actors.workflow_graph import node_of, render_prompt, upstream_text
+from steward.errors import StewardError
 from steward.events import Event, Recorded
 from steward.events.run import (
     CancelRequested,
@@ -24,7 +25,15 @@ from steward.events.workflow import (
     WorkflowFailed,
 )
 
-__all__ = ["ROUTED", "RESULT_NOTE", "correlation", "effects", "pending", "phase_run"]
+__all__ = [
+    "RESULT_NOTE",
+    "ROUTED",
+    "correlation",
+    "detach",
+    "effects",
+    "pending",
+    "phase_run",
+]
 
 ROUTED: frozenset[type[Event]] = frozenset({PhaseStarted, WorkflowCancelled})
 
@@ -98,6 +107,18 @@ def pending(event: Event) -> Pending:
             return Pending(ended=True)
         case _:
             return Pending()
+
+
+def detach(event: Event) -> Event:
+    """A forked workflow run's first input, as it is (its ids are the fork's
+    already); one in a git worktree cannot be forked, the worktree and its
+    branch being the run's own."""
+    if isinstance(event, WorkflowCreated) and event.worktree is not None:
+        raise StewardError(
+            "a workflow run in a git worktree cannot be forked: its worktree "
+            "and branch are its own; start a new run of its file instead"
+        )
+    return event
 
 
 def correlation(state: Workflow, input: Event) -> str | None:

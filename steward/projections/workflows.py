@@ -153,6 +153,14 @@ def _apply(conn: sqlite3.Connection, rec: Recorded) -> None:
             _end(conn, workflow_id, status, reason, rec.at)
         case events.WorkflowCancelled(reason=reason):
             _end(conn, workflow_id, "cancelled", reason, rec.at)
+            # an attempt that failed while paused, its retry never taken
+            failed = conn.execute(
+                "SELECT node_key, attempt FROM run_nodes WHERE workflow_id=? AND "
+                "status='failed'",
+                (workflow_id,),
+            ).fetchall()
+            for node, attempt in failed:
+                _diagnostics(conn, rec, node, attempt, "failed")
         case events.PhaseStarted(node=node, attempt=attempt, run_id=run_id):
             where = (workflow_id, node, attempt)
             (run_ids,) = conn.execute(

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from workflow_files import EXAMPLE, SCRIPT
 
 from steward import cli, events, replay
+from steward.actors import workflow as wf
 from steward.actors.kind import kind_of
 from steward.actors.llm import Reply, ReplyError, RequestInfo, ScriptedProvider
 from steward.actors.prompt import Prompt
@@ -285,3 +286,109 @@ async def test_the_golden_workflows_project_as_alphreds_tables(tmp_path: Path) -
     assert diagnostics[("wf-fail", "design", 1)] == ("failed", 1)
     assert diagnostics[("wf-cancel", "design", 1)] == ("failed", 1)
     assert len(diagnostics) == 7  # five attempts of wf-loop, one each of the others
+
+
+def test_a_node_talks_to_its_providers_table(
+    tmp_path: Path, monkeypatch: Any, capsys: Any
+) -> None:
+    """A node whose provider is [models.other] asks that table's model, even
+    when its model id says nothing (two scripted tables, two scripts)."""
+    monkeypatch.chdir(tmp_path)
+    finish = {"type": "finish", "output": "from {}"}
+    for name in ("default", "other"):
+        reply = json.dumps({**finish, "output": f"from {name}"})
+        (tmp_path / f"{name}.json").write_text(json.dumps({"replies": [reply]}))
+    (tmp_path / "steward.toml").write_text(
+        "[run]\nplanning_gate = false\n\n"
+        '[models.default]\nprovider = "scripted"\nscript = "default.json"\n\n'
+        '[models.other]\nprovider = "scripted"\nscript = "other.json"\n'
+    )
+    (tmp_path / "wf.toml").write_text(
+        '[workflow]\nkey = "two"\nversion = 1\n\n'
+        '[[nodes]]\nkey = "a"\nprovider = "other"\n\n'
+        '[[nodes]]\nkey = "b"\nprovider = "default"\n\n'
+        '[[edges]]\nsource = "a"\ntarget = "b"\npriority = 1\nauto = true\n'
+    )
+    assert cli.main(["--db", "log.db", "workflow", "run", "wf.toml", "--id", "w"]) == 0
+    capsys.readouterr()
+    assert cli.main(["--db", "log.db", "runs", "show", "w"]) == 0
+    lines = capsys.readouterr().out
+    assert "completed" in lines
+
+    async def reports() -> list[str]:
+        async with await SqliteEventLog.open(tmp_path / "log.db") as log:
+            return [
+                r.event.report
+                for r in await log.read("workflow.w")
+                if isinstance(r.event, events.PhaseCompleted)
+            ]
+
+    assert asyncio.run(reports()) == ["from other", "from default"]
+
+
+def test_a_workflow_run_forks_under_its_own_ids(
+    tmp_path: Path, monkeypatch: Any, capsys: Any
+) -> None:
+    """`steward fork workflow.ID --at V` copies the run to where review asked
+    for changes: the copy's phases are its own runs (the next one starts
+    under the fork's id) and it verifies."""
+    monkeypatch.chdir(tmp_path)
+    base = ["--db", "log.db", "--script", str(SCRIPT)]
+    run = [*base, "workflow", "run", str(EXAMPLE), "--input", "feature=x", "--id", "w"]
+    assert cli.main([*run, "--quiet"]) == 0
+    capsys.readouterr()
+
+    async def records(stream: str) -> list[events.Recorded]:
+        async with await SqliteEventLog.open(tmp_path / "log.db") as log:
+            return await log.read(stream)
+
+    original = asyncio.run(records("workflow.w"))
+    at = next(
+        r.version
+        for r in original
+        if isinstance(r.event, events.PhaseStarted) and r.event.attempt == 2
+    )
+    assert cli.main(["--db", "log.db", "fork", "workflow.w", "--at", str(at)]) == 0
+    forked = capsys.readouterr().out.splitlines()[0].split()[-1]
+    copy = asyncio.run(records(forked))
+    first, last = copy[0].event, copy[-1].event
+    new_id = forked.removeprefix("workflow.")
+    assert isinstance(first, events.WorkflowCreated) and first.workflow_id == new_id
+    assert isinstance(last, events.PhaseStarted)
+    assert (last.node, last.run_id) == ("implement", f"{new_id}-implement-4")
+    assert replay.verify(copy) is None
+
+
+async def test_an_attempt_failed_while_paused_then_cancelled_has_diagnostics(
+    tmp_path: Path,
+) -> None:
+    """A phase fails while its run is paused (its retry never taken), then
+    the run is cancelled: that attempt ended, and its diagnostics say so."""
+    node = NodeDef(key="a", provider="default", max_retries=1)
+    defn = WorkflowDef(key="k", version=1, nodes=(node,))
+    state, log = wf.initial, []
+    failed = events.SubagentResult(run_id="w-a-1", status="failed", output="boom")
+    for input in (
+        events.WorkflowCreated(workflow_id="w", definition=defn),
+        events.WorkflowPauseRequested(),
+        events.SubagentFinished(result=failed, at=2.0),
+        events.WorkflowCancelRequested(),
+    ):
+        decided = wf.decide(input, state)
+        assert decided is not None, input
+        log += [input, *decided]
+        state = kind_of("workflow.w").fold([input, *decided], state)
+    records = [
+        events.Recorded(
+            stream="workflow.w", version=n, position=n, at=float(n), event=e
+        )
+        for n, e in enumerate(log, start=1)
+    ]
+    projector = await Projector.open(tmp_path / "views.db")
+    try:
+        await projector.apply(records)
+        await projector.flush()
+    finally:
+        await projector.close()
+    rows = _tables(tmp_path / "views.db")["run_node_diagnostics"]
+    assert [(r[1], r[2], r[3], r[4]) for r in rows] == [("a", 1, "failed", 1)]
