@@ -9,8 +9,8 @@ traceback; a closed standard output ends a command quietly.
 
 The package, one job a module: `parser` (the grammar), `env` (settings,
 the log, exit statuses), `runs`, `serve`, `history` (replay, fork, export,
-projections) and `demo` (the commands), `hosting` (a run hosted and watched
-in the foreground).
+projections), `chat`, `sessions`, `workflow` and `demo` (the commands),
+`hosting` (a run hosted and watched in the foreground).
 """
 
 from __future__ import annotations

@@ -411,12 +411,16 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME=VALUE",
         help="a value for {input.NAME} in the prompts (repeatable)",
     )
-    s.add_argument("--id", help="the workflow run's id (default: wf-<random>)")
+    s.add_argument(
+        "--id",
+        help="the workflow run's id: letters, digits, _ and - (default: wf-<random>)",
+    )
     s.add_argument(
         "--repo",
         metavar="PATH",
-        help="run the phases in a git worktree of this repository (default: "
-        "the file's [git] repository; neither: the tools' workspace)",
+        help="run the phases in a git worktree of this repository on a new "
+        "branch, removed when the run ends (default: the file's [git] "
+        "repository; neither: the tools' workspace)",
     )
     s.add_argument(
         "--base",
