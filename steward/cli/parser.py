@@ -24,6 +24,7 @@ from steward.cli.runs import (
 from steward.cli.serve import cmd_serve, cmd_worker
 from steward.cli.sessions import cmd_sessions_list, cmd_sessions_send, cmd_sessions_show
 from steward.cli.workflow import cmd_cancel as cmd_workflow_cancel
+from steward.cli.workflow import cmd_list as cmd_workflow_list
 from steward.cli.workflow import cmd_pause, cmd_resume, cmd_validate
 from steward.cli.workflow import cmd_run as cmd_workflow_run
 from steward.config.settings import Port
@@ -439,6 +440,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--issue", help="the value of {issue-id} in the branch's name")
     s.add_argument("--quiet", action="store_true", help="print only the end and the id")
     s.set_defaults(fn=cmd_workflow_run)
+    s = wsub.add_parser(
+        "list",
+        help="the workflow runs, the last active first, one a line after a header",
+    )
+    s.add_argument(
+        "--status",
+        choices=["pending", "running", "paused", "completed", "failed", "cancelled"],
+        help="only those in this status",
+    )
+    s.add_argument(
+        "--limit", type=_positive, default=20, help="at most this many (default: 20)"
+    )
+    s.set_defaults(fn=cmd_workflow_list)
     for name, fn, what, reason in (
         ("pause", cmd_pause, "start no more phases (the one running ends)", True),
         ("resume", cmd_resume, "go on with a paused run", False),

@@ -28,6 +28,7 @@ from steward.cli.hosting import checked_provider, new_host
 from steward.errors import StewardError
 from steward.host import Host
 from steward.hostlock import HostLock
+from steward.isotime import iso_time
 from steward.workflows import created, load_definition, worktree
 
 TERMINAL = ("completed", "failed", "cancelled")
@@ -39,6 +40,31 @@ async def cmd_validate(env: Env, args: argparse.Namespace) -> int:
         f"{args.file}: ok: workflow {definition.key} v{definition.version}, "
         f"{len(definition.nodes)} nodes, {len(definition.edges)} edges"
     )
+    return 0
+
+
+async def cmd_list(env: Env, args: argparse.Namespace) -> int:
+    async with opened(env, create=False) as (log, projector):
+        await projector.catch_up(log)
+        where, params = ("WHERE status=?", [args.status]) if args.status else ("", [])
+        rows = await projector.query(
+            "SELECT workflow_id, status, tree_key, version, phases, current_node, "
+            f"updated_at FROM workflow_runs {where} "
+            "ORDER BY updated_at DESC, workflow_id LIMIT ?",
+            [*params, args.limit],
+        )
+    if not rows:
+        env.out("no workflow runs yet" if not args.status else f"no {args.status} ones")
+        return 0
+    env.out(
+        f"{'id':<22} {'status':<10} {'workflow':<28} {'phases':>6}  {'at':<12} last"
+    )
+    for wid, status, key, version, phases, node, updated in rows:
+        workflow = f"{key} v{version}"
+        env.out(
+            f"{wid:<22} {status:<10} {workflow:<28} {phases:>6}  {node or '-':<12} "
+            f"{iso_time(updated)}"
+        )
     return 0
 
 

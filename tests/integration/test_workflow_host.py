@@ -392,3 +392,23 @@ async def test_an_attempt_failed_while_paused_then_cancelled_has_diagnostics(
         await projector.close()
     rows = _tables(tmp_path / "views.db")["run_node_diagnostics"]
     assert [(r[1], r[2], r[3], r[4]) for r in rows] == [("a", 1, "failed", 1)]
+
+
+def test_workflow_list_shows_each_run_with_its_status(
+    tmp_path: Path, monkeypatch: Any, capsys: Any
+) -> None:
+    """`workflow list` prints a header, then each run: id, status, workflow
+    and version, phases started; --status keeps those in one status."""
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["--db", "log.db", "workflow", "list"]) == 2  # no log yet
+    capsys.readouterr()
+    base = ["--db", "log.db", "--script", str(SCRIPT)]
+    run = [*base, "workflow", "run", str(EXAMPLE), "--input", "feature=x"]
+    assert cli.main([*run, "--id", "w1", "--quiet"]) == 0
+    capsys.readouterr()
+    assert cli.main(["--db", "log.db", "workflow", "list"]) == 0
+    header, row = capsys.readouterr().out.splitlines()
+    assert header.split()[:4] == ["id", "status", "workflow", "phases"]
+    assert row.split()[:5] == ["w1", "completed", "design-implement-review", "v1", "5"]
+    assert cli.main(["--db", "log.db", "workflow", "list", "--status", "failed"]) == 0
+    assert capsys.readouterr().out == "no failed ones\n"
