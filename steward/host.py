@@ -673,7 +673,6 @@ class Host:
             request_id=rid,
             priority=request.priority,
             profile=call.profile,
-            model=prompt.model,
             table=call.table,
         )
         answer: Event | None

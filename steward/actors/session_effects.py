@@ -91,7 +91,7 @@ def turn_run(state: Session, turn: TurnStarted, stream: str) -> RunCreated:
     turn's merged messages are its input, the context before them its
     conversation."""
     settings = state.settings
-    run_settings = replace(settings.run, model=model_id(state))
+    run_settings = replace(settings.run, model=model_id(state), model_table=state.model)
     context = build_context(
         settings,
         model=state.model,
@@ -123,7 +123,10 @@ def subagent_run(state: Session, started: SubagentStarted, stream: str) -> RunCr
     settings = state.settings
     tools = tuple(t for t in settings.run.tools if t.name not in SESSION_TOOLS)
     run_settings = replace(
-        settings.run, model=model_id(state, started.model), tools=tools
+        settings.run,
+        model=model_id(state, started.model),
+        model_table=started.model or state.model,
+        tools=tools,
     )
     context = build_context(
         settings,
@@ -191,7 +194,10 @@ def model_call(
         else:
             prompt = direct_prompt(state)
     return ModelCall(
-        prompt=prompt, actor_id=state.session_id, profile=state.settings.profile
+        prompt=prompt,
+        actor_id=state.session_id,
+        profile=state.settings.profile,
+        table=state.model,
     )
 
 

@@ -127,9 +127,8 @@ class RunSettings(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     spawn naming another is corrected. ``None`` (a run recorded before this
     field existed) checks none."""
     model_table: str | None = None
-    """The ``[models.<name>]`` table the run's calls go to (a workflow
-    node's ``provider``); ``None``: its profile's, or the table of its model
-    id."""
+    """The ``[models.<name>]`` table the run's calls go to (a session's
+    model, a workflow node's ``provider``); ``None``: its profile's."""
     revision: int = 0
     """The decider behaviour the run was created under (`LATEST_REVISION` for
     new runs, 0 for runs recorded before revisions existed). A change to what

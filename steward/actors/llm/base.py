@@ -115,9 +115,6 @@ class RequestInfo(msgspec.Struct, frozen=True, kw_only=True):
     request_id: str
     priority: Literal["interactive", "subagent"] = "interactive"
     profile: str | None = None
-    model: str | None = None
-    """The model id the call asks for (the prompt's): with the profile, it
-    picks the ``[models.<name>]`` table the call goes to."""
     table: str | None = None
     """The ``[models.<name>]`` table the caller named; it goes there."""
 

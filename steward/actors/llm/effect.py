@@ -89,7 +89,7 @@ class ModelCalls:
         retries = self.retries
         record = False
         if isinstance(provider, ModelRouter):
-            model = provider.model(info.profile, info.model, info.table)
+            model = provider.model(info.profile, info.table)
             retries, record = model.max_retries, model.record_stream
         # A provider whose replies are whole before they are given (the
         # scripted one) hands over the result alone when no one watches the
@@ -101,7 +101,7 @@ class ModelCalls:
             on_event, keep_stream = self._watchers(port, rec, info, record)
         else:
             target = (
-                provider.provider(info.profile, info.model, info.table)
+                provider.provider(info.profile, info.table)
                 if isinstance(provider, ModelRouter)
                 else provider
             )

@@ -103,10 +103,8 @@ class ModelRouter:
 
     A `Provider` itself: ``stream`` asks the provider of the request's table
     (`table`), built on first use and kept: the one the request names
-    (``info.table``, a workflow node's ``provider``), else by the model id
-    it asks for (``info.model``, the prompt's): the table of its agent
-    profile when that is the id (or none is asked for), else the first table
-    with that id (a session switched with ``/model``), else the profile's.
+    (``info.table``: a session's model, switched with ``/model``; a
+    workflow node's ``provider``), else its agent profile's.
     ``cost`` prices a call at its table's prices. With ``script`` set, every
     table plays that script instead (the ``--script`` option).
     """
@@ -119,24 +117,16 @@ class ModelRouter:
         self._built: dict[str, Provider] = {}
         self._rates: dict[str, RateLimiter] = {}
 
-    def table(
-        self, profile: str | None, model: str | None = None, table: str | None = None
-    ) -> str:
-        """The name of the table a request of ``profile`` for model id
-        ``model`` (naming ``table``) goes to."""
-        tables = self.settings.models
-        if table is not None and table in tables:
+    def table(self, profile: str | None, table: str | None = None) -> str:
+        """The name of the table a request of ``profile`` naming ``table``
+        goes to: that one if it is configured, else the profile's."""
+        if table is not None and table in self.settings.models:
             return table
-        own = self.settings.profile(profile or "default").model
-        if model is None or (own in tables and tables[own].model == model):
-            return own
-        return next((n for n, t in tables.items() if t.model == model), own)
+        return self.settings.profile(profile or "default").model
 
-    def model(
-        self, profile: str | None, model: str | None = None, table: str | None = None
-    ) -> ModelConfig:
-        """The table a request of ``profile`` for model id ``model`` goes to."""
-        name = self.table(profile, model, table)
+    def model(self, profile: str | None, table: str | None = None) -> ModelConfig:
+        """The table a request of ``profile`` naming ``table`` goes to."""
+        name = self.table(profile, table)
         config = (
             self.settings.models[name]
             if name in self.settings.models
@@ -148,14 +138,12 @@ class ModelRouter:
             )
         return config
 
-    def provider(
-        self, profile: str | None, model: str | None = None, table: str | None = None
-    ) -> Provider:
+    def provider(self, profile: str | None, table: str | None = None) -> Provider:
         """The provider of `table`, built once (errors name the setting)."""
-        name = self.table(profile, model, table)
+        name = self.table(profile, table)
         built = self._built.get(name)
         if built is None:
-            config = self.model(profile, model, table)
+            config = self.model(profile, table)
             built = self._built[name] = make_provider(config.provider, config)
         return built
 
@@ -166,22 +154,22 @@ class ModelRouter:
         sleep: Callable[[float], Awaitable[None]],
     ) -> RateLimiter:
         """The rate limiter of ``info``'s table (one per table, shared)."""
-        name = self.table(info.profile, info.model, info.table)
+        name = self.table(info.profile, info.table)
         limiter = self._rates.get(name)
         if limiter is None:
-            config = self.model(info.profile, info.model, info.table)
+            config = self.model(info.profile, info.table)
             limiter = self._rates[name] = RateLimiter(
                 config.requests_per_minute, config.tokens_per_minute, now, sleep
             )
         return limiter
 
     def stream(self, prompt: Prompt, info: RequestInfo) -> AsyncIterator[StreamEvent]:
-        return self.provider(info.profile, info.model, info.table).stream(prompt, info)
+        return self.provider(info.profile, info.table).stream(prompt, info)
 
     def cost(self, info: RequestInfo, usage: Usage) -> float:
         """What ``info``'s call with ``usage`` cost at its table's prices, in
         US dollars."""
-        return cost_usd(usage, self.model(info.profile, info.model, info.table))
+        return cost_usd(usage, self.model(info.profile, info.table))
 
     async def aclose(self) -> None:
         """Close every provider built (their HTTP connection pools)."""
