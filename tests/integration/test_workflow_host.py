@@ -238,19 +238,27 @@ def _tables(path: Path) -> dict[str, list[tuple[object, ...]]]:
         conn.close()
 
 
+async def _projected(
+    records: list[events.Recorded], path: Path
+) -> dict[str, list[tuple[object, ...]]]:
+    """The workflow tables a projection file at ``path`` holds once
+    ``records`` are applied to it."""
+    projector = await Projector.open(path)
+    try:
+        await projector.apply(records)
+        await projector.flush()
+    finally:
+        await projector.close()
+    return _tables(path)
+
+
 async def test_the_golden_workflows_project_as_alphreds_tables(tmp_path: Path) -> None:
     """The golden workflow log's runs as the projection's tables: one node
     row per attempt (unique), a routing decision and an artifact per
     completed phase, one diagnostics row per attempt that ended for good."""
     lines = (ROOT / "tests" / "golden" / "workflow.jsonl").read_bytes().splitlines()
     records = [events.recorded_from_json(line) for line in lines]
-    projector = await Projector.open(tmp_path / "views.db")
-    try:
-        await projector.apply(records)
-        await projector.flush()
-    finally:
-        await projector.close()
-    tables = _tables(tmp_path / "views.db")
+    tables = await _projected(records, tmp_path / "views.db")
     runs = {r[0]: (r[7], r[9]) for r in tables["workflow_runs"]}
     assert runs == {
         "wf-loop": ("completed", 6),
@@ -384,13 +392,7 @@ async def test_an_attempt_failed_while_paused_then_cancelled_has_diagnostics(
         )
         for n, e in enumerate(log, start=1)
     ]
-    projector = await Projector.open(tmp_path / "views.db")
-    try:
-        await projector.apply(records)
-        await projector.flush()
-    finally:
-        await projector.close()
-    rows = _tables(tmp_path / "views.db")["run_node_diagnostics"]
+    rows = (await _projected(records, tmp_path / "views.db"))["run_node_diagnostics"]
     assert [(r[1], r[2], r[3], r[4]) for r in rows] == [("a", 1, "failed", 1)]
 
 
