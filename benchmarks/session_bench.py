@@ -27,7 +27,7 @@ from benchmarks.common import REPEATS, Figure
 from benchmarks.runtime_bench import STEPS
 from benchmarks.runtime_bench import _measure as run_steps
 from steward import events
-from steward.actors.kind import KINDS
+from steward.actors.run_effects import run_stream
 from steward.actors.session import Session, session_stream
 from steward.actors.session_context import build_context
 from steward.bus import SqliteEventLog
@@ -134,7 +134,6 @@ def _search_p95_ms(path: Path) -> float:
 
 async def _per_message_us(tmp: Path) -> float:
     """CPU microseconds per message from arrival to its run's start."""
-    kind = KINDS["session"]
     log = await SqliteEventLog.open(tmp / "session.db")
     host = Host(log)  # not started: the effects are made here, one by one
     settings = events.SessionSettings(
@@ -148,6 +147,7 @@ async def _per_message_us(tmp: Path) -> float:
     ]
     for opening in opened:
         await host.submit(session_stream(opening.session_id), opening)
+    runs = []
     started = time.process_time()
     for opening in opened:
         stream = session_stream(opening.session_id)
@@ -155,14 +155,15 @@ async def _per_message_us(tmp: Path) -> float:
         await host.submit(stream, message)
         state: Session = (await host.state(stream))[0]
         assert state.timer is not None
+        # the turn starts, and its run with it (`Kind.starts`)
         commit = await host.submit(stream, events.WakeDue(timer_id=state.timer))
         assert commit is not None
-        turn = commit.records[-1]
-        after: Session = (await host.state(stream))[0]
-        assert kind.effects is not None
-        [create] = kind.effects(turn, after, after)
-        await host.submit(create.stream, create.input)
+        runs.append(commit.records[-1].event)
     seconds = time.process_time() - started
+    for turn in runs:
+        assert isinstance(turn, events.TurnStarted)
+        if await log.version(run_stream(turn.run_id)) == 0:
+            raise RuntimeError(f"the run of {turn.run_id} did not start")
     await log.close()
     return seconds / MESSAGES * 1e6
 

@@ -44,7 +44,7 @@ import asyncio
 import logging
 import random
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import islice
@@ -73,6 +73,7 @@ from steward.actors.timers import Timers, sleep_or
 from steward.actors.tools import ToolContext, ToolRegistry
 from steward.actors.tools.effect import call_tool
 from steward.bus import Commit, EventLog
+from steward.bus.base import Append
 from steward.clock import Clock, SystemClock
 from steward.errors import ConcurrencyError, StewardError, describe
 from steward.events import Event, Recorded
@@ -118,6 +119,16 @@ class _Item:
     input: Event
     causation_id: str | None
     done: asyncio.Future[Commit | None]
+
+
+@dataclass(frozen=True, slots=True)
+class _Start:
+    """An actor a decision starts, decided to be appended after it."""
+
+    source: str  # the id the deciding event will have
+    append: Append
+    after: Any  # the started actor's state after its opening step
+    prompt: Prompt | None
 
 
 class Host:
@@ -178,6 +189,9 @@ class Host:
         # (its own commits, and what the dispatcher saw): a read that returns
         # less started before that commit and must not become the state.
         self._known: dict[str, int] = {}
+        # Events whose effects (actors they start) were carried out in their
+        # own commit, until the dispatcher, which then skips them, sees them.
+        self._carried: set[str] = set()
         self._mailboxes: dict[str, _Mailbox] = {}
         self._inflight: set[str] = set()
         self._draining = False
@@ -295,29 +309,126 @@ class Host:
             return None
         decisions, after, prompt = decided
         batch = [input, *decisions]
-        commit = await self.log.append(
-            stream,
-            batch,
-            version,
+        first = Append(
+            stream=stream,
+            events=batch,
+            expected_version=version,
             correlation_id=kind.correlation_of(state, input),
             causation_id=causation_id,
         )
+        starts = self._starts(kind, first, state, after) if kind.starts else []
+        if starts:
+            commit, outcomes = await self.log.append_then(
+                first, [start.append for start in starts]
+            )
+        else:
+            commit = await self.log.append(
+                stream,
+                batch,
+                version,
+                correlation_id=first.correlation_id,
+                causation_id=causation_id,
+            )
+        self._recorded(commit, batch, after, prompt)
+        if starts:
+            self._started(starts, outcomes)
+        return commit
+
+    def _recorded(
+        self, commit: Commit, batch: Sequence[Event], after: Any, prompt: Prompt | None
+    ) -> None:
+        """Keep what this host's own commit of a decided ``batch`` tells."""
         METRICS.commits += 1
-        self._last_commit = commit.last_position
+        self._last_commit = max(self._last_commit, commit.last_position)
         for event in batch:
             if type(event) in COUNTED:
                 METRICS.record(event)
         if prompt is not None:
             # the model call will send the prompt the decider hashed
-            request = decisions[-1]
+            request = batch[-1]
             assert isinstance(request, events.LlmRequested)
             if len(self._prompts) >= _KEPT_PROMPTS:
                 self._prompts.clear()
             self._prompts[request.request_id] = prompt
-        self._keep(stream, after, commit.last_version)
-        self._own[stream] = commit.last_version
-        self._know(stream, commit.last_version)
-        return commit
+        stream, version = commit.stream, commit.last_version
+        if self._cache.get(stream, (None, 0))[1] <= version:
+            self._keep(stream, after, version)
+            self._own[stream] = version
+        self._know(stream, version)
+
+    def _starts(
+        self, kind: Kind[Any], first: Append, state: Any, after: Any
+    ) -> list[_Start]:
+        """The actors the decisions of ``first`` start (`Kind.starts`), to
+        be appended after it in the same transaction: one commit where the
+        dispatcher would make two. Only streams this host knows nothing of,
+        their opening inputs decided on their kinds' initial states; an
+        event whose effects are not all such is left to the dispatcher."""
+        if self.scope is not None and first.correlation_id != self.scope:
+            return []  # another run's: the serve's work, not this host's
+        assert kind.effects is not None
+        batch = first.events
+        starts: list[_Start] = []
+        for i, event in enumerate(batch):
+            if i == 0 or type(event) not in kind.starts:
+                continue
+            at = after if i == len(batch) - 1 else kind.fold(batch[: i + 1], state)
+            rec = Recorded(
+                stream=first.stream,
+                version=first.expected_version + 1 + i,
+                position=0,  # not known before the commit; effects never read it
+                at=self.clock.now(),
+                event=event,
+                correlation_id=first.correlation_id,
+                causation_id=first.causation_id,
+            )
+            found = [self._start_now(e, rec.id) for e in kind.effects(rec, at, after)]
+            if found and all(found):
+                starts += [start for start in found if start is not None]
+        return starts
+
+    def _start_now(self, effect: Effect, source: str) -> _Start | None:
+        """``effect`` as an actor to start in its cause's commit, if it is one."""
+        if not isinstance(effect, Create):
+            return None
+        stream = effect.stream
+        if stream in self._known or stream in self._cache or stream in self._mailboxes:
+            return None
+        kind = kind_of(stream)
+        if not isinstance(effect.input, kind.opens):
+            return None
+        input = self._stamped(effect.input, effect.stamp)
+        decided = kind.decide_and_fold(input, kind.initial, self._prompt_cache)
+        if decided is None:
+            return None
+        decisions, after, prompt = decided
+        append = Append(
+            stream=stream,
+            events=[input, *decisions],
+            expected_version=0,
+            correlation_id=kind.correlation_of(kind.initial, input),
+            causation_id=source,
+        )
+        return _Start(source, append, after, prompt)
+
+    def _started(
+        self, starts: list[_Start], outcomes: list[Commit | Exception]
+    ) -> None:
+        """Keep the commits of the actors started with their cause's; one not
+        written (it had begun after all) is left to the dispatcher."""
+        failed = set()
+        for start, outcome in zip(starts, outcomes, strict=True):
+            if isinstance(outcome, Commit):
+                METRICS.effects["spawn"] += 1
+                self._recorded(outcome, start.append.events, start.after, start.prompt)
+            else:
+                failed.add(start.source)
+                log.debug(
+                    "%s: left to the dispatcher (%s)", start.append.stream, outcome
+                )
+        if len(self._carried) > _KEPT_PROMPTS:
+            self._carried.clear()  # a dispatcher that skipped none: at worst, redone
+        self._carried.update({start.source for start in starts} - failed)
 
     async def state(self, stream: str) -> tuple[Any, int]:
         """The current state and version of ``stream`` (cached).
@@ -544,6 +655,9 @@ class Host:
         kind = kind_of(rec.stream)
         if kind.effects is None:
             return
+        if self._carried and rec.id in self._carried:
+            self._carried.discard(rec.id)
+            return  # its actors started in its commit
         at = self._cached_at(rec.stream, rec.version)
         if at is None:
             at = await self._state_at(rec.stream, rec.version)

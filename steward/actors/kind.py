@@ -93,6 +93,9 @@ class Kind(Generic[S]):
     effects: Callable[[Recorded, S, S], list[Effect]] | None = None
     """What committed event ``rec`` asks of the host, given the state at it
     and the newest state (`steward.actors.effects`)."""
+    starts: frozenset[type[Event]] = frozenset()
+    """The decisions whose effects start other actors (`Create`): the host
+    appends those actors' opening steps with the decision, in one commit."""
     awaits: Callable[[S, str], bool] | None = None
     """Whether the actor still waits for the result of an effect (by request
     id): the host skips a call whose answer is in already."""
@@ -159,6 +162,7 @@ RUN: Kind[run_actor.Run] = Kind(
     same_decisions=run_effects.same_decisions,
     routed=run_effects.ROUTED,
     effects=run_effects.effects,
+    starts=frozenset({run_events.SubagentsSpawned}),
     awaits=run_effects.awaits,
     claim=run_effects.claim,
     model_call=run_effects.model_call,
@@ -177,6 +181,7 @@ SESSION: Kind[session_actor.Session] = Kind(
     opens=(session_events.SessionOpened,),
     routed=session_effects.ROUTED,
     effects=session_effects.effects,
+    starts=frozenset({session_events.TurnStarted, session_events.SubagentStarted}),
     awaits=session_effects.awaits,
     claim=session_actor.claim_on,
     model_call=session_effects.model_call,
@@ -194,6 +199,7 @@ WORKFLOW: Kind[workflow_actor.Workflow] = Kind(
     opens=(workflow_events.WorkflowCreated,),
     routed=workflow_effects.ROUTED,
     effects=workflow_effects.effects,
+    starts=frozenset({workflow_events.PhaseStarted}),
     awaits=workflow_actor.awaits,
     claim=workflow_actor.claim_on,
     correlation=workflow_effects.correlation,

@@ -69,7 +69,7 @@ from typing import Any, Literal
 import aiosqlite
 import msgspec
 
-from steward.bus.base import Commit, check_append, envelopes
+from steward.bus.base import Append, Commit, append_in_turn, check_append, envelopes
 from steward.bus.pages import decode_page
 from steward.errors import ConcurrencyError, LogReadError, LogWriteError
 from steward.events import Event, Recorded, encode_blob
@@ -217,6 +217,17 @@ class _Append:
         self.causation_id = causation_id
         self.at = at
         self.future = future
+
+
+def _answer(outcome: Commit | Exception | _Append) -> Commit | Exception:
+    """What an append of `SqliteEventLog.append_then` was answered."""
+    if not isinstance(outcome, _Append):
+        return outcome
+    error = outcome.future.exception()
+    if error is None:
+        return outcome.future.result()
+    assert isinstance(error, Exception)
+    return error
 
 
 class SqliteEventLog:
@@ -390,6 +401,53 @@ class SqliteEventLog:
             LogWriteError: the log is closed or SQLite failed the commit.
             ValueError: ``events`` is empty or the arguments are malformed.
         """
+        request = self._request(
+            stream, events, expected_version, correlation_id, causation_id, at
+        )
+        if self._alone and not self._pending and self._may_commit_now():
+            if self._commit_on_loop([request]):
+                return request.future.result()
+        self._pending.append(request)
+        self._wakeup.set()
+        return await request.future
+
+    async def append_then(
+        self, first: Append, then: Sequence[Append]
+    ) -> tuple[Commit, list[Commit | Exception]]:
+        """Append ``first``, then each of ``then`` if it was written: in one
+        transaction when an append would commit at once, else one after the
+        other (see `EventLog.append_then`)."""
+        if not (self._alone and not self._pending and self._may_commit_now()):
+            return await append_in_turn(self, first, then)
+        requests = [self._request_of(first)]
+        outcomes: list[Commit | Exception | _Append] = []
+        for a in then:
+            try:
+                outcomes.append(self._request_of(a))
+            except Exception as e:  # cannot be encoded: not in the batch
+                outcomes.append(e)
+        requests += [r for r in outcomes if isinstance(r, _Append)]
+        if not self._commit_on_loop(requests, chained=True):
+            # another process holds the write lock: wait for it in turn
+            return await append_in_turn(self, first, then)
+        answers = [_answer(o) for o in outcomes]  # each retrieved, whatever it is
+        return requests[0].future.result(), answers
+
+    def _request_of(self, a: Append) -> _Append:
+        return self._request(
+            a.stream, a.events, a.expected_version, a.correlation_id, a.causation_id
+        )
+
+    def _request(
+        self,
+        stream: str,
+        events: Sequence[Event],
+        expected_version: int,
+        correlation_id: str | None,
+        causation_id: str | None,
+        at: float | None = None,
+    ) -> _Append:
+        """An append checked and encoded, with the future it is answered by."""
         check_append(stream, events, expected_version)
         if self._closing:
             raise LogWriteError(
@@ -398,8 +456,7 @@ class SqliteEventLog:
         # Encoding here, in the caller's task, means an event that cannot be
         # encoded fails its own append and never reaches the shared batch.
         data = encode_blob(events[0] if len(events) == 1 else list(events))
-        future: asyncio.Future[Commit] = asyncio.get_running_loop().create_future()
-        request = _Append(
+        return _Append(
             stream,
             events,
             data,
@@ -407,14 +464,8 @@ class SqliteEventLog:
             correlation_id,
             causation_id,
             self._clock() if at is None else at,
-            future,
+            asyncio.get_running_loop().create_future(),
         )
-        if self._alone and not self._pending and self._may_commit_now():
-            if self._commit_on_loop([request]):
-                return future.result()
-        self._pending.append(request)
-        self._wakeup.set()
-        return await future
 
     def _may_commit_now(self) -> bool:
         """Whether an append may be committed at once, in its caller's task.
@@ -479,17 +530,26 @@ class SqliteEventLog:
             self._pending.clear()
 
     def _transaction(
-        self, batch: list[_Append]
+        self, batch: list[_Append], chained: bool = False, guess: bool = True
     ) -> tuple[bool, list[Commit | ConcurrencyError]]:
-        """Commit ``batch``; (anything written, outcomes)."""
+        """Commit ``batch``; (anything written, outcomes). ``chained``: the
+        rest of the batch is written only if its first append is. ``guess``:
+        see `_known_state`."""
         conn = self._writer
         conn.execute("BEGIN IMMEDIATE")
         try:
-            versions, head = self._known_state(conn, batch)
-            rows, outcomes, head = self._plan(batch, versions, head)
+            versions, head = self._known_state(conn, batch, guess)
+            rows, outcomes, head = self._plan(batch, versions, head, chained)
             if rows:
                 conn.executemany(_INSERT, rows)
             conn.execute("COMMIT")
+        except sqlite3.IntegrityError:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            if not guess:
+                raise
+            # a stream guessed to be new had begun: the batch again, read
+            return self._transaction(batch, chained, guess=False)
         except BaseException:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
@@ -499,11 +559,15 @@ class SqliteEventLog:
         return bool(rows), outcomes
 
     def _known_state(
-        self, conn: sqlite3.Connection, batch: list[_Append]
+        self, conn: sqlite3.Connection, batch: list[_Append], guess: bool
     ) -> tuple[dict[str, int], int]:
         """In the write transaction: the batch's streams' versions, and the head.
 
         Read from the file only for what the writer does not know already.
+        With ``guess``, a stream it does not know that an append expects to
+        be new (a child's start, a session's opening) is taken to be: if it
+        has begun, inserting its version 1 breaks ``UNIQUE (stream,
+        version)``, and the transaction is made again without guessing.
         """
         (data_version,) = conn.execute("PRAGMA data_version").fetchone()
         if data_version != self._data_version or len(self._versions) > _KNOWN_STREAMS:
@@ -519,7 +583,8 @@ class SqliteEventLog:
                 versions[r.stream] = known[r.stream]
             elif r.stream not in versions:
                 versions[r.stream] = 0
-                unknown.append(r.stream)
+                if r.expected != 0 or not guess:
+                    unknown.append(r.stream)
         head = self._head
         if unknown or head is None:
             for name, value in conn.execute(_BATCH_STATE, (_json.encode(unknown),)):
@@ -554,11 +619,11 @@ class SqliteEventLog:
                 return
         self._settle(batch, wrote, outcomes)
 
-    def _commit_on_loop(self, batch: list[_Append]) -> bool:
+    def _commit_on_loop(self, batch: list[_Append], chained: bool = False) -> bool:
         """Commit ``batch`` here, on the event loop, and answer its appends;
         False (nothing done) when another process holds the write lock."""
         try:
-            wrote, outcomes = self._transaction(batch)
+            wrote, outcomes = self._transaction(batch, chained)
         except sqlite3.OperationalError as e:
             if e.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:
                 return False
@@ -677,16 +742,20 @@ class SqliteEventLog:
 
     @staticmethod
     def _plan(
-        batch: list[_Append], versions: dict[str, int], position: int
+        batch: list[_Append], versions: dict[str, int], position: int, chained: bool
     ) -> tuple[list[tuple[Any, ...]], list[Commit | ConcurrencyError], int]:
         """The rows a batch inserts, what each of its appends gets back, and
         the head after it; ``versions`` (of the batch's streams, before it)
-        is brought up to date."""
+        is brought up to date. ``chained``: if the first append is refused,
+        so is the rest, with its conflict."""
         rows: list[tuple[Any, ...]] = []
         outcomes: list[Commit | ConcurrencyError] = []
         for r in batch:
             stream = r.stream
             actual = versions.get(stream, 0)
+            if chained and outcomes and not rows:
+                outcomes.append(outcomes[0])
+                continue
             if actual != r.expected:
                 outcomes.append(ConcurrencyError(stream, r.expected, actual))
                 continue
