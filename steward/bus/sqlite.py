@@ -69,7 +69,7 @@ from typing import Any, Literal
 import aiosqlite
 import msgspec
 
-from steward.bus.base import Append, Commit, append_in_turn, check_append, envelopes
+from steward.bus.base import Append, Commit, check_append, envelopes
 from steward.bus.pages import decode_page
 from steward.errors import ConcurrencyError, LogReadError, LogWriteError
 from steward.events import Event, Recorded, encode_blob
@@ -196,6 +196,7 @@ class _Append:
         "causation_id",
         "at",
         "future",
+        "after",
     )
 
     def __init__(
@@ -208,6 +209,7 @@ class _Append:
         causation_id: str | None,
         at: float,
         future: asyncio.Future[Commit],
+        after: _Append | None = None,
     ) -> None:
         self.stream = stream
         self.events = evs
@@ -217,6 +219,14 @@ class _Append:
         self.causation_id = causation_id
         self.at = at
         self.future = future
+        self.after = after
+        """The append this one is written after, and only if that one is."""
+
+
+def _ok(request: _Append) -> bool:
+    """Whether ``request``, of a batch before, was written."""
+    future = request.future
+    return future.done() and not future.cancelled() and future.exception() is None
 
 
 def _answer(outcome: Commit | Exception | _Append) -> Commit | Exception:
@@ -414,29 +424,36 @@ class SqliteEventLog:
     async def append_then(
         self, first: Append, then: Sequence[Append]
     ) -> tuple[Commit, list[Commit | Exception]]:
-        """Append ``first``, then each of ``then`` if it was written: in one
-        transaction when an append would commit at once, else one after the
-        other (see `EventLog.append_then`)."""
-        if not (self._alone and not self._pending and self._may_commit_now()):
-            return await append_in_turn(self, first, then)
-        requests = [self._request_of(first)]
+        """Append ``first``, then each of ``then`` if it was written, in one
+        transaction: committed at once, or queued together for the writer
+        (which splits them only across a full batch; see
+        `EventLog.append_then`)."""
+        head = self._request_of(first)
         outcomes: list[Commit | Exception | _Append] = []
         for a in then:
             try:
-                outcomes.append(self._request_of(a))
-            except Exception as e:  # cannot be encoded: not in the batch
+                outcomes.append(self._request_of(a, after=head))
+            except Exception as e:  # cannot be encoded: never queued
                 outcomes.append(e)
-        requests += [r for r in outcomes if isinstance(r, _Append)]
-        if not self._commit_on_loop(requests, chained=True):
-            # another process holds the write lock: wait for it in turn
-            return await append_in_turn(self, first, then)
+        requests = [head, *(o for o in outcomes if isinstance(o, _Append))]
+        if not (
+            self._alone
+            and not self._pending
+            and self._may_commit_now()
+            and self._commit_on_loop(requests)
+        ):
+            self._pending.extend(requests)
+            self._wakeup.set()
+            await asyncio.gather(*(r.future for r in requests), return_exceptions=True)
         answers = [_answer(o) for o in outcomes]  # each retrieved, whatever it is
-        return requests[0].future.result(), answers
+        return head.future.result(), answers
 
-    def _request_of(self, a: Append) -> _Append:
-        return self._request(
+    def _request_of(self, a: Append, after: _Append | None = None) -> _Append:
+        request = self._request(
             a.stream, a.events, a.expected_version, a.correlation_id, a.causation_id
         )
+        request.after = after
+        return request
 
     def _request(
         self,
@@ -530,16 +547,15 @@ class SqliteEventLog:
             self._pending.clear()
 
     def _transaction(
-        self, batch: list[_Append], chained: bool = False, guess: bool = True
-    ) -> tuple[bool, list[Commit | ConcurrencyError]]:
-        """Commit ``batch``; (anything written, outcomes). ``chained``: the
-        rest of the batch is written only if its first append is. ``guess``:
-        see `_known_state`."""
+        self, batch: list[_Append], guess: bool = True
+    ) -> tuple[bool, list[Commit | Exception]]:
+        """Commit ``batch``; (anything written, outcomes). ``guess``: see
+        `_known_state`."""
         conn = self._writer
         conn.execute("BEGIN IMMEDIATE")
         try:
             versions, head = self._known_state(conn, batch, guess)
-            rows, outcomes, head = self._plan(batch, versions, head, chained)
+            rows, outcomes, head = self._plan(batch, versions, head)
             if rows:
                 conn.executemany(_INSERT, rows)
             conn.execute("COMMIT")
@@ -549,7 +565,7 @@ class SqliteEventLog:
             if not guess:
                 raise
             # a stream guessed to be new had begun: the batch again, read
-            return self._transaction(batch, chained, guess=False)
+            return self._transaction(batch, guess=False)
         except BaseException:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
@@ -619,11 +635,11 @@ class SqliteEventLog:
                 return
         self._settle(batch, wrote, outcomes)
 
-    def _commit_on_loop(self, batch: list[_Append], chained: bool = False) -> bool:
+    def _commit_on_loop(self, batch: list[_Append]) -> bool:
         """Commit ``batch`` here, on the event loop, and answer its appends;
         False (nothing done) when another process holds the write lock."""
         try:
-            wrote, outcomes = self._transaction(batch, chained)
+            wrote, outcomes = self._transaction(batch)
         except sqlite3.OperationalError as e:
             if e.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:
                 return False
@@ -650,7 +666,7 @@ class SqliteEventLog:
         self,
         batch: list[_Append],
         wrote: bool,
-        outcomes: list[Commit | ConcurrencyError],
+        outcomes: list[Commit | Exception],
     ) -> None:
         """Answer the appends of a committed batch and tell subscribers."""
         if wrote and self._checkpointer is not None:
@@ -675,17 +691,15 @@ class SqliteEventLog:
 
     async def _on_thread(
         self,
-        fn: Callable[[list[_Append]], tuple[bool, list[Commit | ConcurrencyError]]],
+        fn: Callable[[list[_Append]], tuple[bool, list[Commit | Exception]]],
         batch: list[_Append],
-    ) -> tuple[bool, list[Commit | ConcurrencyError]]:
+    ) -> tuple[bool, list[Commit | Exception]]:
         loop = asyncio.get_running_loop()
         # Shielded: once a transaction runs on the thread it ends there,
         # committed or rolled back, whatever happens to this task.
         return await asyncio.shield(loop.run_in_executor(self._executor, fn, batch))
 
-    def _waiting(
-        self, batch: list[_Append]
-    ) -> tuple[bool, list[Commit | ConcurrencyError]]:
+    def _waiting(self, batch: list[_Append]) -> tuple[bool, list[Commit | Exception]]:
         """On the thread: `_transaction`, waiting up to the busy timeout."""
         self._writer.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
         try:
@@ -693,7 +707,7 @@ class SqliteEventLog:
         finally:
             self._writer.execute("PRAGMA busy_timeout = 0")
 
-    def _count_frames(self, outcomes: list[Commit | ConcurrencyError]) -> None:
+    def _count_frames(self, outcomes: list[Commit | Exception]) -> None:
         """Start a background checkpoint once enough of the WAL is new."""
         # A commit writes a page per table and index it touches, plus one per
         # page its rows fill: about two pages and a little for each event.
@@ -719,7 +733,7 @@ class SqliteEventLog:
             # every commit meanwhile.
             pass
 
-    def _remember(self, outcomes: list[Commit | ConcurrencyError]) -> None:
+    def _remember(self, outcomes: list[Commit | Exception]) -> None:
         recent = self._recent
         for outcome in outcomes:
             if not isinstance(outcome, Commit):
@@ -742,19 +756,24 @@ class SqliteEventLog:
 
     @staticmethod
     def _plan(
-        batch: list[_Append], versions: dict[str, int], position: int, chained: bool
-    ) -> tuple[list[tuple[Any, ...]], list[Commit | ConcurrencyError], int]:
+        batch: list[_Append], versions: dict[str, int], position: int
+    ) -> tuple[list[tuple[Any, ...]], list[Commit | Exception], int]:
         """The rows a batch inserts, what each of its appends gets back, and
         the head after it; ``versions`` (of the batch's streams, before it)
-        is brought up to date. ``chained``: if the first append is refused,
-        so is the rest, with its conflict."""
+        is brought up to date."""
         rows: list[tuple[Any, ...]] = []
-        outcomes: list[Commit | ConcurrencyError] = []
+        outcomes: list[Commit | Exception] = []
+        written: set[_Append] = set()
         for r in batch:
             stream = r.stream
             actual = versions.get(stream, 0)
-            if chained and outcomes and not rows:
-                outcomes.append(outcomes[0])
+            if r.after is not None and r.after not in written and not _ok(r.after):
+                outcomes.append(
+                    LogWriteError(
+                        f"not appended to {stream}: the append it follows, to "
+                        f"{r.after.stream}, was not written"
+                    )
+                )
                 continue
             if actual != r.expected:
                 outcomes.append(ConcurrencyError(stream, r.expected, actual))
@@ -784,6 +803,7 @@ class SqliteEventLog:
             )
             position += count
             versions[stream] = actual + count
+            written.add(r)
             outcomes.append(
                 Commit(
                     stream=stream,
