@@ -526,7 +526,8 @@ class SqliteEventLog:
                     # written; once a batch has started, it is committed.
                     batch = [r for r in batch if not r.future.done()]
                     if batch:
-                        self._alone = len(batch) == 1
+                        # one caller's (an append, or one append_then)
+                        self._alone = all(r.after is batch[0] for r in batch[1:])
                         await self._commit(batch)
                     batch = []
                 if self._closing:
@@ -599,8 +600,8 @@ class SqliteEventLog:
                 versions[r.stream] = known[r.stream]
             elif r.stream not in versions:
                 versions[r.stream] = 0
-                if r.expected != 0 or not guess:
-                    unknown.append(r.stream)
+                if r.expected != 0 or not guess or r.after is not None:
+                    unknown.append(r.stream)  # (one after another may not be written)
         head = self._head
         if unknown or head is None:
             for name, value in conn.execute(_BATCH_STATE, (_json.encode(unknown),)):

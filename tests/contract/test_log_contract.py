@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import random
 import time
 from collections import Counter
@@ -17,7 +18,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 
 from steward import events
-from steward.bus import EventLog
+from steward.bus import Commit, EventLog
+from steward.bus.base import Append
 from steward.errors import ConcurrencyError, LogWriteError
 from steward.events import Recorded
 
@@ -273,6 +275,242 @@ async def test_event_id_is_stream_slash_version(log: EventLog) -> None:
     """A recorded event's id is derived from its stream and version."""
     await log.append("run.r1", [note(1), note(2)], 0)
     assert [r.id for r in await log.read("run.r1")] == ["run.r1/1", "run.r1/2"]
+
+
+# -- append_then ---------------------------------------------------------------
+
+
+def unencodable(n: int) -> events.Event:
+    """An event no backend can encode: a lone surrogate in a text field."""
+    return events.NoteRecorded(category="test", content=f"{n} \ud800")
+
+
+async def test_append_then_writes_first_then_each_of_then_in_order(
+    log: EventLog,
+) -> None:
+    """``first`` is written as ``append`` writes it, then each of ``then`` at
+    positions after it, in the order given, with its own ids; one of ``then``
+    may build on ``first``'s stream."""
+    await log.append("run.old", [note(0)], 0)
+    commit, outcomes = await log.append_then(
+        Append(
+            stream="run.parent",
+            events=[note(1), note(2)],
+            expected_version=0,
+            correlation_id="corr",
+            causation_id="run.parent/0",
+        ),
+        [
+            Append(
+                stream="run.child1",
+                events=[note(3)],
+                expected_version=0,
+                correlation_id="corr",
+                causation_id="run.parent/2",
+            ),
+            Append(stream="run.old", events=[note(4), note(5)], expected_version=1),
+            Append(
+                stream="run.parent",
+                events=[note(6)],
+                expected_version=2,
+                causation_id="run.child1/1",
+            ),
+            Append(
+                stream="run.child2",
+                events=[note(7)],
+                expected_version=0,
+                correlation_id="other",
+            ),
+        ],
+    )
+    assert (commit.stream, commit.first_version, commit.last_version) == (
+        "run.parent",
+        1,
+        2,
+    )
+    assert all(isinstance(o, Commit) for o in outcomes), outcomes
+    commits = [commit, *(o for o in outcomes if isinstance(o, Commit))]
+    assert [(c.stream, c.first_version, c.last_version) for c in commits] == [
+        ("run.parent", 1, 2),
+        ("run.child1", 1, 1),
+        ("run.old", 2, 3),
+        ("run.parent", 3, 3),
+        ("run.child2", 1, 1),
+    ]
+    # in the order given, each after the one before
+    for before, after in itertools.pairwise(commits):
+        assert after.first_position > before.last_position
+    old = (await log.read("run.old"))[0]
+    everything = await log.read_all(old.position)
+    assert [r.event for r in everything] == [note(i) for i in range(1, 8)]
+    assert [r for c in commits for r in c.records] == everything
+    ids = [(r.stream, r.version, r.correlation_id, r.causation_id) for r in everything]
+    assert ids == [
+        ("run.parent", 1, "corr", "run.parent/0"),
+        ("run.parent", 2, "corr", "run.parent/0"),
+        ("run.child1", 1, "corr", "run.parent/2"),
+        ("run.old", 2, None, None),
+        ("run.old", 3, None, None),
+        ("run.parent", 3, None, "run.child1/1"),
+        ("run.child2", 1, "other", None),
+    ]
+    read = {s: await log.read(s) for s in ("run.parent", "run.child1", "run.child2")}
+    assert [(r.version, r.event) for r in read["run.parent"]] == [
+        (1, note(1)),
+        (2, note(2)),
+        (3, note(6)),
+    ]
+    assert [(r.version, r.causation_id) for r in read["run.child1"]] == [
+        (1, "run.parent/2")
+    ]
+    assert [(r.version, r.correlation_id) for r in read["run.child2"]] == [(1, "other")]
+    assert [r.event for r in await log.read("run.old")] == [note(0), note(4), note(5)]
+    assert await log.version("run.parent") == 3
+    assert await log.head() == commits[-1].last_position
+
+
+async def test_append_then_with_nothing_then_is_an_append(log: EventLog) -> None:
+    """With no ``then``, ``first`` alone is written and the list is empty."""
+    commit, outcomes = await log.append_then(
+        Append(stream="run.r1", events=[note(1)], expected_version=0), []
+    )
+    assert outcomes == []
+    assert [r.event for r in await log.read("run.r1")] == [note(1)]
+    assert list(commit.records) == await log.read_all()
+
+
+async def test_append_then_refused_first_raises_and_writes_nothing(
+    log: EventLog,
+) -> None:
+    """``first`` at a version its stream is not at raises ConcurrencyError,
+    and none of ``then`` is written."""
+    await log.append("run.parent", [note(0)], 0)
+    head = await log.head()
+    then = [
+        Append(stream="run.child1", events=[note(2)], expected_version=0),
+        Append(stream="run.parent", events=[note(3)], expected_version=1),
+        Append(stream="run.child2", events=[note(4), note(5)], expected_version=0),
+    ]
+    for expected in (0, 2):
+        with pytest.raises(ConcurrencyError) as refused:
+            await log.append_then(
+                Append(
+                    stream="run.parent", events=[note(1)], expected_version=expected
+                ),
+                then,
+            )
+        assert (refused.value.stream, refused.value.expected, refused.value.actual) == (
+            "run.parent",
+            expected,
+            1,
+        )
+    assert await log.version("run.child1") == 0
+    assert await log.version("run.child2") == 0
+    assert [r.event for r in await log.read("run.parent")] == [note(0)]
+    assert await log.read("run.child1") == []
+    assert await log.head() == head
+    assert await log.read_all(head) == []
+    assert await log.streams() == ["run.parent"]
+
+
+async def test_append_then_answers_a_refused_then_and_writes_the_others(
+    log: EventLog,
+) -> None:
+    """One of ``then`` whose stream has begun is answered by ConcurrencyError
+    in the list; ``first`` and the other ``then``s are written."""
+    await log.append("run.taken", [note(0)], 0)
+    commit, outcomes = await log.append_then(
+        Append(stream="run.parent", events=[note(1)], expected_version=0),
+        [
+            Append(stream="run.child1", events=[note(2)], expected_version=0),
+            Append(stream="run.taken", events=[note(3)], expected_version=0),
+            Append(stream="run.child2", events=[note(4)], expected_version=0),
+        ],
+    )
+    assert [type(o).__name__ for o in outcomes] == [
+        "Commit",
+        "ConcurrencyError",
+        "Commit",
+    ]
+    refused = outcomes[1]
+    assert isinstance(refused, ConcurrencyError)
+    assert (refused.stream, refused.expected, refused.actual) == ("run.taken", 0, 1)
+    child1, child2 = outcomes[0], outcomes[2]
+    assert isinstance(child1, Commit) and isinstance(child2, Commit)
+    assert commit.last_position < child1.first_position < child2.first_position
+    assert [r.event for r in await log.read("run.taken")] == [note(0)]
+    assert [r.event for r in await log.read("run.parent")] == [note(1)]
+    assert [r.event for r in await log.read("run.child1")] == [note(2)]
+    assert [r.event for r in await log.read("run.child2")] == [note(4)]
+    taken = (await log.read("run.taken"))[0].position
+    assert [r.event for r in await log.read_all(taken)] == [note(1), note(2), note(4)]
+
+
+async def test_append_then_answers_a_then_that_cannot_be_appended(
+    log: EventLog,
+) -> None:
+    """One of ``then`` that cannot be encoded, or has no events, is answered
+    by the exception its ``append`` raises; the others are written."""
+    with pytest.raises(Exception) as direct:  # what append itself raises
+        await log.append("run.bad", [unencodable(0)], 0)
+    assert not isinstance(direct.value, ConcurrencyError | LogWriteError)
+    await log.append("run.warm", [note(0)], 0)
+    commit, outcomes = await log.append_then(
+        Append(stream="run.parent", events=[note(1)], expected_version=0),
+        [
+            Append(
+                stream="run.bad", events=[note(2), unencodable(3)], expected_version=0
+            ),
+            Append(stream="run.child", events=[note(4)], expected_version=0),
+            Append(stream="run.empty", events=[], expected_version=0),
+            Append(stream="run.parent", events=[note(5)], expected_version=1),
+        ],
+    )
+    bad, child, empty, parent = outcomes
+    assert type(bad) is type(direct.value), bad
+    assert isinstance(empty, ValueError) and "at least one event" in str(empty)
+    assert isinstance(child, Commit) and isinstance(parent, Commit)
+    assert commit.last_position < child.first_position < parent.first_position
+    assert await log.version("run.bad") == 0
+    assert await log.version("run.empty") == 0
+    assert [r.event for r in await log.read("run.parent")] == [note(1), note(5)]
+    assert [r.event for r in await log.read("run.child")] == [note(4)]
+    assert await log.streams() == ["run.child", "run.parent", "run.warm"]
+
+
+async def test_append_then_with_a_first_that_cannot_be_encoded_writes_nothing(
+    log: EventLog,
+) -> None:
+    """``first`` that cannot be encoded raises as its ``append`` would, and
+    none of ``then`` is written."""
+    with pytest.raises(Exception) as direct:
+        await log.append("run.parent", [unencodable(0)], 0)
+    await log.append("run.warm", [note(0)], 0)
+    head = await log.head()
+    with pytest.raises(type(direct.value)):
+        await log.append_then(
+            Append(
+                stream="run.parent",
+                events=[note(1), unencodable(2)],
+                expected_version=0,
+            ),
+            [
+                Append(stream="run.child", events=[note(3)], expected_version=0),
+                Append(stream="run.warm", events=[note(4)], expected_version=1),
+            ],
+        )
+    assert await log.version("run.parent") == 0
+    assert await log.version("run.child") == 0
+    assert await log.version("run.warm") == 1
+    assert await log.head() == head
+    assert await log.streams() == ["run.warm"]
+    # the log is unharmed: the same appends, encodable, are written
+    commit, outcomes = await log.append_then(
+        Append(stream="run.parent", events=[note(1)], expected_version=0),
+        [Append(stream="run.child", events=[note(3)], expected_version=0)],
+    )
+    assert commit.first_position > head
+    assert [type(o).__name__ for o in outcomes] == ["Commit"]
 
 
 # -- positions and reading -----------------------------------------------------
