@@ -23,6 +23,11 @@ refuses a result whose request is no longer pending. One shortcut: the task
 that commits a model's answer makes the next model call that commit asks for
 (a run's model loop is one task), and the dispatcher skips a request already
 in flight; after a restart the pending projection routes it as any other.
+Another: the actors a decision starts (`Kind.starts`: a session's turn run, a
+subagent, a workflow's phase) are decided on their initial states and
+appended with it (`EventLog.append_then`, one SQLite transaction), and the
+dispatcher skips that record; a child that had begun after all, or one a
+JetStream host died before appending, is created by the dispatcher as before.
 
 An effect never leaves a run stuck: a provider that fails to set up, an
 answer the log will not take (too large, say) after a few tries, an

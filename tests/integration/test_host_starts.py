@@ -1,0 +1,587 @@
+"""Actors a decision starts (`Kind.starts`) are appended with the decision.
+
+A session's turn starts its run, a run's ``spawn_subagents`` its children,
+a session's subagent and a workflow's phase their runs, in the very commit
+of the decision (`Host._commit`, `EventLog.append_then`: one SQLite
+transaction, at once or queued together for the writer): the child's
+opening step takes the positions right after its parent's, its causation is
+the deciding event, and the dispatcher, seeing the event was carried, does
+not create the child again. A parent whose append conflicts writes no
+child; a child whose stream has begun already is refused and left to the
+dispatcher (whose `Create` the child's decider refuses in turn); a host
+scoped to another run starts nothing in a commit. Every stream of every
+test replays (`steward.replay.verify`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from support import act
+
+from steward import events, replay
+from steward.actors import run as run_actor
+from steward.actors import session as session_actor
+from steward.actors.llm import Reply, RequestInfo, ScriptedProvider
+from steward.actors.prompt import Prompt
+from steward.actors.run_effects import run_stream
+from steward.actors.session import session_stream
+from steward.actors.tools import ToolRegistry
+from steward.actors.workflow import workflow_stream
+from steward.bus import SqliteEventLog
+from steward.clock import FakeClock
+from steward.events import Recorded
+from steward.events.run import LATEST_REVISION
+from steward.events.workflow import NodeDef, WorkflowDef
+from steward.host import Host
+from steward.projections.metrics import HOST as METRICS
+
+SESSION = "cli:a"
+STREAM = session_stream(SESSION)
+DEBOUNCE = 1.0
+RUN_SETTINGS = events.RunSettings(planning_gate=False, tools=())
+
+
+@pytest.fixture
+async def log(tmp_path: Path, clock: FakeClock) -> AsyncIterator[SqliteEventLog]:
+    """A real SQLite log file, stamped by the test's clock."""
+    opened = await SqliteEventLog.open(tmp_path / "log.db", clock=clock.now)
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+@pytest.fixture
+def created(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The streams the dispatcher's `Create` path (`Host._create`) was asked
+    to start, in order."""
+    asked: list[str] = []
+    create = Host._create
+
+    async def spy(self: Host, effect: Any, cause: str) -> None:
+        asked.append(effect.stream)
+        await create(self, effect, cause)
+
+    monkeypatch.setattr(Host, "_create", spy)
+    return asked
+
+
+@pytest.fixture
+def counts() -> dict[str, int]:
+    """The process's host metrics at the start of the test (a baseline)."""
+    return {
+        "spawn": METRICS.effects["spawn"],
+        "refusals": METRICS.refusals,
+        "conflicts": METRICS.conflicts,
+    }
+
+
+def spawned(counts: dict[str, int]) -> int:
+    return METRICS.effects["spawn"] - counts["spawn"]
+
+
+def refused(counts: dict[str, int]) -> int:
+    return METRICS.refusals - counts["refusals"]
+
+
+@pytest.fixture
+async def hosts(
+    tmp_path: Path, log: SqliteEventLog, clock: FakeClock
+) -> AsyncIterator[Any]:
+    """Builds hosts over the test's log (started when asked); all stopped."""
+    made: list[Host] = []
+
+    async def make(
+        replies: Any = (),
+        *,
+        start: bool = True,
+        scope: str | None = None,
+        sleep: Any = asyncio.sleep,
+    ) -> Host:
+        host = Host(
+            log,
+            provider=ScriptedProvider(replies, sleep=sleep),
+            tools=ToolRegistry.with_builtins(),
+            workspace=tmp_path,
+            clock=clock,
+            scope=scope,
+        )
+        made.append(host)
+        if start:
+            await host.start()
+        return host
+
+    try:
+        yield make
+    finally:
+        for host in made:
+            await host.stop()
+
+
+def opening(clock: FakeClock) -> events.SessionOpened:
+    return events.SessionOpened(
+        session_id=SESSION,
+        channel="cli",
+        chat_id="a",
+        settings=events.SessionSettings(debounce_seconds=DEBOUNCE, run=RUN_SETTINGS),
+        at=clock.now(),
+    )
+
+
+def message(clock: FakeClock, n: int, text: str) -> events.MessageReceived:
+    return events.MessageReceived(message_id=f"m{n}", text=text, at=clock.now())
+
+
+async def until(check: Any, timeout: float = 5.0) -> Any:
+    """Poll the async ``check`` until it returns something true (what a
+    host's effects record comes from its tasks; nothing here waits on time)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        found = await check()
+        if found:
+            return found
+        assert loop.time() < deadline, "gave up waiting"
+        await asyncio.sleep(0.005)
+
+
+def one(records: list[Recorded], kind: type[Any]) -> Recorded:
+    [found] = [r for r in records if isinstance(r.event, kind)]
+    return found
+
+
+async def verify_all(log: SqliteEventLog) -> list[str]:
+    """Every stream of the log is contiguous and replays to what it records."""
+    streams = await log.streams("")
+    for stream in streams:
+        records = await log.read(stream)
+        assert [r.version for r in records] == list(range(1, len(records) + 1))
+        assert replay.verify(records) is None, stream
+    return streams
+
+
+async def settle(host: Host) -> None:
+    assert await host.settle(timeout=5.0)
+
+
+# -- a session's turn ---------------------------------------------------------
+
+
+async def test_a_turn_starts_its_run_in_its_own_commit_and_is_answered(
+    hosts: Any,
+    log: SqliteEventLog,
+    clock: FakeClock,
+    created: list[str],
+    counts: dict[str, int],
+) -> None:
+    """Two turns, each after a message and its debounce timer: the turn's run
+    begins at the position right after the session's `TurnStarted`, caused
+    by it, once (the dispatcher never creates it), and its reply comes back
+    to the session."""
+
+    def reply(prompt: Prompt, info: RequestInfo) -> str:
+        return act(type="send_message", message=f"answer of {info.run_id}")
+
+    host = await hosts(reply)
+    assert await host.submit(STREAM, opening(clock)) is not None
+    for n, text in ((1, "hello"), (2, "and again")):
+        assert await host.submit(STREAM, message(clock, n, text)) is not None
+        await settle(host)  # the debounce timer is armed
+        clock.advance(DEBOUNCE + 0.1)
+
+        async def replied(n: int = n) -> Recorded | None:
+            found = [
+                r
+                for r in await log.read(STREAM)
+                if isinstance(r.event, events.ReplySent)
+            ]
+            return found[n - 1] if len(found) >= n else None
+
+        sent = await until(replied)
+        run_id = f"{SESSION}-t{n}"
+        assert sent.event.run_id == run_id
+        assert sent.event.text == f"answer of {run_id}"
+
+        session = await log.read(STREAM)
+        [turn] = [
+            r
+            for r in session
+            if isinstance(r.event, events.TurnStarted) and r.event.run_id == run_id
+        ]
+        assert turn.event.text == text
+        run = await log.read(run_stream(run_id))
+        start = one(run, events.RunCreated)  # exactly one
+        assert start.version == 1
+        assert start.position == turn.position + 1  # the same transaction
+        assert start.causation_id == turn.id
+        assert start.event.reply_to == STREAM
+        assert start.event.input_text == text
+        assert spawned(counts) == n  # one start a turn, counted once
+
+    await settle(host)
+    assert created == []  # the dispatcher created no run
+    assert refused(counts) == 0  # nor had one refused
+    assert host._carried == set()  # it saw both turns and skipped them
+    assert await verify_all(log) == [
+        run_stream(f"{SESSION}-t1"),
+        run_stream(f"{SESSION}-t2"),
+        STREAM,
+    ]
+
+
+async def test_a_turn_started_by_the_reply_before_it_starts_its_run_with_it(
+    hosts: Any,
+    log: SqliteEventLog,
+    clock: FakeClock,
+    created: list[str],
+    counts: dict[str, int],
+) -> None:
+    """A message that comes while a turn is in flight waits for its reply;
+    the second turn is decided on that reply (a `SubagentFinished` the
+    dispatcher delivers), and its run is appended in that commit too."""
+    gate = asyncio.Event()
+
+    async def held(seconds: float) -> None:
+        await gate.wait()
+
+    def reply(prompt: Prompt, info: RequestInfo) -> Reply:
+        text = act(type="send_message", message=f"answer of {info.run_id}")
+        return Reply(text=text, delay=1.0 if info.run_id.endswith("-t1") else 0.0)
+
+    host = await hosts(reply, sleep=held)
+    assert await host.submit(STREAM, opening(clock)) is not None
+    assert await host.submit(STREAM, message(clock, 1, "first")) is not None
+    await settle(host)
+    clock.advance(DEBOUNCE + 0.1)
+
+    async def recorded(kind: type[Any], n: int) -> Recorded | None:
+        found = [r for r in await log.read(STREAM) if isinstance(r.event, kind)]
+        return found[n - 1] if len(found) >= n else None
+
+    await until(lambda: recorded(events.TurnStarted, 1))
+    assert await host.submit(STREAM, message(clock, 2, "second")) is not None
+
+    async def routed() -> bool:
+        return host._routed >= await log.head()
+
+    await until(routed)  # its debounce timer is armed
+    clock.advance(DEBOUNCE + 0.1)
+    await until(lambda: recorded(events.WakeDue, 2))  # the turn is in flight
+    assert await recorded(events.TurnStarted, 2) is None
+    gate.set()
+
+    sent = await until(lambda: recorded(events.ReplySent, 2))
+    assert sent.event.text == f"answer of {SESSION}-t2"
+    session = await log.read(STREAM)
+    turn = await recorded(events.TurnStarted, 2)
+    assert turn is not None and turn.event.text == "second"
+    first_reply = session[turn.version - 2]
+    assert isinstance(first_reply.event, events.ReplySent)  # the same commit
+    assert isinstance(session[turn.version - 3].event, events.SubagentFinished)
+    run = await log.read(run_stream(turn.event.run_id))
+    start = one(run, events.RunCreated)
+    assert start.position == turn.position + 1
+    assert start.causation_id == turn.id
+
+    await settle(host)
+    assert created == []
+    assert spawned(counts) == 2
+    assert await verify_all(log) == [
+        run_stream(f"{SESSION}-t1"),
+        run_stream(f"{SESSION}-t2"),
+        STREAM,
+    ]
+
+
+async def test_a_parent_that_conflicts_starts_no_child_until_it_is_written(
+    hosts: Any, log: SqliteEventLog, clock: FakeClock, counts: dict[str, int]
+) -> None:
+    """The session's stream moved on under the host (a command appended
+    elsewhere): the turn's append conflicts, and its run, chained to it, is
+    not written either; decided again, the turn and its run go in together,
+    the run caused by the turn that was written."""
+    host = await hosts(start=False)
+    assert await host.submit(STREAM, opening(clock)) is not None
+    assert await host.submit(STREAM, message(clock, 1, "hello")) is not None
+    state, version = await host.state(STREAM)
+    command = message(clock, 2, "/model")
+    answered = session_actor.decide(command, state)
+    assert answered is not None
+    await log.append(STREAM, [command, *answered], version)  # behind the host
+
+    commit = await host.submit(STREAM, events.WakeDue(timer_id=state.timer))
+    assert commit is not None
+    assert commit.first_version == version + len(answered) + 2
+    turn = commit.records[-1]
+    assert isinstance(turn.event, events.TurnStarted)
+    assert METRICS.conflicts - counts["conflicts"] == 1
+
+    run = await log.read(run_stream(turn.event.run_id))
+    start = one(run, events.RunCreated)  # once, after the turn written
+    assert start.version == 1
+    assert start.position == turn.position + 1
+    assert start.causation_id == turn.id
+    assert spawned(counts) == 1
+    await verify_all(log)
+
+
+def workflow() -> events.WorkflowCreated:
+    settings = events.RunSettings(planning_gate=False, revision=LATEST_REVISION)
+    node = NodeDef(key="design", provider="default", settings=settings)
+    definition = WorkflowDef(key="w", version=1, nodes=(node,))
+    return events.WorkflowCreated(workflow_id="wf", definition=definition)
+
+
+@pytest.mark.parametrize("case", ["session subagent", "workflow phase"])
+async def test_every_kind_starts_its_children_in_the_deciding_commit(
+    case: str, hosts: Any, log: SqliteEventLog, clock: FakeClock
+) -> None:
+    """A session's subagent (`SubagentStarted`) and a workflow's phase
+    (`PhaseStarted`): the child run's opening step right after the commit
+    that decided it, caused by the deciding event."""
+    host = await hosts(start=False)
+    if case == "session subagent":
+        assert await host.submit(STREAM, opening(clock)) is not None
+        stream = STREAM
+        input: events.Event = events.SubagentAsked(
+            request_id="t1/tool/1", name="scout", task="count the issues"
+        )
+        kind: type[Any] = events.SubagentStarted
+    else:
+        stream, input, kind = workflow_stream("wf"), workflow(), events.PhaseStarted
+    commit = await host.submit(stream, input)
+    assert commit is not None
+    [deciding] = [r for r in commit.records if isinstance(r.event, kind)]
+    run = await log.read(run_stream(deciding.event.run_id))
+    start = one(run, events.RunCreated)
+    assert start.position == commit.last_position + 1
+    assert start.causation_id == deciding.id
+    assert start.event.reply_to == stream
+    assert await verify_all(log) == sorted([stream, run_stream(deciding.event.run_id)])
+
+
+async def test_turns_decided_at_once_start_their_runs_each_after_its_own(
+    hosts: Any,
+    log: SqliteEventLog,
+    clock: FakeClock,
+    counts: dict[str, int],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Turns of many sessions decided in the same turn of the event loop
+    queue for the log's writer, which commits them in shared transactions:
+    each run still comes right after its own turn, caused by it."""
+    batches: list[list[str]] = []
+    commit = SqliteEventLog._commit
+
+    async def spy(self: SqliteEventLog, batch: list[Any]) -> None:
+        batches.append([r.stream for r in batch])
+        await commit(self, batch)
+
+    monkeypatch.setattr(SqliteEventLog, "_commit", spy)
+    host = await hosts(start=False)
+    sessions = [f"cli:{n}" for n in range(8)]
+    timers = []
+    for session in sessions:
+        opened = msgspec.structs.replace(opening(clock), session_id=session)
+        assert await host.submit(session_stream(session), opened) is not None
+        received = message(clock, 1, f"hello from {session}")
+        assert await host.submit(session_stream(session), received) is not None
+        timers.append((await host.state(session_stream(session)))[0].timer)
+    batches.clear()
+
+    commits = await asyncio.gather(
+        *(
+            host.submit(session_stream(s), events.WakeDue(timer_id=t))
+            for s, t in zip(sessions, timers, strict=True)
+        )
+    )
+    # some went to the writer together, turn and run side by side
+    assert any(
+        session_stream(s) in batch and run_stream(f"{s}-t1") in batch
+        for batch in batches
+        for s in sessions
+    ), batches
+    for session, done in zip(sessions, commits, strict=True):
+        assert done is not None
+        turn = done.records[-1]
+        assert isinstance(turn.event, events.TurnStarted)
+        run = await log.read(run_stream(turn.event.run_id))
+        start = one(run, events.RunCreated)
+        assert start.position == turn.position + 1, session
+        assert start.causation_id == turn.id
+    assert spawned(counts) == len(sessions)
+    assert len(await verify_all(log)) == 2 * len(sessions)
+
+
+# -- a run's subagents --------------------------------------------------------
+
+
+async def test_a_runs_subagents_start_in_its_commit_and_their_results_come_back(
+    hosts: Any,
+    log: SqliteEventLog,
+    created: list[str],
+    counts: dict[str, int],
+) -> None:
+    """``spawn_subagents``: both children's opening steps follow the
+    parent's `SubagentsSpawned` at once, in order; the children answer, and
+    the parent finishes with their results."""
+    asked: list[str] = []
+
+    def reply(prompt: Prompt, info: RequestInfo) -> str:
+        asked.append(info.run_id)
+        if info.run_id != "r1":
+            return act(type="finish", output=f"result of {info.run_id}")
+        if asked.count("r1") == 1:
+            return act(
+                type="spawn_subagents",
+                subagents=[{"task": "count the words"}, {"task": "name the language"}],
+            )
+        # the children's results, as the parent is told them
+        return act(type="finish", output=prompt.messages[-1].content)
+
+    host = await hosts(reply)
+    parent = run_stream("r1")
+    first = events.RunCreated(run_id="r1", input_text="split it", settings=RUN_SETTINGS)
+    assert await host.submit(parent, first) is not None
+
+    async def finished() -> Any:
+        state, _ = await host.state(parent)
+        return state if state.status in events.TERMINAL else None
+
+    state = await until(finished)
+    assert state.status == "completed"
+    assert "result of r1-1" in state.output and "result of r1-2" in state.output
+
+    everything = await log.read_all()
+    [spawn] = [r for r in everything if isinstance(r.event, events.SubagentsSpawned)]
+    assert spawn.stream == parent
+    children = [run_stream("r1-1"), run_stream("r1-2")]
+    # right after the parent's commit, each child's opening step, in order
+    caused = [r for r in everything if r.causation_id == spawn.id]
+    assert [r.position for r in caused] == [
+        spawn.position + 1 + i for i in range(len(caused))
+    ]
+    assert [r.stream for r in caused if r.version == 1] == children
+    assert {r.stream for r in caused} == set(children)
+    for child in children:
+        records = await log.read(child)
+        start = one(records, events.RunCreated)  # exactly one
+        assert start.version == 1
+        assert start.event.parent_run_id == "r1"
+        end = records[-1].event
+        assert isinstance(end, events.RunCompleted)
+        assert end.output == f"result of {child.removeprefix('run.')}"
+
+    await settle(host)
+    assert sorted(asked) == ["r1", "r1", "r1-1", "r1-2"]
+    assert spawned(counts) == 2
+    assert created == []
+    assert host._carried == set()
+    assert refused(counts) == 0
+    assert await verify_all(log) == [parent, *children]
+
+
+# -- a child begun already ----------------------------------------------------
+
+
+@pytest.mark.parametrize("writer", ["same handle", "another handle"])
+async def test_a_child_begun_already_is_left_as_it_was(
+    writer: str,
+    tmp_path: Path,
+    hosts: Any,
+    log: SqliteEventLog,
+    clock: FakeClock,
+    created: list[str],
+    counts: dict[str, int],
+) -> None:
+    """The turn's run has events before the turn starts (written through the
+    host's log handle, which knows its version, or another one, as another
+    process would: the guess that it is new breaks the unique version and
+    the transaction is made again): the session's commit is recorded all
+    the same, the run is left as it was, and the dispatcher's `Create` is
+    refused by the run's decider, not appended twice."""
+    child = run_stream(f"{SESSION}-t1")
+    early = events.RunCreated(
+        run_id=f"{SESSION}-t1", input_text="begun elsewhere", settings=RUN_SETTINGS
+    )
+    decided = run_actor.decide(early, run_actor.initial)
+    assert decided is not None
+    if writer == "same handle":
+        await log.append(child, [early, *decided], 0)
+    else:
+        other = await SqliteEventLog.open(tmp_path / "log.db", clock=clock.now)
+        try:
+            await other.append(child, [early, *decided], 0)
+        finally:
+            await other.close()
+    before = await log.read(child)
+
+    host = await hosts()  # started after: it has not seen the run's stream
+    assert await host.submit(STREAM, opening(clock)) is not None
+    assert await host.submit(STREAM, message(clock, 1, "hello")) is not None
+    timer = (await host.state(STREAM))[0].timer
+    commit = await host.submit(STREAM, events.WakeDue(timer_id=timer))
+    assert commit is not None
+    turn = commit.records[-1]
+    assert isinstance(turn.event, events.TurnStarted)
+    assert turn.event.run_id == f"{SESSION}-t1"
+    assert (await log.read(STREAM))[-1] == turn
+
+    await settle(host)
+    assert await log.read(child) == before  # no second RunCreated
+    assert created == [child]  # left to the dispatcher, which tried
+    assert refused(counts) == 1  # and was refused by the begun run
+    assert spawned(counts) == 0
+    assert host._carried == set()
+    assert await log.head() == turn.position  # nothing after the turn
+    assert await verify_all(log) == [child, STREAM]
+
+
+# -- a scoped host ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("scope", "starts"),
+    [(None, True), (SESSION, True), ("another-run", False)],
+    ids=["unscoped", "its own scope", "another scope"],
+)
+async def test_a_host_scoped_elsewhere_starts_nothing_in_the_commit(
+    scope: str | None,
+    starts: bool,
+    hosts: Any,
+    log: SqliteEventLog,
+    clock: FakeClock,
+    counts: dict[str, int],
+) -> None:
+    """A host scoped to another run commits the turn alone: the run's stream
+    does not exist right after the commit (whoever routes the turn creates
+    it). Unscoped, or scoped to the session's own correlation, the run is
+    there at once."""
+    host = await hosts(start=False, scope=scope)
+    assert await host.submit(STREAM, opening(clock)) is not None
+    assert await host.submit(STREAM, message(clock, 1, "hello")) is not None
+    timer = (await host.state(STREAM))[0].timer
+    commit = await host.submit(STREAM, events.WakeDue(timer_id=timer))
+    assert commit is not None
+    turn = commit.records[-1]
+    assert isinstance(turn.event, events.TurnStarted)
+    assert turn.correlation_id == SESSION
+
+    run = await log.read(run_stream(turn.event.run_id))
+    if starts:
+        assert [r.position for r in run[:1]] == [turn.position + 1]
+        assert run[0].causation_id == turn.id
+        assert spawned(counts) == 1
+        assert host._carried == {turn.id}
+    else:
+        assert run == []
+        assert await log.head() == turn.position
+        assert spawned(counts) == 0
+        assert host._carried == set()
+    await verify_all(log)
