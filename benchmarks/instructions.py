@@ -12,7 +12,10 @@ difference per extra step: the instructions of a step with start-up removed.
 per event through its ``fold_page``). Kernel work (system calls) is not
 counted.
 
-Usage: ``python -m benchmarks.instructions [--runs N] [--fold]``; needs
+``--session`` counts a session's message, arrival to its run's start (the
+session benchmark's workload), against a lone run's step.
+
+Usage: ``python -m benchmarks.instructions [--runs N] [--fold] [--session]``; needs
 ``valgrind`` on the PATH. Takes a minute or two: callgrind runs ~50x slower.
 """
 
@@ -50,6 +53,16 @@ for _ in range(int(sys.argv[1])):
 """
 
 
+_SESSION = """
+import sys, tempfile, uvloop
+from pathlib import Path
+from benchmarks import session_bench
+session_bench.MESSAGES = int(sys.argv[1])
+with tempfile.TemporaryDirectory() as tmp:
+    uvloop.run(session_bench._per_message_us(Path(tmp), sys.argv[2] == "messages"))
+"""
+
+
 def _instructions(program: str, *argv: str) -> int:
     """Instructions callgrind counts for ``python -c program argv``."""
     done = subprocess.run(
@@ -82,6 +95,19 @@ def per_step(runs: int, small: int = 10, large: int = 30) -> float:
     return (high - low) / (runs * (large - small))
 
 
+def per_message(small: int = 50, large: int = 250) -> float:
+    """Instructions per message of the session benchmark (arrival to its
+    run's start)."""
+    counts = {
+        (n, part): _instructions(_SESSION, str(n), part)
+        for n in (small, large)
+        for part in ("messages", "opened")
+    }
+    more = counts[large, "messages"] - counts[small, "messages"]
+    opening = counts[large, "opened"] - counts[small, "opened"]
+    return (more - opening) / (large - small)
+
+
 def per_fold_event() -> float:
     """Instructions per event folded, over the replay benchmark's log."""
     from benchmarks import log_bench
@@ -105,11 +131,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--fold", action="store_true", help="also count instructions per folded event"
     )
+    parser.add_argument(
+        "--session",
+        action="store_true",
+        help="also count instructions per session message, and its ratio to "
+        "a lone run's step (the per-message target's unit)",
+    )
     args = parser.parse_args(argv)
     if shutil.which("valgrind") is None:
         parser.error("valgrind is not installed; it counts the instructions")
+    steps = {}
     for runs in args.runs or [1, 100]:
-        print(f"step, {runs} run(s): {per_step(runs):,.0f} instructions", flush=True)
+        steps[runs] = per_step(runs)
+        print(f"step, {runs} run(s): {steps[runs]:,.0f} instructions", flush=True)
+    if args.session:
+        step = steps[1] if 1 in steps else per_step(1)
+        message = per_message()
+        print(
+            f"session message: {message:,.0f} instructions, "
+            f"{message / step:.2f} lone steps"
+        )
     if args.fold:
         print(f"fold: {per_fold_event():,.0f} instructions per event")
     return 0

@@ -132,10 +132,13 @@ def _search_p95_ms(path: Path) -> float:
     return quantiles(times, n=20)[-1]
 
 
-async def _per_message_us(tmp: Path) -> float:
-    """CPU microseconds per message from arrival to its run's start."""
+async def _per_message_us(tmp: Path, messages: bool = True) -> float:
+    """CPU microseconds per message from arrival to its run's start, each
+    message to a session of its own (opened before the clock starts).
+    Without ``messages``, the sessions are only opened (for
+    `benchmarks.instructions`, which subtracts that)."""
     log = await SqliteEventLog.open(tmp / "session.db")
-    host = Host(log)  # not started: the effects are made here, one by one
+    host = Host(log)  # not started: the timers' inputs are given here
     settings = events.SessionSettings(
         run=events.RunSettings(planning_gate=False, tools=())
     )
@@ -149,7 +152,7 @@ async def _per_message_us(tmp: Path) -> float:
         await host.submit(session_stream(opening.session_id), opening)
     runs = []
     started = time.process_time()
-    for opening in opened:
+    for opening in opened if messages else ():
         stream = session_stream(opening.session_id)
         message = events.MessageReceived(message_id="m1", text="hello there", at=1.0)
         await host.submit(stream, message)

@@ -314,14 +314,17 @@ class Host:
             return None
         decisions, after, prompt = decided
         batch = [input, *decisions]
-        first = Append(
-            stream=stream,
-            events=batch,
-            expected_version=version,
-            correlation_id=kind.correlation_of(state, input),
-            causation_id=causation_id,
-        )
-        starts = self._starts(kind, first, state, after) if kind.starts else []
+        correlation_id = kind.correlation_of(state, input)
+        starts: list[_Start] = []
+        if kind.starts and not kind.starts.isdisjoint(map(type, decisions)):
+            first = Append(
+                stream=stream,
+                events=batch,
+                expected_version=version,
+                correlation_id=correlation_id,
+                causation_id=causation_id,
+            )
+            starts = self._starts(kind, first, state, after)
         if starts:
             commit, outcomes = await self.log.append_then(
                 first, [start.append for start in starts]
@@ -331,7 +334,7 @@ class Host:
                 stream,
                 batch,
                 version,
-                correlation_id=first.correlation_id,
+                correlation_id=correlation_id,
                 causation_id=causation_id,
             )
         self._recorded(commit, batch, after, prompt)
