@@ -5,11 +5,11 @@ overhead stays invisible next to its phases. Measured as the CPU time of
 what a transition takes once a phase's run has answered: committing its
 `SubagentFinished` to the workflow (the workflow decides the phase's
 outcome, its routing decision, the transition, the target's requeue and its
-start, with the upstream hand-off), the `PhaseStarted` effect (the next
-phase's prompt and context built), and committing the next run's
-`RunCreated` (which that run decides into its start and first model request,
-prompt hashed). The model is not called: the phase runs' own steps are a
-run step each, measured by `runtime_bench`.
+start, with the upstream hand-off), and in the same commit the next
+phase's run (`Kind.starts`: the `PhaseStarted` effect builds its prompt and
+context, and the run decides its `RunCreated` into its start and first
+model request, prompt hashed). The model is not called: the phase runs' own
+steps are a run step each, measured by `runtime_bench`.
 
 The workflow loops over two nodes (``a -> b -> a``, auto edges), each phase
 handed the other's report of 2,000 characters, for `TRANSITIONS` steps.
@@ -24,7 +24,7 @@ from statistics import median
 
 from benchmarks.common import REPEATS, Figure
 from steward import events
-from steward.actors.kind import KINDS
+from steward.actors.run_effects import run_stream
 from steward.actors.workflow import Workflow, phase_of, workflow_stream
 from steward.bus import SqliteEventLog
 from steward.config import Settings
@@ -49,28 +49,29 @@ def _definition() -> events.WorkflowDef:
 
 async def _per_transition_us(path: Path) -> float:
     """CPU microseconds per phase transition, child's start included."""
-    kind = KINDS["workflow"]
     log = await SqliteEventLog.open(path)
-    host = Host(log)  # not started: the effects are made here, one by one
+    host = Host(log)  # not started: the phases' answers are given here
     stream = workflow_stream("bench")
     created = events.WorkflowCreated(workflow_id="bench", definition=_definition())
-    commit = await host.submit(stream, created)
-    assert commit is not None and kind.effects is not None
+    commit = await host.submit(stream, created)  # its first phase starts with it
+    assert commit is not None
     state: Workflow = (await host.state(stream))[0]
-    [create] = kind.effects(commit.records[-1], state, state)
-    await host.submit(create.stream, create.input)  # type: ignore[union-attr]
+    phases = []
     started = time.process_time()
     for n in range(TRANSITIONS):
         assert state.current is not None
         run_id = phase_of(state, state.current).run_id
         assert run_id is not None
+        phases.append(run_id)
         result = events.SubagentResult(run_id=run_id, status="completed", output=REPORT)
+        # the transition, and the next phase's run started in the same commit
         commit = await host.submit(stream, events.SubagentFinished(result=result))
         assert commit is not None, n
         state = (await host.state(stream))[0]
-        [create] = kind.effects(commit.records[-1], state, state)
-        await host.submit(create.stream, create.input)  # type: ignore[union-attr]
     seconds = time.process_time() - started
+    for run_id in phases:
+        if await log.version(run_stream(run_id)) == 0:
+            raise RuntimeError(f"phase run {run_id} did not start")
     await log.close()
     return seconds / TRANSITIONS * 1e6
 
