@@ -138,6 +138,19 @@ def message(clock: FakeClock, n: int, text: str) -> events.MessageReceived:
     return events.MessageReceived(message_id=f"m{n}", text=text, at=clock.now())
 
 
+async def first_turn(host: Host, clock: FakeClock) -> Recorded:
+    """Open the session, give it a message and its timer's `WakeDue`: the
+    turn's record (the timer is given here, not waited for)."""
+    assert await host.submit(STREAM, opening(clock)) is not None
+    assert await host.submit(STREAM, message(clock, 1, "hello")) is not None
+    timer = (await host.state(STREAM))[0].timer
+    commit = await host.submit(STREAM, events.WakeDue(timer_id=timer))
+    assert commit is not None
+    turn = commit.records[-1]
+    assert isinstance(turn.event, events.TurnStarted)
+    return turn
+
+
 async def until(check: Any, timeout: float = 5.0) -> Any:
     """Poll the async ``check`` until it returns something true (what a
     host's effects record comes from its tasks; nothing here waits on time)."""
@@ -523,13 +536,7 @@ async def test_a_child_begun_already_is_left_as_it_was(
     before = await log.read(child)
 
     host = await hosts()  # started after: it has not seen the run's stream
-    assert await host.submit(STREAM, opening(clock)) is not None
-    assert await host.submit(STREAM, message(clock, 1, "hello")) is not None
-    timer = (await host.state(STREAM))[0].timer
-    commit = await host.submit(STREAM, events.WakeDue(timer_id=timer))
-    assert commit is not None
-    turn = commit.records[-1]
-    assert isinstance(turn.event, events.TurnStarted)
+    turn = await first_turn(host, clock)
     assert turn.event.run_id == f"{SESSION}-t1"
     assert (await log.read(STREAM))[-1] == turn
 
@@ -564,13 +571,7 @@ async def test_a_host_scoped_elsewhere_starts_nothing_in_the_commit(
     it). Unscoped, or scoped to the session's own correlation, the run is
     there at once."""
     host = await hosts(start=False, scope=scope)
-    assert await host.submit(STREAM, opening(clock)) is not None
-    assert await host.submit(STREAM, message(clock, 1, "hello")) is not None
-    timer = (await host.state(STREAM))[0].timer
-    commit = await host.submit(STREAM, events.WakeDue(timer_id=timer))
-    assert commit is not None
-    turn = commit.records[-1]
-    assert isinstance(turn.event, events.TurnStarted)
+    turn = await first_turn(host, clock)
     assert turn.correlation_id == SESSION
 
     run = await log.read(run_stream(turn.event.run_id))
