@@ -25,9 +25,11 @@ that commits a model's answer makes the next model call that commit asks for
 in flight; after a restart the pending projection routes it as any other.
 Another: the actors a decision starts (`Kind.starts`: a session's turn run, a
 subagent, a workflow's phase) are decided on their initial states and
-appended with it (`EventLog.append_then`, one SQLite transaction), and the
-dispatcher skips that record; a child that had begun after all, or one a
-JetStream host died before appending, is created by the dispatcher as before.
+appended after it (`EventLog.append_then`: with it in one SQLite
+transaction, one after the other on JetStream). The dispatcher leaves that
+record until the append is answered, then skips it; a child that had begun
+after all, or one a JetStream host died before appending, is created by the
+dispatcher as before.
 
 An effect never leaves a run stuck: a provider that fails to set up, an
 answer the log will not take (too large, say) after a few tries, an
@@ -109,6 +111,10 @@ _KNOWN_VERSIONS = 100_000
 """Streams whose newest committed version a host remembers, forgetting those
 written longest ago: a stream idle for that many others' commits has no read
 in flight that could overlap its last commit."""
+_CARRIED = 10_000
+"""Events whose actors started in their commit that a host remembers until
+its dispatcher skips them; a dispatcher that lags by more routes the rest
+again (their creations refused, the actors having begun)."""
 
 Listener = Callable[[Recorded], None]
 
@@ -130,7 +136,7 @@ class _Item:
 class _Start:
     """An actor a decision starts, decided to be appended after it."""
 
-    source: str  # the id the deciding event will have
+    source: str  # the deciding event's id (the append's causation id)
     append: Append
     after: Any  # the started actor's state after its opening step
     prompt: Prompt | None
@@ -197,6 +203,9 @@ class Host:
         # Events whose effects (actors they start) were carried out in their
         # own commit, until the dispatcher, which then skips them, sees them.
         self._carried: set[str] = set()
+        # Events whose commit is starting actors now, with the record of one
+        # the dispatcher met meanwhile (it waits for that commit's outcome).
+        self._starting: dict[str, Recorded | None] = {}
         self._mailboxes: dict[str, _Mailbox] = {}
         self._inflight: set[str] = set()
         self._draining = False
@@ -315,7 +324,6 @@ class Host:
         decisions, after, prompt = decided
         batch = [input, *decisions]
         correlation_id = kind.correlation_of(state, input)
-        starts: list[_Start] = []
         if kind.starts and not kind.starts.isdisjoint(map(type, decisions)):
             first = Append(
                 stream=stream,
@@ -324,23 +332,71 @@ class Host:
                 correlation_id=correlation_id,
                 causation_id=causation_id,
             )
-            starts = self._starts(kind, first, state, after)
-        if starts:
+            try:
+                starts = self._starts(kind, first, state, after)
+            except Exception:  # the children's code: the parent commits alone
+                log.exception(
+                    "stream %s: the actors %s starts are left to the dispatcher",
+                    stream,
+                    _brief(input),
+                )
+                starts = []
+            if starts:
+                return await self._commit_starting(first, starts, after, prompt)
+        commit = await self.log.append(
+            stream,
+            batch,
+            version,
+            correlation_id=correlation_id,
+            causation_id=causation_id,
+        )
+        self._recorded(commit, batch, after, prompt)
+        return commit
+
+    async def _commit_starting(
+        self, first: Append, starts: list[_Start], after: Any, prompt: Prompt | None
+    ) -> Commit:
+        """Append ``first`` and the actors it starts after it. Meanwhile the
+        dispatcher leaves the deciding events (`_starting`); then it skips
+        those whose actors all started, and routes the others as usual."""
+        sources = {start.source for start in starts}
+        for source in sources:
+            self._starting[source] = None
+        try:
             commit, outcomes = await self.log.append_then(
                 first, [start.append for start in starts]
             )
-        else:
-            commit = await self.log.append(
-                stream,
-                batch,
-                version,
-                correlation_id=correlation_id,
-                causation_id=causation_id,
-            )
-        self._recorded(commit, batch, after, prompt)
-        if starts:
-            self._started(starts, outcomes)
+        except BaseException:
+            for source in sources:
+                if (left := self._starting.pop(source, None)) is not None:
+                    self._reroute(left)  # another's commit at that version
+            raise
+        self._recorded(commit, first.events, after, prompt)
+        carried = set(sources)
+        for start, outcome in zip(starts, outcomes, strict=True):
+            if isinstance(outcome, Commit):
+                METRICS.effects["spawn"] += 1
+                self._recorded(outcome, start.append.events, start.after, start.prompt)
+            else:  # it had begun after all: the dispatcher's usual `Create`
+                carried.discard(start.source)
+                log.debug(
+                    "%s: left to the dispatcher (%s)", start.append.stream, outcome
+                )
+        for source in sources:
+            left = self._starting.pop(source, None)
+            if source not in carried:
+                if left is not None:
+                    self._reroute(left)
+            elif left is None and self._dispatcher is not None:
+                if len(self._carried) > _CARRIED:
+                    self._carried.clear()  # at worst, creations refused
+                self._carried.add(source)  # for the dispatcher to skip
         return commit
+
+    def _reroute(self, rec: Recorded) -> None:
+        """Route ``rec``, which the dispatcher left while its commit started
+        actors, now that it is known which of them did not."""
+        self._spawn_effect(f"route:{rec.id}", partial(self._route, rec))
 
     def _recorded(
         self, commit: Commit, batch: Sequence[Event], after: Any, prompt: Prompt | None
@@ -368,10 +424,11 @@ class Host:
         self, kind: Kind[Any], first: Append, state: Any, after: Any
     ) -> list[_Start]:
         """The actors the decisions of ``first`` start (`Kind.starts`), to
-        be appended after it in the same transaction: one commit where the
-        dispatcher would make two. Only streams this host knows nothing of,
-        their opening inputs decided on their kinds' initial states; an
-        event whose effects are not all such is left to the dispatcher."""
+        be appended after it (in the same transaction, where the log can):
+        one commit where the dispatcher would make two. Only streams this
+        host knows nothing of, their opening inputs decided on their kinds'
+        initial states; an event whose effects are not all such is left to
+        the dispatcher."""
         if self.scope is not None and first.correlation_id != self.scope:
             return []  # another run's: the serve's work, not this host's
         assert kind.effects is not None
@@ -418,25 +475,6 @@ class Host:
             causation_id=source,
         )
         return _Start(source, append, after, prompt)
-
-    def _started(
-        self, starts: list[_Start], outcomes: list[Commit | Exception]
-    ) -> None:
-        """Keep the commits of the actors started with their cause's; one not
-        written (it had begun after all) is left to the dispatcher."""
-        failed = set()
-        for start, outcome in zip(starts, outcomes, strict=True):
-            if isinstance(outcome, Commit):
-                METRICS.effects["spawn"] += 1
-                self._recorded(outcome, start.append.events, start.after, start.prompt)
-            else:
-                failed.add(start.source)
-                log.debug(
-                    "%s: left to the dispatcher (%s)", start.append.stream, outcome
-                )
-        if len(self._carried) > _KEPT_PROMPTS:
-            self._carried.clear()  # a dispatcher that skipped none: at worst, redone
-        self._carried.update({start.source for start in starts} - failed)
 
     async def state(self, stream: str) -> tuple[Any, int]:
         """The current state and version of ``stream`` (cached).
@@ -662,6 +700,9 @@ class Host:
             return
         kind = kind_of(rec.stream)
         if kind.effects is None:
+            return
+        if self._starting and rec.id in self._starting:
+            self._starting[rec.id] = rec  # left until its commit is known
             return
         if self._carried and rec.id in self._carried:
             self._carried.discard(rec.id)

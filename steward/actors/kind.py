@@ -95,7 +95,11 @@ class Kind(Generic[S]):
     and the newest state (`steward.actors.effects`)."""
     starts: frozenset[type[Event]] = frozenset()
     """The decisions whose effects start other actors (`Create`): the host
-    appends those actors' opening steps with the decision, in one commit."""
+    appends those actors' opening steps after the decision, with it
+    (`EventLog.append_then`). Their effects are made before the commit, so
+    they must not read the record's ``position`` or ``at``; each must be
+    ``routed`` too (the dispatcher skips them, or creates what did not
+    start)."""
     awaits: Callable[[S, str], bool] | None = None
     """Whether the actor still waits for the result of an effect (by request
     id): the host skips a call whose answer is in already."""
@@ -119,6 +123,13 @@ class Kind(Generic[S]):
     resumes from after a crash. A kind with ``effects`` needs it, or those
     effects are lost when a host dies before carrying them out. The run
     kind's is kept by its own projection (`steward.projections.runs`)."""
+
+    def __post_init__(self) -> None:
+        if not self.starts <= self.routed:
+            names = sorted(t.__name__ for t in self.starts - self.routed)
+            raise ValueError(
+                f"kind {self.name}: {', '.join(names)} in starts but not in routed"
+            )
 
     def fold(self, events: Iterable[Event], state: S | None = None) -> S:
         """The state after ``events``, from ``state`` (default: ``initial``)."""

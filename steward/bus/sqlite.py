@@ -223,10 +223,23 @@ class _Append:
         """The append this one is written after, and only if that one is."""
 
 
-def _ok(request: _Append) -> bool:
-    """Whether ``request``, of a batch before, was written."""
-    future = request.future
-    return future.done() and not future.cancelled() and future.exception() is None
+def _may_follow(request: _Append) -> bool:
+    """Whether ``request`` may be written in the writer's next batch: it
+    follows no append, one in that batch (`_plan` looks), or one of a batch
+    before that was written. One that was not is answered here."""
+    after = request.after
+    if after is None or not after.future.done():
+        return True
+    if after.future.cancelled() or after.future.exception() is not None:
+        request.future.set_exception(
+            LogWriteError(
+                f"not appended to {request.stream}: the append it follows, to "
+                f"{after.stream}, was not written"
+            )
+        )
+        return False
+    request.after = None  # written already
+    return True
 
 
 def _answer(outcome: Commit | Exception | _Append) -> Commit | Exception:
@@ -449,11 +462,14 @@ class SqliteEventLog:
         return head.future.result(), answers
 
     def _request_of(self, a: Append, after: _Append | None = None) -> _Append:
-        request = self._request(
-            a.stream, a.events, a.expected_version, a.correlation_id, a.causation_id
+        return self._request(
+            a.stream,
+            a.events,
+            a.expected_version,
+            a.correlation_id,
+            a.causation_id,
+            after=after,
         )
-        request.after = after
-        return request
 
     def _request(
         self,
@@ -463,6 +479,7 @@ class SqliteEventLog:
         correlation_id: str | None,
         causation_id: str | None,
         at: float | None = None,
+        after: _Append | None = None,
     ) -> _Append:
         """An append checked and encoded, with the future it is answered by."""
         check_append(stream, events, expected_version)
@@ -482,6 +499,7 @@ class SqliteEventLog:
             causation_id,
             self._clock() if at is None else at,
             asyncio.get_running_loop().create_future(),
+            after,
         )
 
     def _may_commit_now(self) -> bool:
@@ -523,8 +541,9 @@ class SqliteEventLog:
                     batch = self._pending[:_MAX_BATCH]
                     del self._pending[:_MAX_BATCH]
                     # A caller that gave up before its turn came gets nothing
-                    # written; once a batch has started, it is committed.
-                    batch = [r for r in batch if not r.future.done()]
+                    # written, nor what follows an append not written; once a
+                    # batch has started, it is committed.
+                    batch = [r for r in batch if not r.future.done() and _may_follow(r)]
                     if batch:
                         # one caller's (an append, or one append_then)
                         self._alone = all(r.after is batch[0] for r in batch[1:])
@@ -548,25 +567,17 @@ class SqliteEventLog:
             self._pending.clear()
 
     def _transaction(
-        self, batch: list[_Append], guess: bool = True
+        self, batch: list[_Append]
     ) -> tuple[bool, list[Commit | Exception]]:
-        """Commit ``batch``; (anything written, outcomes). ``guess``: see
-        `_known_state`."""
+        """Commit ``batch``; (anything written, outcomes)."""
         conn = self._writer
         conn.execute("BEGIN IMMEDIATE")
         try:
-            versions, head = self._known_state(conn, batch, guess)
+            versions, head = self._known_state(conn, batch)
             rows, outcomes, head = self._plan(batch, versions, head)
             if rows:
                 conn.executemany(_INSERT, rows)
             conn.execute("COMMIT")
-        except sqlite3.IntegrityError:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-            if not guess:
-                raise
-            # a stream guessed to be new had begun: the batch again, read
-            return self._transaction(batch, guess=False)
         except BaseException:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
@@ -576,15 +587,11 @@ class SqliteEventLog:
         return bool(rows), outcomes
 
     def _known_state(
-        self, conn: sqlite3.Connection, batch: list[_Append], guess: bool
+        self, conn: sqlite3.Connection, batch: list[_Append]
     ) -> tuple[dict[str, int], int]:
         """In the write transaction: the batch's streams' versions, and the head.
 
         Read from the file only for what the writer does not know already.
-        With ``guess``, a stream it does not know that an append expects to
-        be new (a child's start, a session's opening) is taken to be: if it
-        has begun, inserting its version 1 breaks ``UNIQUE (stream,
-        version)``, and the transaction is made again without guessing.
         """
         (data_version,) = conn.execute("PRAGMA data_version").fetchone()
         if data_version != self._data_version or len(self._versions) > _KNOWN_STREAMS:
@@ -600,8 +607,7 @@ class SqliteEventLog:
                 versions[r.stream] = known[r.stream]
             elif r.stream not in versions:
                 versions[r.stream] = 0
-                if r.expected != 0 or not guess or r.after is not None:
-                    unknown.append(r.stream)  # (one after another may not be written)
+                unknown.append(r.stream)
         head = self._head
         if unknown or head is None:
             for name, value in conn.execute(_BATCH_STATE, (_json.encode(unknown),)):
@@ -768,7 +774,7 @@ class SqliteEventLog:
         for r in batch:
             stream = r.stream
             actual = versions.get(stream, 0)
-            if r.after is not None and r.after not in written and not _ok(r.after):
+            if r.after is not None and r.after not in written:
                 outcomes.append(
                     LogWriteError(
                         f"not appended to {stream}: the append it follows, to "

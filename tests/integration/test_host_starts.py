@@ -5,18 +5,20 @@ a session's subagent and a workflow's phase their runs, in the very commit
 of the decision (`Host._commit`, `EventLog.append_then`: one SQLite
 transaction, at once or queued together for the writer): the child's
 opening step takes the positions right after its parent's, its causation is
-the deciding event, and the dispatcher, seeing the event was carried, does
-not create the child again. A parent whose append conflicts writes no
-child; a child whose stream has begun already is refused and left to the
-dispatcher (whose `Create` the child's decider refuses in turn); a host
-scoped to another run starts nothing in a commit. Every stream of every
-test replays (`steward.replay.verify`).
+the deciding event, and the dispatcher, which waits for that append's
+answer when it meets the event first, does not create the child again. An
+error in the children's code leaves the parent to commit alone. A parent
+whose append conflicts writes no child; a child whose stream has begun
+already is refused and left to the dispatcher (whose `Create` the child's
+decider refuses in turn); a host scoped to another run starts nothing in a
+commit. Every stream of every test replays (`steward.replay.verify`).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ import pytest
 from support import act
 
 from steward import events, replay
+from steward.actors import kind as kind_module
 from steward.actors import run as run_actor
 from steward.actors import session as session_actor
 from steward.actors.llm import Reply, RequestInfo, ScriptedProvider
@@ -432,6 +435,88 @@ async def test_turns_decided_at_once_start_their_runs_each_after_its_own(
     assert len(await verify_all(log)) == 2 * len(sessions)
 
 
+@pytest.mark.parametrize("synchronous", ["NORMAL", "FULL"])
+async def test_a_dispatcher_meeting_a_turn_before_its_commit_is_known_waits(
+    tmp_path: Path,
+    clock: FakeClock,
+    created: list[str],
+    counts: dict[str, int],
+    synchronous: Any,
+) -> None:
+    """Turns decided at once on a started host queue for the writer, so the
+    dispatcher may meet a turn before its deciding task hears back: it
+    leaves the turn until then, and then skips it (its run started with
+    it). No creation is tried twice, and nothing is left remembered."""
+    log = await SqliteEventLog.open(
+        tmp_path / "log.db", clock=clock.now, synchronous=synchronous
+    )
+    sessions = [f"cli:{n}" for n in range(8)]
+    host = Host(
+        log,
+        provider=ScriptedProvider([act(type="finish", output="hi")] * len(sessions)),
+        tools=ToolRegistry.with_builtins(),
+        workspace=tmp_path,
+        clock=clock,
+    )
+    try:
+        await host.start()
+        timers = []
+        for session in sessions:
+            opened = msgspec.structs.replace(opening(clock), session_id=session)
+            assert await host.submit(session_stream(session), opened) is not None
+            received = message(clock, 1, f"hello from {session}")
+            assert await host.submit(session_stream(session), received) is not None
+            timers.append((await host.state(session_stream(session)))[0].timer)
+        await settle(host)
+        refusals = refused(counts)
+        commits = await asyncio.gather(
+            *(
+                host.submit(session_stream(s), events.WakeDue(timer_id=t))
+                for s, t in zip(sessions, timers, strict=True)
+            )
+        )
+        await settle(host)
+        for done in commits:
+            assert done is not None
+            turn = done.records[-1]
+            assert isinstance(turn.event, events.TurnStarted)
+            run = await log.read(run_stream(turn.event.run_id))
+            assert one(run, events.RunCreated).causation_id == turn.id
+        assert created == []  # the dispatcher made no creation
+        assert refused(counts) == refusals
+        assert spawned(counts) == len(sessions)
+        assert host._carried == set() and host._starting == {}
+    finally:
+        await host.stop()
+        await log.close()
+
+
+async def test_a_child_that_cannot_be_decided_leaves_its_parent_committed(
+    hosts: Any,
+    log: SqliteEventLog,
+    clock: FakeClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An error in the code that starts the children (here the run's own
+    decider) does not cost the parent its input: the turn is recorded alone,
+    and the run is left to the dispatcher."""
+    decide = run_actor.decide_and_fold
+
+    def broken(input: Any, state: Any, cache: Any = None) -> Any:
+        if isinstance(input, events.RunCreated):
+            raise RuntimeError("the run's decider is broken")
+        return decide(input, state, cache)
+
+    monkeypatch.setattr(
+        "steward.actors.kind.KINDS",
+        {**kind_module.KINDS, "run": replace(kind_module.KINDS["run"], step=broken)},
+    )
+    host = await hosts(start=False)
+    turn = await first_turn(host, clock)
+    assert (await log.read(STREAM))[-1] == turn
+    assert await log.read(run_stream(turn.event.run_id)) == []
+
+
 # -- a run's subagents --------------------------------------------------------
 
 
@@ -579,7 +664,7 @@ async def test_a_host_scoped_elsewhere_starts_nothing_in_the_commit(
         assert [r.position for r in run[:1]] == [turn.position + 1]
         assert run[0].causation_id == turn.id
         assert spawned(counts) == 1
-        assert host._carried == {turn.id}
+        assert host._carried == set()  # no dispatcher runs to skip it
     else:
         assert run == []
         assert await log.head() == turn.position
