@@ -110,7 +110,7 @@ def remap(event: Event, old: str, new: str) -> Event:
     (a run's, a workflow run's)."""
 
     def swap(value: str) -> str:
-        if value == old or value.startswith((f"{old}/", f"{old}-")):
+        if value == old or value.startswith((f"{old}/", f"{old}-", f"{old}:")):
             return new + value[len(old) :]
         return value
 

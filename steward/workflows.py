@@ -43,6 +43,7 @@ from steward.config import Settings
 from steward.errors import ConfigError, StewardError, ToolError, WorkflowFileError
 from steward.events.run import ToolSpec
 from steward.events.workflow import (
+    WORKFLOW_REVISION,
     EdgeDef,
     GitDef,
     NodeDef,
@@ -296,6 +297,7 @@ def created(
         inputs=inputs,
         file=file,
         worktree=worktree,
+        revision=WORKFLOW_REVISION,
     )
 
 

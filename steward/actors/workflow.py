@@ -153,6 +153,8 @@ class Workflow(Struct, frozen=True, kw_only=True):
     transition, a retry or the run's end): set while paused."""
     runs: int = 0
     """Phase runs started, for their ids."""
+    revision: int = 0
+    """`WorkflowCreated.revision`: the form of the phase run ids."""
     reason: str | None = None
     worktree: Worktree | None = None
     workspace: str | None = None
@@ -205,6 +207,7 @@ def evolve(state: Workflow, event: Event) -> Workflow:
                 status="pending",
                 phases=phases,
                 worktree=event.worktree,
+                revision=event.revision,
             )
         case ToolRequested(request_id=rid, name=name):
             return replace(state, tool=rid, tool_name=name, tools=state.tools + 1)
@@ -504,6 +507,14 @@ def _skip_pending(state: Workflow, only: tuple[str, ...] | None) -> list[Event]:
     ]
 
 
+def phase_run_id(state: Workflow, node: str) -> str:
+    """The id of the next phase run, ``node``'s. Neither a workflow id nor a
+    node key holds a ``:``, so no two runs' phases share one; runs recorded
+    before revision 1 joined them with ``-``, and keep that."""
+    sep = ":" if state.revision >= 1 else "-"
+    return f"{state.workflow_id}{sep}{node}{sep}{state.runs + 1}"
+
+
 def _start(state: Workflow, node: str, at: float) -> list[Event]:
     """Phase ``node`` starts as a fresh run, handed its upstream reports."""
     phase = phase_of(state, node)
@@ -515,7 +526,7 @@ def _start(state: Workflow, node: str, at: float) -> list[Event]:
             node=node,
             attempt=phase.attempt,
             retry=phase.retries,
-            run_id=f"{state.workflow_id}-{node}-{state.runs + 1}",
+            run_id=phase_run_id(state, node),
             upstream=upstream,
             dropped=dropped,
             at=at,

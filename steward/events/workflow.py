@@ -49,6 +49,7 @@ __all__ = [  # EVENT_TYPES and INPUT_TYPES are read from the module (as the run'
     "WorkflowResumeRequested",
     "WorkflowResumed",
     "WorkflowStarted",
+    "WORKFLOW_REVISION",
     "Worktree",
 ]
 
@@ -156,7 +157,16 @@ class WorkflowCreated(Event, frozen=True, kw_only=True):
     """The definition's file, for people (the definition is recorded whole)."""
     worktree: Worktree | None = None
     """The git worktree the phases work in; ``None``: the host's workspace."""
+    revision: int = 0
+    """The decider behaviour the run was created under (`WORKFLOW_REVISION`
+    for new runs): from 1, phase run ids are ``<id>:<node>:<n>``; a run of
+    0 (recorded before) keeps ``<id>-<node>-<n>``, which the runs of another
+    id and node, both with dashes, could share."""
     at: float = 0.0
+
+
+WORKFLOW_REVISION = 1
+"""The `WorkflowCreated.revision` of runs created now."""
 
 
 class WorkflowPauseRequested(Event, frozen=True, kw_only=True):

@@ -35,6 +35,7 @@ import tempfile
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -683,11 +684,14 @@ async def session_direct(rig: Rig) -> None:
     await rig.recorded(events.ReplySent, 3)
 
 
-async def workflow(rig: Rig) -> None:
+async def workflow(rig: Rig, revision: int = 0) -> None:
     """Workflow runs: one loops (review asks for changes, implement goes
     again), retries a failed phase, is paused and resumed, skips a branch it
     never takes, and completes; one fails past its retries; one is cancelled
-    with its phase in flight (which is cancelled and recorded failed)."""
+    with its phase in flight (which is cancelled and recorded failed).
+    Created at ``revision`` (`WorkflowCreated.revision`): 0, as the first
+    golden log was, gives phase run ids joined by ``-``; 1 by ``:``."""
+    sep = ":" if revision else "-"
     nodes = (
         NodeDef(key="design", provider="default", prompt="Design {input.feature}."),
         NodeDef(key="implement", provider="default", max_retries=1),
@@ -729,7 +733,10 @@ async def workflow(rig: Rig) -> None:
         "wf-fail-design-1": [outage],
         "wf-cancel-design-1": [Reply(text=finish("Too late."), delay=60.0)],
     }
-    cursors = {run_id: iter(replies) for run_id, replies in script.items()}
+    cursors = {
+        "wf-" + run_id[3:].replace("-", sep): iter(replies)
+        for run_id, replies in script.items()
+    }
     provider = ScriptedProvider(
         lambda prompt, info: next(cursors[info.run_id]), sleep=rig.clock.sleep
     )
@@ -739,7 +746,7 @@ async def workflow(rig: Rig) -> None:
 
     def first(defn: WorkflowDef, workflow_id: str) -> events.WorkflowCreated:
         made = created(defn, settings, workflow_id, inputs, specs)
-        return msgspec.structs.replace(made, at=rig.clock.now())
+        return msgspec.structs.replace(made, at=rig.clock.now(), revision=revision)
 
     await host.submit("workflow.wf-loop", first(loop, "wf-loop"))
     await rig.recorded(events.RunStarted, 1)
@@ -831,6 +838,8 @@ SCENARIOS: dict[str, Scenario] = {
     "session_direct": session_direct,
     "workflow": workflow,
     "workflow_worktree": workflow_worktree,
+    # the same runs created at workflow revision 1: phase run ids with ":"
+    "workflow_revision_1": partial(workflow, revision=1),
 }
 
 

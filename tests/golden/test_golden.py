@@ -106,6 +106,10 @@ EXPECTED: dict[str, dict[str, Final]] = {
     },
     "workflow_worktree": {"wf-tree-write-1": Final("completed", "Wrote note.md.")},
 }
+EXPECTED["workflow_revision_1"] = {
+    run_id.replace("-", ":").replace("wf:", "wf-", 1): final
+    for run_id, final in EXPECTED["workflow"].items()
+}
 """Each golden log's runs (by run id) and their final states."""
 
 SESSIONS: dict[str, dict[str, tuple[str, ...]]] = {
@@ -144,6 +148,7 @@ WORKFLOWS: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {
     },
     "workflow_worktree": {"workflow.wf-tree": ("completed", ("write",))},
 }
+WORKFLOWS["workflow_revision_1"] = WORKFLOWS["workflow"]
 """Each golden log's workflow runs: their status and the phases they started."""
 
 NAMES = sorted({p.stem for p in GOLDEN.glob("*.jsonl")} | set(EXPECTED))

@@ -195,7 +195,7 @@ def test_a_run_works_in_its_worktree_and_leaves_the_work_on_its_branch(
     assert f"{removed} committed" in lines
     assert lines[-2:] == ["workflow wf-1 completed", "wf-1"]
 
-    assert run_created(here / "log.db", "wf-1-implement-1").workspace == str(tree)
+    assert run_created(here / "log.db", "wf-1:implement:1").workspace == str(tree)
     assert not (here / "hello.txt").exists()
     assert not (repo / "hello.txt").exists()
     assert git("show", f"{BRANCH}:hello.txt", cwd=repo) == "hello"

@@ -179,7 +179,7 @@ def test_the_example_workflow_loops_once_and_completes(
     assert '  review -> implement (when decision == "changes_requested")' in out
     assert (
         "  phase implement started (attempt 2, given design, review): "
-        + (f"{workflow_id}-implement-4")
+        + (f"{workflow_id}:implement:4")
         in out
     )
 
@@ -196,7 +196,7 @@ def test_the_example_workflow_loops_once_and_completes(
     )
     assert capsys.readouterr().out.splitlines()[-1] == "verify: ok"
     for n, phase in enumerate(["design", "implement", "review", "implement", "review"]):
-        run = f"{workflow_id}-{phase}-{n + 1}"
+        run = f"{workflow_id}:{phase}:{n + 1}"
         assert cli.main(["--db", "log.db", "replay", run, "--verify"]) == 0
     capsys.readouterr()
 
@@ -363,7 +363,7 @@ def test_a_workflow_run_forks_under_its_own_ids(
     new_id = forked.removeprefix("workflow.")
     assert isinstance(first, events.WorkflowCreated) and first.workflow_id == new_id
     assert isinstance(last, events.PhaseStarted)
-    assert (last.node, last.run_id) == ("implement", f"{new_id}-implement-4")
+    assert (last.node, last.run_id) == ("implement", f"{new_id}:implement:4")
     assert replay.verify(copy) is None
 
 

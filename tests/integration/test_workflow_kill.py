@@ -99,20 +99,20 @@ async def test_a_sigkill_during_a_phase_resumes_the_workflow_where_it_was(
         )
         log = await SqliteEventLog.open(tmp_path / "log.db")
         try:
-            assert await _asked(log, "run.wf-kill-design-1", 30)
+            assert await _asked(log, "run.wf-kill:design:1", 30)
             await asyncio.sleep(0.5)  # the 3 s model call is under way
             first.kill()
             first.communicate()
             assert not any(
                 isinstance(r.event, events.RunCompleted)
-                for r in await log.read("run.wf-kill-design-1")
+                for r in await log.read("run.wf-kill:design:1")
             )
             second = _serve(tmp_path)  # takes the log over and resumes
             out, err = await asyncio.to_thread(follower.communicate, timeout=60)
             assert follower.returncode == 0, err.decode()[-2000:]
             assert out.decode().splitlines()[-1] == "wf-kill"
             workflow = await log.read("workflow.wf-kill")
-            design = await log.read("run.wf-kill-design-1")
+            design = await log.read("run.wf-kill:design:1")
         finally:
             await log.close()
     finally:

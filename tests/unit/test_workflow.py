@@ -11,7 +11,7 @@ import pytest
 from hypothesis import strategies as st
 from msgspec.structs import replace
 
-from steward import replay
+from steward import replay, workflows
 from steward.actors import workflow as w
 from steward.actors.workflow_effects import RESULT_NOTE, effects, phase_run
 from steward.actors.workflow_graph import (
@@ -23,6 +23,7 @@ from steward.actors.workflow_graph import (
     routing_decision,
     upstream_text,
 )
+from steward.config import Settings
 from steward.events import Event, Recorded
 from steward.events.run import (
     CancelRequested,
@@ -33,6 +34,7 @@ from steward.events.run import (
     ToolResulted,
 )
 from steward.events.workflow import (
+    WORKFLOW_REVISION,
     Artifact,
     EdgeDef,
     NodeDef,
@@ -190,6 +192,43 @@ def test_created_starts_the_run_at_the_first_node() -> None:
     assert story.state.status == "running"
     assert story.phase("design").status == "running"
     assert story.phase("implement").status == "pending"
+
+
+@pytest.mark.parametrize(
+    ("revision", "ids"),
+    [
+        (0, ["a-b-c-1", "a-b-c-1"]),  # recorded so: the two meet
+        (WORKFLOW_REVISION, ["a:b-c:1", "a-b:c:1"]),
+    ],
+    ids=["recorded before revision 1", "now"],
+)
+def test_phase_run_ids_of_two_runs_with_dashes_meet_only_before_revision_1(
+    revision: int, ids: list[str]
+) -> None:
+    """Run ``a`` with node ``b-c`` and run ``a-b`` with node ``c``: joined by
+    ``-`` (revision 0, how runs recorded before decided, and still decide)
+    their first phases share a run id; joined by ``:``, which neither a run
+    id nor a node key may hold, they do not."""
+    started_ids = []
+    for workflow_id, key in (("a", "b-c"), ("a-b", "c")):
+        story = Story()
+        defn = definition([node(key)], [])
+        created = WorkflowCreated(
+            workflow_id=workflow_id, definition=defn, revision=revision
+        )
+        decisions = story.when(created)
+        assert decisions is not None
+        [start] = [d for d in decisions if isinstance(d, PhaseStarted)]
+        started_ids.append(start.run_id)
+    assert started_ids == ids
+
+
+def test_a_run_created_now_is_of_the_latest_revision() -> None:
+    """`steward.workflows.created`, which every command uses, records the
+    revision the decider now has."""
+    defn = definition([node("design")], [])
+    made = workflows.created(defn, Settings(), "wf", {})
+    assert made.revision == WORKFLOW_REVISION == 1
 
 
 def test_a_definition_with_problems_is_refused() -> None:
