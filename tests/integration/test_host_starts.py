@@ -154,6 +154,28 @@ async def first_turn(host: Host, clock: FakeClock) -> Recorded:
     return turn
 
 
+async def waiting_turns(host: Host, clock: FakeClock, sessions: list[str]) -> Any:
+    """Open ``sessions``, each with a message waiting for its timer; the
+    function that gives every timer's `WakeDue` at once (their commits)."""
+    timers = []
+    for session in sessions:
+        opened = msgspec.structs.replace(opening(clock), session_id=session)
+        assert await host.submit(session_stream(session), opened) is not None
+        received = message(clock, 1, f"hello from {session}")
+        assert await host.submit(session_stream(session), received) is not None
+        timers.append((await host.state(session_stream(session)))[0].timer)
+
+    async def wake() -> list[Any]:
+        return await asyncio.gather(
+            *(
+                host.submit(session_stream(s), events.WakeDue(timer_id=t))
+                for s, t in zip(sessions, timers, strict=True)
+            )
+        )
+
+    return wake
+
+
 async def until(check: Any, timeout: float = 5.0) -> Any:
     """Poll the async ``check`` until it returns something true (what a
     host's effects record comes from its tasks; nothing here waits on time)."""
@@ -402,21 +424,10 @@ async def test_turns_decided_at_once_start_their_runs_each_after_its_own(
     monkeypatch.setattr(SqliteEventLog, "_commit", spy)
     host = await hosts(start=False)
     sessions = [f"cli:{n}" for n in range(8)]
-    timers = []
-    for session in sessions:
-        opened = msgspec.structs.replace(opening(clock), session_id=session)
-        assert await host.submit(session_stream(session), opened) is not None
-        received = message(clock, 1, f"hello from {session}")
-        assert await host.submit(session_stream(session), received) is not None
-        timers.append((await host.state(session_stream(session)))[0].timer)
+    wake = await waiting_turns(host, clock, sessions)
     batches.clear()
 
-    commits = await asyncio.gather(
-        *(
-            host.submit(session_stream(s), events.WakeDue(timer_id=t))
-            for s, t in zip(sessions, timers, strict=True)
-        )
-    )
+    commits = await wake()
     # some went to the writer together, turn and run side by side
     assert any(
         session_stream(s) in batch and run_stream(f"{s}-t1") in batch
@@ -460,21 +471,10 @@ async def test_a_dispatcher_meeting_a_turn_before_its_commit_is_known_waits(
     )
     try:
         await host.start()
-        timers = []
-        for session in sessions:
-            opened = msgspec.structs.replace(opening(clock), session_id=session)
-            assert await host.submit(session_stream(session), opened) is not None
-            received = message(clock, 1, f"hello from {session}")
-            assert await host.submit(session_stream(session), received) is not None
-            timers.append((await host.state(session_stream(session)))[0].timer)
+        wake = await waiting_turns(host, clock, sessions)
         await settle(host)
         refusals = refused(counts)
-        commits = await asyncio.gather(
-            *(
-                host.submit(session_stream(s), events.WakeDue(timer_id=t))
-                for s, t in zip(sessions, timers, strict=True)
-            )
-        )
+        commits = await wake()
         await settle(host)
         for done in commits:
             assert done is not None
