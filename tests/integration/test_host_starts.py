@@ -491,6 +491,46 @@ async def test_a_dispatcher_meeting_a_turn_before_its_commit_is_known_waits(
         await log.close()
 
 
+async def test_on_either_log_a_started_host_creates_each_run_once(
+    tmp_path: Path,
+    open_log_handle: Any,
+    clock: FakeClock,
+    created: list[str],
+    counts: dict[str, int],
+) -> None:
+    """On SQLite and on JetStream (where the run is a second publish after
+    the turn's, so the dispatcher often meets the turn first) a started
+    host starts each turn's run with it, and its dispatcher never creates
+    one again."""
+    log = await open_log_handle()
+    sessions = [f"cli:{n}" for n in range(4)]
+    host = Host(
+        log,
+        provider=ScriptedProvider([act(type="finish", output="hi")] * len(sessions)),
+        tools=ToolRegistry.with_builtins(),
+        workspace=tmp_path,
+        clock=clock,
+    )
+    try:
+        await host.start()
+        wake = await waiting_turns(host, clock, sessions)
+        await settle(host)
+        refusals = refused(counts)
+        for done in await wake():
+            assert done is not None
+            turn = done.records[-1]
+            assert isinstance(turn.event, events.TurnStarted)
+            run = await log.read(run_stream(turn.event.run_id))
+            assert one(run, events.RunCreated).causation_id == turn.id
+        await settle(host)
+        assert created == []
+        assert refused(counts) == refusals
+        assert spawned(counts) == len(sessions)
+        assert host._carried == set() and host._starting == {}
+    finally:
+        await host.stop()
+
+
 async def test_a_child_that_cannot_be_decided_leaves_its_parent_committed(
     hosts: Any,
     log: SqliteEventLog,
