@@ -461,7 +461,24 @@ async def test_a_dispatcher_meeting_a_turn_before_its_commit_is_known_waits(
     log = await SqliteEventLog.open(
         tmp_path / "log.db", clock=clock.now, synchronous=synchronous
     )
-    sessions = [f"cli:{n}" for n in range(8)]
+    try:
+        await each_run_created_once(log, tmp_path, clock, 8, created, counts)
+    finally:
+        await log.close()
+
+
+async def each_run_created_once(
+    log: Any,
+    tmp_path: Path,
+    clock: FakeClock,
+    count: int,
+    created: list[str],
+    counts: dict[str, int],
+) -> None:
+    """On a started host over ``log``, ``count`` sessions' turns decided at
+    once each start their run with them, and the dispatcher creates none
+    again (nor refuses one), nor keeps any of them remembered."""
+    sessions = [f"cli:{n}" for n in range(count)]
     host = Host(
         log,
         provider=ScriptedProvider([act(type="finish", output="hi")] * len(sessions)),
@@ -488,7 +505,6 @@ async def test_a_dispatcher_meeting_a_turn_before_its_commit_is_known_waits(
         assert host._carried == set() and host._starting == {}
     finally:
         await host.stop()
-        await log.close()
 
 
 async def test_on_either_log_a_started_host_creates_each_run_once(
@@ -503,32 +519,7 @@ async def test_on_either_log_a_started_host_creates_each_run_once(
     host starts each turn's run with it, and its dispatcher never creates
     one again."""
     log = await open_log_handle()
-    sessions = [f"cli:{n}" for n in range(4)]
-    host = Host(
-        log,
-        provider=ScriptedProvider([act(type="finish", output="hi")] * len(sessions)),
-        tools=ToolRegistry.with_builtins(),
-        workspace=tmp_path,
-        clock=clock,
-    )
-    try:
-        await host.start()
-        wake = await waiting_turns(host, clock, sessions)
-        await settle(host)
-        refusals = refused(counts)
-        for done in await wake():
-            assert done is not None
-            turn = done.records[-1]
-            assert isinstance(turn.event, events.TurnStarted)
-            run = await log.read(run_stream(turn.event.run_id))
-            assert one(run, events.RunCreated).causation_id == turn.id
-        await settle(host)
-        assert created == []
-        assert refused(counts) == refusals
-        assert spawned(counts) == len(sessions)
-        assert host._carried == set() and host._starting == {}
-    finally:
-        await host.stop()
+    await each_run_created_once(log, tmp_path, clock, 4, created, counts)
 
 
 async def test_a_child_that_cannot_be_decided_leaves_its_parent_committed(
