@@ -271,11 +271,7 @@ class Host:
         # An input that begins a stream this host knows nothing of is decided
         # on the initial state, without a read: the append at version 0
         # fails if the stream has events after all (a restarted effect's).
-        guess = (
-            isinstance(input, kind.opens)
-            and stream not in self._known
-            and stream not in self._cache
-        )
+        guess = self._opens_unseen(kind, stream, input)
         for _ in range(self._max_conflict_retries):
             if guess:
                 state, version = kind.initial, 0
@@ -415,7 +411,8 @@ class Host:
                 self._prompts.clear()
             self._prompts[request.request_id] = prompt
         stream, version = commit.stream, commit.last_version
-        if self._cache.get(stream, (None, 0))[1] <= version:
+        cached = self._cache.get(stream)
+        if cached is None or cached[1] <= version:  # not a newer state's place
             self._keep(stream, after, version)
             self._own[stream] = version
         self._know(stream, version)
@@ -452,15 +449,26 @@ class Host:
                 starts += [start for start in found if start is not None]
         return starts
 
+    def _opens_unseen(self, kind: Kind[Any], stream: str, input: Event) -> bool:
+        """Whether ``input`` begins ``stream`` (`Kind.opens`) and this host
+        knows nothing of the stream (no commit, cached state or routed
+        record): then it is decided on the initial state, unread, and the
+        append at version 0 checks."""
+        return (
+            isinstance(input, kind.opens)
+            and stream not in self._known
+            and stream not in self._cache
+        )
+
     def _start_now(self, effect: Effect, source: str) -> _Start | None:
         """``effect`` as an actor to start in its cause's commit, if it is one."""
         if not isinstance(effect, Create):
             return None
         stream = effect.stream
-        if stream in self._known or stream in self._cache or stream in self._mailboxes:
-            return None
         kind = kind_of(stream)
-        if not isinstance(effect.input, kind.opens):
+        if stream in self._mailboxes or not self._opens_unseen(
+            kind, stream, effect.input
+        ):
             return None
         input = self._stamped(effect.input, effect.stamp)
         decided = kind.decide_and_fold(input, kind.initial, self._prompt_cache)

@@ -122,25 +122,21 @@ async def append_in_turn(
     log: EventLog, first: Append, then: Sequence[Append]
 ) -> tuple[Commit, list[Commit | Exception]]:
     """`EventLog.append_then` as one ``append`` after the other."""
-    commit = await log.append(
-        first.stream,
-        first.events,
-        first.expected_version,
-        correlation_id=first.correlation_id,
-        causation_id=first.causation_id,
-    )
+
+    async def append(a: Append) -> Commit:
+        return await log.append(
+            a.stream,
+            a.events,
+            a.expected_version,
+            correlation_id=a.correlation_id,
+            causation_id=a.causation_id,
+        )
+
+    commit = await append(first)
     outcomes: list[Commit | Exception] = []
     for a in then:
         try:
-            outcomes.append(
-                await log.append(
-                    a.stream,
-                    a.events,
-                    a.expected_version,
-                    correlation_id=a.correlation_id,
-                    causation_id=a.causation_id,
-                )
-            )
+            outcomes.append(await append(a))
         except Exception as e:  # answered, not raised: the first is written
             outcomes.append(e)
     return commit, outcomes
