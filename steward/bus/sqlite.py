@@ -567,31 +567,47 @@ class SqliteEventLog:
             self._pending.clear()
 
     def _transaction(
-        self, batch: list[_Append]
+        self, batch: list[_Append], guess: bool = True
     ) -> tuple[bool, list[Commit | Exception]]:
-        """Commit ``batch``; (anything written, outcomes)."""
+        """Commit ``batch``; (anything written, outcomes). With ``guess``,
+        streams that appends expect to be new are taken to be (see
+        `_known_state`); if one was not, the batch is planned again unguessed."""
         conn = self._writer
         conn.execute("BEGIN IMMEDIATE")
         try:
-            versions, head = self._known_state(conn, batch)
+            versions, head, guessed = self._known_state(conn, batch, guess)
             rows, outcomes, head = self._plan(batch, versions, head)
             if rows:
                 conn.executemany(_INSERT, rows)
             conn.execute("COMMIT")
+        except sqlite3.IntegrityError:
+            conn.execute("ROLLBACK")
+            if not guessed:
+                raise
+            return self._transaction(batch, guess=False)  # a guessed stream was not
         except BaseException:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
             raise
+        for stream in guessed:
+            if versions[stream] == 0:  # not written: its guess is not known
+                del versions[stream]
         self._versions.update(versions)
         self._head = head
         return bool(rows), outcomes
 
     def _known_state(
-        self, conn: sqlite3.Connection, batch: list[_Append]
-    ) -> tuple[dict[str, int], int]:
-        """In the write transaction: the batch's streams' versions, and the head.
+        self, conn: sqlite3.Connection, batch: list[_Append], guess: bool
+    ) -> tuple[dict[str, int], int, set[str]]:
+        """In the write transaction: the batch's streams' versions, the head,
+        and the streams guessed to be new.
 
-        Read from the file only for what the writer does not know already.
+        Read from the file only for what the writer does not know already,
+        and, with ``guess``, not for a stream that only one append of the
+        batch touches, expecting it new (an opening; an actor started with
+        its cause): it is taken to be at version 0, and the insert at
+        version 1 fails on ``UNIQUE (stream, version)`` if it is not. One
+        append only, so no other is planned on a guess that was not written.
         """
         (data_version,) = conn.execute("PRAGMA data_version").fetchone()
         if data_version != self._data_version or len(self._versions) > _KNOWN_STREAMS:
@@ -602,11 +618,18 @@ class SqliteEventLog:
         known = self._versions
         versions: dict[str, int] = {}
         unknown: list[str] = []
+        guessed: set[str] = set()
         for r in batch:
             if r.stream in known:
                 versions[r.stream] = known[r.stream]
             elif r.stream not in versions:
                 versions[r.stream] = 0
+                if guess and r.expected == 0:
+                    guessed.add(r.stream)
+                else:
+                    unknown.append(r.stream)
+            elif r.stream in guessed:  # a second append: looked up after all
+                guessed.remove(r.stream)
                 unknown.append(r.stream)
         head = self._head
         if unknown or head is None:
@@ -616,7 +639,7 @@ class SqliteEventLog:
                 else:
                     versions[name] = value
         assert head is not None
-        return versions, head
+        return versions, head, guessed
 
     async def _commit(self, batch: list[_Append]) -> None:
         if self._checkpointer is not None:

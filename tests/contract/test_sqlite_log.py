@@ -625,6 +625,48 @@ async def test_a_stream_another_writer_began_is_refused_as_a_conflict(
         await theirs.close()
 
 
+async def test_a_stream_expected_new_is_inserted_without_a_lookup(
+    path: Path,
+) -> None:
+    """An append expecting a stream the writer does not know to be new reads
+    nothing from the file: ``UNIQUE (stream, version)`` checks it. When the
+    stream was begun elsewhere, the insert fails, the batch is planned again
+    with the lookup, and the append is refused as a conflict."""
+    mine = await SqliteEventLog.open(path)
+    theirs = await SqliteEventLog.open(path)
+    statements: list[str] = []
+    try:
+        await mine.append("run.mine", [note(0)], 0)  # the head is known now
+        await theirs.append("run.theirs", [note(1)], 0)
+        await mine.append("run.mine", [note(2)], 1)  # and what theirs did
+        mine._writer.set_trace_callback(statements.append)
+        await mine.append_then(
+            Append(stream="run.parent", events=[note(3)], expected_version=0),
+            then_of("run.child"),
+        )
+        inserts = [s for s in statements if s.startswith("INSERT")]
+        assert len(inserts) == 2
+        assert statements == [
+            "BEGIN IMMEDIATE",
+            "PRAGMA data_version",
+            *inserts,
+            "COMMIT",
+        ]
+
+        statements.clear()
+        with pytest.raises(ConcurrencyError) as refused:
+            await mine.append("run.theirs", [note(4)], 0)
+        assert (refused.value.expected, refused.value.actual) == (0, 1)
+        assert sum("json_each" in s for s in statements) == 1  # the redo's
+        assert sum(s == "ROLLBACK" for s in statements) == 1
+        assert (await mine.append("run.theirs", [note(4)], 1)).first_version == 2
+        assert [r.event for r in await theirs.read("run.theirs")] == [note(1), note(4)]
+    finally:
+        mine._writer.set_trace_callback(None)
+        await mine.close()
+        await theirs.close()
+
+
 async def test_a_stream_the_writer_forgot_is_refused_as_a_conflict(
     log: SqliteEventLog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
