@@ -19,6 +19,7 @@ from steward.bus import EventLog
 from steward.config import Settings
 from steward.errors import NotFoundError
 from steward.events import (
+    SESSION_REVISION,
     CommandAnswered,
     Elsewhere,
     MessageReceived,
@@ -54,6 +55,7 @@ async def open_session(
             chat_id=chat_id,
             settings=settings.session_settings(registry.specs(), profile, session_id),
             at=host.clock.now(),
+            revision=SESSION_REVISION,
         )
         await host.submit(stream, opening)
     return stream

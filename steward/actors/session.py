@@ -177,6 +177,9 @@ class Session(Struct, frozen=True, kw_only=True):
     """The session's cron schedules, oldest first."""
     schedule_timers: int = 0
     """The schedule timers armed so far."""
+    revision: int = 0
+    """`SessionOpened.revision`: what a compaction does while the memory
+    writer's call is in flight."""
 
 
 initial = Session()
@@ -373,6 +376,7 @@ def evolve(state: Session, event: Event) -> Session:
                 opened_at=event.at,
                 segment_at=event.at,
                 model=event.settings.model,
+                revision=event.revision,
             )
         case MessageReceived(message_id=message_id, text=text):
             seen = (*state.seen[1 - SEEN_MESSAGES :], message_id)
@@ -577,19 +581,22 @@ def decide(input: Event, state: Session) -> list[Event] | None:
         case LlmResponded(request_id=rid, text=text, at=at) if rid == state.writer:
             written = write(state.memory, text, at=at, next_id=state.memory_ids + 1)
             if written.error is not None:
-                return [MemoryWriteFailed(request_id=rid, reason=written.error)]
-            return [
+                return _written(
+                    state, MemoryWriteFailed(request_id=rid, reason=written.error)
+                )
+            return _written(
+                state,
                 MemoryWritten(
                     request_id=rid,
                     applied=written.applied,
                     rejected=written.rejected,
                     items=written.items,
                     summary=written.summary,
-                )
-            ]
+                ),
+            )
         case LlmFailed(request_id=rid) if rid == state.writer:
             reason = f"the model call failed: {input.kind}: {input.message}"
-            return [MemoryWriteFailed(request_id=rid, reason=reason)]
+            return _written(state, MemoryWriteFailed(request_id=rid, reason=reason))
         case LlmAttemptFailed(request_id=rid) | LlmStreamRecorded(request_id=rid) if (
             rid in (state.writer, direct_call(state))
         ):
@@ -616,9 +623,21 @@ def _refusal(input: MessageReceived, state: Session) -> str | None:
     return None
 
 
+def _written(state: Session, ended: MemoryWritten | MemoryWriteFailed) -> list[Event]:
+    """The memory writer's call ended, and from revision 1 the compaction
+    that waited for it, if the window holds too many turns."""
+    if state.revision < 1:
+        return [ended]
+    after = evolve(state, ended)
+    if window_turns(after) > state.settings.max_turns_per_context:
+        return [ended, *_compact(after)]
+    return [ended]
+
+
 def _compact(state: Session) -> list[Event]:
-    """The window's older half leaves it, for the memory writer (whose call
-    is asked for unless one is in flight: then the half only leaves)."""
+    """The window's older half leaves it, for the memory writer. Before
+    revision 1, while a writer's call was in flight, the half only left;
+    since, no compaction is decided then (`_replied`, `_written`)."""
     dropped = len(state.messages) // 2
     newer = state.messages[dropped:]
     kept = sum(1 for m in newer if m.role == "user")
@@ -676,7 +695,9 @@ def _replied(state: Session, reply: ReplySent) -> list[Event]:
     holds too many turns, and the next turn when messages wait for it."""
     decisions: list[Event] = [reply]
     after = evolve(state, reply)
-    if window_turns(after) > state.settings.max_turns_per_context:
+    if window_turns(after) > state.settings.max_turns_per_context and (
+        after.writer is None or after.revision < 1  # else once the writer ends
+    ):
         decisions += _compact(after)
         for decision in decisions[1:]:
             after = evolve(after, decision)

@@ -42,6 +42,7 @@ __all__ = [  # EVENT_TYPES and INPUT_TYPES are read from the module (as the run'
     "ModelSwitched",
     "RejectedOp",
     "ReplySent",
+    "SESSION_REVISION",
     "Schedule",
     "ScheduleAsked",
     "ScheduleCreated",
@@ -185,6 +186,16 @@ class SessionOpened(Event, frozen=True, kw_only=True):
     chat_id: str
     settings: SessionSettings
     at: float = 0.0
+    revision: int = 0
+    """The decider behaviour the session was opened under
+    (`SESSION_REVISION` for sessions opened now; 0 for logs written before
+    it was recorded): at 1, a compaction due while the memory writer's call
+    is in flight waits for that call to end, so no message leaves the
+    window unread by the writer."""
+
+
+SESSION_REVISION = 1
+"""The `SessionOpened.revision` of sessions opened now."""
 
 
 class MessageReceived(Event, frozen=True, kw_only=True):

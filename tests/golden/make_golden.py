@@ -119,9 +119,14 @@ class CountingClock(FakeClock):
             self.sleeping -= 1
 
 
-def per_run(script: dict[str, list[Reply | str]]) -> ScriptedProvider:
+def per_run(
+    script: dict[str, list[Reply | str]],
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> ScriptedProvider:
     """A scripted model playing each run's own replies, whatever the order of
-    its requests among other runs' (subagents run side by side)."""
+    its requests among other runs' (subagents run side by side); a reply's
+    ``delay`` is slept with ``sleep`` (the scenario clock's, to hold a reply
+    back until the scenario moves the clock on)."""
     cursors = {run_id: iter(replies) for run_id, replies in script.items()}
 
     def reply(prompt: Prompt, info: RequestInfo) -> Reply | str:
@@ -130,7 +135,7 @@ def per_run(script: dict[str, list[Reply | str]]) -> ScriptedProvider:
             raise AssertionError(f"the script has no reply left for {info.run_id}")
         return answer
 
-    return ScriptedProvider(reply)
+    return ScriptedProvider(reply, sleep=sleep)
 
 
 class Rig:
@@ -489,10 +494,15 @@ async def queued(rig: Rig) -> None:
 
 
 async def open_chat(
-    rig: Rig, host: Host, chat_id: str, settings: events.SessionSettings
+    rig: Rig,
+    host: Host,
+    chat_id: str,
+    settings: events.SessionSettings,
+    revision: int = 0,
 ) -> Callable[[str], Awaitable[None]]:
-    """Open session ``cli:<chat_id>``; what sends it ada's messages, numbered
-    ``m1``, ``m2``, ... and stamped with the scenario's clock."""
+    """Open session ``cli:<chat_id>`` (at decider ``revision``); what sends
+    it ada's messages, numbered ``m1``, ``m2``, ... and stamped with the
+    scenario's clock."""
     stream = f"session.cli:{chat_id}"
     start = events.SessionOpened(
         session_id=f"cli:{chat_id}",
@@ -500,6 +510,7 @@ async def open_chat(
         chat_id=chat_id,
         settings=settings,
         at=rig.clock.now(),
+        revision=revision,
     )
     await host.submit(stream, start)
     sent = 0
@@ -599,6 +610,64 @@ async def session_memory(rig: Rig) -> None:
         if turn == 2:
             await rig.recorded(events.MemoryWritten, 1)
     await rig.recorded(events.MemoryWriteFailed, 1)
+
+
+async def session_revision_1(rig: Rig) -> None:
+    """A session opened at revision 1: the compaction due after its third
+    turn, while the memory writer's call from the second is in flight,
+    waits for that call to end, then hands the next call what leaves the
+    window."""
+    opened = Settings().session_settings(rig.tools.specs())
+    opened = msgspec.structs.replace(
+        opened,
+        max_turns_per_context=1,
+        run=msgspec.structs.replace(opened.run, planning_gate=False),
+    )
+    first = {
+        "operations": [
+            {
+                "op": "add",
+                "level": 1,
+                "module": "identity",
+                "key": "name",
+                "value": "Ada",
+            }
+        ],
+        "summary": "Ada said hello.",
+    }
+    second = {
+        "operations": [
+            {
+                "op": "add",
+                "level": 2,
+                "module": "preferences",
+                "key": "drink",
+                "value": "tea",
+            }
+        ],
+        "summary": "Ada likes tea.",
+    }
+    host = await rig.host(
+        per_run(
+            {
+                "cli:later-t1": [act(type="finish", output="Hello.")],
+                "cli:later-t2": [act(type="finish", output="Noted.")],
+                "cli:later-t3": [act(type="finish", output="Bye.")],
+                "cli:later": [
+                    Reply(text=json.dumps(first), delay=10.0),
+                    json.dumps(second),
+                ],
+            },
+            sleep=rig.clock.sleep,
+        )
+    )
+    say = await open_chat(rig, host, "later", opened, events.SESSION_REVISION)
+    for turn, text in enumerate(("I am Ada", "I like tea", "bye"), start=1):
+        await say(text)
+        await rig.advance(2.0)
+        await rig.recorded(events.ReplySent, turn)
+    await rig.advance(10.0)  # the first writer's reply
+    await rig.recorded(events.MemoryWritten, 2)
 
 
 async def session_subagents(rig: Rig) -> None:
@@ -836,6 +905,7 @@ SCENARIOS: dict[str, Scenario] = {
     "session_memory": session_memory,
     "session_subagents": session_subagents,
     "session_direct": session_direct,
+    "session_revision_1": session_revision_1,
     "workflow": workflow,
     "workflow_worktree": workflow_worktree,
     # the same runs created at workflow revision 1: phase run ids with ":"

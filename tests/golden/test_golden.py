@@ -88,6 +88,11 @@ EXPECTED: dict[str, dict[str, Final]] = {
         "cli:subs-t2": Final("completed", "No more weather."),
     },
     "session_direct": {},
+    "session_revision_1": {
+        "cli:later-t1": Final("completed", "Hello."),
+        "cli:later-t2": Final("completed", "Noted."),
+        "cli:later-t3": Final("completed", "Bye."),
+    },
     "workflow": {
         "wf-loop-design-1": Final("completed", "The design."),
         "wf-loop-implement-2": Final(
@@ -115,6 +120,7 @@ EXPECTED["workflow_revision_1"] = {
 SESSIONS: dict[str, dict[str, tuple[str, ...]]] = {
     "session": {"session.cli:golden": ("start over", "A fresh start.")},
     "session_memory": {"session.cli:memory": ("bye", "Bye.")},
+    "session_revision_1": {"session.cli:later": ("bye", "Bye.")},
     "session_subagents": {
         "session.cli:subs": (
             "scout the issues, and watch the weather hourly",
@@ -228,6 +234,30 @@ def check_replays(name: str, records: typing.Iterable[Recorded]) -> None:
 def test_golden_log_replays(name: str) -> None:
     """A golden log decodes, each run re-decides exactly, and ends as expected."""
     check_replays(name, load(name))
+
+
+def test_a_revision_1_session_compacts_once_its_writer_has_written() -> None:
+    """In ``session_revision_1`` the compaction due after the third turn is
+    decided with the first writer's answer, and asks the second writer,
+    which reads the messages that left the window."""
+    stream = by_stream(load("session_revision_1"))["session.cli:later"]
+    steps = [
+        (type(r.event).__name__, getattr(r.event, "request_id", None))
+        for r in stream
+        if isinstance(r.event, events.ContextCompacted | events.MemoryWritten)
+    ]
+    assert steps == [
+        ("ContextCompacted", "cli:later/memory/1"),
+        ("MemoryWritten", "cli:later/memory/1"),
+        ("ContextCompacted", "cli:later/memory/2"),
+        ("MemoryWritten", "cli:later/memory/2"),
+    ]
+    state = replay.rebuild(stream)
+    assert [(i.key, i.value) for i in state.memory] == [
+        ("name", "Ada"),
+        ("drink", "tea"),
+    ]
+    assert state.summary == "Ada likes tea." and state.revision == 1
 
 
 def test_every_event_type_has_a_golden_log() -> None:

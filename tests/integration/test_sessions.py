@@ -18,7 +18,13 @@ from support import PLAN, act
 from steward import cli
 from steward.actors.tools import ToolContext, ToolRegistry
 from steward.bus import SqliteEventLog
-from steward.events import MessageReceived, ToolResulted
+from steward.events import (
+    SESSION_REVISION,
+    Event,
+    MessageReceived,
+    SessionOpened,
+    ToolResulted,
+)
 from steward.host import Host
 
 WRITER_REPLY = json.dumps(
@@ -99,6 +105,18 @@ def test_a_compacted_chat_leaves_memory_the_views_show_and_rebuild_exactly(
     assert any(row == (1, "identity name Ada") for row in before)
     assert _steward("projections", "rebuild") == 0
     assert _memory_views(env.parent / "log.db") == before
+
+    opened = asyncio.run(_first_event(env.parent / "log.db", "session.cli:local"))
+    assert isinstance(opened, SessionOpened)
+    assert opened.revision == SESSION_REVISION  # sessions open at the latest
+
+
+async def _first_event(path: Path, stream: str) -> Event:
+    log = await SqliteEventLog.open(path)
+    try:
+        return (await log.read(stream))[0].event
+    finally:
+        await log.close()
 
 
 def test_sessions_send_answers_a_command_and_refuses_an_empty_message(

@@ -17,8 +17,10 @@ from steward.actors.kind import KINDS
 from steward.actors.session_context import budget_of, build_context, estimate
 from steward.actors.session_effects import effects, turn_run
 from steward.events import (
+    SESSION_REVISION,
     ChatMessage,
     CommandAnswered,
+    ContextCompacted,
     CoreMemorySet,
     DebounceArmed,
     Event,
@@ -58,7 +60,12 @@ class Chat:
     """A session driven input by input, as the host would: each accepted
     input is folded with its decisions."""
 
-    def __init__(self, settings: SessionSettings = SETTINGS, at: float = 1000.0):
+    def __init__(
+        self,
+        settings: SessionSettings = SETTINGS,
+        at: float = 1000.0,
+        revision: int = 0,
+    ):
         self.state = s.initial
         self.log: list[Event] = []
         self.n = 0
@@ -69,6 +76,7 @@ class Chat:
                 chat_id="c1",
                 settings=settings,
                 at=at,
+                revision=revision,
             )
         )
 
@@ -519,15 +527,26 @@ inputs = st.one_of(
     script=st.lists(inputs, max_size=40),
     gaps=st.lists(st.floats(0, 5), min_size=40, max_size=40),
     direct=st.booleans(),
+    revision=st.sampled_from([0, SESSION_REVISION]),
+)
+@hypothesis.example(  # compactions due while the writer's call is in flight
+    script=[("turn", "completed")] * 8,
+    gaps=[3.0] * 40,
+    direct=False,
+    revision=SESSION_REVISION,
 )
 def test_fold_of_the_log_is_the_live_state_and_every_step_re_decides(
-    script: list[tuple[str, object]], gaps: list[float], direct: bool
+    script: list[tuple[str, object]], gaps: list[float], direct: bool, revision: int
 ) -> None:
     """Random timings, commands and replies, in a chat of runs or a direct
-    chat: folding the recorded events gives the live state, and deciding
-    each recorded input again on the state before it gives the recorded
-    decisions."""
-    chat = Chat(settings=replace(SETTINGS, max_turns_per_context=2, direct=direct))
+    chat, opened under either revision: folding the recorded events gives
+    the live state, and deciding each recorded input again on the state
+    before it gives the recorded decisions. From revision 1, every
+    compaction hands what leaves the window to a memory writer's call."""
+    chat = Chat(
+        settings=replace(SETTINGS, max_turns_per_context=2, direct=direct),
+        revision=revision,
+    )
     at = 1000.0
     for n, ((what, arg), gap) in enumerate(zip(script, gaps, strict=False)):
         at += gap
@@ -563,6 +582,9 @@ def test_fold_of_the_log_is_the_live_state_and_every_step_re_decides(
             timer_id = chat.state.schedules[0].timer_id if arg else "cli:c1/schedule/0"
             chat.give(WakeDue(timer_id=timer_id, at=at))
     assert SESSION.fold(chat.log) == chat.state
+    if revision >= 1:
+        compactions = [e for e in chat.log if isinstance(e, ContextCompacted)]
+        assert all(c.request_id is not None for c in compactions)
     state = s.initial
     i = 0
     while i < len(chat.log):

@@ -22,6 +22,7 @@ from steward.actors.session_memory import (
     write,
 )
 from steward.events import (
+    SESSION_REVISION,
     ContextCompacted,
     CoreMemoryChanged,
     CoreMemorySet,
@@ -241,6 +242,79 @@ def test_a_failed_writer_call_leaves_memory_as_it_was() -> None:
     _turns(garbled, 2)
     [failed] = garbled.give(LlmResponded(request_id=rid, text="nope", at=9.0)) or []
     assert isinstance(failed, MemoryWriteFailed) and "not JSON" in failed.reason
+
+
+def _writing_while_turns_end(revision: int) -> tuple[Chat, str]:
+    """A chat compacted after its second turn (its writer's call left in
+    flight), then given a third turn: a compaction is due again."""
+    chat = Chat(settings=replace(SETTINGS, max_turns_per_context=1), revision=revision)
+    _turns(chat, 2)
+    rid = chat.state.writer
+    assert rid is not None and s.window_turns(chat.state) == 1
+    _turns(chat, 1, start=2000.0)
+    return chat, rid
+
+
+def test_before_revision_1_a_compaction_while_the_writer_writes_drops_unread() -> None:
+    """How sessions opened before revision 1 decided, and still replay: the
+    older half left the window, and no writer's call read it."""
+    chat, rid = _writing_while_turns_end(revision=0)
+    compacted = [e for e in chat.log if isinstance(e, ContextCompacted)]
+    assert [c.request_id for c in compacted] == [rid, None]
+    assert s.window_turns(chat.state) == 1
+    assert chat.state.writer == rid
+    assert [m.content for m in chat.state.writing] == ["question 0", "answer 0"]
+
+
+def test_a_compaction_due_while_the_writer_writes_waits_for_its_end() -> None:
+    """From revision 1 the window keeps its turns while the writer's call is
+    in flight; when it ends, the compaction follows with the next call,
+    which reads every message that leaves the window."""
+    chat, rid = _writing_while_turns_end(revision=SESSION_REVISION)
+    assert [e for e in chat.log if isinstance(e, ContextCompacted)][1:] == []
+    assert s.window_turns(chat.state) == 2 and chat.state.writer == rid
+    reply = json.dumps({"operations": [ADD_NAME], "summary": "names"})
+    decided = chat.give(LlmResponded(request_id=rid, text=reply, at=2100.0)) or []
+    assert [type(e) for e in decided] == [
+        MemoryWritten,
+        ContextCompacted,
+        LlmRequested,
+    ]
+    compacted, request = decided[1], decided[2]
+    assert isinstance(compacted, ContextCompacted)
+    assert isinstance(request, LlmRequested)
+    assert compacted.request_id == request.request_id == chat.state.writer != rid
+    assert s.window_turns(chat.state) == 1
+    assert [m.content for m in chat.state.writing] == ["question 1", "answer 1"]
+    assert chat.state.memory[0].value == "Alex"  # the first call's ops stand
+    call = model_call(chat.state, request)
+    assert prompt_hash(call.prompt) == request.prompt_hash
+    assert "question 1" in call.prompt.messages[0].content
+
+
+def test_a_compaction_due_while_the_writer_fails_follows_the_failure() -> None:
+    chat, rid = _writing_while_turns_end(revision=SESSION_REVISION)
+    decided = chat.give(LlmFailed(request_id=rid, kind="http", message="gone")) or []
+    assert [type(e) for e in decided] == [
+        MemoryWriteFailed,
+        ContextCompacted,
+        LlmRequested,
+    ]
+    assert chat.state.writer not in (None, rid)
+    assert [m.content for m in chat.state.writing] == ["question 1", "answer 1"]
+
+
+def test_a_writer_that_ends_with_no_compaction_due_asks_for_nothing_more() -> None:
+    chat = Chat(
+        settings=replace(SETTINGS, max_turns_per_context=1),
+        revision=SESSION_REVISION,
+    )
+    _turns(chat, 2)
+    rid = chat.state.writer
+    assert rid is not None
+    decided = chat.give(LlmResponded(request_id=rid, text="[]", at=2100.0)) or []
+    assert [type(e) for e in decided] == [MemoryWritten]
+    assert chat.state.writer is None
 
 
 def test_new_segment_resets_the_window_turns_and_summary() -> None:
