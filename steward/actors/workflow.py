@@ -332,15 +332,23 @@ def _decide(input: Event, state: Workflow) -> list[Event] | None:
             return [resumed, *_follow(evolve(state, resumed), at)]
         case WorkflowCancelRequested(reason=reason), "running":
             _move_run("running", "cancelled")
-            return _ending(state, [WorkflowCancelled(reason=reason)])
+            return _ending(state, [_cancelled(state, reason)])
         case WorkflowCancelRequested(reason=reason), "paused":
             # paused -> cancelled is no move of the spec's: paused -> running
             # -> cancelled, in one step, so nothing starts in between
             _move_run("paused", "running")
             _move_run("running", "cancelled")
-            return _ending(state, [WorkflowResumed(), WorkflowCancelled(reason=reason)])
+            return _ending(state, [WorkflowResumed(), _cancelled(state, reason)])
         case _:
             return None
+
+
+def _cancelled(state: Workflow, reason: str) -> WorkflowCancelled:
+    """The run's cancel, naming the phase run in flight from revision 2."""
+    phase = None
+    if state.revision >= 2 and state.current is not None:
+        phase = phase_of(state, state.current).run_id
+    return WorkflowCancelled(reason=reason, phase_run_id=phase)
 
 
 def _in_flight(state: Workflow, result: SubagentResult) -> bool:

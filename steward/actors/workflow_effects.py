@@ -101,8 +101,12 @@ def pending(event: Event) -> Pending:
     match event:
         case PhaseStarted(run_id=run_id):
             return Pending(wants=(Want(key=f"spawn:{run_id}", kind="create"),))
+        case WorkflowCancelled(phase_run_id=str(run_id)):
+            # answered when that run ends (the runs projection), or by its result
+            return Pending(wants=(Want(key=f"cancel:{run_id}", kind="deliver"),))
         case SubagentFinished(result=result):
-            return Pending(answers=(f"notify:{result.run_id}",))
+            run_id = result.run_id
+            return Pending(answers=(f"notify:{run_id}", f"cancel:{run_id}"))
         case WorkflowCompleted() | WorkflowFailed():
             return Pending(ended=True)
         case _:

@@ -161,11 +161,13 @@ class WorkflowCreated(Event, frozen=True, kw_only=True):
     """The decider behaviour the run was created under (`WORKFLOW_REVISION`
     for new runs): from 1, phase run ids are ``<id>:<node>:<n>``; a run of
     0 (recorded before) keeps ``<id>-<node>-<n>``, which the runs of another
-    id and node, both with dashes, could share."""
+    id and node, both with dashes, could share. From 2, `WorkflowCancelled`
+    names the phase run in flight, so a host that dies before delivering the
+    cancel to it leaves the delivery to the next."""
     at: float = 0.0
 
 
-WORKFLOW_REVISION = 1
+WORKFLOW_REVISION = 2
 """The `WorkflowCreated.revision` of runs created now."""
 
 
@@ -291,6 +293,10 @@ class WorkflowCancelled(Event, frozen=True, kw_only=True):
     """The run was cancelled."""
 
     reason: str
+    phase_run_id: str | None = None
+    """The run of the phase in flight, which the cancel is delivered to
+    (recorded from revision 2, so the pending projection keeps the delivery
+    until that run ends; ``None`` before, and when no phase was in flight)."""
 
 
 INPUT_TYPES: tuple[type[Event], ...] = (

@@ -759,7 +759,8 @@ async def workflow(rig: Rig, revision: int = 0) -> None:
     never takes, and completes; one fails past its retries; one is cancelled
     with its phase in flight (which is cancelled and recorded failed).
     Created at ``revision`` (`WorkflowCreated.revision`): 0, as the first
-    golden log was, gives phase run ids joined by ``-``; 1 by ``:``."""
+    golden log was, gives phase run ids joined by ``-``; 1 by ``:``; 2 also
+    names the phase in flight in the cancel (`WorkflowCancelled.phase_run_id`)."""
     sep = ":" if revision else "-"
     nodes = (
         NodeDef(key="design", provider="default", prompt="Design {input.feature}."),
@@ -910,6 +911,7 @@ SCENARIOS: dict[str, Scenario] = {
     "workflow_worktree": workflow_worktree,
     # the same runs created at workflow revision 1: phase run ids with ":"
     "workflow_revision_1": partial(workflow, revision=1),
+    "workflow_revision_2": partial(workflow, revision=2),
 }
 
 

@@ -115,6 +115,7 @@ EXPECTED["workflow_revision_1"] = {
     run_id.replace("-", ":").replace("wf:", "wf-", 1): final
     for run_id, final in EXPECTED["workflow"].items()
 }
+EXPECTED["workflow_revision_2"] = EXPECTED["workflow_revision_1"]
 """Each golden log's runs (by run id) and their final states."""
 
 SESSIONS: dict[str, dict[str, tuple[str, ...]]] = {
@@ -155,6 +156,7 @@ WORKFLOWS: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {
     "workflow_worktree": {"workflow.wf-tree": ("completed", ("write",))},
 }
 WORKFLOWS["workflow_revision_1"] = WORKFLOWS["workflow"]
+WORKFLOWS["workflow_revision_2"] = WORKFLOWS["workflow"]
 """Each golden log's workflow runs: their status and the phases they started."""
 
 NAMES = sorted({p.stem for p in GOLDEN.glob("*.jsonl")} | set(EXPECTED))
@@ -258,6 +260,24 @@ def test_a_revision_1_session_compacts_once_its_writer_has_written() -> None:
         ("drink", "tea"),
     ]
     assert state.summary == "Ada likes tea." and state.revision == 1
+
+
+def test_a_revision_2_workflow_cancel_names_its_phase_in_flight() -> None:
+    """In ``workflow_revision_2`` the cancelled run's `WorkflowCancelled`
+    names the phase run it cancelled; in the logs before, none did."""
+    named = {
+        name: [
+            r.event.phase_run_id
+            for r in load(name)
+            if isinstance(r.event, events.WorkflowCancelled)
+        ]
+        for name in ("workflow", "workflow_revision_1", "workflow_revision_2")
+    }
+    assert named == {
+        "workflow": [None],
+        "workflow_revision_1": [None],
+        "workflow_revision_2": ["wf-cancel:design:1"],
+    }
 
 
 def test_every_event_type_has_a_golden_log() -> None:

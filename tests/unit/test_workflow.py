@@ -13,7 +13,8 @@ from msgspec.structs import replace
 
 from steward import replay, workflows
 from steward.actors import workflow as w
-from steward.actors.workflow_effects import RESULT_NOTE, effects, phase_run
+from steward.actors.effects import Want
+from steward.actors.workflow_effects import RESULT_NOTE, effects, pending, phase_run
 from steward.actors.workflow_graph import (
     MAX_CHARS_PER_ARTIFACT,
     MAX_CONTEXT_CHARS_TOTAL,
@@ -129,10 +130,12 @@ class Story:
         ]
 
 
-def started(defn: WorkflowDef = DIR, **inputs: str) -> Story:
+def started(defn: WorkflowDef = DIR, revision: int = 0, **inputs: str) -> Story:
     story = Story()
     story.when(
-        WorkflowCreated(workflow_id="wf", definition=defn, inputs=inputs, at=0.5)
+        WorkflowCreated(
+            workflow_id="wf", definition=defn, inputs=inputs, at=0.5, revision=revision
+        )
     )
     return story
 
@@ -228,7 +231,7 @@ def test_a_run_created_now_is_of_the_latest_revision() -> None:
     revision the decider now has."""
     defn = definition([node("design")], [])
     made = workflows.created(defn, Settings(), "wf", {})
-    assert made.revision == WORKFLOW_REVISION == 1
+    assert made.revision == WORKFLOW_REVISION == 2
 
 
 def test_a_definition_with_problems_is_refused() -> None:
@@ -530,6 +533,42 @@ def test_cancel_ends_the_run_and_the_phase_in_flight_is_still_recorded() -> None
     decisions = story.finish(status="cancelled", output="")
     assert [type(d) for d in decisions or []] == [PhaseFailed]
     assert story.state.status == "cancelled"
+
+
+@pytest.mark.parametrize(
+    ("revision", "phase"),
+    [(1, None), (WORKFLOW_REVISION, "wf:design:1")],
+    ids=["recorded before revision 2", "now"],
+)
+def test_a_cancel_names_the_phase_in_flight_for_the_pending_projection(
+    revision: int, phase: str | None
+) -> None:
+    """From revision 2 a cancel names the phase run in flight, so its
+    delivery is wanted (a host that dies before making it leaves it to the
+    next) until that phase's result answers it; before, it did not, and
+    old runs still decide so."""
+    story = started(revision=revision)
+    [cancelled] = story.when(WorkflowCancelRequested(reason="stop")) or []
+    assert cancelled == WorkflowCancelled(reason="stop", phase_run_id=phase)
+    wants = pending(cancelled).wants
+    if phase is None:
+        assert wants == ()
+        return
+    [delivery] = effects(story.records()[-1], story.state, story.state)
+    assert wants == (Want(key=delivery.key, kind="deliver"),)  # type: ignore[union-attr]
+    [outcome] = story.finish(status="cancelled", output="") or []
+    result = story.log[-2]
+    assert isinstance(result, SubagentFinished)
+    assert delivery.key in pending(result).answers  # type: ignore[union-attr]
+    assert isinstance(outcome, PhaseFailed)
+
+
+def test_a_cancel_with_no_phase_in_flight_names_none() -> None:
+    story = started(definition([node("a")], []), revision=WORKFLOW_REVISION)
+    story.when(WorkflowPauseRequested())
+    story.finish()  # recorded; followed on resume
+    decisions = story.when(WorkflowCancelRequested(reason="no"))
+    assert decisions == [WorkflowResumed(), WorkflowCancelled(reason="no")]
 
 
 def test_a_paused_run_is_cancelled_through_running() -> None:
