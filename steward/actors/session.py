@@ -177,9 +177,12 @@ class Session(Struct, frozen=True, kw_only=True):
     """The session's cron schedules, oldest first."""
     schedule_timers: int = 0
     """The schedule timers armed so far."""
+    writer_segment: int = 0
+    """The segment the memory writer's call in flight was asked in."""
     revision: int = 0
     """`SessionOpened.revision`: what a compaction does while the memory
-    writer's call is in flight."""
+    writer's call is in flight, and whether a call asked before `/new`
+    gives the new segment its summary."""
 
 
 initial = Session()
@@ -437,12 +440,19 @@ def evolve(state: Session, event: Event) -> Session:
                 state, messages=newer, writing=older[-limit:] if limit > 0 else ()
             )
         case LlmRequested(request_id=request_id) if request_id == _writer_id(state):
-            return replace(state, writer=request_id, writes=state.writes + 1)
+            return replace(
+                state,
+                writer=request_id,
+                writes=state.writes + 1,
+                writer_segment=state.segment,
+            )
         case EffectClaimed(request_id=request_id, worker=worker, until=until):
             claims = _unclaimed(state, request_id)
             return replace(state, claims=(*claims, (request_id, worker, until)))
         case MemoryWritten(applied=applied, items=items, summary=summary):
             adds = sum(1 for op in applied if op.op == "add")
+            if state.revision >= 1 and state.writer_segment != state.segment:
+                summary = None  # of a segment `/new` ended: not this one's
             return replace(
                 state,
                 memory=items,
@@ -625,11 +635,16 @@ def _refusal(input: MessageReceived, state: Session) -> str | None:
 
 def _written(state: Session, ended: MemoryWritten | MemoryWriteFailed) -> list[Event]:
     """The memory writer's call ended, and from revision 1 the compaction
-    that waited for it, if the window holds too many turns."""
+    that waited for it, if the window holds too many turns and no turn is
+    in flight (else the turn's end compacts: its message stays in the
+    window until then)."""
     if state.revision < 1:
         return [ended]
     after = evolve(state, ended)
-    if window_turns(after) > state.settings.max_turns_per_context:
+    if (
+        after.turn is None
+        and window_turns(after) > state.settings.max_turns_per_context
+    ):
         return [ended, *_compact(after)]
     return [ended]
 

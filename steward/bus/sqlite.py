@@ -581,7 +581,8 @@ class SqliteEventLog:
                 conn.executemany(_INSERT, rows)
             conn.execute("COMMIT")
         except sqlite3.IntegrityError:
-            conn.execute("ROLLBACK")
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
             if not guessed:
                 raise
             return self._transaction(batch, guess=False)  # a guessed stream was not

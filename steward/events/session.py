@@ -189,9 +189,12 @@ class SessionOpened(Event, frozen=True, kw_only=True):
     revision: int = 0
     """The decider behaviour the session was opened under
     (`SESSION_REVISION` for sessions opened now; 0 for logs written before
-    it was recorded): at 1, a compaction due while the memory writer's call
-    is in flight waits for that call to end, so no message leaves the
-    window unread by the writer."""
+    it was recorded). From 1: a compaction due while the memory writer's
+    call is in flight waits for that call to end (and for the turn in
+    flight, if any), then asks the next call, so what leaves the window is
+    never dropped without a call reading it (its newest
+    ``memory_writer_max_messages``, as every call); and the summary of a
+    call asked before ``/new`` is not the new segment's."""
 
 
 SESSION_REVISION = 1

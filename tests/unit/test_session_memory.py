@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from msgspec.structs import replace
 from test_session import SETTINGS, Chat
 
@@ -36,6 +37,7 @@ from steward.events import (
     MemoryWriteFailed,
     MemoryWritten,
     MessageRefused,
+    ReplySent,
 )
 
 
@@ -269,7 +271,7 @@ def test_before_revision_1_a_compaction_while_the_writer_writes_drops_unread() -
 def test_a_compaction_due_while_the_writer_writes_waits_for_its_end() -> None:
     """From revision 1 the window keeps its turns while the writer's call is
     in flight; when it ends, the compaction follows with the next call,
-    which reads every message that leaves the window."""
+    which reads what leaves the window."""
     chat, rid = _writing_while_turns_end(revision=SESSION_REVISION)
     assert [e for e in chat.log if isinstance(e, ContextCompacted)][1:] == []
     assert s.window_turns(chat.state) == 2 and chat.state.writer == rid
@@ -302,6 +304,44 @@ def test_a_compaction_due_while_the_writer_fails_follows_the_failure() -> None:
     ]
     assert chat.state.writer not in (None, rid)
     assert [m.content for m in chat.state.writing] == ["question 1", "answer 1"]
+
+
+def test_a_writer_that_ends_during_a_turn_leaves_the_compaction_to_its_end() -> None:
+    """The turn in flight keeps its message in the window: the compaction
+    due when the writer's call ends is decided when the turn ends."""
+    chat, rid = _writing_while_turns_end(revision=SESSION_REVISION)
+    chat.say("in flight", at=2050.0)
+    chat.wake()
+    assert chat.state.turn is not None
+    decided = chat.give(LlmResponded(request_id=rid, text="[]", at=2060.0)) or []
+    assert [type(e) for e in decided] == [MemoryWritten]
+    assert chat.state.messages[-1].content == "in flight"
+    decided = chat.answer("landed") or []
+    assert [type(e) for e in decided] == [ReplySent, ContextCompacted, LlmRequested]
+    assert [m.content for m in chat.state.messages][-2:] == ["in flight", "landed"]
+    assert s.window_turns(chat.state) == 1
+
+
+@pytest.mark.parametrize(
+    ("revision", "summary"),
+    [(0, "the old segment"), (SESSION_REVISION, None)],
+    ids=["before revision 1", "now"],
+)
+def test_a_writer_asked_before_new_gives_the_new_segment_no_summary(
+    revision: int, summary: str | None
+) -> None:
+    """Its ops still apply (memory outlives segments); its summary, of the
+    segment ``/new`` ended, is not the new one's (before revision 1 it
+    was)."""
+    chat = Chat(settings=replace(SETTINGS, max_turns_per_context=1), revision=revision)
+    _turns(chat, 2)
+    rid = chat.state.writer
+    assert rid is not None
+    chat.say("/new", at=3000.0)
+    reply = json.dumps({"operations": [ADD_NAME], "summary": "the old segment"})
+    chat.give(LlmResponded(request_id=rid, text=reply, at=3001.0))
+    assert chat.state.memory[0].value == "Alex"
+    assert chat.state.summary == summary
 
 
 def test_a_writer_that_ends_with_no_compaction_due_asks_for_nothing_more() -> None:
