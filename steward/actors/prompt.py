@@ -52,10 +52,10 @@ class PromptCache:
     of their system prompt and tools; each hashed prompt's messages and
     their joined digests, by the identity of its last message, where the
     next prompt of the same run is cut from; and the system prompt rendered
-    for a run's settings, by their identity (a run's settings object is
-    shared by every state folded from its `RunCreated`). Identity memos hold
-    their objects, so an id is never reused while in them. Each is emptied
-    when what it holds grows past its bound.
+    for a run's settings, by the text and protocol it is made of and the
+    identity of its tools (shared by the runs one session or profile
+    starts). Identity memos hold their objects, so an id is never reused
+    while in them. Each is emptied when what it holds grows past its bound.
     """
 
     def __init__(self, *, memo_bytes: int = 32 * 1024 * 1024) -> None:
@@ -68,18 +68,20 @@ class PromptCache:
         ] = {}
         self._follows: dict[int, tuple[tuple[ChatMessage, ...], bytes]] = {}
         self._held = 0
-        self._systems: dict[int, tuple[RunSettings, str]] = {}
+        self._systems: dict[tuple[str, str, int], tuple[tuple[ToolSpec, ...], str]]
+        self._systems = {}
 
     def system(self, settings: RunSettings) -> str | None:
-        """The system prompt rendered for ``settings`` before, if it was."""
-        kept = self._systems.get(id(settings))
-        return kept[1] if kept is not None and kept[0] is settings else None
+        """The system prompt rendered for settings like ``settings`` before,
+        if it was."""
+        kept = self._systems.get(_system_key(settings))
+        return kept[1] if kept is not None and kept[0] is settings.tools else None
 
     def keep_system(self, settings: RunSettings, system: str) -> None:
         """Remember ``system`` as the system prompt rendered for ``settings``."""
         if len(self._systems) >= _KEPT_SYSTEMS:
             self._systems.clear()
-        self._systems[id(settings)] = (settings, system)
+        self._systems[_system_key(settings)] = (settings.tools, system)
 
     def message_digest(self, message: ChatMessage) -> bytes:
         """The digest of ``message``, from the memo or computed into it."""
@@ -194,6 +196,15 @@ class PromptCache:
             self._heads.clear()
         self._heads[key] = (system, tools, hasher)
         return hasher
+
+
+def _system_key(settings: RunSettings) -> tuple[str, str, int]:
+    """What a rendered system prompt is kept by: the settings it is made of,
+    the tools (whose parameters, dicts, cannot be hashed) by identity. Runs
+    made from one session's or profile's settings share their text and
+    tools, so each run's first prompt finds the text, and with it the head
+    hasher, that the run before it rendered."""
+    return (settings.system_prompt, settings.protocol, id(settings.tools))
 
 
 _KEPT_MESSAGES = 100_000

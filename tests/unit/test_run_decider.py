@@ -33,6 +33,7 @@ from msgspec.structs import replace
 from steward import replay
 from steward.actors import prompt as prompt_module
 from steward.actors import run as run_actor
+from steward.actors import run_prompt
 from steward.actors.prompt import Prompt, PromptCache, first_kind_hash, prompt_hash
 from steward.events import (
     ApprovalDecided,
@@ -52,6 +53,7 @@ from steward.events import (
     RunCreated,
     RunFailed,
     RunResumed,
+    RunSettings,
     RunSlept,
     RunStarted,
     RunTaken,
@@ -1450,6 +1452,27 @@ def test_prompt_hash_depends_on_every_part_and_nothing_else():
     ]
     hashes = {prompt_hash(v, cache) for v in variants}
     assert same not in hashes and len(hashes) == len(variants)
+
+
+def test_a_system_prompt_rendered_for_one_run_serves_the_next_alike():
+    """Runs made from the same settings (a session's turns: each its own
+    settings object, with the model and table set) take the system prompt
+    the first rendered; other text, protocol or tools render their own."""
+    tools = (ToolSpec(name="t", description="d", parameters={"type": "object"}),)
+    base = RunSettings(system_prompt="You are steward.", tools=tools)
+    cache = PromptCache()
+    first = run_prompt._system(base, cache)
+    assert run_prompt._system(replace(base, model="m2"), cache) is first
+    assert run_prompt._system(replace(base, model="m2"), None) == first
+    for other in (
+        replace(base, system_prompt="You are someone else."),
+        replace(base, protocol="native"),
+        replace(base, tools=(*tools, replace(tools[0], name="u"))),
+        replace(base, tools=tuple(replace(t) for t in tools)),  # equal, not same
+    ):
+        rendered = run_prompt._system(other, cache)
+        assert rendered == run_prompt._system(other, None)
+        assert rendered is not first
 
 
 @hypothesis.settings(max_examples=200, database=None)
