@@ -1008,7 +1008,7 @@ def _open_writer(
         # Only takes effect on a new file. Events are a few hundred bytes:
         # 8 KiB pages made appends and replays ~20% faster than 4 KiB.
         conn.execute("PRAGMA page_size = 8192")
-        conn.execute("PRAGMA journal_mode = WAL")
+        _waiting_out_busy(conn, "PRAGMA journal_mode = WAL", busy_ms)
         conn.execute(f"PRAGMA synchronous = {synchronous}")
         conn.executescript(_SCHEMA)
         _migrate(conn)
@@ -1019,6 +1019,25 @@ def _open_writer(
         conn.close()
         raise
     return conn
+
+
+def _waiting_out_busy(conn: sqlite3.Connection, sql: str, busy_ms: int) -> None:
+    """Execute ``sql``, again while SQLite refuses it for a lock without
+    waiting, up to ``busy_ms``. ``PRAGMA journal_mode`` does so while
+    another process's last connection closes the file (checkpointing and
+    removing its WAL): two processes starting on one log met it."""
+    deadline = time.monotonic() + busy_ms / 1000
+    pause = 0.001
+    while True:
+        try:
+            conn.execute(sql)
+            return
+        except sqlite3.OperationalError as e:
+            busy = e.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY
+            if not busy or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)  # on the log's thread, not the event loop
+        pause = min(pause * 2, 0.05)
 
 
 def _open_quick_reader(file: Path) -> sqlite3.Connection:

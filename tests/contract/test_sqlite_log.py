@@ -730,7 +730,8 @@ async def loop_turns(pause: float = 0.0) -> AsyncIterator[list[int]]:
 def locked_error(directory: Path) -> sqlite3.OperationalError:
     """The error SQLite gives a reader that meets a lock (a real one)."""
     file = directory / "locked.db"
-    with raw(file) as holder, raw(file) as reader:
+    quick = sqlite3.connect(file, isolation_level=None, timeout=0)  # no waiting
+    with raw(file) as holder, contextlib.closing(quick) as reader:
         holder.execute("PRAGMA locking_mode = EXCLUSIVE")
         holder.execute("CREATE TABLE t (x)")  # takes and keeps the lock
         try:
@@ -755,6 +756,42 @@ class _LockedOnce:
 
     def close(self) -> None:
         self.conn.close()
+
+
+class _BusyFirst:
+    """A connection whose first ``busy`` statements meet ``error``."""
+
+    def __init__(self, busy: int, error: Exception) -> None:
+        self.busy, self.error = busy, error
+        self.done: list[str] = []
+
+    def execute(self, sql: str) -> None:
+        if self.busy:
+            self.busy -= 1
+            raise self.error
+        self.done.append(sql)
+
+
+def test_opening_waits_out_a_lock_sqlite_does_not_wait_for(tmp_path: Path) -> None:
+    """``PRAGMA journal_mode`` meets a lock without waiting while another
+    process's last connection closes the file: opening tries again, up to
+    the busy timeout, and gives up on other errors at once."""
+    busy = locked_error(tmp_path)
+    conn = _BusyFirst(3, busy)
+    sqlite_module._waiting_out_busy(conn, "PRAGMA journal_mode = WAL", 1000)  # type: ignore[arg-type]
+    assert conn.done == ["PRAGMA journal_mode = WAL"] and conn.busy == 0
+    forever = _BusyFirst(10**9, busy)
+    with pytest.raises(sqlite3.OperationalError):
+        sqlite_module._waiting_out_busy(forever, "PRAGMA journal_mode = WAL", 30)  # type: ignore[arg-type]
+    with raw(tmp_path / "other.db") as plain:
+        try:
+            plain.execute("SELECT * FROM no_such_table")
+        except sqlite3.OperationalError as e:
+            not_busy = e
+    other = _BusyFirst(1, not_busy)
+    with pytest.raises(sqlite3.OperationalError, match="no such table"):
+        sqlite_module._waiting_out_busy(other, "PRAGMA journal_mode = WAL", 1000)  # type: ignore[arg-type]
+    assert other.done == []
 
 
 async def test_a_read_that_meets_a_lock_is_read_on_the_thread(path: Path) -> None:
