@@ -33,7 +33,7 @@ from steward.actors.commands import (
 )
 from steward.actors.effects import claim_takes
 from steward.actors.prompt import Prompt, PromptCache, prompt_hash
-from steward.actors.run_prompt import JSON_PROTOCOL, build_prompt
+from steward.actors.run_prompt import FINISH_TOOL, JSON_PROTOCOL, build_prompt
 from steward.events.base import Event
 from steward.events.run import (
     ApprovalDecided,
@@ -589,6 +589,10 @@ def _on_json_reply(reply: LlmResponded, state: Run) -> list[Event]:
 def _on_native_reply(reply: LlmResponded, state: Run) -> list[Event]:
     if not reply.tool_calls:
         return [RunCompleted(output=reply.text or state.output, reason="finish")]
+    if state.settings.revision >= 3 and any(
+        call.name == FINISH_TOOL.name for call in reply.tool_calls
+    ):
+        return _native_finish(reply, state)
     limit = state.settings.max_tool_call_rounds
     if state.rounds > limit:
         return [
@@ -603,6 +607,44 @@ def _on_native_reply(reply: LlmResponded, state: Run) -> list[Event]:
         made = _tool_call(after, call.name, call.args, call_id=call.id)
         decisions += made
         after = fold(made, after)
+    if after.calls or after.approvals:
+        return decisions
+    return _continue(state, decisions)
+
+
+def _native_finish(reply: LlmResponded, state: Run) -> list[Event]:
+    """A native reply that calls the `FINISH_TOOL` (revision 3): the run
+    ends with its ``output`` and ``metadata``, as a ``json`` finish does; a
+    finish beside other calls, or with arguments of the wrong type, is
+    answered as a tool error (the other calls are made) for the model to
+    call it again."""
+    calls = reply.tool_calls
+    finish = next(call for call in calls if call.name == FINISH_TOOL.name)
+    output, metadata = finish.args.get("output"), finish.args.get("metadata")
+    if len(calls) > 1:
+        problem = "call finish alone, once your other calls have answered"
+    elif output is not None and not isinstance(output, str):
+        problem = "finish's `output` must be a string"
+    elif metadata is not None and not isinstance(metadata, dict):
+        problem = "finish's `metadata` must be a JSON object"
+    else:
+        done = [] if output is None else [OutputUpdated(text=output, mode="replace")]
+        after = fold(done, state)
+        final = after.output or reply.text
+        return [*done, RunCompleted(output=final, metadata=metadata or {})]
+    note = SystemNoteAdded(
+        reason="tool_error",
+        content=f"Not finished: {problem}.",
+        call_id=finish.id,
+        tool=FINISH_TOOL.name,
+    )
+    decisions: list[Event] = [note]
+    after = fold(decisions, state)
+    for call in calls:
+        if call is not finish:
+            made = _tool_call(after, call.name, call.args, call_id=call.id)
+            decisions += made
+            after = fold(made, after)
     if after.calls or after.approvals:
         return decisions
     return _continue(state, decisions)

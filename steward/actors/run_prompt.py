@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from steward.actors.prompt import Prompt, PromptCache
-from steward.events.run import ChatMessage, RunSettings
+from steward.events.run import ChatMessage, RunSettings, ToolSpec
 
 if TYPE_CHECKING:  # the run decider imports this module to build its prompts
     from steward.actors.run import Run
@@ -32,6 +32,36 @@ Reply with exactly one JSON object per message, one of:
 Record note(category="requirements") and note(category="plan") before you call
 tools, set output or finish."""
 
+FINISH_TOOL = ToolSpec(
+    name="finish",
+    description=(
+        "End the run with your final answer as `output`; put anything structured "
+        "the caller reads (such as a workflow's routingDecision) in `metadata`. "
+        "Call it alone, once your other calls have answered. A reply with no "
+        "tool call also ends the run, its text the answer."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "output": {"type": "string", "description": "the final answer"},
+            "metadata": {"type": "object", "description": "structured result"},
+        },
+        "required": ["output"],
+    },
+)
+"""The tool a run of the ``native`` protocol finishes with (from revision 3):
+the ``finish`` command of the ``json`` protocol, so a native run can give its
+result ``metadata``. The run's own: a configured tool of that name is not
+offered beside it."""
+
+
+def native_tools(settings: RunSettings) -> tuple[ToolSpec, ...]:
+    """The tools a ``native`` run's model is offered: its own, and from
+    revision 3 `FINISH_TOOL` in place of any of that name."""
+    if settings.revision < 3:
+        return settings.tools
+    return (*(t for t in settings.tools if t.name != FINISH_TOOL.name), FINISH_TOOL)
+
 
 def build_prompt(state: Run, cache: PromptCache | None = None) -> Prompt:
     """The prompt for the run's next model call: a pure function of its state.
@@ -44,7 +74,7 @@ def build_prompt(state: Run, cache: PromptCache | None = None) -> Prompt:
         model=settings.model,
         system=_system(settings, cache),
         messages=(*state.conversation, *_window(state)),
-        tools=settings.tools if settings.protocol == "native" else (),
+        tools=native_tools(settings) if settings.protocol == "native" else (),
         protocol=settings.protocol,
         temperature=settings.temperature,
         max_tokens=settings.max_tokens,

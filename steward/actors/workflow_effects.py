@@ -45,6 +45,15 @@ the finish's metadata: {"type": "finish", "output": "<report>", "metadata":
 and any fields your instructions ask for beside it."""
 """Told to every phase after its prompt: routing reads the metadata only."""
 
+NATIVE_RESULT_NOTE = """\
+## Your result
+Finish by calling the finish tool, alone, with your report as its output.
+Put what the workflow routes on in its metadata: {"routingDecision":
+"approved" | "changes_requested" | "blocked" | "retry"} and any fields your
+instructions ask for beside it."""
+"""`RESULT_NOTE` for a phase whose run calls tools natively (revision 3 on,
+which offers it the finish tool)."""
+
 
 def effects(rec: Recorded, at: Workflow, latest: Workflow) -> list[Effect]:
     """What committed event ``rec`` asks for, given the run's state at it."""
@@ -80,15 +89,17 @@ def phase_run(state: Workflow, started: PhaseStarted, stream: str) -> RunCreated
     its manifest names, and how to give its result."""
     assert state.definition is not None
     node = node_of(state.definition, started.node)
+    settings = node.settings or RunSettings()
+    native = settings.protocol == "native" and settings.revision >= 3
     parts = [
         render_prompt(node.prompt, state.inputs).strip(),
         upstream_text(started.upstream, reports(state)),
-        RESULT_NOTE,
+        NATIVE_RESULT_NOTE if native else RESULT_NOTE,
     ]
     return RunCreated(
         run_id=started.run_id,
         input_text="\n\n".join(p for p in parts if p),
-        settings=node.settings or RunSettings(),
+        settings=settings,
         context_id=state.workflow_id,
         profile=node.profile,
         reply_to=stream,

@@ -139,10 +139,13 @@ class RunSettings(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     U+FFFD (before, it was invalid JSON). Revision 2: a finish's ``metadata``
     object is its result's (`RunCompleted.metadata`), what a workflow reads
     a phase's routing decision and structured report from (before, it was
-    ignored)."""
+    ignored). Revision 3: a ``native`` run is offered a ``finish`` tool
+    (`steward.actors.run_prompt.FINISH_TOOL`) whose call ends it with an
+    output and ``metadata``, as the ``json`` protocol's finish does (before,
+    a native run could only finish with plain text)."""
 
 
-LATEST_REVISION = 2
+LATEST_REVISION = 3
 """The revision new runs are created with; see `RunSettings.revision`."""
 
 

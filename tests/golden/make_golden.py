@@ -292,6 +292,26 @@ async def native_protocol(rig: Rig) -> None:
     await rig.until(run, "completed")
 
 
+async def native_finish(rig: Rig) -> None:
+    """Native tool calling at revision 3, with the finish tool: called beside
+    another call (answered as a tool error), then alone with metadata."""
+    run = "native-finish"
+    listing = events.ToolCall(id="c1", name="files.list", args={})
+    early = events.ToolCall(id="c2", name="finish", args={"output": "Too soon."})
+    done = events.ToolCall(
+        id="c3",
+        name="finish",
+        args={"output": "The workspace is empty.", "metadata": {"files": 0}},
+    )
+    replies: list[Reply | str] = [
+        Reply(text="Looking.", tool_calls=(listing, early)),
+        Reply(tool_calls=(done,)),
+    ]
+    host = await rig.host(per_run({run: replies}))
+    await rig.start(host, run, protocol="native", revision=3)
+    await rig.until(run, "completed")
+
+
 async def approvals(rig: Rig) -> None:
     """A tool that needs approval: one call approved and run, one denied."""
     run = "approvals"
@@ -892,6 +912,7 @@ SCENARIOS: dict[str, Scenario] = {
     "json_protocol": json_protocol,
     "json_invalid": json_invalid,
     "native_protocol": native_protocol,
+    "native_finish": native_finish,
     "approvals": approvals,
     "budget_pause": budget_pause,
     "budget_fail": budget_fail,

@@ -47,6 +47,9 @@ EXPECTED: dict[str, dict[str, Final]] = {
             "completed", "Wrote notes.md; the workspace holds it."
         ),
     },
+    "native_finish": {
+        "native-finish": Final("completed", "The workspace is empty."),
+    },
     "approvals": {"approvals": Final("completed", "Trashed old.txt; kept keep.txt.")},
     "budget_pause": {
         "budget-pause": Final("completed", "Finished on an approved budget."),

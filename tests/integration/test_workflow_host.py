@@ -334,6 +334,51 @@ def test_a_node_talks_to_its_providers_table(
     assert asyncio.run(reports()) == ["from other", "from default"]
 
 
+def test_a_native_phase_routes_on_its_finish_tools_metadata(
+    tmp_path: Path, monkeypatch: Any, capsys: Any
+) -> None:
+    """A phase whose profile calls tools natively finishes with the finish
+    tool (revision 3); the workflow routes on its metadata, as on a json
+    finish's, and records the decision."""
+    monkeypatch.chdir(tmp_path)
+    finish = {
+        "id": "c1",
+        "name": "finish",
+        "args": {"output": "Looks right.", "metadata": {"routingDecision": "approved"}},
+    }
+    done = json.dumps({"type": "finish", "output": "Shipped."})
+    script = {"replies": [{"text": "", "tool_calls": [finish]}, done]}
+    (tmp_path / "s.json").write_text(json.dumps(script))
+    (tmp_path / "steward.toml").write_text(
+        "[run]\nplanning_gate = false\n\n"
+        '[agents.reviewer]\nprotocol = "native"\n\n'
+        '[models.default]\nprovider = "scripted"\nscript = "s.json"\n'
+    )
+    (tmp_path / "wf.toml").write_text(
+        '[workflow]\nkey = "review"\nversion = 1\n\n'
+        '[[nodes]]\nkey = "review"\nprovider = "default"\nprofile = "reviewer"\n\n'
+        '[[nodes]]\nkey = "ship"\nprovider = "default"\n\n'
+        '[[nodes]]\nkey = "rework"\nprovider = "default"\n\n'
+        '[[edges]]\nsource = "review"\ntarget = "ship"\npriority = 1\n'
+        "when = 'decision == \"approved\"'\n\n"
+        '[[edges]]\nsource = "review"\ntarget = "rework"\npriority = 2\n'
+        "auto = true\n"
+    )
+    assert cli.main(["--db", "log.db", "workflow", "run", "wf.toml", "--id", "w"]) == 0
+    capsys.readouterr()
+
+    async def recorded() -> list[events.Event]:
+        async with await SqliteEventLog.open(tmp_path / "log.db") as log:
+            return [r.event for r in await log.read("workflow.w")]
+
+    log = asyncio.run(recorded())
+    started = [e.node for e in log if isinstance(e, events.PhaseStarted)]
+    assert started == ["review", "ship"]
+    [review] = [e for e in log if isinstance(e, events.PhaseCompleted)][:1]
+    assert (review.report, review.decision) == ("Looks right.", "approved")
+    assert isinstance(log[-1], events.WorkflowCompleted)
+
+
 def test_a_workflow_run_forks_under_its_own_ids(
     tmp_path: Path, monkeypatch: Any, capsys: Any
 ) -> None:

@@ -10,16 +10,19 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from helpers_run import RUN, Story, asks, kinds, started
 from msgspec.structs import replace
 
 from steward import replay
 from steward.actors import run as run_actor
+from steward.actors.run_prompt import FINISH_TOOL
 from steward.events import (
     ApprovalDecided,
     ApprovalRequested,
     ChatMessage,
     Event,
+    OutputUpdated,
     RunCompleted,
     RunResumed,
     SystemNoteAdded,
@@ -50,12 +53,91 @@ def requested(n: int, call: ToolCall, attempt: int = 1) -> ToolRequested:
 
 
 def test_native_prompt_passes_tools_and_no_json_protocol():
-    """A native prompt hands the tools to the provider; no JSON protocol text."""
+    """A native prompt hands the tools to the provider, and the finish tool
+    (revision 3); no JSON protocol text."""
     story = native(system_prompt="You are Clifford.")
     prompt = story.prompt()
     assert prompt.system == "You are Clifford."
     assert prompt.protocol == "native"
-    assert prompt.tools == story.state.settings.tools
+    assert prompt.tools == (*story.state.settings.tools, FINISH_TOOL)
+
+
+def test_before_revision_3_a_native_prompt_has_no_finish_tool():
+    story = native(revision=2)
+    assert story.prompt().tools == story.state.settings.tools
+    finish = ToolCall(id="call_f", name="finish", args={"output": "done"})
+    [note, ask] = story.call(finish)  # an unknown tool then, as recorded
+    assert isinstance(note, SystemNoteAdded) and note.call_id == "call_f"
+    assert "Unknown tool 'finish'" in note.content
+    assert ask == asks(story, 2)
+
+
+def test_a_configured_tool_named_finish_gives_way_to_the_runs_own():
+    mine = replace(FINISH_TOOL, description="not the run's")
+    story = native(tools=(mine,))
+    assert story.prompt().tools == (FINISH_TOOL,)
+
+
+def finish(**args: Any) -> ToolCall:
+    return ToolCall(id="call_f", name="finish", args=args)
+
+
+def test_the_finish_tool_ends_the_run_with_its_output_and_metadata():
+    """The native run's finish: its output, and metadata a workflow routes on."""
+    story = native()
+    story.call(A)
+    story.result("A text")
+    metadata = {"routingDecision": "approved", "score": 0.9}
+    decisions = story.call(finish(output="All good.", metadata=metadata), text="hm")
+    assert decisions == [
+        OutputUpdated(text="All good.", mode="replace"),
+        RunCompleted(output="All good.", reason="finish", metadata=metadata),
+    ]
+    assert story.state.status == "completed"
+
+
+def test_a_finish_without_output_ends_with_the_replys_text():
+    story = native()
+    decisions = story.call(finish(), text="Said in text.")
+    assert decisions == [RunCompleted(output="Said in text.", reason="finish")]
+
+
+@pytest.mark.parametrize(
+    ("call", "problem"),
+    [
+        (finish(output=7), "finish's `output` must be a string"),
+        (
+            finish(output="x", metadata=["a"]),
+            "finish's `metadata` must be a JSON object",
+        ),
+    ],
+    ids=["output", "metadata"],
+)
+def test_a_finish_with_bad_arguments_is_a_tool_error(call: ToolCall, problem: str):
+    story = native()
+    decisions = story.call(call)
+    note = SystemNoteAdded(
+        reason="tool_error",
+        content=f"Not finished: {problem}.",
+        call_id="call_f",
+        tool="finish",
+    )
+    assert decisions == [note, asks(story, 2)]
+    assert story.prompt().messages[-1] == ChatMessage(
+        role="tool", content=note.content, tool_call_id="call_f"
+    )
+
+
+def test_a_finish_beside_other_calls_waits_for_them():
+    """The other calls are made; finish is answered with a tool error, and
+    the model, given every answer, may call it alone."""
+    story = native()
+    decisions = story.call(A, finish(output="early"))
+    assert kinds(decisions) == ["SystemNoteAdded", "ToolRequested"]
+    assert "call finish alone" in decisions[0].content
+    assert decisions[1] == requested(1, A)
+    assert story.result("A text") == [asks(story, 2)]
+    assert kinds(story.call(finish(output="now"))) == ["OutputUpdated", "RunCompleted"]
 
 
 def test_tool_calls_are_requested_each_with_its_call_id():

@@ -14,7 +14,13 @@ from msgspec.structs import replace
 from steward import replay, workflows
 from steward.actors import workflow as w
 from steward.actors.effects import Want
-from steward.actors.workflow_effects import RESULT_NOTE, effects, pending, phase_run
+from steward.actors.workflow_effects import (
+    NATIVE_RESULT_NOTE,
+    RESULT_NOTE,
+    effects,
+    pending,
+    phase_run,
+)
 from steward.actors.workflow_graph import (
     MAX_CHARS_PER_ARTIFACT,
     MAX_CONTEXT_CHARS_TOTAL,
@@ -27,8 +33,10 @@ from steward.actors.workflow_graph import (
 from steward.config import Settings
 from steward.events import Event, Recorded
 from steward.events.run import (
+    LATEST_REVISION,
     CancelRequested,
     EffectClaimed,
+    RunSettings,
     SubagentFinished,
     SubagentResult,
     ToolRequested,
@@ -678,6 +686,25 @@ def test_the_phase_run_holds_the_prompt_inputs_upstream_and_result_note() -> Non
     assert run.input_text.startswith("Build a health check ({input.none}).")
     assert "### a (attempt 1, run wf-a-1; 10 characters)\nthe design" in run.input_text
     assert run.input_text.endswith(RESULT_NOTE)
+
+
+@pytest.mark.parametrize(
+    ("protocol", "revision", "note"),
+    [
+        ("json", LATEST_REVISION, RESULT_NOTE),
+        ("native", LATEST_REVISION, NATIVE_RESULT_NOTE),
+        ("native", 2, RESULT_NOTE),  # no finish tool to call before revision 3
+    ],
+)
+def test_a_phase_is_told_to_finish_as_its_protocol_does(
+    protocol: str, revision: int, note: str
+) -> None:
+    settings = RunSettings(protocol=protocol, revision=revision)  # type: ignore[arg-type]
+    defn = definition([replace(node("a"), settings=settings)], [])
+    story = started(defn)
+    [phase] = [e for e in story.log if isinstance(e, PhaseStarted)]
+    run = phase_run(story.state, phase, STREAM)
+    assert run.input_text.endswith(note) and run.settings == settings
 
 
 # -- routing decisions -------------------------------------------------------
