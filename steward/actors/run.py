@@ -474,8 +474,7 @@ def _react(input: Event, state: Run) -> list[Event] | None:
         case RunCreated(queued=True), "new":
             return []  # pending until a host takes it
         case RunCreated(), "new":
-            after = evolve(evolve(state, input), RunStarted())
-            return [RunStarted(), *_next_call(after, [])]
+            return [RunStarted(), *_next_call(fold([input, RunStarted()], state), [])]
         case RunTaken(), "pending":
             return [RunStarted(), *_next_call(evolve(state, RunStarted()), [])]
         case LlmResponded(request_id=rid), "running" if rid == state.llm_pending:
