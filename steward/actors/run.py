@@ -33,7 +33,12 @@ from steward.actors.commands import (
 )
 from steward.actors.effects import claim_takes
 from steward.actors.prompt import Prompt, PromptCache, prompt_hash
-from steward.actors.run_prompt import FINISH_TOOL, JSON_PROTOCOL, build_prompt
+from steward.actors.run_prompt import (
+    FINISH_TOOL,
+    JSON_PROTOCOL,
+    build_prompt,
+    native_tools,
+)
 from steward.events.base import Event
 from steward.events.run import (
     ApprovalDecided,
@@ -98,6 +103,9 @@ class Run(msgspec.Struct, kw_only=True, gc=False):
     kind: str = "coordinator"
     parent_run_id: str | None = None
     settings: RunSettings = RunSettings()
+    offered: tuple[ToolSpec, ...] = ()
+    """The tools a ``native`` run's model is offered (`native_tools`), made
+    once when it is created, so every prompt holds the same tuple."""
     conversation: tuple[ChatMessage, ...] = ()
     transcript: tuple[ChatMessage, ...] = ()
     transcript_totals: tuple[int, ...] = ()
@@ -281,6 +289,8 @@ def _run_created(s: Run, event: RunCreated) -> None:
     s.kind = event.kind
     s.parent_run_id = event.parent_run_id
     s.settings = event.settings
+    native = event.settings.protocol == "native"
+    s.offered = native_tools(event.settings) if native else ()
     s.conversation = _conversation(event)
 
 
@@ -586,12 +596,14 @@ def _on_json_reply(reply: LlmResponded, state: Run) -> list[Event]:
 
 
 def _on_native_reply(reply: LlmResponded, state: Run) -> list[Event]:
-    if not reply.tool_calls:
+    calls = reply.tool_calls
+    if not calls:
         return [RunCompleted(output=reply.text or state.output, reason="finish")]
-    if state.settings.revision >= 3 and any(
-        call.name == FINISH_TOOL.name for call in reply.tool_calls
-    ):
-        return _native_finish(reply, state)
+    finishing = state.settings.revision >= 3  # the run's own finish tool
+    if finishing and len(calls) == 1 and calls[0].name == FINISH_TOOL.name:
+        done = _native_finish(reply, state, calls[0])
+        if isinstance(done, list):
+            return done
     limit = state.settings.max_tool_call_rounds
     if state.rounds > limit:
         return [
@@ -600,53 +612,55 @@ def _on_native_reply(reply: LlmResponded, state: Run) -> list[Event]:
                 f"more than {limit} rounds (max_tool_call_rounds)"
             )
         ]
-    decisions: list[Event] = []
-    after = state
-    for call in reply.tool_calls:
-        made = _tool_call(after, call.name, call.args, call_id=call.id)
-        decisions += made
-        after = fold(made, after)
-    if after.calls or after.approvals:
-        return decisions
-    return _continue(state, decisions)
-
-
-def _native_finish(reply: LlmResponded, state: Run) -> list[Event]:
-    """A native reply that calls the `FINISH_TOOL` (revision 3): the run
-    ends with its ``output`` and ``metadata``, as a ``json`` finish does; a
-    finish beside other calls, or with arguments of the wrong type, is
-    answered as a tool error (the other calls are made) for the model to
-    call it again."""
-    calls = reply.tool_calls
-    finish = next(call for call in calls if call.name == FINISH_TOOL.name)
-    output, metadata = finish.args.get("output"), finish.args.get("metadata")
-    if len(calls) > 1:
-        problem = "call finish alone, once your other calls have answered"
-    elif output is not None and not isinstance(output, str):
-        problem = "finish's `output` must be a string"
-    elif metadata is not None and not isinstance(metadata, dict):
-        problem = "finish's `metadata` must be a JSON object"
-    else:
-        done = [] if output is None else [OutputUpdated(text=output, mode="replace")]
-        after = fold(done, state)
-        final = after.output or reply.text
-        return [*done, RunCompleted(output=final, metadata=metadata or {})]
-    note = SystemNoteAdded(
-        reason="tool_error",
-        content=f"Not finished: {problem}.",
-        call_id=finish.id,
-        tool=FINISH_TOOL.name,
-    )
-    decisions: list[Event] = [note]
+    # finish calls that did not end the run are answered first, each with
+    # what is wrong with it; then the other calls are made
+    finishes = [c for c in calls if finishing and c.name == FINISH_TOOL.name]
+    decisions: list[Event] = [
+        SystemNoteAdded(
+            reason="tool_error",
+            content=f"Not finished: {_finish_problem(reply, state, call)}.",
+            call_id=call.id,
+            tool=FINISH_TOOL.name,
+        )
+        for call in finishes
+    ]
     after = fold(decisions, state)
     for call in calls:
-        if call is not finish:
+        if call not in finishes:
             made = _tool_call(after, call.name, call.args, call_id=call.id)
             decisions += made
             after = fold(made, after)
     if after.calls or after.approvals:
         return decisions
     return _continue(state, decisions)
+
+
+def _native_finish(
+    reply: LlmResponded, state: Run, finish: ToolCall
+) -> list[Event] | str:
+    """A lone call of the `FINISH_TOOL` (revision 3): the decisions that end
+    the run with its ``output`` (else the reply's text, else the output set
+    so far) and ``metadata``, as a ``json`` finish does; or what is wrong
+    with it, answered to the model as a tool error."""
+    output, metadata = finish.args.get("output"), finish.args.get("metadata")
+    if output is not None and not isinstance(output, str):
+        return "finish's `output` must be a string"
+    if metadata is not None and not isinstance(metadata, dict):
+        return "finish's `metadata` must be a JSON object"
+    done = [] if not output else [OutputUpdated(text=output, mode="replace")]
+    final = fold(done, state).output or reply.text
+    if not final:
+        return "finish needs an `output`: your final answer"
+    return [*done, RunCompleted(output=final, metadata=metadata or {})]
+
+
+def _finish_problem(reply: LlmResponded, state: Run, finish: ToolCall) -> str:
+    """Why a call of the `FINISH_TOOL` did not end the run."""
+    if len(reply.tool_calls) > 1:
+        return "call finish alone, once your other calls have answered"
+    problem = _native_finish(reply, state, finish)
+    assert isinstance(problem, str)
+    return problem
 
 
 def _on_tool_result(result: ToolResulted, state: Run) -> list[Event]:

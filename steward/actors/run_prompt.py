@@ -74,7 +74,7 @@ def build_prompt(state: Run, cache: PromptCache | None = None) -> Prompt:
         model=settings.model,
         system=_system(settings, cache),
         messages=(*state.conversation, *_window(state)),
-        tools=native_tools(settings) if settings.protocol == "native" else (),
+        tools=state.offered,
         protocol=settings.protocol,
         temperature=settings.temperature,
         max_tokens=settings.max_tokens,
@@ -82,7 +82,9 @@ def build_prompt(state: Run, cache: PromptCache | None = None) -> Prompt:
 
 
 def _system(settings: RunSettings, cache: PromptCache | None) -> str:
-    """The system prompt for ``settings``, from ``cache`` when it has it."""
+    """The system prompt for ``settings``, from ``cache`` when it has it.
+    It reads ``system_prompt``, ``protocol`` and ``tools`` only: what
+    `PromptCache` keeps it by (reading more means keying by more)."""
     if cache is not None and (kept := cache.system(settings)) is not None:
         return kept
     system = settings.system_prompt

@@ -391,7 +391,8 @@ class SqliteEventLog:
             executor.shutdown()
             raise LogWriteError(
                 f"cannot open the event log at {file}: {e}; check that the "
-                "directory is writable and the file is a steward SQLite log"
+                "directory is writable, the file is a steward SQLite log, and "
+                "no other process keeps it locked"
             ) from e
         return cls(
             file,

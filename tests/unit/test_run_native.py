@@ -62,6 +62,16 @@ def test_native_prompt_passes_tools_and_no_json_protocol():
     assert prompt.tools == (*story.state.settings.tools, FINISH_TOOL)
 
 
+def test_every_prompt_of_a_native_run_offers_the_same_tools_tuple():
+    """Made once at its creation: the prompt cache keeps the hashed head of
+    a prompt by its tools' identity, so a new tuple per prompt would miss."""
+    story = native()
+    first = story.prompt().tools
+    story.call(A)
+    story.result()
+    assert story.prompt().tools is first
+
+
 def test_before_revision_3_a_native_prompt_has_no_finish_tool():
     story = native(revision=2)
     assert story.prompt().tools == story.state.settings.tools
@@ -126,6 +136,33 @@ def test_a_finish_with_bad_arguments_is_a_tool_error(call: ToolCall, problem: st
     assert story.prompt().messages[-1] == ChatMessage(
         role="tool", content=note.content, tool_call_id="call_f"
     )
+
+
+def test_a_finish_with_no_output_and_no_text_is_a_tool_error():
+    story = native()
+    [note, ask] = story.call(finish(metadata={"a": 1}))
+    assert isinstance(note, SystemNoteAdded)
+    assert note.content == "Not finished: finish needs an `output`: your final answer."
+    assert ask == asks(story, 2)
+
+
+def test_two_finishes_in_one_reply_are_both_answered_and_none_is_a_tool():
+    """A configured tool named finish is never called: the name is the run's."""
+    story = native(tools=(replace(FINISH_TOOL, description="mine"),))
+    second = ToolCall(id="call_g", name="finish", args={"output": "again"})
+    decisions = story.call(finish(output="once"), second)
+    assert kinds(decisions) == ["SystemNoteAdded", "SystemNoteAdded", "LlmRequested"]
+    assert [d.call_id for d in decisions[:2]] == ["call_f", "call_g"]
+    assert all("call finish alone" in d.content for d in decisions[:2])
+
+
+def test_a_rejected_finish_beside_calls_counts_toward_the_round_limit():
+    story = native(max_tool_call_rounds=1)
+    story.call(A, finish(output="x"))
+    story.result()
+    decisions = story.call(A, finish(output="x"))
+    assert kinds(decisions) == ["RunFailed"]
+    assert "max_tool_call_rounds" in decisions[0].reason
 
 
 def test_a_finish_beside_other_calls_waits_for_them():
