@@ -31,7 +31,7 @@ from benchmarks.runtime_bench import STEPS
 from benchmarks.runtime_bench import _measure as run_steps
 from steward import events
 from steward.actors.run_effects import run_stream
-from steward.actors.session import Session, session_stream
+from steward.actors.session import session_stream
 from steward.actors.session_context import build_context
 from steward.bus import SqliteEventLog
 from steward.events import Recorded
@@ -159,11 +159,13 @@ async def _per_message_us(tmp: Path, messages: bool = True) -> float:
     for opening in opened if messages else ():
         stream = session_stream(opening.session_id)
         message = events.MessageReceived(message_id="m1", text="hello there", at=1.0)
-        await host.submit(stream, message)
-        state: Session = (await host.state(stream))[0]
-        assert state.timer is not None
-        # the turn starts, and its run with it (`Kind.starts`)
-        commit = await host.submit(stream, events.WakeDue(timer_id=state.timer))
+        taken = await host.submit(stream, message)
+        assert taken is not None
+        # the timer its `DebounceArmed` asks for is due: the turn starts, and
+        # its run with it (`Kind.starts`)
+        armed = taken.records[-1].event
+        assert isinstance(armed, events.DebounceArmed)
+        commit = await host.submit(stream, events.WakeDue(timer_id=armed.timer_id))
         assert commit is not None
         runs.append(commit.records[-1].event)
     seconds = time.process_time() - started
