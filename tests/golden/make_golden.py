@@ -584,18 +584,24 @@ async def session(rig: Rig) -> None:
     await rig.recorded(events.ReplySent, 2)
 
 
+def compacting(rig: Rig) -> events.SessionSettings:
+    """The default session settings, but the window compacted after every
+    turn past the first, and the turns' runs without a planning gate."""
+    opened = Settings().session_settings(rig.tools.specs())
+    return msgspec.structs.replace(
+        opened,
+        max_turns_per_context=1,
+        run=msgspec.structs.replace(opened.run, planning_gate=False),
+    )
+
+
 async def session_memory(rig: Rig) -> None:
     """A session's memory: core memory set by a turn's tool input, an empty
     message refused, the window compacted after every turn past the first,
     the memory writer's ops applied (one rejected), then a writer reply that
     is no list of ops."""
     chat = "session.cli:memory"
-    opened = Settings().session_settings(rig.tools.specs())
-    opened = msgspec.structs.replace(
-        opened,
-        max_turns_per_context=1,
-        run=msgspec.structs.replace(opened.run, planning_gate=False),
-    )
+    opened = compacting(rig)
     writer = {
         "operations": [
             {
@@ -637,12 +643,7 @@ async def session_revision_1(rig: Rig) -> None:
     turn, while the memory writer's call from the second is in flight,
     waits for that call to end, then hands the next call what leaves the
     window."""
-    opened = Settings().session_settings(rig.tools.specs())
-    opened = msgspec.structs.replace(
-        opened,
-        max_turns_per_context=1,
-        run=msgspec.structs.replace(opened.run, planning_gate=False),
-    )
+    opened = compacting(rig)
     first = {
         "operations": [
             {
