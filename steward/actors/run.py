@@ -717,7 +717,8 @@ def _tool_call(
 ) -> list[Event]:
     spec = _tool(state, name)
     if spec is None:
-        known = ", ".join(sorted(t.name for t in state.settings.tools)) or "none"
+        offered = state.offered or state.settings.tools  # native, else json
+        known = ", ".join(sorted(t.name for t in offered)) or "none"
         note = SystemNoteAdded(
             reason="tool_error",
             content=f"Unknown tool {name!r}. Available tools: {known}.",

@@ -267,7 +267,7 @@ def test_unknown_tool_is_answered_with_a_note_on_its_call_id():
     note = SystemNoteAdded(
         reason="tool_error",
         content="Unknown tool 'web.search'. Available tools: files.delete, "
-        "files.read, files.write.",
+        "files.read, files.write, finish.",
         call_id="call_x",
         tool="web.search",
     )
