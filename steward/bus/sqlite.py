@@ -428,7 +428,7 @@ class SqliteEventLog:
         request = self._request(
             stream, events, expected_version, correlation_id, causation_id, at
         )
-        if self._alone and not self._pending and self._may_commit_now():
+        if self._may_commit_now():
             if self._commit_on_loop([request]):
                 return request.future.result()
         self._pending.append(request)
@@ -450,12 +450,7 @@ class SqliteEventLog:
             except Exception as e:  # cannot be encoded: never queued
                 outcomes.append(e)
         requests = [head, *(o for o in outcomes if isinstance(o, _Append))]
-        if not (
-            self._alone
-            and not self._pending
-            and self._may_commit_now()
-            and self._commit_on_loop(requests)
-        ):
+        if not (self._may_commit_now() and self._commit_on_loop(requests)):
             self._pending.extend(requests)
             self._wakeup.set()
             await asyncio.gather(*(r.future for r in requests), return_exceptions=True)
@@ -515,8 +510,10 @@ class SqliteEventLog:
         waits for the writer like any append and lets other tasks run. The
         appends of other tasks in that turn queue for the writer, which
         commits them together, and the log batches until a batch of one
-        says it is alone again.
+        says it is alone again (and none is queued).
         """
+        if not self._alone or self._pending:
+            return False  # the writer batches: join its queue
         if self._checkpointer is None or self._on_thread_now:
             return False  # commits run on the thread, in order
         task = asyncio.current_task()
