@@ -600,10 +600,13 @@ def _on_native_reply(reply: LlmResponded, state: Run) -> list[Event]:
     if not calls:
         return [RunCompleted(output=reply.text or state.output, reason="finish")]
     finishing = state.settings.revision >= 3  # the run's own finish tool
-    if finishing and len(calls) == 1 and calls[0].name == FINISH_TOOL.name:
-        done = _native_finish(reply, state, calls[0])
+    finishes = [c for c in calls if finishing and c.name == FINISH_TOOL.name]
+    problem = "call finish alone, once your other calls have answered"
+    if finishes and len(calls) == 1:
+        done = _native_finish(reply, state, finishes[0])
         if isinstance(done, list):
             return done
+        problem = done
     limit = state.settings.max_tool_call_rounds
     if state.rounds > limit:
         return [
@@ -612,13 +615,12 @@ def _on_native_reply(reply: LlmResponded, state: Run) -> list[Event]:
                 f"more than {limit} rounds (max_tool_call_rounds)"
             )
         ]
-    # finish calls that did not end the run are answered first, each with
-    # what is wrong with it; then the other calls are made
-    finishes = [c for c in calls if finishing and c.name == FINISH_TOOL.name]
+    # finish calls that did not end the run are answered first, with what
+    # is wrong with them; then the other calls are made
     decisions: list[Event] = [
         SystemNoteAdded(
             reason="tool_error",
-            content=f"Not finished: {_finish_problem(reply, state, call)}.",
+            content=f"Not finished: {problem}.",
             call_id=call.id,
             tool=FINISH_TOOL.name,
         )
@@ -652,15 +654,6 @@ def _native_finish(
     if not final:
         return "finish needs an `output`: your final answer"
     return [*done, RunCompleted(output=final, metadata=metadata or {})]
-
-
-def _finish_problem(reply: LlmResponded, state: Run, finish: ToolCall) -> str:
-    """Why a call of the `FINISH_TOOL` did not end the run."""
-    if len(reply.tool_calls) > 1:
-        return "call finish alone, once your other calls have answered"
-    problem = _native_finish(reply, state, finish)
-    assert isinstance(problem, str)
-    return problem
 
 
 def _on_tool_result(result: ToolResulted, state: Run) -> list[Event]:
