@@ -17,7 +17,7 @@ from steward.events.run import *  # noqa: F403
 from steward.events.run import __all__ as _run_all
 from steward.events.session import *  # noqa: F403
 from steward.events.session import __all__ as _session_all
-from steward.events.union import UNION, EventUnion
+from steward.events.union import UNION, EventUnion, field_defaults
 from steward.events.workflow import *  # noqa: F403
 from steward.events.workflow import __all__ as _workflow_all
 
@@ -34,6 +34,7 @@ __all__ = [
     "encode",
     "encode_blob",
     "event_id",
+    "field_defaults",
     "from_json",
     "recorded_from_json",
     "recorded_to_json",

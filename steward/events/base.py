@@ -5,6 +5,16 @@ one tagged union decodes any of them. They are stored as msgpack and exported
 as JSON lines. Fields are only ever added (with defaults), never renamed in
 place; `UPCASTERS` maps an old tag to a function that rewrites an old payload,
 so an old log always replays.
+
+A field at its default is not stored (``omit_defaults``): most of a
+`RunCreated` is settings left as they are, and a turn's run stores 295 bytes
+instead of 742. So a default is part of the log's format: an event read
+without a field takes the field's default of the code reading it, whether the
+field did not exist yet or was left at its default. A default, once
+recorded, never changes (`steward.events.union.field_defaults`, pinned by
+``tests/golden/defaults.json``). The Structs a prompt hash encodes
+(`ChatMessage`, `ToolCall`, `ToolSpec`) store every field, as they always
+have: their bytes are what recorded hashes were taken of.
 """
 
 from __future__ import annotations
@@ -15,7 +25,9 @@ from typing import Any
 import msgspec
 
 
-class Event(msgspec.Struct, frozen=True, tag=True, kw_only=True, gc=False):
+class Event(
+    msgspec.Struct, frozen=True, tag=True, kw_only=True, gc=False, omit_defaults=True
+):
     """Base of every event: a fact that happened, never changed once recorded."""
 
 

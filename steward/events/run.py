@@ -95,7 +95,9 @@ class ChatMessage(msgspec.Struct, frozen=True, kw_only=True, gc=False, cache_has
     tool_call_id: str | None = None
 
 
-class RunSettings(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class RunSettings(
+    msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=True
+):
     """Everything a run's prompts and limits depend on, fixed when it starts.
 
     Recording these once lets replay rebuild every prompt exactly, even after
@@ -149,14 +151,16 @@ LATEST_REVISION = 3
 """The revision new runs are created with; see `RunSettings.revision`."""
 
 
-class Usage(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class Usage(msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=True):
     """Tokens one model call used."""
 
     input_tokens: int = 0
     output_tokens: int = 0
 
 
-class SubagentSpec(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class SubagentSpec(
+    msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=True
+):
     """A child run a parent asked for."""
 
     run_id: str
@@ -165,7 +169,9 @@ class SubagentSpec(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     allowed_tools: tuple[str, ...] | None = None
 
 
-class SubagentResult(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class SubagentResult(
+    msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=True
+):
     """What a finished child run handed back to its parent."""
 
     run_id: str

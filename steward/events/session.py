@@ -58,7 +58,9 @@ __all__ = [  # EVENT_TYPES and INPUT_TYPES are read from the module (as the run'
 ]
 
 
-class ModelBudget(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class ModelBudget(
+    msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=True
+):
     """A model a session may use: its ``[models]`` name, the model id its
     provider is asked for, and its context budget in tokens (``None``: the
     session's default budget)."""
@@ -68,7 +70,9 @@ class ModelBudget(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     context_budget: int | None = None
 
 
-class SessionSettings(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class SessionSettings(
+    msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=True
+):
     """Everything a session's decisions depend on, fixed when it opens, so a
     replay decides as the live session did whatever the configuration now
     says (as `RunSettings` is for a run)."""
@@ -114,7 +118,9 @@ class SessionSettings(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """The system prompt of a direct chat's model calls."""
 
 
-class Elsewhere(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class Elsewhere(
+    msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=True
+):
     """A message of the same sender in another chat (a cross-channel block),
     as the process that took a message found it."""
 
@@ -123,7 +129,9 @@ class Elsewhere(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     text: str
 
 
-class MemoryItem(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class MemoryItem(
+    msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=True
+):
     """One remembered fact (Clifford's ``memoryItems``): ``module.key`` at
     ``level`` 0 (durable: identity, constraints) to 5 (recent context).
     Archived items leave the context but stay searchable."""
@@ -161,7 +169,7 @@ class RejectedOp(msgspec.Struct, frozen=True, kw_only=True):
     reason: str
 
 
-class Schedule(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class Schedule(msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=True):
     """A cron schedule of a session: at each firing, ``task`` goes to a
     subagent (using ``model``, or the session's subagent model), whose reply
     goes to the chat unless it is silent. ``timer_id`` is the armed timer of

@@ -14,11 +14,12 @@ import typing
 from typing import Any
 
 import msgspec
+import msgspec.inspect as mi
 
 from steward.events import run, session, workflow
 from steward.events.base import Event
 
-__all__ = ["UNION", "EventUnion"]
+__all__ = ["STEWARD_TYPES", "UNION", "EventUnion", "field_defaults"]
 
 
 class EventUnion:
@@ -56,6 +57,54 @@ class EventUnion:
         self.union: Any = union
 
 
-UNION = EventUnion((*run.EVENT_TYPES, *session.EVENT_TYPES, *workflow.EVENT_TYPES))
+STEWARD_TYPES: tuple[type[Event], ...] = (
+    *run.EVENT_TYPES,
+    *session.EVENT_TYPES,
+    *workflow.EVENT_TYPES,
+)
+"""The event types of steward's own kinds."""
+
+UNION = EventUnion(STEWARD_TYPES)
 """The union the log decodes into: the events of steward's kinds and of every
 kind registered since (`steward.actors.kind.register`)."""
+
+
+def field_defaults(types: tuple[type[Event], ...] = STEWARD_TYPES) -> dict[str, str]:
+    """The default of every field of ``types``, and of the Structs they
+    hold, as ``{"Type.field": repr(default)}``: what an event read without
+    that field takes (`steward.events.base`). A recorded default never
+    changes; ``tests/golden/defaults.json`` pins them."""
+    found: dict[str, str] = {}
+    seen: set[type] = set()
+
+    def walk(t: mi.Type) -> None:
+        if isinstance(t, mi.StructType):
+            if t.cls in seen:
+                return
+            seen.add(t.cls)
+            for f in t.fields:
+                if not f.required:
+                    default = (
+                        f.default_factory()
+                        if f.default is msgspec.NODEFAULT
+                        else f.default
+                    )
+                    found[f"{t.cls.__name__}.{f.name}"] = repr(default)
+                walk(f.type)
+        elif isinstance(t, mi.UnionType):
+            for member in t.types:
+                walk(member)
+        elif isinstance(t, mi.TupleType):
+            for member in t.item_types:
+                walk(member)
+        elif isinstance(t, mi.DictType):
+            walk(t.key_type)
+            walk(t.value_type)
+        elif isinstance(
+            t, (mi.ListType, mi.VarTupleType, mi.SetType, mi.FrozenSetType)
+        ):
+            walk(t.item_type)
+
+    for t in mi.multi_type_info(types):
+        walk(t)
+    return dict(sorted(found.items()))

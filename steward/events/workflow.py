@@ -56,7 +56,7 @@ __all__ = [  # EVENT_TYPES and INPUT_TYPES are read from the module (as the run'
 # -- the definition, as recorded ----------------------------------------------------
 
 
-class NodeDef(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class NodeDef(msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=True):
     """A phase of the graph (Alphred's ``tree_nodes`` row)."""
 
     key: str
@@ -75,7 +75,7 @@ class NodeDef(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     ``profile`` when the workflow run was created (``None`` in a file)."""
 
 
-class EdgeDef(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class EdgeDef(msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=True):
     """A transition (Alphred's ``tree_edges`` row): taken after ``source``
     completes when it is ``auto`` or its ``when`` guard holds; the lowest
     ``priority`` that does wins."""
@@ -87,7 +87,7 @@ class EdgeDef(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     when: str | None = None
 
 
-class GitDef(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class GitDef(msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=True):
     """A file's ``[git]`` table: the repository a run works in a worktree
     of, and how (each may be given on the command line instead)."""
 
@@ -104,7 +104,9 @@ class GitDef(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """Keep the worktree when the run ends (its branch is kept always)."""
 
 
-class WorkflowDef(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class WorkflowDef(
+    msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=True
+):
     """A versioned workflow: its nodes in order (the first is where a run
     starts), its edges, and its ``[git]`` table if it has one."""
 
@@ -116,7 +118,7 @@ class WorkflowDef(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     git: GitDef | None = None
 
 
-class Worktree(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class Worktree(msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=True):
     """Where a workflow run's phases work: a git worktree at ``path`` of
     ``repository`` (both absolute), on branch ``branch`` made from ``base``
     (its name resolved and sanitized when the run was created)."""
@@ -129,7 +131,7 @@ class Worktree(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     keep: bool = False
 
 
-class Artifact(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class Artifact(msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=True):
     """One upstream report handed to a phase (a context-manifest entry):
     whose it is, its length, and how much of it was kept (``head`` and
     ``tail`` characters of it when ``truncated``, deterministic head-tail)."""

@@ -5,6 +5,7 @@ Run by hand from the repository root::
     .venv/bin/python tests/golden/make_golden.py           # every missing log
     .venv/bin/python tests/golden/make_golden.py NAME ...  # only these scenarios
     .venv/bin/python tests/golden/make_golden.py --list    # the scenarios
+    .venv/bin/python tests/golden/make_golden.py --pin-defaults  # new fields'
 
 Each scenario drives a real `Host` over a real `SqliteEventLog` with the
 scripted model and a fake clock, then writes every event of its log, in
@@ -15,6 +16,11 @@ keeps its SQLite log file as ``subagents.db``.
 A committed golden file is never rewritten: a change that breaks one is a
 bug, fixed with an upcaster. So this script skips a file that exists;
 ``--force`` rewrites the named scenarios, for one not yet committed.
+
+``--pin-defaults`` adds the defaults of fields added since to
+``defaults.json`` (`events.field_defaults`) and never changes a pinned one:
+a field at its default is not stored, so an old event reads a changed
+default as if it had been recorded.
 
 To add a scenario (every new event type comes with one): write an async
 function below, add it to `SCENARIOS`, run this script with its name, add its
@@ -979,6 +985,18 @@ async def record(name: str, scenario: Scenario) -> list[Path]:
     return written
 
 
+def pin_defaults() -> int:
+    """Add the defaults of fields not in defaults.json yet; keep the others."""
+    path = HERE / "defaults.json"
+    pinned = json.loads(path.read_text()) if path.exists() else {}
+    new = {k: v for k, v in events.field_defaults().items() if k not in pinned}
+    path.write_text(json.dumps({**pinned, **new}, indent=1, sort_keys=True) + "\n")
+    for name in new:
+        print(f"pinned {name} = {new[name]}")
+    print(f"{path.name}: {len(new)} new, {len(pinned)} kept")
+    return 0
+
+
 async def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         description="Record the golden logs of tests/golden/ (see the docstring)."
@@ -988,7 +1006,14 @@ async def main(argv: list[str]) -> int:
         "--force", action="store_true", help="rewrite files that exist already"
     )
     parser.add_argument("--list", action="store_true", help="list the scenarios")
+    parser.add_argument(
+        "--pin-defaults",
+        action="store_true",
+        help="add the defaults of new event fields to defaults.json",
+    )
     args = parser.parse_args(argv)
+    if args.pin_defaults:
+        return pin_defaults()
     logging.basicConfig(level=logging.ERROR)  # the failing tool's warning is planned
     if args.list:
         for name, scenario in SCENARIOS.items():

@@ -7,6 +7,7 @@ README.md beside this file, and make_golden.py for how the logs were recorded.
 
 from __future__ import annotations
 
+import json
 import shutil
 import typing
 from functools import cache
@@ -293,6 +294,59 @@ def test_every_event_type_has_a_golden_log() -> None:
         "`.venv/bin/python tests/golden/make_golden.py NAME` (a new scenario "
         "that records them; see that script's docstring)"
     )
+
+
+def test_no_recorded_default_changes() -> None:
+    """A field at its default is not stored, so an old event reads whatever
+    default the code has now: every default pinned in defaults.json stays
+    as it is, and each new field's is pinned."""
+    pinned = json.loads((GOLDEN / "defaults.json").read_text())
+    now = events.field_defaults()
+    changed = [
+        f"{k}: {pinned[k]} -> {now[k]}" for k in now if pinned.get(k, now[k]) != now[k]
+    ]
+    assert not changed, (
+        "a recorded default changed, which changes every event stored with "
+        f"the old one ({'; '.join(changed)}): keep it, and add a new field"
+    )
+    gone = sorted(pinned.keys() - now.keys())
+    assert not gone, (
+        f"{', '.join(gone)} lost a default or is gone: an old event without "
+        "it no longer decodes; keep the field and its default"
+    )
+    new = sorted(now.keys() - pinned.keys())
+    assert not new, (
+        f"{', '.join(new)} not pinned yet: run "
+        "`.venv/bin/python tests/golden/make_golden.py --pin-defaults`"
+    )
+
+
+def test_a_field_at_its_default_is_not_stored() -> None:
+    """Settings left as they are add nothing to a stored event; the Structs
+    a prompt hash encodes keep every field (their bytes were hashed)."""
+    bare = events.RunCreated(
+        run_id="r1", input_text="go", settings=events.RunSettings()
+    )
+    assert msgspec.msgpack.decode(events.encode(bare)) == {
+        "type": "RunCreated",
+        "run_id": "r1",
+        "input_text": "go",
+        "settings": {},
+    }
+    assert events.decode(events.encode(bare)) == bare
+    changed = events.RunCreated(
+        run_id="r1", input_text="go", settings=events.RunSettings(max_iterations=7)
+    )
+    stored = msgspec.msgpack.decode(events.encode(changed))
+    assert stored["settings"] == {"max_iterations": 7}
+    assert events.decode(events.encode(changed)) == changed
+    message = events.ChatMessage(role="user", content="hi")
+    assert msgspec.msgpack.decode(msgspec.msgpack.encode(message)) == {
+        "role": "user",
+        "content": "hi",
+        "tool_calls": [],
+        "tool_call_id": None,
+    }
 
 
 async def test_golden_sqlite_log_opens_and_replays(tmp_path: Path) -> None:
