@@ -231,15 +231,19 @@ def _may_follow(request: _Append) -> bool:
     if after is None or not after.future.done():
         return True
     if after.future.cancelled() or after.future.exception() is not None:
-        request.future.set_exception(
-            LogWriteError(
-                f"not appended to {request.stream}: the append it follows, to "
-                f"{after.stream}, was not written"
-            )
-        )
+        request.future.set_exception(_unfollowed(request, after))
         return False
     request.after = None  # written already
     return True
+
+
+def _unfollowed(request: _Append, after: _Append) -> LogWriteError:
+    """The answer of ``request``, not written as ``after`` (which it
+    follows) was not."""
+    return LogWriteError(
+        f"not appended to {request.stream}: the append it follows, to "
+        f"{after.stream}, was not written"
+    )
 
 
 def _answer(outcome: Commit | Exception | _Append) -> Commit | Exception:
@@ -797,12 +801,7 @@ class SqliteEventLog:
             stream = r.stream
             actual = versions.get(stream, 0)
             if r.after is not None and r.after not in written:
-                outcomes.append(
-                    LogWriteError(
-                        f"not appended to {stream}: the append it follows, to "
-                        f"{r.after.stream}, was not written"
-                    )
-                )
+                outcomes.append(_unfollowed(r, r.after))
                 continue
             if actual != r.expected:
                 outcomes.append(ConcurrencyError(stream, r.expected, actual))
