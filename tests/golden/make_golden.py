@@ -590,6 +590,16 @@ async def session(rig: Rig) -> None:
     await rig.recorded(events.ReplySent, 2)
 
 
+def memory_add(level: int, module: str, key: str, value: str) -> dict[str, Any]:
+    """A memory writer's op adding ``module.key`` at ``level``."""
+    return {"op": "add", "level": level, "module": module, "key": key, "value": value}
+
+
+def written(*ops: dict[str, Any], summary: str) -> dict[str, Any]:
+    """A memory writer's reply: its ``ops`` and the segment's summary."""
+    return {"operations": list(ops), "summary": summary}
+
+
 def compacting(rig: Rig) -> events.SessionSettings:
     """The default session settings, but the window compacted after every
     turn past the first, and the turns' runs without a planning gate."""
@@ -608,19 +618,11 @@ async def session_memory(rig: Rig) -> None:
     is no list of ops."""
     chat = "session.cli:memory"
     opened = compacting(rig)
-    writer = {
-        "operations": [
-            {
-                "op": "add",
-                "level": 1,
-                "module": "identity",
-                "key": "name",
-                "value": "Ada",
-            },
-            {"op": "add", "level": 8, "module": "identity", "key": "age", "value": "9"},
-        ],
-        "summary": "Ada said hello.",
-    }
+    writer = written(
+        memory_add(1, "identity", "name", "Ada"),
+        memory_add(8, "identity", "age", "9"),
+        summary="Ada said hello.",
+    )
     host = await rig.host(
         per_run(
             {
@@ -650,30 +652,10 @@ async def session_revision_1(rig: Rig) -> None:
     waits for that call to end, then hands the next call what leaves the
     window."""
     opened = compacting(rig)
-    first = {
-        "operations": [
-            {
-                "op": "add",
-                "level": 1,
-                "module": "identity",
-                "key": "name",
-                "value": "Ada",
-            }
-        ],
-        "summary": "Ada said hello.",
-    }
-    second = {
-        "operations": [
-            {
-                "op": "add",
-                "level": 2,
-                "module": "preferences",
-                "key": "drink",
-                "value": "tea",
-            }
-        ],
-        "summary": "Ada likes tea.",
-    }
+    first = written(memory_add(1, "identity", "name", "Ada"), summary="Ada said hello.")
+    second = written(
+        memory_add(2, "preferences", "drink", "tea"), summary="Ada likes tea."
+    )
     host = await rig.host(
         per_run(
             {
