@@ -107,7 +107,7 @@ def verify(
 
 def remap(event: Event, old: str, new: str) -> Event:
     """``event`` with ids derived from actor ``old`` rewritten for ``new``
-    (a run's, a workflow run's)."""
+    (a run's, a session's, a workflow run's)."""
 
     def swap(value: str) -> str:
         if value == old or value.startswith((f"{old}/", f"{old}-", f"{old}:")):
@@ -115,7 +115,7 @@ def remap(event: Event, old: str, new: str) -> Event:
         return value
 
     changes: dict[str, object] = {}
-    for name in ("run_id", "request_id", "timer_id", "workflow_id"):
+    for name in ("run_id", "request_id", "timer_id", "workflow_id", "session_id"):
         value = getattr(event, name, None)
         if isinstance(value, str):
             changes[name] = swap(value)

@@ -197,6 +197,7 @@ SESSION: Kind[session_actor.Session] = Kind(
     claim=session_actor.claim_on,
     model_call=session_effects.model_call,
     correlation=session_effects.correlation,
+    detach=session_effects.detach,
     pending=session_effects.pending,
 )
 

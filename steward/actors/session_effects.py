@@ -36,6 +36,7 @@ __all__ = [
     "ROUTED",
     "awaits",
     "correlation",
+    "detach",
     "effects",
     "model_call",
     "pending",
@@ -167,7 +168,10 @@ def pending(event: Event) -> Pending:
         case SubagentStarted(run_id=run_id) | TurnStarted(run_id=run_id, direct=False):
             return Pending(wants=(Want(key=f"spawn:{run_id}", kind="create"),))
         case SubagentFinished(result=result):
-            return Pending(answers=(f"notify:{result.run_id}",))
+            # a finished run needs no creating (a fork copies its result)
+            return Pending(
+                answers=(f"notify:{result.run_id}", f"spawn:{result.run_id}")
+            )
         case _:
             return Pending()
 
@@ -177,6 +181,15 @@ def correlation(state: Session, input: Event) -> str | None:
     if isinstance(input, SessionOpened):
         return input.session_id
     return state.session_id or None
+
+
+def detach(event: Event) -> Event:
+    """A forked session's first input: a chat of its own on the same channel,
+    its chat id the part of its (forked) session id after the channel, so
+    its replies go to no one's chat."""
+    if isinstance(event, SessionOpened):
+        return replace(event, chat_id=event.session_id.partition(":")[2])
+    return event
 
 
 def model_call(

@@ -116,8 +116,10 @@ def pending(event: Event) -> Pending:
             # answered when that run ends (the runs projection), or by its result
             return Pending(wants=(Want(key=f"cancel:{run_id}", kind="deliver"),))
         case SubagentFinished(result=result):
-            run_id = result.run_id
-            return Pending(answers=(f"notify:{run_id}", f"cancel:{run_id}"))
+            run_id = result.run_id  # a finished run needs no creating (a fork)
+            return Pending(
+                answers=(f"notify:{run_id}", f"cancel:{run_id}", f"spawn:{run_id}")
+            )
         case WorkflowCompleted() | WorkflowFailed():
             return Pending(ended=True)
         case _:

@@ -26,7 +26,7 @@ import sys
 from steward.actors.llm.base import RequestInfo
 from steward.bus import EventLog
 from steward.chats import answer, message, open_session
-from steward.cli.env import EXIT_INTERRUPTED, Env, opened
+from steward.cli.env import EXIT_INTERRUPTED, Env, opened, shown
 from steward.cli.hosting import checked_provider, new_host
 from steward.cli.serve import drain
 from steward.events import (
@@ -76,9 +76,7 @@ async def cmd_chat(env: Env, args: argparse.Namespace) -> int:
                 line = await _next_line(interactive, stop)
                 if line is None:
                     break
-                text = line.strip()
-                if not text:
-                    continue
+                text = line.strip()  # an empty one is answered with why
                 waiting = None if host is None else host.models.slots.depth_total()
                 sent = await message(
                     env.settings,
@@ -183,7 +181,8 @@ class _Streamed:
         ``None`` when its text was streamed whole."""
         streamed = self.text
         self._end_line()
-        return None if streamed and streamed.strip() == reply.strip() else reply
+        whole = streamed and streamed.strip() == _printable(reply).strip()
+        return None if whole else reply
 
     def _end_line(self) -> None:
         if self.text:
@@ -225,10 +224,11 @@ def finishing(text: str) -> str:
 
 def _printable(text: str) -> str:
     """``text`` less a last half of a surrogate pair still to come, with any
-    other lone surrogate made U+FFFD (a terminal takes UTF-8 only)."""
+    other lone surrogate made U+FFFD (a terminal takes UTF-8 only) and
+    control characters escaped (`shown`)."""
     if text and "\ud800" <= text[-1] <= "\udbff":
         text = text[:-1]
-    return str(encodable_value(text))
+    return shown(str(encodable_value(text)))
 
 
 def _user() -> str | None:

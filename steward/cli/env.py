@@ -50,6 +50,20 @@ class Env:
         return self.log_url.partition("://")[0] in ("nats", "tls")
 
 
+def shown(text: str) -> str:
+    """``text`` as a terminal may be given it: a control character (an
+    escape sequence's start, a NUL) or a lone surrogate written as its
+    Python escape (``\\x1b``), line breaks and tabs kept. Model replies,
+    messages and ids are text from outside."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c in "\n\t" else repr(c)[1:-1] for c in text)
+
+
+def _out(text: str) -> None:
+    print(shown(text))
+
+
 def env_of(settings: Settings, args: argparse.Namespace) -> Env:
     """Where the log and the projections are, from the options and settings.
 
@@ -69,10 +83,10 @@ def env_of(settings: Settings, args: argparse.Namespace) -> Env:
         file = _log_file(url, args)
     if file is None:
         db = Path(args.db or settings.log.projections or ".steward/projections.db")
-        return Env(settings=settings, db=db, script=args.script, out=print, log_url=url)
+        return Env(settings=settings, db=db, script=args.script, out=_out, log_url=url)
     if args.log is None and args.db is not None:
         file = Path(args.db)
-    return Env(settings=settings, db=file, script=args.script, out=print)
+    return Env(settings=settings, db=file, script=args.script, out=_out)
 
 
 def _log_file(url: str, args: argparse.Namespace) -> Path | None:

@@ -99,6 +99,8 @@ async def cmd_fork(env: Env, args: argparse.Namespace) -> int:
             env.out(f"forked {stream} at version {args.at} as {kind.name}.{new}")
             if not args.no_run:
                 env.out("a `steward serve` on this log carries out what it asks for")
+            if kind.name == "session":
+                env.out(f"talk to it: steward sessions send {new} TEXT")
             return 0
         env.out(f"forked {old} at version {args.at} as {new}")
         if provider is None:

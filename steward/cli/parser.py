@@ -30,6 +30,23 @@ from steward.cli.workflow import cmd_run as cmd_workflow_run
 from steward.config.settings import Port
 
 
+def _an_id(text: str) -> str:
+    """An ID argument (of a run, a stream, a session, a chat, a request):
+    printable text, for what it names is printable. Undecodable bytes (a
+    lone surrogate here) and control characters are refused, named."""
+    bad = next((c for c in text if not c.isprintable()), None)
+    if bad is None and text:
+        return text
+    if bad is None:
+        raise argparse.ArgumentTypeError("an empty id names nothing")
+    what = (
+        "a byte that is not UTF-8"
+        if "\udc80" <= bad <= "\udcff"
+        else f"the control character {repr(bad)[1:-1]}"
+    )
+    raise argparse.ArgumentTypeError(f"{text!r} holds {what}; an id is printable text")
+
+
 def _backend_option(parser: argparse.ArgumentParser, default: str | None) -> None:
     parser.add_argument(
         "--backend",
@@ -193,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
         "duration, tokens. For a stream of another kind (KIND.ID), its events "
         "from the log: version, type, time and a one-line summary.",
     )
-    s.add_argument("id", help=_STREAM)
+    s.add_argument("id", type=_an_id, help=_STREAM)
     s.add_argument(
         "--prompts", action="store_true", help="rebuild and print every prompt"
     )
@@ -217,7 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.set_defaults(fn=cmd_start)
     s = rsub.add_parser("cancel", help="cancel a run and its children")
-    s.add_argument("id", help=_RUN_ID)
+    s.add_argument("id", type=_an_id, help=_RUN_ID)
     s.add_argument(
         "--reason",
         default="cancelled by operator",
@@ -225,13 +242,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.set_defaults(fn=cmd_runs_cancel)
     s = rsub.add_parser("approve", help="approve the tool call a run waits on")
-    s.add_argument("id", help=_RUN_ID)
-    s.add_argument("--request", help="request id (default: the oldest waiting)")
+    s.add_argument("id", type=_an_id, help=_RUN_ID)
+    s.add_argument(
+        "--request", type=_an_id, help="request id (default: the oldest waiting)"
+    )
     s.set_defaults(fn=cmd_runs_approve)
     s = rsub.add_parser("deny", help="deny the tool call a run waits on")
-    s.add_argument("id", help=_RUN_ID)
+    s.add_argument("id", type=_an_id, help=_RUN_ID)
     s.add_argument("--reason", required=True, help="why; the model sees it")
-    s.add_argument("--request", help="request id (default: the oldest waiting)")
+    s.add_argument(
+        "--request", type=_an_id, help="request id (default: the oldest waiting)"
+    )
     s.set_defaults(fn=cmd_runs_deny)
 
     s = sub.add_parser(
@@ -241,7 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
         "print it: a run's status, counts and output; for a stream of another "
         "kind, its kind, its number of events and its state, a line per field.",
     )
-    s.add_argument("id", help=_STREAM)
+    s.add_argument("id", type=_an_id, help=_STREAM)
     s.add_argument(
         "--verify",
         action="store_true",
@@ -255,10 +276,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Copy a run up to a version into a new run and continue "
         f"that, printing each step. {_FOREGROUND} A stream of another kind "
         "(KIND.ID) is copied into KIND.ID-forkXXXXXX, re-decided step by step; "
-        "a `steward serve` on the log carries out what its last step asks for.",
+        "a `steward serve` on the log carries out what its last step asks for. "
+        "A session's fork is a chat of its own on the same channel, which "
+        "`steward sessions send` talks to.",
         epilog=EXIT_STATUSES,
     )
-    s.add_argument("id", help=_STREAM)
+    s.add_argument("id", type=_an_id, help=_STREAM)
     s.add_argument(
         "--at",
         type=int,
@@ -274,7 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("events", help="export a run's (or any actor's) events")
     esub = ev.add_subparsers(dest="events_command", required=True, metavar="ACTION")
     s = esub.add_parser("export", help="a stream's events as JSON lines")
-    s.add_argument("id", help=_STREAM)
+    s.add_argument("id", type=_an_id, help=_STREAM)
     s.add_argument("-o", "--output", help="file to write (default: stdout)")
     s.set_defaults(fn=cmd_export)
 
@@ -311,6 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--chat",
         default="local",
+        type=_an_id,
         metavar="ID",
         help="the chat id: the session is cli:ID (default: local)",
     )
@@ -335,7 +359,9 @@ def build_parser() -> argparse.ArgumentParser:
         "marked), its cron schedules with their next firing, and its newest "
         "messages (subagents' answers too) with their segment and run.",
     )
-    s.add_argument("id", help="the session id, CHANNEL:CHAT (as cli:local)")
+    s.add_argument(
+        "id", type=_an_id, help="the session id, CHANNEL:CHAT (as cli:local)"
+    )
     s.add_argument(
         "--messages",
         type=_positive,
@@ -353,7 +379,9 @@ def build_parser() -> argparse.ArgumentParser:
         "turn's after the debounce. Exit 3 when none comes in time (the message "
         "stays recorded).",
     )
-    s.add_argument("id", help="the session id, CHANNEL:CHAT (as telegram:42)")
+    s.add_argument(
+        "id", type=_an_id, help="the session id, CHANNEL:CHAT (as telegram:42)"
+    )
     s.add_argument("text", help="the message")
     s.add_argument("--sender", help="who sends it (for cross-channel context)")
     s.add_argument(
@@ -459,7 +487,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("cancel", cmd_workflow_cancel, "stop a run and cancel its phase", True),
     ):
         s = wsub.add_parser(name, help=what)
-        s.add_argument("id", help="the workflow run's id (or workflow.ID)")
+        s.add_argument("id", type=_an_id, help="the workflow run's id (or workflow.ID)")
         if reason:
             s.add_argument(
                 "--reason", default=f"{name} by operator", help="why, recorded"

@@ -41,6 +41,7 @@ def test_piped_chat_prints_each_answer_and_exits_0(
     assert capsys.readouterr().out.splitlines() == [
         "Hello, Ada.",
         "model: default",
+        "an empty message was not taken: send some text, or /help",
         "unknown command /bogus; commands: /new, /model, /models, /memory, "
         "/status, /help",
     ]
@@ -76,3 +77,73 @@ def test_a_second_chat_continues_the_session(
     assert [m.content for m in second.conversation] == ["hello", "Hello, Ada."]
     assert second.input_text == "remember me?"
     assert second.reply_to == "session.cli:local"
+
+
+def test_a_forked_session_is_a_chat_of_its_own(
+    chat_env: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`fork session.cli:local --at N` copies the chat up to N into a session
+    whose ids are its own (its turns', its timers'), on a chat of its own:
+    the fork verifies, takes messages, and its turn sees the copied history;
+    the original is untouched."""
+    assert _chat(monkeypatch, chat_env, "hello\n") == 0
+    capsys.readouterr()
+    argv = ["--db", "log.db", "fork", "session.cli:local", "--at", "7"]
+    assert cli.main(argv) == 0
+    forked = capsys.readouterr().out.splitlines()[0].split()[-1]
+    assert forked.startswith("session.cli:local-fork")
+    assert cli.main(["--db", "log.db", "replay", forked, "--verify"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "verify: ok"
+    session_id = forked.partition(".")[2]
+    chat_id = session_id.partition(":")[2]
+    later = chat_env.parent / "later.json"
+    reply = act(type="send_message", message="A fork remembers.")
+    later.write_text(json.dumps({"replies": [{"text": reply}]}))
+    assert _chat(monkeypatch, later, "still there?\n", "--chat", chat_id) == 0
+    assert capsys.readouterr().out.splitlines() == ["A fork remembers."]
+    second = asyncio.run(_created(chat_env.parent / "log.db", f"{session_id}-t2"))
+    # after the original chat's messages, as the sender's in another chat
+    assert [m.content for m in second.conversation][-2:] == ["hello", "Hello, Ada."]
+    assert second.reply_to == forked
+    assert cli.main(["--db", "log.db", "replay", "session.cli:local"]) == 0
+    assert "kind session, 7 events" in capsys.readouterr().out
+
+
+def test_a_session_forked_inside_its_turn_finishes_that_turn_as_its_own(
+    chat_env: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A fork at the commit that started a turn has that turn in flight,
+    under the fork's run id: the next host creates the run and its reply
+    reaches the fork."""
+    assert _chat(monkeypatch, chat_env, "hello\n") == 0
+    capsys.readouterr()
+    assert cli.main(["--db", "log.db", "fork", "session.cli:local", "--at", "5"]) == 0
+    forked = capsys.readouterr().out.splitlines()[0].split()[-1]
+    session_id = forked.partition(".")[2]
+    code = _chat(monkeypatch, chat_env, "", "--chat", session_id.partition(":")[2])
+    assert code == 0
+    turn = asyncio.run(_created(chat_env.parent / "log.db", f"{session_id}-t1"))
+    assert turn.input_text == "hello"
+    assert cli.main(["--db", "log.db", "replay", forked, "--verify"]) == 0
+    out = capsys.readouterr().out
+    assert "turn: null" in out and '"content":"Hello, Ada."' in out
+
+
+def test_control_characters_of_a_message_are_shown_escaped(
+    chat_env: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Text from outside reaches the terminal with its control characters
+    written as escapes (no escape sequence runs), and is recorded as sent."""
+    assert _chat(monkeypatch, chat_env, "a\x1b[31mred\x07\n") == 0
+    assert cli.main(["--db", "log.db", "sessions", "show", "cli:local"]) == 0
+    out = capsys.readouterr().out
+    assert "user: a\\x1b[31mred\\x07" in out
+    assert "\x1b" not in out and "\x07" not in out
+    turn = asyncio.run(_created(chat_env.parent / "log.db", "cli:local-t1"))
+    assert turn.input_text == "a\x1b[31mred\x07"

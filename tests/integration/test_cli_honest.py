@@ -296,6 +296,43 @@ def test_an_argument_error_is_one_line(
     assert (done.returncode, done.stderr) == (2, expected + "\n")
 
 
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (
+            ["sessions", "show", "cli:" + os.fsdecode(b"\xff")],
+            "steward sessions show: error: argument id: 'cli:\\udcff' holds a byte "
+            "that is not UTF-8; an id is printable text; see `steward sessions "
+            "show --help`",
+        ),
+        (
+            ["replay", "session.cli:a\x1b[31m"],
+            "steward replay: error: argument id: 'session.cli:a\\x1b[31m' holds "
+            "the control character \\x1b; an id is printable text; see `steward "
+            "replay --help`",
+        ),
+        (
+            ["chat", "--chat", "a\x01"],
+            "steward chat: error: argument --chat: 'a\\x01' holds the control "
+            "character \\x01; an id is printable text; see `steward chat --help`",
+        ),
+        (
+            ["runs", "show", ""],
+            "steward runs show: error: argument id: an empty id names nothing; "
+            "see `steward runs show --help`",
+        ),
+    ],
+)
+def test_an_id_that_cannot_name_anything_is_refused_naming_why(
+    tmp_path: Path, argv: list[str], expected: str
+) -> None:
+    """Undecodable bytes (a lone surrogate once decoded) and control
+    characters in an id are one line, exit 2; no traceback, no log made."""
+    done = steward(tmp_path, *argv)
+    assert (done.returncode, done.stderr) == (2, expected + "\n")
+    assert files(tmp_path) == []
+
+
 # -- times -------------------------------------------------------------------------
 
 

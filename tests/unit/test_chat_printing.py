@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from steward.actors.llm.base import RequestInfo
 from steward.cli.chat import _printable, _Streamed, finishing
+from steward.cli.env import shown as escaped
 from steward.events import Event, LlmAttemptFailed, Recorded, ReplySent, TurnStarted
 
 
@@ -43,7 +44,7 @@ def test_a_finish_output_is_written_out_in_growing_prefixes(
         now = _printable(finishing(written))
         assert now.startswith(shown), (written, shown, now)
         shown = now
-    assert shown == output
+    assert shown == escaped(output)  # control characters written as escapes
 
 
 @pytest.mark.parametrize(
@@ -65,6 +66,7 @@ def test_nothing_is_written_of_an_action_that_is_no_finish_with_text(
 
 def test_a_lone_surrogate_is_printable_and_half_a_pair_waits() -> None:
     assert _printable("a\ud800b") == "a\ufffdb"
+    assert _printable("a\x1b[31mb\x00\nc") == "a\\x1b[31mb\\x00\nc"
     assert _printable("smile \ud83d") == "smile "
     assert _printable("smile \ud83d\ude00") == "smile \U0001f600"
 
@@ -137,3 +139,15 @@ def test_a_direct_chats_call_streams_its_text_and_a_turns_json_its_output(
     streamed.on_delta(_info("t2", "t2/llm/1"), 'ne."}')
     assert streamed.finish("Done.") is None
     assert capsys.readouterr().out == '{"plain": "text"}\nDone.\n'
+
+
+def test_a_streamed_reply_with_control_characters_is_printed_once(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    streamed = _Streamed("session.cli:a", json_actions=False)
+    streamed.on_record(
+        _rec("session.cli:a", TurnStarted(run_id="t1", message_ids=(), text=""))
+    )
+    streamed.on_delta(_info("t1", "t1/llm/1"), "a \x1b[2J b")
+    assert streamed.finish("a \x1b[2J b") is None
+    assert capsys.readouterr().out == "a \\x1b[2J b\n"
