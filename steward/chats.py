@@ -96,11 +96,13 @@ async def answer(
 ) -> str | None:
     """The answer to message ``message_id`` once the session records it: a
     command's, a refusal's, or the reply of the turn that took the message;
-    ``None`` on ``stop``. The stream is read after version ``since`` (before
-    the message's commit: a long chat is not read again for each message)."""
+    ``None`` on ``stop`` (once what is recorded is read: so, with ``stop``
+    set, whether it is recorded already). The stream is read after version
+    ``since`` (before the message's commit: a long chat is not read again
+    for each message)."""
     turn: str | None = None
     seen = since
-    while not stop.is_set():
+    while True:
         for rec in await log.read(stream, seen + 1):
             seen = rec.version
             match rec.event:
@@ -115,8 +117,9 @@ async def answer(
                     return text
                 case _:
                     pass
+        if stop.is_set():
+            return None
         try:
             await asyncio.wait_for(stop.wait(), 0.02)
         except TimeoutError:
             pass
-    return None

@@ -7,10 +7,10 @@ reply is printed as the model writes it (of a JSON action, its finish's
 output). What the session's subagents and schedules send the chat is printed
 as it comes, as ``[NAME] text``. At the end of input it waits (up to 60 s)
 for what still runs; on SIGINT or SIGTERM only for the model and
-tool calls in flight, as `serve` does. On an embedded log nobody hosts,
-this process hosts it for as long as the chat lasts; beside a `serve` (or on
-JetStream, with workers), it records the messages and reads the answers from
-the log.
+tool calls in flight, as `serve` does, and prints the reply they bring. On
+an embedded log nobody hosts, this process hosts it for as long as the chat
+lasts; beside a `serve` (or on JetStream, with workers), it records the
+messages and reads the answers from the log.
 """
 
 from __future__ import annotations
@@ -72,6 +72,7 @@ async def cmd_chat(env: Env, args: argparse.Namespace) -> int:
             if interactive:
                 env.out(f"chat {session_id}: /help lists the commands; Ctrl-D ends")
             sender = _user()
+            unanswered: str | None = None  # the message a signal left waiting
             while True:
                 line = await _next_line(interactive, stop)
                 if line is None:
@@ -91,11 +92,16 @@ async def cmd_chat(env: Env, args: argparse.Namespace) -> int:
                 await submitter.submit(stream, sent)
                 reply = await answer(log, stream, sent.message_id, stop, since)
                 if reply is None:
+                    unanswered = sent.message_id
                     break
                 if (rest := streamed.finish(reply)) is not None:
                     env.out(rest)
             if host is not None and stop.is_set():
                 await drain(env, host, again)  # a signal: let the calls finish
+                if unanswered is not None:  # its reply, if the calls brought it
+                    reply = await answer(log, stream, unanswered, stop, since)
+                    if reply is not None and (rest := streamed.finish(reply)):
+                        env.out(rest)
             elif host is not None:
                 await host.settle(60.0)  # the end of input: let what runs finish
             await _cancelled(follower)

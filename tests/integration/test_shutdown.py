@@ -147,3 +147,57 @@ async def test_sigkill_during_a_debounce_window_loses_no_accepted_message(
         assert turn.text == "remember me"
     finally:
         await log.close()
+
+
+async def test_sigterm_of_chat_during_a_model_call_prints_and_records_its_reply(
+    tmp_path: Path,
+) -> None:
+    """`steward chat` stopped by SIGTERM while its turn's model call runs:
+    the call finishes, its reply is recorded and printed, then it exits 130
+    (as on Ctrl-C)."""
+    _script(tmp_path / "script.json", delay=2.0)
+    chat = subprocess.Popen(
+        [sys.executable, "-m", "steward", *DB, "--script", "script.json", "chat"],
+        cwd=tmp_path,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "STEWARD_SESSION_DEBOUNCE_MS": "10",
+        },
+    )
+    try:
+        assert chat.stdin is not None
+        chat.stdin.write(b"take your time\n")
+        chat.stdin.flush()  # left open: the chat waits for the reply
+        for _ in range(1500):
+            if (tmp_path / "log.db").exists():
+                break
+            await asyncio.sleep(0.02)
+        log = await SqliteEventLog.open(tmp_path / "log.db")
+        try:
+            for _ in range(1500):
+                asks = [
+                    r
+                    for r in await log.read_all()
+                    if isinstance(r.event, events.LlmRequested)
+                ]
+                if len(asks) == len(PLAN) + 1:
+                    break
+                await asyncio.sleep(0.02)
+            assert len(asks) == len(PLAN) + 1, "the slow call was never asked for"
+            await asyncio.sleep(0.5)  # the call begins; it lasts 2 s
+            out, err = _stop(chat, signal.SIGTERM)
+            records = await log.read_all()
+        finally:
+            await log.close()
+    finally:
+        if chat.poll() is None:
+            chat.kill()
+    assert chat.returncode == 130, err[-2000:]
+    assert out.splitlines()[-1] == "Slow answer.", out
+    assert [r.event.text for r in records if isinstance(r.event, events.ReplySent)] == [
+        "Slow answer."
+    ]
