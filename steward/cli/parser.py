@@ -353,8 +353,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=cmd_sessions_list)
     s = ssub.add_parser(
         "show",
-        help="a session's segment, memory, schedules and messages",
-        description="A session from the read models: its model and segment, "
+        help="a session's segments, memory, schedules and messages",
+        description="A session from the read models: its model, its segments "
+        "(each with when it began and the messages it took), "
         "core memory, the memory writer's summary and items (archived ones "
         "marked), its cron schedules with their next firing, and its newest "
         "messages (subagents' answers too) with their segment and run.",

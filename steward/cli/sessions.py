@@ -56,6 +56,11 @@ async def cmd_sessions_show(env: Env, args: argparse.Namespace) -> int:
             "WHERE session_id=? ORDER BY seq DESC LIMIT ?",
             [args.id, args.messages],
         )
+        segments = await projector.query(
+            "SELECT segment, min(at), sum(kind = 'message') FROM messages "
+            "WHERE session_id=? GROUP BY segment ORDER BY segment",
+            [args.id],
+        )
         items = await projector.query(
             "SELECT id, level, module, key, value, archived FROM memory_items "
             "WHERE session_id=? ORDER BY archived, level, id",
@@ -69,7 +74,13 @@ async def cmd_sessions_show(env: Env, args: argparse.Namespace) -> int:
     channel, chat, model, segment, n, turns, compactions, core, summary, at = found[0]
     env.out(f"session {args.id} (channel {channel}, chat {chat})")
     env.out(f"  opened {iso_time(at)}, model {model}, segment {segment}")
-    env.out(f"  {n} messages, {turns} turns, {compactions} compactions")
+    env.out(f"  {n} messages taken, {turns} turns, {compactions} compactions")
+    env.out(f"segments ({segment + 1}; /new starts one, the log keeps them all):")
+    began = {seg: (first, taken) for seg, first, taken in segments}
+    for seg in range(segment + 1):
+        first, taken = began.get(seg, (None, 0))
+        since = "" if first is None else f" from {iso_time(first)}"
+        env.out(f"  s{seg}{since}: {taken} messages")
     env.out("core memory:")
     for key, value in json.loads(core).items():
         env.out(f"  {key}: {value}")

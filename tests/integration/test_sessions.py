@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import re
 import sqlite3
 from pathlib import Path
 
@@ -96,7 +97,9 @@ def test_a_compacted_chat_leaves_memory_the_views_show_and_rebuild_exactly(
     shown = capsys.readouterr().out
     assert "summary: Ada introduced herself." in shown
     assert "[m1] L1 identity.name: Ada" in shown
-    assert "1 compactions" in shown
+    assert "3 messages taken, 3 turns, 1 compactions" in shown
+    assert "segments (1; /new starts one, the log keeps them all):" in shown
+    assert re.search(r"^  s0 from \S+Z: 3 messages$", shown, re.MULTILINE), shown
 
     assert _steward("replay", "session.cli:local", "--verify") == 0
     assert capsys.readouterr().out.splitlines()[-1] == "verify: ok"
@@ -130,7 +133,7 @@ def test_sessions_send_answers_a_command_and_refuses_an_empty_message(
     assert capsys.readouterr().out.startswith("telegram:42-")
     assert _steward("sessions", "show", "telegram:42") == 0
     shown = capsys.readouterr().out
-    assert "refused" in shown and "3 messages, 0 turns" in shown
+    assert "refused" in shown and "3 messages taken, 0 turns" in shown
 
 
 def test_a_bad_session_id_is_one_line(
