@@ -1,7 +1,7 @@
 """The session decider: one chat's messages turned into turns (pure).
 
 Spec 003 (Klaw's engine main loop), as an actor. Every message goes to its
-chat's session stream. A command (text starting with ``/``) is answered at
+chat's session stream. A command (``/`` and a name: `is_command`) is answered at
 once, without a model call. Any other message is buffered and (re)starts the
 debounce timer: when the chat has been quiet for ``debounce_seconds``, the
 buffered messages, merged in order, start a turn (a run whose result comes
@@ -23,6 +23,7 @@ input records (never the clock).
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 import msgspec
@@ -47,6 +48,7 @@ from steward.events.run import (
     WakeDue,
 )
 from steward.events.session import (
+    SESSION_REVISION,
     CommandAnswered,
     ContextCompacted,
     CoreMemoryChanged,
@@ -362,9 +364,27 @@ def _writer_id(state: Session) -> str:
     return f"{state.session_id}/memory/{state.writes + 1}"
 
 
-def is_command(text: str) -> bool:
-    """Whether a message is a command (answered without a model call)."""
-    return text.startswith("/")
+_COMMAND = re.compile(r"/[^\s/]*(?:\s|$)")
+
+
+def is_command(text: str, revision: int = SESSION_REVISION) -> bool:
+    """Whether a message is a command (answered without a model call) in a
+    session of ``revision`` (`SessionOpened.revision`): from 2, ``/`` and
+    a name without ``/``, then a blank or the end (``/etc/hosts`` is no
+    command); before, any text starting with ``/``."""
+    if revision < 2:
+        return text.startswith("/")
+    return _COMMAND.match(text) is not None
+
+
+def _command_parts(text: str, revision: int) -> tuple[str, str]:
+    """A command's name and argument: from revision 2 split at the first
+    run of blanks, before at the first space."""
+    if revision < 2:
+        name, _, arg = text.strip().partition(" ")
+        return name, arg.strip()
+    name, *rest = text.split(maxsplit=1)
+    return name, rest[0].strip() if rest else ""
 
 
 def evolve(state: Session, event: Event) -> Session:
@@ -383,7 +403,7 @@ def evolve(state: Session, event: Event) -> Session:
             )
         case MessageReceived(message_id=message_id, text=text):
             seen = (*state.seen[1 - SEEN_MESSAGES :], message_id)
-            if is_command(text) or _refusal(event, state):
+            if is_command(text, state.revision) or _refusal(event, state):
                 return replace(state, seen=seen)
             return replace(
                 state,
@@ -514,7 +534,7 @@ def decide(input: Event, state: Session) -> list[Event] | None:
             return None  # delivered again: taken once
         case MessageReceived() if (refusal := _refusal(input, state)) is not None:
             return [MessageRefused(message_id=input.message_id, reply=refusal)]
-        case MessageReceived(text=text) if is_command(text):
+        case MessageReceived(text=text) if is_command(text, state.revision):
             return _command(input, state)
         case MessageReceived(at=at):
             timer_id = f"{state.session_id}/debounce/{state.timers + 1}"
@@ -745,8 +765,7 @@ def _turn(state: Session) -> list[Event]:
 
 def _command(input: MessageReceived, state: Session) -> list[Event]:
     """A command's answer (and the change it makes), never a model call."""
-    name, _, arg = input.text.strip().partition(" ")
-    arg = arg.strip()
+    name, arg = _command_parts(input.text, state.revision)
     changes: list[Event] = []
     match name:
         case "/new":

@@ -202,10 +202,14 @@ class SessionOpened(Event, frozen=True, kw_only=True):
     flight, if any), then asks the next call, so what leaves the window is
     never dropped without a call reading it (its newest
     ``memory_writer_max_messages``, as every call); and the summary of a
-    call asked before ``/new`` is not the new segment's."""
+    call asked before ``/new`` is not the new segment's. From 2: a command
+    is ``/`` and a name (no ``/`` in it) ending at a blank or the end, its
+    argument after any blanks, so a message such as ``/etc/hosts is
+    broken`` goes to the model (until 2, any text starting with ``/`` was a
+    command, its name ending at the first space)."""
 
 
-SESSION_REVISION = 1
+SESSION_REVISION = 2
 """The `SessionOpened.revision` of sessions opened now."""
 
 

@@ -670,7 +670,7 @@ async def session_revision_1(rig: Rig) -> None:
             sleep=rig.clock.sleep,
         )
     )
-    say = await open_chat(rig, host, "later", opened, events.SESSION_REVISION)
+    say = await open_chat(rig, host, "later", opened, 1)
     for turn, text in enumerate(("I am Ada", "I like tea", "bye"), start=1):
         await say(text)
         await rig.advance(2.0)
@@ -760,6 +760,35 @@ async def session_direct(rig: Rig) -> None:
     await say("and tomorrow?")
     await rig.advance(2.0)
     await rig.recorded(events.ReplySent, 3)
+
+
+async def session_revision_2(rig: Rig) -> None:
+    """A direct chat opened at revision 2: ``/etc/hosts is broken`` is a
+    message (a turn), ``/model\tlarge`` a command; the turn's call, the
+    session's own, is claimed by a worker (`EffectClaimed`), fails once and
+    is retried (`LlmAttemptFailed`), and its streams are recorded
+    (`LlmStreamRecorded`)."""
+    script = rig.root / "script.json"
+    replies = [
+        {"error": {"kind": "rate_limit", "retryable": True, "retry_after": 5.0}},
+        {"text": "Check its permissions."},
+    ]
+    script.write_text(json.dumps({"replies": replies}))
+    model = ModelConfig(provider="scripted", script=script.name, record_stream=True)
+    large = ModelConfig(provider="scripted", script=script.name, model="large-1")
+    settings = Settings(models={"default": model, "large": large})
+    opened = msgspec.structs.replace(
+        settings.session_settings(rig.tools.specs()), direct=True
+    )
+    with working_directory(rig.root):
+        host = await rig.host(ModelRouter(settings), worker_id="worker-a")
+        say = await open_chat(rig, host, "paths", opened, 2)
+        await say("/etc/hosts is broken")
+        await rig.advance(2.0)
+        await rig.recorded(events.LlmAttemptFailed, 1)
+        await rig.advance(5.0)
+        await rig.recorded(events.ReplySent, 1)
+        await say("/model\tlarge")
 
 
 async def workflow(rig: Rig, revision: int = 0) -> None:
@@ -917,6 +946,7 @@ SCENARIOS: dict[str, Scenario] = {
     "session_subagents": session_subagents,
     "session_direct": session_direct,
     "session_revision_1": session_revision_1,
+    "session_revision_2": session_revision_2,
     "workflow": workflow,
     "workflow_worktree": workflow_worktree,
     # the same runs created at workflow revision 1: phase run ids with ":"

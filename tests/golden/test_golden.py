@@ -92,6 +92,7 @@ EXPECTED: dict[str, dict[str, Final]] = {
         "cli:subs-t2": Final("completed", "No more weather."),
     },
     "session_direct": {},
+    "session_revision_2": {},
     "session_revision_1": {
         "cli:later-t1": Final("completed", "Hello."),
         "cli:later-t2": Final("completed", "Noted."),
@@ -126,6 +127,9 @@ SESSIONS: dict[str, dict[str, tuple[str, ...]]] = {
     "session": {"session.cli:golden": ("start over", "A fresh start.")},
     "session_memory": {"session.cli:memory": ("bye", "Bye.")},
     "session_revision_1": {"session.cli:later": ("bye", "Bye.")},
+    "session_revision_2": {
+        "session.cli:paths": ("/etc/hosts is broken", "Check its permissions.")
+    },
     "session_subagents": {
         "session.cli:subs": (
             "scout the issues, and watch the weather hourly",

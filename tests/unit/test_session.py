@@ -8,6 +8,7 @@ host stamps it): nothing here sleeps.
 from __future__ import annotations
 
 import hypothesis
+import pytest
 from hypothesis import strategies as st
 from msgspec.structs import replace
 
@@ -473,6 +474,51 @@ def test_an_unknown_command_gets_a_clear_reply() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("text", "command"),
+    [
+        ("/new", "/new"),
+        ("/model\tlarge", "/model"),
+        ("/status  ", "/status"),
+        ("/", "/"),
+        ("/etc/hosts is broken", None),
+        ("//comment", None),
+        ("say /new", None),
+    ],
+)
+def test_a_command_is_a_slash_and_a_name_from_revision_2(
+    text: str, command: str | None
+) -> None:
+    """From `SessionOpened.revision` 2 a message is a command when it is
+    ``/`` and a name without ``/``, then a blank or its end; anything else
+    goes to the model (a turn), as ``/etc/hosts is broken`` does."""
+    chat = Chat(revision=2)
+    decided = chat.say(text, at=1001.0)
+    assert decided is not None
+    if command is None:
+        assert [type(e) for e in decided] == [DebounceArmed]
+        assert chat.state.buffer[-1].text == text
+    else:
+        assert isinstance(decided[-1], CommandAnswered)
+        assert decided[-1].command == command
+        assert not chat.state.buffer
+
+
+def test_before_revision_2_any_slash_is_a_command_named_to_the_first_space() -> None:
+    """Sessions opened before revision 2 decide as they did: replay of their
+    logs gives the recorded answers."""
+    chat = Chat(revision=1)
+    assert _reply(chat.say("/etc/hosts is broken", at=1001.0)).startswith(
+        "unknown command /etc/hosts;"
+    )
+    assert _reply(chat.say("/model\tlarge", at=1002.0)).startswith(
+        "unknown command /model\tlarge;"
+    )
+    assert _reply(Chat(revision=2).say("/model\tlarge", at=1002.0)) == (
+        "model switched to large"
+    )
+
+
 # -- effects and determinism --------------------------------------------------
 
 
@@ -506,7 +552,18 @@ inputs = st.one_of(
     st.tuples(
         st.just("say"),
         st.sampled_from(
-            ["hi", "/new", "/model large", "/status", "/nope", "x" * 50, " ", "/memory"]
+            [
+                "hi",
+                "/new",
+                "/model large",
+                "/model\tlarge",
+                "/status",
+                "/nope",
+                "/etc/hosts is broken",
+                "x" * 50,
+                " ",
+                "/memory",
+            ]
         ),
     ),
     st.tuples(st.just("wake"), st.booleans()),
@@ -527,7 +584,7 @@ inputs = st.one_of(
     script=st.lists(inputs, max_size=40),
     gaps=st.lists(st.floats(0, 5), min_size=40, max_size=40),
     direct=st.booleans(),
-    revision=st.sampled_from([0, SESSION_REVISION]),
+    revision=st.sampled_from(range(SESSION_REVISION + 1)),
 )
 @hypothesis.example(  # compactions due while the writer's call is in flight
     script=[("turn", "completed")] * 8,
