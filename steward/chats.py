@@ -69,23 +69,26 @@ async def message(
     text: str,
     sender: str | None,
     *,
-    waiting: int | None = None,
     message_id: str | None = None,
 ) -> MessageReceived:
     """A message to session ``session_id`` (its id ``message_id``, or a new
     one), with the sender's newest messages in other chats (``[session]
-    cross_channel_limit``) when there are memory views to look in."""
+    cross_channel_limit``) when there are memory views to look in, and,
+    when ``host`` carries out the model calls, when it started and how many
+    calls wait for a slot (for ``/status``)."""
     limit = settings.session.cross_channel_limit
     found: tuple[Elsewhere, ...] = ()
     if projector is not None and sender and limit and not is_command(text):
         found = await projector.read(
             lambda conn: elsewhere(conn, sender, session_id, limit)
         )
+    hosting = host.started_at
     return MessageReceived(
         message_id=message_id or f"{session_id}-{secrets.token_hex(6)}",
         text=text,
         sender=sender,
-        llm_waiting=waiting,
+        llm_waiting=None if hosting is None else host.models.slots.depth_total(),
+        host_since=hosting,
         elsewhere=found,
         at=host.clock.now(),
     )

@@ -168,6 +168,9 @@ class Host:
         self.workspace = Path(workspace)
         self.clock: Clock = clock or SystemClock()
         self.projector = projector
+        self.started_at: float | None = None
+        """When `start` began: this host carries out effects from then on
+        (``None``: it only records, as `steward sessions send`'s)."""
         # With a worker id, hosts share one log: each model or tool call is
         # claimed in the run's log first, and abandoned claims are retaken.
         self.worker_id = worker_id
@@ -570,6 +573,7 @@ class Host:
         """
         if self.provider is None or self.tools is None:
             raise StewardError("a host needs a provider and tools to start")
+        self.started_at = self.clock.now()
         if self.projector is not None:
             await self.projector.catch_up(self.log, progress)
             self.position = self.projector.position

@@ -814,9 +814,24 @@ def _models(state: Session) -> str:
 
 def _status(input: MessageReceived, state: Session) -> str:
     waiting = "unknown" if input.llm_waiting is None else str(input.llm_waiting)
+    if input.host_since is None and state.revision < 2:  # as it was recorded
+        uptime = (
+            f"uptime {duration(input.at - state.opened_at)} "
+            f"(open since {iso_time(state.opened_at)})"
+        )
+    elif input.host_since is None:
+        uptime = (
+            "uptime unknown (the process that took this message hosts no model "
+            f"calls); the session open since {iso_time(state.opened_at)}"
+        )
+    else:
+        uptime = (
+            f"uptime {duration(input.at - input.host_since)} "
+            f"(hosting since {iso_time(input.host_since)}; the session open "
+            f"since {iso_time(state.opened_at)})"
+        )
     return (
-        f"uptime {duration(input.at - state.opened_at)} "
-        f"(open since {iso_time(state.opened_at)})\n"
+        f"{uptime}\n"
         f"model {state.model}\n"
         f"segment {state.segment} since {iso_time(state.segment_at)}\n"
         f"model calls waiting {waiting}\n"

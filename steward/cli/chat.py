@@ -78,7 +78,6 @@ async def cmd_chat(env: Env, args: argparse.Namespace) -> int:
                 if line is None:
                     break
                 text = line.strip()  # an empty one is answered with why
-                waiting = None if host is None else host.models.slots.depth_total()
                 sent = await message(
                     env.settings,
                     submitter,
@@ -86,7 +85,6 @@ async def cmd_chat(env: Env, args: argparse.Namespace) -> int:
                     session_id,
                     text,
                     sender,
-                    waiting=waiting,
                 )
                 since = (await submitter.state(stream))[1]
                 await submitter.submit(stream, sent)

@@ -206,7 +206,9 @@ class SessionOpened(Event, frozen=True, kw_only=True):
     is ``/`` and a name (no ``/`` in it) ending at a blank or the end, its
     argument after any blanks, so a message such as ``/etc/hosts is
     broken`` goes to the model (until 2, any text starting with ``/`` was a
-    command, its name ending at the first space)."""
+    command, its name ending at the first space); and ``/status`` taken by
+    a process that hosts nothing says the uptime is unknown (until 2, it
+    gave the session's age as the uptime)."""
 
 
 SESSION_REVISION = 2
@@ -217,14 +219,15 @@ class MessageReceived(Event, frozen=True, kw_only=True):
     """A person's message to the chat; text starting with ``/`` is a command.
 
     ``llm_waiting`` is how many model calls waited for a slot in the process
-    that took the message, when it knows (for ``/status``: the decider sees
-    no host).
+    that took the message, and ``host_since`` when that process began
+    hosting, when it knows (for ``/status``: the decider sees no host).
     """
 
     message_id: str
     text: str
     sender: str | None = None
     llm_waiting: int | None = None
+    host_since: float | None = None
     elsewhere: tuple[Elsewhere, ...] = ()
     """The sender's newest messages in other chats, oldest first, when the
     process that took this one looked (``[session] cross_channel``)."""

@@ -136,6 +136,22 @@ def test_sessions_send_answers_a_command_and_refuses_an_empty_message(
     assert "refused" in shown and "3 messages taken, 0 turns" in shown
 
 
+def test_status_tells_the_hosting_process_uptime_and_queue_or_that_it_hosts_none(
+    env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`chat` hosts the log: its /status has the host's uptime and its model
+    calls waiting. `sessions send` only records: it says it knows neither."""
+    monkeypatch.setattr("sys.stdin", io.StringIO("/status\n"))
+    assert _steward("--script", str(env), "chat") == 0
+    hosted = capsys.readouterr().out.splitlines()
+    assert re.fullmatch(r"uptime \S+ \(hosting since \S+Z; the session .*", hosted[0])
+    assert "model calls waiting 0" in hosted
+    assert _steward("sessions", "send", "cli:local", "/status") == 0
+    recorded = capsys.readouterr().out.splitlines()
+    assert recorded[0].startswith("uptime unknown (the process that took this")
+    assert "model calls waiting unknown" in recorded
+
+
 def test_a_bad_session_id_is_one_line(
     env: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -453,6 +453,22 @@ def test_slash_status_returns_uptime_and_session_info() -> None:
     ]
 
 
+def test_slash_status_gives_the_uptime_of_the_host_that_took_it() -> None:
+    """The uptime is the hosting process's (``host_since``, recorded on the
+    message); from revision 2 one taken by a process that hosts nothing says
+    it does not know (before, the session's age stood in for it)."""
+    chat = Chat(at=1000.0, revision=2)
+    hosted = _reply(chat.say("/status", at=4000.0, host_since=3940.0, llm_waiting=0))
+    assert hosted.splitlines()[0] == (
+        "uptime 1m 0s (hosting since 1970-01-01T01:05:40.000Z; the session open "
+        "since 1970-01-01T00:16:40.000Z)"
+    )
+    assert _reply(chat.say("/status", at=4001.0)).splitlines()[0] == (
+        "uptime unknown (the process that took this message hosts no model "
+        "calls); the session open since 1970-01-01T00:16:40.000Z"
+    )
+
+
 def test_slash_memory_shows_core_memory() -> None:
     chat = Chat()
     assert _reply(chat.say("/memory", at=1001.0)) == "core memory is empty"
