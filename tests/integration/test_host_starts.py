@@ -702,3 +702,78 @@ async def test_a_host_scoped_elsewhere_starts_nothing_in_the_commit(
         assert spawned(counts) == 0
         assert host._carried == set()
     await verify_all(log)
+
+
+# -- each chat's own debounce -------------------------------------------------
+
+
+async def test_each_chat_starts_its_turn_when_its_own_debounce_is_due(
+    hosts: Any, log: SqliteEventLog, clock: FakeClock
+) -> None:
+    """Two chats whose messages came 0.5 s apart, on a started host and a
+    fake clock: time short of either debounce starts no turn; once only the
+    first chat's timer is due, only its turn starts; the second's starts
+    when its own comes due."""
+
+    def reply(prompt: Prompt, info: RequestInfo) -> str:
+        return act(type="send_message", message=f"answer of {info.run_id}")
+
+    host = await hosts(reply)
+    other = "cli:b"
+    streams = {SESSION: STREAM, other: session_stream(other)}
+    start = clock.now()
+    for n, (session, stream) in enumerate(streams.items()):
+        opened = msgspec.structs.replace(
+            opening(clock), session_id=session, chat_id=session.partition(":")[2]
+        )
+        assert await host.submit(stream, opened) is not None
+        received = message(clock, 1, f"hello from {session}")
+        assert await host.submit(stream, received) is not None
+        await settle(host)  # its debounce timer is armed
+        if n == 0:
+            clock.advance(0.5)
+
+    async def recorded(session: str, kind: type[Any]) -> list[Recorded]:
+        return [
+            r for r in await log.read(streams[session]) if isinstance(r.event, kind)
+        ]
+
+    [armed_a] = await recorded(SESSION, events.DebounceArmed)
+    [armed_b] = await recorded(other, events.DebounceArmed)
+    assert (armed_a.event.due, armed_b.event.due) == (
+        start + DEBOUNCE,
+        start + 0.5 + DEBOUNCE,
+    )
+
+    clock.advance(0.25)  # 0.75 s after the first message: neither is due
+    await settle(host)
+    for session in streams:
+        assert await recorded(session, events.WakeDue) == []
+        assert await recorded(session, events.TurnStarted) == []
+
+    clock.advance(0.5)  # 1.25 s: only the first chat's timer is due
+    [turn_a] = await until(lambda: recorded(SESSION, events.TurnStarted))
+    assert turn_a.event.text == f"hello from {SESSION}"
+    [wake_a] = await recorded(SESSION, events.WakeDue)
+    assert wake_a.event.at == start + 1.25
+    await until(lambda: recorded(SESSION, events.ReplySent))
+    await settle(host)
+    assert await recorded(other, events.WakeDue) == []
+    assert await recorded(other, events.TurnStarted) == []
+
+    clock.advance(0.5)  # 1.75 s: the second chat's timer is due too
+    [turn_b] = await until(lambda: recorded(other, events.TurnStarted))
+    assert turn_b.event.text == f"hello from {other}"
+    assert turn_b.event.run_id == f"{other}-t1"
+    [wake_b] = await recorded(other, events.WakeDue)
+    assert wake_b.event.at == start + 1.75
+    [sent_b] = await until(lambda: recorded(other, events.ReplySent))
+    assert sent_b.event.text == f"answer of {other}-t1"
+    await settle(host)
+    assert len(await recorded(SESSION, events.TurnStarted)) == 1
+    assert await verify_all(log) == [
+        run_stream(f"{SESSION}-t1"),
+        run_stream(f"{other}-t1"),
+        STREAM,
+        streams[other],
+    ]
