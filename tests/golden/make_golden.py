@@ -525,9 +525,10 @@ async def open_chat(
     chat_id: str,
     settings: events.SessionSettings,
     revision: int = 0,
-) -> Callable[[str], Awaitable[None]]:
+) -> Callable[..., Awaitable[None]]:
     """Open session ``cli:<chat_id>`` (at decider ``revision``); what sends
-    it ada's messages, numbered ``m1``, ``m2``, ... and stamped with the
+    it ada's messages (their text, and any other fields of
+    `MessageReceived`), numbered ``m1``, ``m2``, ... and stamped with the
     scenario's clock."""
     stream = f"session.cli:{chat_id}"
     start = events.SessionOpened(
@@ -541,11 +542,15 @@ async def open_chat(
     await host.submit(stream, start)
     sent = 0
 
-    async def say(text: str) -> None:
+    async def say(text: str, **fields: Any) -> None:
         nonlocal sent
         sent += 1
         message = events.MessageReceived(
-            message_id=f"m{sent}", text=text, sender="ada", at=rig.clock.now()
+            message_id=f"m{sent}",
+            text=text,
+            sender="ada",
+            at=rig.clock.now(),
+            **fields,
         )
         await host.submit(stream, message)
 
@@ -764,10 +769,11 @@ async def session_direct(rig: Rig) -> None:
 
 async def session_revision_2(rig: Rig) -> None:
     """A direct chat opened at revision 2: ``/etc/hosts is broken`` is a
-    message (a turn), ``/model\tlarge`` a command; the turn's call, the
-    session's own, is claimed by a worker (`EffectClaimed`), fails once and
-    is retried (`LlmAttemptFailed`), and its streams are recorded
-    (`LlmStreamRecorded`)."""
+    message (a turn), ``/model\tlarge`` a command, ``/status`` tells the
+    hosting process's uptime (``host_since``) or that it is unknown; the
+    turn's call, the session's own, is claimed by a worker
+    (`EffectClaimed`), fails once and is retried (`LlmAttemptFailed`), and
+    its streams are recorded (`LlmStreamRecorded`)."""
     script = rig.root / "script.json"
     replies = [
         {"error": {"kind": "rate_limit", "retryable": True, "retry_after": 5.0}},
@@ -789,6 +795,8 @@ async def session_revision_2(rig: Rig) -> None:
         await rig.advance(5.0)
         await rig.recorded(events.ReplySent, 1)
         await say("/model\tlarge")
+        await say("/status", host_since=rig.clock.now() - 90.0, llm_waiting=0)
+        await say("/status")  # from a process that hosts nothing
 
 
 async def workflow(rig: Rig, revision: int = 0) -> None:
