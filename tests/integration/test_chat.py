@@ -9,11 +9,11 @@ import json
 from pathlib import Path
 
 import pytest
-from support import act
+from support import PLAN, act
 
 from steward import cli
 from steward.bus import SqliteEventLog
-from steward.events import RunCreated
+from steward.events import RunCreated, SubagentAnswered
 
 
 @pytest.fixture
@@ -147,3 +147,72 @@ def test_control_characters_of_a_message_are_shown_escaped(
     assert "\x1b" not in out and "\x07" not in out
     turn = asyncio.run(_created(chat_env.parent / "log.db", "cli:local-t1"))
     assert turn.input_text == "a\x1b[31mred\x07"
+
+
+async def _subagent_answers(path: Path) -> list[SubagentAnswered]:
+    async with await SqliteEventLog.open(path) as log:
+        return [
+            r.event
+            for r in await log.read("session.cli:local")
+            if isinstance(r.event, SubagentAnswered)
+        ]
+
+
+def _chat_with_subagent(
+    chat_env: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    answer: str,
+) -> tuple[SubagentAnswered, list[str]]:
+    """A piped chat whose turn spawns subagent ``scout``, which answers
+    ``answer``: the session's `SubagentAnswered` and the lines printed,
+    sorted (the subagent's answer may come before the turn's reply or after
+    it). The chat exits once what runs has finished, and prints what the
+    session recorded by then, so an answer it does not print was recorded
+    and left out."""
+    turn = [
+        *PLAN,
+        act(
+            type="tool_call",
+            name="subagent_spawn",
+            args={"name": "scout", "task": "Count the open issues."},
+        ),
+        act(type="finish", output="On it."),
+    ]
+    subagent = [*PLAN, act(type="finish", output=answer)]
+    script = chat_env.parent / "subagent.json"
+    script.write_text(json.dumps({"replies": turn, "subagent_replies": subagent}))
+    assert _chat(monkeypatch, script, "scout, count the issues\n") == 0
+    printed = sorted(capsys.readouterr().out.splitlines())
+    [told] = asyncio.run(_subagent_answers(chat_env.parent / "log.db"))
+    assert told.text == answer and told.name == "scout"
+    return told, printed
+
+
+def test_chat_does_not_print_a_silent_subagent_answer(
+    chat_env: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A subagent's ``{"silent": true}`` is recorded, and not printed."""
+    silent = json.dumps({"silent": True, "note": "nothing new"})
+    told, printed = _chat_with_subagent(chat_env, monkeypatch, capsys, silent)
+    assert told.silent
+    assert printed == ["On it."]
+
+
+@pytest.mark.parametrize(
+    "answer",
+    ["Two open issues.", '{"silent": false, "issues": 2}'],
+    ids=["plain-text", "silent-false"],
+)
+def test_chat_prints_a_subagent_answer_that_is_not_silent(
+    chat_env: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    answer: str,
+) -> None:
+    """A subagent's other answers are printed as ``[NAME] text``."""
+    told, printed = _chat_with_subagent(chat_env, monkeypatch, capsys, answer)
+    assert not told.silent
+    assert printed == sorted(["On it.", f"[scout] {answer}"])

@@ -1,6 +1,11 @@
 """Ingress and egress over a real nats-server, a real SQLite log and a host:
 inbound messages go to their chat's session, whose answers go out on the
-channel (Klaw's ``MessageProcessorIntegrationTest``, with a scripted model)."""
+channel (Klaw's ``MessageProcessorIntegrationTest``, with a scripted model).
+
+The host's clock is a `FakeClock`: a message waits for its debounce until the
+test moves the clock past it (`past_debounce`), and the debounce is longer
+than any wait here, so a reply can only come from the fake clock's time.
+"""
 
 from __future__ import annotations
 
@@ -23,9 +28,10 @@ from steward import events
 from steward.actors.llm import ScriptedProvider
 from steward.actors.run_effects import run_stream
 from steward.actors.session import session_stream
+from steward.actors.tools import ToolRegistry
 from steward.bus import SqliteEventLog
 from steward.chats import answer
-from steward.clock import SystemClock
+from steward.clock import FakeClock
 from steward.config.settings import AgentProfile, RunConfig, SessionConfig, Settings
 from steward.host import Host
 from steward.ingress import (
@@ -36,10 +42,13 @@ from steward.ingress import (
 )
 
 SCHEMA = Path(__file__).parents[2] / "docs" / "inbound-message.v1.schema.json"
+DEBOUNCE = 60.0
+"""Seconds a message waits for its turn: longer than any wait of these tests
+(`answered` gives up after 10 s), so only the fake clock can make it pass."""
 SETTINGS = Settings(
     run=RunConfig(planning_gate=False),
     agents={"default": AgentProfile(), "helper": AgentProfile()},
-    session=SessionConfig(debounce_ms=10),
+    session=SessionConfig(debounce_ms=int(DEBOUNCE * 1000)),
 )
 CHANNELS = {"web": "default", "ops": "helper", "orphan": "missing"}
 
@@ -60,6 +69,7 @@ class Setup:
     log: SqliteEventLog
     client: Any
     ingress: Ingress
+    clock: FakeClock
 
     async def request(
         self, channel: str, payload: Any, headers: dict[str, str] | None = None
@@ -74,21 +84,27 @@ class Setup:
 
 @pytest.fixture
 async def setup(
-    server: NatsServer, log: SqliteEventLog, make_host: Any
+    server: NatsServer, log: SqliteEventLog, make_host: Any, clock: FakeClock
 ) -> AsyncIterator[Setup]:
     # A first message with nothing done yet answers the user and ends the run
     # (Clifford's rule), so each run is: message "hi", completed "hi".
     provider = ScriptedProvider([act(type="send_message", message="hi")], per_run=True)
-    async with serving(server, log, make_host, provider) as running:
+    async with serving(server, log, make_host, clock, provider) as running:
         yield running
 
 
 @contextlib.asynccontextmanager
 async def serving(
-    server: NatsServer, log: SqliteEventLog, make_host: Any, provider: Any
+    server: NatsServer,
+    log: SqliteEventLog,
+    make_host: Any,
+    clock: FakeClock,
+    provider: Any,
+    tools: ToolRegistry | None = None,
 ) -> AsyncIterator[Setup]:
-    """A host answering with ``provider``, its ingress and egress."""
-    host = await make_host(provider, clock=SystemClock())  # debounce in real time
+    """A host answering with ``provider`` on the fake ``clock`` (so the
+    debounce waits until the test moves it), its ingress and egress."""
+    host = await make_host(provider, tools=tools, clock=clock)
     steward_nc = await nats.connect(server.url)
     client = await nats.connect(server.url)
     ingress = Ingress(steward_nc, host, SETTINGS, CHANNELS, max_bytes=1024)
@@ -97,12 +113,31 @@ async def serving(
         egress.start()
         await ingress.start()
         await steward_nc.flush()
-        yield Setup(host, log, client, ingress)
+        yield Setup(host, log, client, ingress, clock)
     finally:
         await ingress.stop()
         await egress.close()
         await client.close()
         await steward_nc.close()
+
+
+async def past_debounce(setup: Setup, *replies: dict[str, Any]) -> None:
+    """The messages ``replies`` acknowledged wait for their debounce: once
+    the host has routed them (their timers armed on the fake clock), each
+    session holds its message's `DebounceArmed` and no turn has taken the
+    message while the clock stood still. Then the clock moves past the
+    debounce."""
+    assert await setup.host.settle(timeout=5.0)
+    for reply in replies:
+        session = await setup.log.read(session_stream(reply["session_id"]))
+        assert any(isinstance(r.event, events.DebounceArmed) for r in session)
+        assert not [
+            r
+            for r in session
+            if isinstance(r.event, events.TurnStarted)
+            and reply["message_id"] in r.event.message_ids
+        ], "a turn started before the clock moved past the debounce"
+    setup.clock.advance(DEBOUNCE + 0.1)
 
 
 async def answered(setup: Setup, reply: dict[str, Any]) -> str:
@@ -155,6 +190,7 @@ async def test_simple_message_processed_end_to_end(setup: Setup) -> None:
 
     assert reply["ok"] is True and reply["duplicate"] is False
     assert reply["session_id"] == "web:c1"
+    await past_debounce(setup, reply)
     assert await answered(setup, reply) == "hi"
     said = json.loads((await outbound.next_msg(timeout=5)).data)
     assert said == {
@@ -184,7 +220,7 @@ async def test_simple_message_processed_end_to_end(setup: Setup) -> None:
 
 
 async def test_tool_call_returned_by_llm_is_executed(
-    server: NatsServer, log: SqliteEventLog, make_host: Any
+    server: NatsServer, log: SqliteEventLog, make_host: Any, clock: FakeClock
 ) -> None:
     """A turn whose model calls a tool: the tool runs, its result goes back
     to the model, and the turn's answer goes out."""
@@ -194,8 +230,10 @@ async def test_tool_call_returned_by_llm_is_executed(
         ),
         act(type="finish", output="Wrote a.txt."),
     ]
-    async with serving(server, log, make_host, ScriptedProvider(replies)) as setup:
+    provider = ScriptedProvider(replies)
+    async with serving(server, log, make_host, clock, provider) as setup:
         reply = await setup.request("web", {"text": "write a.txt", "user_id": "u1"})
+        await past_debounce(setup, reply)
         assert await answered(setup, reply) == "Wrote a.txt."
     run = [r.event for r in await log.read(run_stream("web:u1-t1"))]
     [result] = [e for e in run if isinstance(e, events.ToolResulted)]
@@ -223,6 +261,129 @@ async def test_response_sent_to_gateway_for_commands_and_refusals(
     assert "empty message" in said["text"]
 
 
+# -- a subagent's answer (Klaw's SubagentSilentLogicTest, end to end) ---------
+
+
+async def told_by_subagent(
+    server: NatsServer,
+    log: SqliteEventLog,
+    make_host: Any,
+    clock: FakeClock,
+    answer: str,
+) -> tuple[events.SubagentAnswered, list[dict[str, Any]]]:
+    """A turn on channel ``web`` spawns subagent ``scout``, whose run answers
+    ``answer``: the session's `SubagentAnswered`, and everything that went
+    out on ``steward.outbound.web`` until the answer of a command sent after
+    it was recorded (egress publishes in log order, so what the subagent's
+    answer made go out came before that)."""
+    turn = [
+        act(
+            type="tool_call",
+            name="subagent_spawn",
+            args={"name": "scout", "task": "Count the open issues."},
+        ),
+        act(type="finish", output="On it."),
+    ]
+    provider = ScriptedProvider(
+        turn, subagent_replies=[act(type="finish", output=answer)], per_run=True
+    )
+    tools = ToolRegistry.with_builtins(session=True)
+    async with serving(server, log, make_host, clock, provider, tools) as setup:
+        outbound = await setup.client.subscribe("steward.outbound.web")
+        await setup.client.flush()
+        reply = await setup.request(
+            "web", {"text": "count the issues", "context_id": "c1"}
+        )
+        await past_debounce(setup, reply)
+        assert await answered(setup, reply) == "On it."
+        stream = session_stream("web:c1")
+
+        async def subagent_answered() -> list[events.Recorded]:
+            return [
+                r
+                for r in await log.read(stream)
+                if isinstance(r.event, events.SubagentAnswered)
+            ]
+
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        while not (found := await subagent_answered()):
+            assert loop.time() < deadline, "the subagent never answered"
+            await asyncio.sleep(0.01)
+        [recorded] = found
+        assert isinstance(recorded.event, events.SubagentAnswered)
+        command = await setup.request("web", {"text": "/model", "context_id": "c1"})
+        said = []
+        while not said or said[-1]["type"] != "command":
+            said.append(json.loads((await outbound.next_msg(timeout=5)).data))
+        assert said[-1]["message_id"] == command["message_id"]
+    return recorded.event, said
+
+
+REPLY = {
+    "session_id": "web:c1",
+    "channel": "web",
+    "chat_id": "c1",
+    "type": "reply",
+    "text": "On it.",
+    "run_id": "web:c1-t1",
+    "status": "completed",
+}
+
+
+async def test_response_with_silent_true_not_sent_to_gateway_end_to_end(
+    server: NatsServer, log: SqliteEventLog, make_host: Any, clock: FakeClock
+) -> None:
+    """A subagent that answers ``{"silent": true}``: the session records the
+    answer as silent, and nothing of it goes out on the channel (only the
+    turn's reply and the later command's answer do)."""
+    silent = json.dumps({"silent": True, "note": "nothing new"})
+    told, said = await told_by_subagent(server, log, make_host, clock, silent)
+    assert told.silent and told.text == silent
+    assert (told.run_id, told.name) == ("web:c1-s1", "scout")
+    assert said[:-1] == [REPLY]
+
+
+async def heard(
+    server: NatsServer,
+    log: SqliteEventLog,
+    make_host: Any,
+    clock: FakeClock,
+    answer: str,
+) -> None:
+    """Subagent ``scout``'s ``answer``, not silent, goes out on the channel as
+    a ``subagent`` message naming its run and name, beside the turn's reply
+    (in either order: the subagent runs while the turn finishes)."""
+    told, said = await told_by_subagent(server, log, make_host, clock, answer)
+    assert not told.silent and told.text == answer
+    assert sorted(said[:-1], key=lambda m: str(m["type"])) == [
+        REPLY,
+        {
+            "session_id": "web:c1",
+            "channel": "web",
+            "chat_id": "c1",
+            "type": "subagent",
+            "text": answer,
+            "run_id": "web:c1-s1",
+            "name": "scout",
+        },
+    ]
+
+
+async def test_response_without_silent_field_sent_to_gateway_end_to_end(
+    server: NatsServer, log: SqliteEventLog, make_host: Any, clock: FakeClock
+) -> None:
+    """A subagent's plain-text answer goes out on the channel."""
+    await heard(server, log, make_host, clock, "Two open issues.")
+
+
+async def test_response_with_silent_false_sent_to_gateway_end_to_end(
+    server: NatsServer, log: SqliteEventLog, make_host: Any, clock: FakeClock
+) -> None:
+    """A subagent's JSON answer with ``"silent": false`` goes out as it is."""
+    await heard(server, log, make_host, clock, '{"silent": false, "issues": 2}')
+
+
 async def test_the_same_message_id_is_taken_once(setup: Setup) -> None:
     """A redelivered message_id is answered ``duplicate`` and taken once; the
     same id in another chat is another message."""
@@ -241,6 +402,7 @@ async def test_the_same_message_id_is_taken_once(setup: Setup) -> None:
     assert second == {**first, "duplicate": True}
     assert other_channel["session_id"] == "ops:c2"
     assert other_channel["duplicate"] is False
+    await past_debounce(setup, first, other_channel)
     await answered(setup, first)
     await answered(setup, other_channel)
     taken = [
@@ -261,6 +423,7 @@ async def test_msgpack_is_accepted_with_its_content_type(setup: Setup) -> None:
 
     assert reply["ok"] is True, reply
     assert reply["session_id"] == "web:default"
+    await past_debounce(setup, reply)
     await answered(setup, reply)
     state = await wait_done(setup.host, "web:default-t1")
     assert state.created.input_text == "packed"
@@ -362,6 +525,7 @@ async def test_a_bad_message_gets_an_error_and_a_dead_letter(
 
     good = await setup.request("web", {"text": "after the bad one"})
     assert good["ok"] is True
+    await past_debounce(setup, good)
     assert await answered(setup, good) == "hi"
 
 
@@ -391,6 +555,7 @@ async def test_a_lone_surrogate_in_a_message_is_recorded_replaced(
     data = b'{"text": "odd \\ud800 text", "message_id": "lone"}'
     reply = await setup.request("web", data)
     assert reply["ok"] is True, reply
+    await past_debounce(setup, reply)
     await answered(setup, reply)
     state = await wait_done(setup.host, "web:default-t1")
     assert state.created.input_text == "odd \ufffd text"
