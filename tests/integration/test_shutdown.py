@@ -58,6 +58,20 @@ async def _until(log: SqliteEventLog, kind: type[events.Event], seconds: float) 
     return False
 
 
+async def _in_the_slow_call(log: SqliteEventLog) -> None:
+    """Wait until the third model call (after the plan notes), which takes
+    2 s, has begun."""
+    for _ in range(1500):
+        asks = [
+            r for r in await log.read_all() if isinstance(r.event, events.LlmRequested)
+        ]
+        if len(asks) == len(PLAN) + 1:
+            break
+        await asyncio.sleep(0.02)
+    assert len(asks) == len(PLAN) + 1, "the slow call was never asked for"
+    await asyncio.sleep(0.5)  # the call begins; it lasts 2 s
+
+
 def _stop(server: subprocess.Popen[bytes], sig: int) -> tuple[str, str]:
     server.send_signal(sig)
     try:
@@ -80,18 +94,7 @@ async def test_sigterm_during_a_model_call_lets_it_finish_and_records_its_reply(
         _send(tmp_path, "take your time")
         log = await SqliteEventLog.open(tmp_path / "log.db")
         try:
-            # the third model call (after the plan notes) takes 2 s
-            for _ in range(1500):
-                asks = [
-                    r
-                    for r in await log.read_all()
-                    if isinstance(r.event, events.LlmRequested)
-                ]
-                if len(asks) == len(PLAN) + 1:
-                    break
-                await asyncio.sleep(0.02)
-            assert len(asks) == len(PLAN) + 1, "the slow call was never asked for"
-            await asyncio.sleep(0.5)  # the call begins; it lasts 2 s
+            await _in_the_slow_call(log)
             out, err = _stop(server, signal.SIGTERM)
             assert server.returncode == 0, err[-2000:]
             assert "stopping: letting what is in flight finish (1 calls" in out
@@ -178,17 +181,7 @@ async def test_sigterm_of_chat_during_a_model_call_prints_and_records_its_reply(
             await asyncio.sleep(0.02)
         log = await SqliteEventLog.open(tmp_path / "log.db")
         try:
-            for _ in range(1500):
-                asks = [
-                    r
-                    for r in await log.read_all()
-                    if isinstance(r.event, events.LlmRequested)
-                ]
-                if len(asks) == len(PLAN) + 1:
-                    break
-                await asyncio.sleep(0.02)
-            assert len(asks) == len(PLAN) + 1, "the slow call was never asked for"
-            await asyncio.sleep(0.5)  # the call begins; it lasts 2 s
+            await _in_the_slow_call(log)
             out, err = _stop(chat, signal.SIGTERM)
             records = await log.read_all()
         finally:
