@@ -6,6 +6,7 @@ import asyncio
 import heapq
 import itertools
 import time
+from collections.abc import Awaitable
 from typing import Protocol
 
 
@@ -14,7 +15,7 @@ class Clock(Protocol):
 
     def now(self) -> float: ...
 
-    async def sleep(self, seconds: float) -> None: ...
+    def sleep(self, seconds: float) -> Awaitable[None]: ...
 
 
 class SystemClock:
@@ -38,13 +39,15 @@ class FakeClock:
     def now(self) -> float:
         return self._now
 
-    async def sleep(self, seconds: float) -> None:
+    def sleep(self, seconds: float) -> Awaitable[None]:
+        """Until ``advance`` reaches ``seconds`` from now: now when called, not
+        when first awaited (a task started for it runs later, perhaps after
+        the clock moved)."""
         if seconds <= 0:
-            await asyncio.sleep(0)
-            return
+            return asyncio.sleep(0)
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         heapq.heappush(self._sleepers, (self._now + seconds, next(self._seq), future))
-        await future
+        return future
 
     def advance(self, seconds: float) -> None:
         """Move time forward and wake every sleeper now due."""
