@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from steward import events
 from steward.actors.llm import RequestInfo, ScriptedProvider
@@ -162,6 +163,9 @@ async def test_host_serves_interactive_model_calls_before_queued_subagent_calls(
     await asyncio.sleep(0.01)
     assert started == ["subagent"]
     assert host.models.slots.depth() == {"interactive": 1, "subagent": 2}
+    for priority, waiting in (("interactive", 1), ("subagent", 2)):
+        labels = {"priority": priority}  # what a dashboard scrapes
+        assert REGISTRY.get_sample_value("steward_llm_waiting", labels) == waiting
     gate.set()
     await asyncio.gather(busy, *queued, user)
     assert started == ["subagent", "interactive", "subagent", "subagent"]
