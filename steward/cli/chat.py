@@ -23,12 +23,14 @@ import re
 import signal
 import sys
 
+from steward.actors.llm import Provider
 from steward.actors.llm.base import RequestInfo
 from steward.bus import EventLog
 from steward.chats import answer, message, open_session
 from steward.cli.env import EXIT_INTERRUPTED, Env, opened, shown
 from steward.cli.hosting import checked_provider, new_host
 from steward.cli.serve import drain
+from steward.errors import ConfigError
 from steward.events import (
     LlmAttemptFailed,
     Recorded,
@@ -42,7 +44,14 @@ from steward.hostlock import HostLock
 
 
 async def cmd_chat(env: Env, args: argparse.Namespace) -> int:
-    provider = checked_provider(env)  # bad settings fail before a log is made
+    provider: Provider | None = None
+    unhosted: ConfigError | None = None  # why this process cannot host the log
+    try:
+        provider = checked_provider(env)  # bad settings fail before a log is made
+    except ConfigError as e:
+        if not env.distributed and not env.db.exists():
+            raise  # no serve can hold a log that is not there: this one would
+        unhosted = e  # beside a serve (or workers) no model call is made here
     env.settings.session_settings()
     session_id = f"cli:{args.chat}"
     interactive = sys.stdin.isatty()
@@ -58,6 +67,8 @@ async def cmd_chat(env: Env, args: argparse.Namespace) -> int:
         follower: asyncio.Task[None] | None = None
         try:
             if lock is not None and lock.acquire():
+                if unhosted is not None:
+                    raise unhosted
                 host = new_host(env, log, projector, provider=provider)
                 await host.start()
             submitter = host or Host(log)

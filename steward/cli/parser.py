@@ -326,10 +326,12 @@ def build_parser() -> argparse.ArgumentParser:
         "one message per line, each answer printed, exit 0 at the end of input: "
         "`printf 'hello\\n/status\\n' | steward --script s.yaml chat`. On an "
         "embedded log no `serve` holds, this process hosts it while the chat "
-        "lasts; beside a `serve` it records the messages and reads the answers "
-        "from the log. Ctrl-D ends once what runs is recorded (up to 60 s); "
-        "Ctrl-C stops once the model calls in flight are recorded (a second "
-        "Ctrl-C at once; exit 130).",
+        "lasts (a model must be configured); beside a `serve` it records the "
+        "messages and reads the answers from the log (no model of its own "
+        "needed). An empty line is answered with why. Ctrl-D ends once what "
+        "runs is recorded (up to 60 s); Ctrl-C or SIGTERM stops once the model "
+        "calls in flight are recorded and their reply printed (a second Ctrl-C "
+        "at once; exit 130).",
     )
     s.add_argument(
         "--chat",

@@ -14,6 +14,7 @@ from support import PLAN, act
 from steward import cli
 from steward.bus import SqliteEventLog
 from steward.events import RunCreated, SubagentAnswered
+from steward.hostlock import HostLock
 
 
 @pytest.fixture
@@ -216,3 +217,26 @@ def test_chat_prints_a_subagent_answer_that_is_not_silent(
     told, printed = _chat_with_subagent(chat_env, monkeypatch, capsys, answer)
     assert not told.silent
     assert printed == sorted(["On it.", f"[scout] {answer}"])
+
+
+def test_chat_beside_a_serve_needs_no_model_of_its_own(
+    chat_env: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Beside a process hosting the log, `chat` makes no model call, so no
+    model need be configured for it; hosting the log itself, it needs one,
+    and says so in one line."""
+    assert _chat(monkeypatch, chat_env, "hello\n") == 0
+    capsys.readouterr()
+    monkeypatch.setattr("sys.stdin", io.StringIO("/model\n"))
+    serving = HostLock(chat_env.parent / "log.db")  # as a serve holds it
+    assert serving.acquire()
+    try:
+        assert cli.main(["--db", "log.db", "chat"]) == 0
+    finally:
+        serving.release()
+    assert capsys.readouterr().out.splitlines() == ["model: default"]
+    monkeypatch.setattr("sys.stdin", io.StringIO("/model\n"))
+    assert cli.main(["--db", "log.db", "chat"]) == 2
+    assert "no model is configured" in capsys.readouterr().err
