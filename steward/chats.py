@@ -78,7 +78,10 @@ async def message(
     calls wait for a slot (for ``/status``)."""
     limit = settings.session.cross_channel_limit
     found: tuple[Elsewhere, ...] = ()
-    if projector is not None and sender and limit and not is_command(text):
+    # by the rule of sessions opened now (of an older session's commands,
+    # the blocks are recorded and go unread)
+    command = is_command(text, SESSION_REVISION)
+    if projector is not None and sender and limit and not command:
         found = await projector.read(
             lambda conn: elsewhere(conn, sender, session_id, limit)
         )

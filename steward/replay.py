@@ -129,11 +129,11 @@ def fork_events(
     steps: Sequence[Sequence[Recorded]],
     old: str,
     new: str,
-    adapt: Callable[[Event], Event] | None = None,
+    adapt: Callable[[Event, str], Event] | None = None,
 ) -> list[Event]:
     """The events that start a fork of ``steps`` (a stream's first steps) as
     actor ``new``: each input with ids of ``old`` rewritten (`remap`, then
-    ``adapt`` if given), re-decided by the stream's kind, so that what the
+    ``adapt(input, old)`` if given), re-decided by the stream's kind, so that what the
     decisions derive from the actor's id names the fork. One commit's worth.
 
     Raises:
@@ -147,7 +147,7 @@ def fork_events(
     for step in steps:
         event = remap(step[0].event, old, new)
         if adapt is not None:
-            event = adapt(event)
+            event = adapt(event, old)
         decided = kind.decide(event, state)
         if decided is None:
             raise StewardError(

@@ -49,3 +49,27 @@ def stop_all(processes: list[subprocess.Popen[bytes]]) -> list[str]:
             _, err = process.communicate()
         errors.append((err or b"").decode()[-1500:])
     return errors
+
+
+def children_started(records: list[Any]) -> tuple[list[str], list[str]]:
+    """What a host would start for a stream's ``records`` (a fork's copy,
+    say), by the two paths it has: the streams a running host's dispatcher
+    creates as it routes each record (its kind's effects, given the state at
+    the record and the latest), and the ``spawn:`` keys a host that starts
+    later finds pending (its kind's `pending`, folded)."""
+    from steward.actors.effects import Create
+    from steward.actors.kind import kind_of
+
+    kind = kind_of(records[0].stream)
+    latest = kind.fold(r.event for r in records)
+    state, created, wanted = kind.initial, [], []
+    for rec in records:
+        state = kind.evolve(state, rec.event)
+        assert kind.effects is not None and kind.pending is not None
+        created += [
+            e.stream for e in kind.effects(rec, state, latest) if isinstance(e, Create)
+        ]
+        asked = kind.pending(rec.event)
+        wanted = [k for k in wanted if k not in asked.answers]
+        wanted += [w.key for w in asked.wants if w.key.startswith("spawn:")]
+    return created, wanted

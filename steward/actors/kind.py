@@ -114,9 +114,10 @@ class Kind(Generic[S]):
     """The correlation id of a commit of ``input`` on ``state``."""
     workspace: Callable[[S], str | None] | None = None
     """The directory the actor's tool calls work in, if not the host's."""
-    detach: Callable[[Event], Event] | None = None
-    """A fork's first input made an actor's of its own (one that answers no
-    one), given the copied one; ``None``: copied as it is."""
+    detach: Callable[[Event, str], Event] | None = None
+    """A fork's inputs made an actor's of its own (one that answers no one),
+    given each copied one and the id of the actor forked; ``None``: copied
+    as they are."""
     pending: Callable[[Event], Pending] | None = None
     """What a recorded event changes in the effects still to carry out
     (timers, deliveries, creations), for the pending projection a host

@@ -212,7 +212,7 @@ def correlation(state: Run, input: Event) -> str | None:
     return created.root_run_id or created.run_id
 
 
-def detach(event: Event) -> Event:
+def detach(event: Event, origin: str) -> Event:
     """A forked run's first input: a run of its own, with no parent to answer
     and the root of its own tree."""
     if isinstance(event, RunCreated):

@@ -48,7 +48,6 @@ from steward.events.run import (
     WakeDue,
 )
 from steward.events.session import (
-    SESSION_REVISION,
     CommandAnswered,
     ContextCompacted,
     CoreMemoryChanged,
@@ -367,7 +366,7 @@ def _writer_id(state: Session) -> str:
 _COMMAND = re.compile(r"/[^\s/]*(?:\s|$)")
 
 
-def is_command(text: str, revision: int = SESSION_REVISION) -> bool:
+def is_command(text: str, revision: int) -> bool:
     """Whether a message is a command (answered without a model call) in a
     session of ``revision`` (`SessionOpened.revision`): from 2, ``/`` and
     a name without ``/``, then a blank or the end (``/etc/hosts`` is no

@@ -65,7 +65,11 @@ def effects(rec: Recorded, at: Session, latest: Session) -> list[Effect]:
             return [ArmTimer(timer_id=timer_id, due=due)]
         case ScheduleCreated(schedule=schedule):
             return [ArmTimer(timer_id=schedule.timer_id, due=schedule.due)]
-        case SubagentStarted(run_id=run_id):
+        # A run whose result the session holds already (a fork copies history,
+        # results included) is never started again.
+        case SubagentStarted(run_id=run_id) if any(
+            r == run_id for r, _ in latest.subagents
+        ):
             return [
                 Create(
                     key=f"spawn:{run_id}",
@@ -74,7 +78,7 @@ def effects(rec: Recorded, at: Session, latest: Session) -> list[Effect]:
                     stamp=True,
                 )
             ]
-        case TurnStarted(run_id=run_id, direct=False):
+        case TurnStarted(run_id=run_id, direct=False) if latest.turn == run_id:
             return [
                 Create(
                     key=f"spawn:{run_id}",
@@ -183,12 +187,14 @@ def correlation(state: Session, input: Event) -> str | None:
     return state.session_id or None
 
 
-def detach(event: Event) -> Event:
+def detach(event: Event, origin: str) -> Event:
     """A forked session's first input: a chat of its own on the same channel,
     its chat id the part of its (forked) session id after the channel, so
-    its replies go to no one's chat."""
+    its replies go to no one's chat, and forked from session ``origin`` (so
+    neither shows the other's messages as the sender's in another chat)."""
     if isinstance(event, SessionOpened):
-        return replace(event, chat_id=event.session_id.partition(":")[2])
+        chat_id = event.session_id.partition(":")[2]
+        return replace(event, chat_id=chat_id, forked_from=origin)
     return event
 
 

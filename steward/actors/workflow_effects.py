@@ -58,7 +58,7 @@ which offers it the finish tool)."""
 def effects(rec: Recorded, at: Workflow, latest: Workflow) -> list[Effect]:
     """What committed event ``rec`` asks for, given the run's state at it."""
     match rec.event:
-        case PhaseStarted(run_id=run_id) as started:
+        case PhaseStarted(run_id=run_id) as started if _in_flight(latest, run_id):
             return [
                 Create(
                     key=f"spawn:{run_id}",
@@ -107,6 +107,13 @@ def phase_run(state: Workflow, started: PhaseStarted, stream: str) -> RunCreated
     )
 
 
+def _in_flight(state: Workflow, run_id: str) -> bool:
+    """Whether phase run ``run_id`` is the one the workflow waits for: one
+    whose result it holds already (a fork copies history) is never started
+    again."""
+    return state.current is not None and phase_of(state, state.current).run_id == run_id
+
+
 def pending(event: Event) -> Pending:
     """What a workflow's event asks of a host that a crash must not lose."""
     match event:
@@ -126,7 +133,7 @@ def pending(event: Event) -> Pending:
             return Pending()
 
 
-def detach(event: Event) -> Event:
+def detach(event: Event, origin: str) -> Event:
     """A forked workflow run's first input, as it is (its ids are the fork's
     already); one in a git worktree cannot be forked, the worktree and its
     branch being the run's own."""

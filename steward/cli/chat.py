@@ -238,10 +238,11 @@ def finishing(text: str) -> str:
 
 
 def _printable(text: str) -> str:
-    """``text`` less a last half of a surrogate pair still to come, with any
-    other lone surrogate made U+FFFD (a terminal takes UTF-8 only) and
-    control characters escaped (`shown`)."""
-    if text and "\ud800" <= text[-1] <= "\udbff":
+    """``text`` less a last half of a surrogate pair, or a carriage return,
+    whose rest is still to come, with any other lone surrogate made U+FFFD
+    (a terminal takes UTF-8 only) and what else a terminal must not be
+    given raw escaped (`shown`)."""
+    if text and ("\ud800" <= text[-1] <= "\udbff" or text[-1] == "\r"):
         text = text[:-1]
     return shown(str(encodable_value(text)))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import re
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
@@ -50,14 +51,26 @@ class Env:
         return self.log_url.partition("://")[0] in ("nats", "tls")
 
 
+_HIDDEN = re.compile(
+    r"[\x00-\x08\x0b-\x1f\x7f-\x9f"  # control characters but \t and \n
+    r"\u202a-\u202e\u2066-\u2069"  # bidirectional overrides and isolates
+    r"\ud800-\udfff]"  # lone surrogates
+)
+"""What a terminal must not be given raw: control characters but line
+breaks and tabs (an escape sequence's start, a NUL, a carriage return),
+the bidirectional overrides that reorder what is shown, lone surrogates."""
+
+
 def shown(text: str) -> str:
-    """``text`` as a terminal may be given it: a control character (an
-    escape sequence's start, a NUL) or a lone surrogate written as its
-    Python escape (``\\x1b``), line breaks and tabs kept. Model replies,
-    messages and ids are text from outside."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() or c in "\n\t" else repr(c)[1:-1] for c in text)
+    """``text`` as a terminal may be given it: each `_HIDDEN` character
+    written as its JSON and Python escape (``\\u001b``), so JSON stays
+    JSON; a CRLF line end is a line end. Model replies, messages and ids
+    are text from outside."""
+    return _HIDDEN.sub(_escaped, text.replace("\r\n", "\n"))
+
+
+def _escaped(found: re.Match[str]) -> str:
+    return f"\\u{ord(found[0]):04x}"
 
 
 def _out(text: str) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import itertools
+import re
 import secrets
 import sys
 from pathlib import Path
@@ -82,7 +83,7 @@ async def cmd_fork(env: Env, args: argparse.Namespace) -> int:
     stream = stream_named(args.id)
     kind = kind_of(stream)
     old = stream.partition(".")[2]
-    new = old.split("-fork")[0] + "-fork" + secrets.token_hex(3)
+    new = _FORKED.sub("", old) + "-fork" + secrets.token_hex(3)
     async with opened(env, create=False) as (log, projector):  # the actor's log
         records = await stream_records(log, stream)
         kept = _fork_steps(replay.commits(records), args.at)
@@ -101,11 +102,18 @@ async def cmd_fork(env: Env, args: argparse.Namespace) -> int:
                 env.out("a `steward serve` on this log carries out what it asks for")
             if kind.name == "session":
                 env.out(f"talk to it: steward sessions send {new} TEXT")
+                if schedules := kind.fold(copy).schedules:
+                    names = ", ".join(f"{s.name} ({s.cron})" for s in schedules)
+                    env.out(f"it keeps the schedules {names}, which a serve fires")
             return 0
         env.out(f"forked {old} at version {args.at} as {new}")
         if provider is None:
             return 0
         return await see_run(env, log, projector, new, args.quiet, provider=provider)
+
+
+_FORKED = re.compile(r"-fork[0-9a-f]{6}$")
+"""The suffix a fork's id has (a fork of a fork gets a new one, not two)."""
 
 
 def _fork_steps(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import unicodedata
 from typing import NoReturn, get_args
 
 import msgspec
@@ -31,17 +32,17 @@ from steward.config.settings import Port
 
 
 def _an_id(text: str) -> str:
-    """An ID argument (of a run, a stream, a session, a chat, a request):
-    printable text, for what it names is printable. Undecodable bytes (a
-    lone surrogate here) and control characters are refused, named."""
-    bad = next((c for c in text if not c.isprintable()), None)
-    if bad is None and text:
-        return text
-    if bad is None:
+    """An ID argument (of a run, a stream, a session, a chat, a request), as
+    given, unless it cannot name anything: empty, or holding bytes that are
+    not UTF-8 (lone surrogates here) or a control character."""
+    if not text:
         raise argparse.ArgumentTypeError("an empty id names nothing")
+    bad = next((c for c in text if unicodedata.category(c) in ("Cc", "Cs")), None)
+    if bad is None:
+        return text
     what = (
         "a byte that is not UTF-8"
-        if "\udc80" <= bad <= "\udcff"
+        if unicodedata.category(bad) == "Cs"
         else f"the control character {repr(bad)[1:-1]}"
     )
     raise argparse.ArgumentTypeError(f"{text!r} holds {what}; an id is printable text")

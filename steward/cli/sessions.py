@@ -15,6 +15,10 @@ from steward.errors import NotFoundError
 from steward.host import Host
 from steward.isotime import iso_time
 
+SEGMENTS_SHOWN = 10
+"""The newest segments `sessions show` lists (their messages are listed
+with their segment)."""
+
 
 async def cmd_sessions_list(env: Env, args: argparse.Namespace) -> int:
     async with opened(env, create=False) as (log, projector):
@@ -74,13 +78,16 @@ async def cmd_sessions_show(env: Env, args: argparse.Namespace) -> int:
     channel, chat, model, segment, n, turns, compactions, core, summary, at = found[0]
     env.out(f"session {args.id} (channel {channel}, chat {chat})")
     env.out(f"  opened {iso_time(at)}, model {model}, segment {segment}")
-    env.out(f"  {n} messages taken, {turns} turns, {compactions} compactions")
+    env.out(f"  {n} messages received, {turns} turns, {compactions} compactions")
     env.out(f"segments ({segment + 1}; /new starts one, the log keeps them all):")
-    began = {seg: (first, taken) for seg, first, taken in segments}
-    for seg in range(segment + 1):
-        first, taken = began.get(seg, (None, 0))
+    began = {seg: (first, received) for seg, first, received in segments}
+    shown = range(max(0, segment + 1 - SEGMENTS_SHOWN), segment + 1)
+    if shown.start:
+        env.out(f"  ({shown.start} earlier)")
+    for seg in shown:
+        first, received = began.get(seg, (None, 0))
         since = "" if first is None else f" from {iso_time(first)}"
-        env.out(f"  s{seg}{since}: {taken} messages")
+        env.out(f"  s{seg}{since}: {received} messages")
     env.out("core memory:")
     for key, value in json.loads(core).items():
         env.out(f"  {key}: {value}")

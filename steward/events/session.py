@@ -194,6 +194,8 @@ class SessionOpened(Event, frozen=True, kw_only=True):
     chat_id: str
     settings: SessionSettings
     at: float = 0.0
+    forked_from: str | None = None
+    """The session this one is a fork of (`steward fork`), if it is one."""
     revision: int = 0
     """The decider behaviour the session was opened under
     (`SESSION_REVISION` for sessions opened now; 0 for logs written before
@@ -216,7 +218,8 @@ SESSION_REVISION = 2
 
 
 class MessageReceived(Event, frozen=True, kw_only=True):
-    """A person's message to the chat; text starting with ``/`` is a command.
+    """A person's message to the chat; a command when it is one
+    (`steward.actors.session.is_command`).
 
     ``llm_waiting`` is how many model calls waited for a slot in the process
     that took the message, and ``host_since`` when that process began

@@ -38,7 +38,7 @@ CREATE TABLE IF NOT EXISTS sessions (
     model TEXT NOT NULL, segment INTEGER NOT NULL DEFAULT 0,
     messages INTEGER NOT NULL DEFAULT 0, turns INTEGER NOT NULL DEFAULT 0,
     compactions INTEGER NOT NULL DEFAULT 0, memory_items INTEGER NOT NULL DEFAULT 0,
-    core_memory TEXT NOT NULL DEFAULT '{}', summary TEXT,
+    core_memory TEXT NOT NULL DEFAULT '{}', summary TEXT, forked_from TEXT,
     opened_at REAL NOT NULL, updated_at REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS messages (
@@ -71,12 +71,13 @@ def _apply(conn: sqlite3.Connection, rec: Recorded) -> None:
         case events.SessionOpened():
             conn.execute(
                 "INSERT OR REPLACE INTO sessions (session_id, channel, chat_id, "
-                "model, opened_at, updated_at) VALUES (?,?,?,?,?,?)",
+                "model, forked_from, opened_at, updated_at) VALUES (?,?,?,?,?,?,?)",
                 (
                     session_id,
                     event.channel,
                     event.chat_id,
                     event.settings.model,
+                    event.forked_from,
                     rec.at,
                     rec.at,
                 ),
@@ -291,13 +292,17 @@ def elsewhere(
 ) -> tuple[events.Elsewhere, ...]:
     """The newest ``limit`` messages and replies of the chats other than
     ``session_id`` that ``sender`` wrote in, oldest first, each cut to 2000
-    characters."""
+    characters. Forks (`SessionOpened.forked_from`) are not such chats, nor
+    is the session ``session_id`` is a fork of: their messages are copies,
+    or an operator's."""
     rows = conn.execute(
         "SELECT session_id, role, text FROM messages WHERE session_id IN "
-        "(SELECT DISTINCT session_id FROM messages WHERE sender=? AND "
-        "session_id != ?) AND kind IN ('message', 'reply') "
+        "(SELECT DISTINCT m.session_id FROM messages m JOIN sessions s "
+        "USING (session_id) WHERE m.sender=? AND m.session_id != ? AND "
+        "s.forked_from IS NULL AND m.session_id != coalesce((SELECT forked_from "
+        "FROM sessions WHERE session_id=?), '')) AND kind IN ('message', 'reply') "
         "ORDER BY at DESC, rid DESC LIMIT ?",
-        (sender, session_id, limit),
+        (sender, session_id, session_id, limit),
     ).fetchall()
     return tuple(
         events.Elsewhere(session_id=s, role=r, text=t[:2000])

@@ -49,6 +49,7 @@ import msgspec
 
 from steward import events, replay
 from steward.actors import run as run_actor
+from steward.actors.kind import kind_of
 from steward.actors.llm import ModelRouter, Reply, RequestInfo, ScriptedProvider
 from steward.actors.llm.scripted import ReplyError
 from steward.actors.prompt import Prompt
@@ -773,7 +774,8 @@ async def session_revision_2(rig: Rig) -> None:
     hosting process's uptime (``host_since``) or that it is unknown; the
     turn's call, the session's own, is claimed by a worker
     (`EffectClaimed`), fails once and is retried (`LlmAttemptFailed`), and
-    its streams are recorded (`LlmStreamRecorded`)."""
+    its streams are recorded (`LlmStreamRecorded`); then the session is
+    forked (``forked_from``)."""
     script = rig.root / "script.json"
     replies = [
         {"error": {"kind": "rate_limit", "retryable": True, "retry_after": 5.0}},
@@ -797,6 +799,12 @@ async def session_revision_2(rig: Rig) -> None:
         await say("/model\tlarge")
         await say("/status", host_since=rig.clock.now() - 90.0, llm_waiting=0)
         await say("/status")  # from a process that hosts nothing
+        # forked as `steward fork` does (`SessionOpened.forked_from`)
+        kind = kind_of("session.cli:paths")
+        steps = replay.commits(await rig.log.read("session.cli:paths"))
+        fork = "cli:paths-fork0a1b2c"
+        copy = replay.fork_events(steps, "cli:paths", fork, kind.detach)
+        await rig.log.append(f"session.{fork}", copy, 0, correlation_id=fork)
 
 
 async def workflow(rig: Rig, revision: int = 0) -> None:

@@ -128,7 +128,11 @@ SESSIONS: dict[str, dict[str, tuple[str, ...]]] = {
     "session_memory": {"session.cli:memory": ("bye", "Bye.")},
     "session_revision_1": {"session.cli:later": ("bye", "Bye.")},
     "session_revision_2": {
-        "session.cli:paths": ("/etc/hosts is broken", "Check its permissions.")
+        "session.cli:paths": ("/etc/hosts is broken", "Check its permissions."),
+        "session.cli:paths-fork0a1b2c": (
+            "/etc/hosts is broken",
+            "Check its permissions.",
+        ),
     },
     "session_subagents": {
         "session.cli:subs": (

@@ -6,14 +6,15 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
-from support import PLAN, act
+from support import PLAN, act, children_started
 
 from steward import cli
 from steward.bus import SqliteEventLog
-from steward.events import RunCreated, SubagentAnswered
+from steward.events import MessageReceived, Recorded, RunCreated, SubagentAnswered
 from steward.hostlock import HostLock
 
 
@@ -49,6 +50,11 @@ def test_piped_chat_prints_each_answer_and_exits_0(
     assert code == 0
     assert cli.main(["--db", "log.db", "replay", "session.cli:local", "--verify"]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "verify: ok"
+
+
+async def _records(path: Path, stream: str) -> list[Recorded]:
+    async with await SqliteEventLog.open(path) as log:
+        return await log.read(stream)
 
 
 async def _created(path: Path, run_id: str) -> RunCreated:
@@ -99,17 +105,25 @@ def test_a_forked_session_is_a_chat_of_its_own(
     assert capsys.readouterr().out.splitlines()[-1] == "verify: ok"
     session_id = forked.partition(".")[2]
     chat_id = session_id.partition(":")[2]
+    # its finished turn is not run again, by a running host or a later one
+    copy = asyncio.run(_records(chat_env.parent / "log.db", forked))
+    assert children_started(copy) == ([], [])
     later = chat_env.parent / "later.json"
     reply = act(type="send_message", message="A fork remembers.")
     later.write_text(json.dumps({"replies": [{"text": reply}]}))
     assert _chat(monkeypatch, later, "still there?\n", "--chat", chat_id) == 0
     assert capsys.readouterr().out.splitlines() == ["A fork remembers."]
     second = asyncio.run(_created(chat_env.parent / "log.db", f"{session_id}-t2"))
-    # after the original chat's messages, as the sender's in another chat
-    assert [m.content for m in second.conversation][-2:] == ["hello", "Hello, Ada."]
+    # the original's messages are not the sender's in another chat to it
+    assert [m.content for m in second.conversation] == ["hello", "Hello, Ada."]
     assert second.reply_to == forked
     assert cli.main(["--db", "log.db", "replay", "session.cli:local"]) == 0
     assert "kind session, 7 events" in capsys.readouterr().out
+    # nor the fork's to the original
+    assert _chat(monkeypatch, later, "and you?\n") == 0
+    original = asyncio.run(_records(chat_env.parent / "log.db", "session.cli:local"))
+    [*_, asked] = [r.event for r in original if isinstance(r.event, MessageReceived)]
+    assert asked.text == "and you?" and asked.elsewhere == ()
 
 
 def test_a_session_forked_inside_its_turn_finishes_that_turn_as_its_own(
@@ -144,7 +158,7 @@ def test_control_characters_of_a_message_are_shown_escaped(
     assert _chat(monkeypatch, chat_env, "a\x1b[31mred\x07\n") == 0
     assert cli.main(["--db", "log.db", "sessions", "show", "cli:local"]) == 0
     out = capsys.readouterr().out
-    assert "user: a\\x1b[31mred\\x07" in out
+    assert "user: a\\u001b[31mred\\u0007" in out
     assert "\x1b" not in out and "\x07" not in out
     turn = asyncio.run(_created(chat_env.parent / "log.db", "cli:local-t1"))
     assert turn.input_text == "a\x1b[31mred\x07"
@@ -240,3 +254,22 @@ def test_chat_beside_a_serve_needs_no_model_of_its_own(
     monkeypatch.setattr("sys.stdin", io.StringIO("/model\n"))
     assert cli.main(["--db", "log.db", "chat"]) == 2
     assert "no model is configured" in capsys.readouterr().err
+
+
+def test_a_fork_id_is_its_origin_and_one_fork_suffix(
+    chat_env: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An id that holds "-fork" keeps it; a fork of a fork gets a new suffix
+    in place of its own, not a second one."""
+    assert _chat(monkeypatch, chat_env, "hello\n", "--chat", "my-forklift") == 0
+    capsys.readouterr()
+    argv = ["--db", "log.db", "fork", "session.cli:my-forklift", "--at", "7"]
+    assert cli.main(argv) == 0
+    forked = capsys.readouterr().out.splitlines()[0].split()[-1]
+    assert re.fullmatch(r"session\.cli:my-forklift-fork[0-9a-f]{6}", forked)
+    assert cli.main(["--db", "log.db", "fork", forked, "--at", "7"]) == 0
+    again = capsys.readouterr().out.splitlines()[0].split()[-1]
+    assert re.fullmatch(r"session\.cli:my-forklift-fork[0-9a-f]{6}", again)
+    assert again != forked

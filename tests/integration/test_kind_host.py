@@ -259,7 +259,8 @@ async def test_a_kind_of_a_test_runs_through_host_replay_fork_and_rebuild(
         i for i, s in enumerate(steps) if isinstance(s[-1].event, TallyChildAsked)
     )
 
-    def renamed(event: Event) -> Event:  # the tally's own id is in its first input
+    def renamed(event: Event, origin: str) -> Event:
+        # the tally's own id is in its first input
         if isinstance(event, TallyOpened):
             return msgspec.structs.replace(event, tally_id="t2")
         return event

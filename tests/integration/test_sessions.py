@@ -97,7 +97,7 @@ def test_a_compacted_chat_leaves_memory_the_views_show_and_rebuild_exactly(
     shown = capsys.readouterr().out
     assert "summary: Ada introduced herself." in shown
     assert "[m1] L1 identity.name: Ada" in shown
-    assert "3 messages taken, 3 turns, 1 compactions" in shown
+    assert "3 messages received, 3 turns, 1 compactions" in shown
     assert "segments (1; /new starts one, the log keeps them all):" in shown
     assert re.search(r"^  s0 from \S+Z: 3 messages$", shown, re.MULTILINE), shown
 
@@ -133,7 +133,7 @@ def test_sessions_send_answers_a_command_and_refuses_an_empty_message(
     assert capsys.readouterr().out.startswith("telegram:42-")
     assert _steward("sessions", "show", "telegram:42") == 0
     shown = capsys.readouterr().out
-    assert "refused" in shown and "3 messages taken, 0 turns" in shown
+    assert "refused" in shown and "3 messages received, 0 turns" in shown
 
 
 def test_status_tells_the_hosting_process_uptime_and_queue_or_that_it_hosts_none(
@@ -150,6 +150,23 @@ def test_status_tells_the_hosting_process_uptime_and_queue_or_that_it_hosts_none
     recorded = capsys.readouterr().out.splitlines()
     assert recorded[0].startswith("uptime unknown (the process that took this")
     assert "model calls waiting unknown" in recorded
+
+
+def test_sessions_show_lists_the_newest_segments(
+    env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO("/new\n" * 11))
+    assert _steward("--script", str(env), "chat") == 0
+    capsys.readouterr()
+    assert _steward("sessions", "show", "cli:local") == 0
+    shown = capsys.readouterr().out
+    assert (
+        "segments (12; /new starts one, the log keeps them all):\n  (2 earlier)\n"
+        in shown
+    )
+    assert re.search(r"^  s2 from \S+Z: 1 messages$", shown, re.MULTILINE), shown
+    assert re.search(r"^  s11 from \S+Z: 0 messages$", shown, re.MULTILINE), shown
+    assert not re.search(r"^  s1 from", shown, re.MULTILINE)
 
 
 def test_a_bad_session_id_is_one_line(
@@ -296,6 +313,12 @@ def test_a_turn_spawns_a_subagent_and_sets_a_schedule(
     assert "subagent cli:local-s1 assistant: Two open issues." in shown
     for stream in ("session.cli:local", "run.cli:local-s1"):
         assert _steward("replay", stream, "--verify") == 0
+    capsys.readouterr()
+    assert _steward("replay", "session.cli:local") == 0
+    events = int(capsys.readouterr().out.split(", ")[1].split()[0])
+    assert _steward("fork", "session.cli:local", "--at", str(events)) == 0
+    said = capsys.readouterr().out.splitlines()
+    assert said[-1] == "it keeps the schedules daily (0 9 * * *), which a serve fires"
 
 
 def test_a_direct_chat_answers_with_one_model_call(

@@ -18,6 +18,7 @@ from typing import Any
 
 import hypothesis
 from hypothesis import strategies as st
+from support import children_started
 from workflow_files import EXAMPLE, SCRIPT
 
 from steward import cli, events, replay
@@ -410,6 +411,10 @@ def test_a_workflow_run_forks_under_its_own_ids(
     assert isinstance(last, events.PhaseStarted)
     assert (last.node, last.run_id) == ("implement", f"{new_id}:implement:4")
     assert replay.verify(copy) is None
+    # only the phase in flight starts, by a running host or a later one; the
+    # copied phases that ended are not run again
+    spawn = f"spawn:{new_id}:implement:4"
+    assert children_started(copy) == ([f"run.{new_id}:implement:4"], [spawn])
 
 
 async def test_an_attempt_failed_while_paused_then_cancelled_has_diagnostics(
