@@ -457,7 +457,8 @@ class Egress:
     chat goes to ``steward.outbound.<channel>`` as ``{"session_id",
     "channel", "chat_id", "type", "text", ...}`` with type ``reply`` (and
     ``run_id``, ``status``), ``command`` or ``refused`` (and the
-    ``message_id`` answered), or ``subagent`` (and ``run_id``, ``name``).
+    ``message_id`` answered), or ``subagent`` (and ``run_id``, ``name``);
+    a fork of a chat (`steward fork`) is no one's, and tells it nothing.
     A top-level run started on a channel that answers no one publishes its
     ``MessageSent`` and its end there as ``{"run_id", "channel", "type",
     "text"}`` with type ``message``, ``completed``, ``failed`` or
@@ -476,6 +477,7 @@ class Egress:
         self._task: asyncio.Task[None] | None = None
         # run id → channel (None: a run with no channel, or a subagent)
         self._channels: dict[str, str | None] = {}
+        self._forks: dict[str, bool] = {}  # by session stream
 
     def start(self) -> None:
         """Listen to the host; publishing happens on one task, in log order."""
@@ -567,7 +569,7 @@ class Egress:
 
     async def _tell(self, rec: events.Recorded) -> None:
         told = _told(rec.event)
-        if told is None:
+        if told is None or await self._is_fork(rec.stream):
             return
         kind, text, ids = told
         session_id = rec.stream.partition(".")[2]
@@ -581,6 +583,15 @@ class Egress:
             **ids,
         }
         await self.nc.publish(outbound_subject(channel), _json.encode(message))
+
+
+    async def _is_fork(self, stream: str) -> bool:
+        """Whether session ``stream`` is a fork (`steward fork`), whose chat
+        is no one's: it tells the channel nothing."""
+        if stream not in self._forks:
+            state, _ = await self.host.state(stream)
+            self._forks[stream] = state.forked_from is not None
+        return self._forks[stream]
 
 
 def _user_channel(created: events.RunCreated) -> str | None:

@@ -180,6 +180,8 @@ class Session(Struct, frozen=True, kw_only=True):
     """The schedule timers armed so far."""
     writer_segment: int = 0
     """The segment the memory writer's call in flight was asked in."""
+    forked_from: str | None = None
+    """The session this one is a fork of (`SessionOpened.forked_from`)."""
     revision: int = 0
     """`SessionOpened.revision`: what a compaction does while the memory
     writer's call is in flight, and whether a call asked before `/new`
@@ -399,6 +401,7 @@ def evolve(state: Session, event: Event) -> Session:
                 segment_at=event.at,
                 model=event.settings.model,
                 revision=event.revision,
+                forked_from=event.forked_from,
             )
         case MessageReceived(message_id=message_id, text=text):
             seen = (*state.seen[1 - SEEN_MESSAGES :], message_id)

@@ -24,7 +24,8 @@ import pytest
 from nats_server import NatsServer
 from support import act
 
-from steward import events
+from steward import events, replay
+from steward.actors.kind import kind_of
 from steward.actors.llm import ScriptedProvider
 from steward.actors.run_effects import run_stream
 from steward.actors.session import session_stream
@@ -217,6 +218,31 @@ async def test_simple_message_processed_end_to_end(setup: Setup) -> None:
     assert [(u["run_id"], u["version"], u["type"]) for u in seen] == [
         ("web:c1-t1", r.version, events.type_name(r.event)) for r in records
     ]
+
+
+async def test_a_forked_session_tells_the_channel_nothing(setup: Setup) -> None:
+    """A fork of a chat (`steward fork`) is no one's chat: what it answers
+    is recorded, and nothing of it goes out on the channel."""
+    outbound = await setup.client.subscribe("steward.outbound.web")
+    await setup.client.flush()
+    first = await setup.request("web", {"text": "hello", "context_id": "c1"})
+    await past_debounce(setup, first)
+    assert await answered(setup, first) == "hi"
+    assert json.loads((await outbound.next_msg(timeout=5)).data)["text"] == "hi"
+    steps = replay.commits(await setup.log.read("session.web:c1"))
+    fork = "web:c1-fork0a1b2c"
+    copy = replay.fork_events(steps, "web:c1", fork, kind_of("session.x").detach)
+    await setup.log.append(f"session.{fork}", copy, 0, correlation_id=fork)
+
+    forked = await setup.request(
+        "web", {"text": "/model", "context_id": "c1-fork0a1b2c"}
+    )
+    assert forked["session_id"] == fork
+    assert await answered(setup, forked) == "model: default"  # recorded
+    after = await setup.request("web", {"text": "/models", "context_id": "c1"})
+    await answered(setup, after)
+    said = json.loads((await outbound.next_msg(timeout=5)).data)
+    assert (said["session_id"], said["message_id"]) == ("web:c1", after["message_id"])
 
 
 async def test_tool_call_returned_by_llm_is_executed(
