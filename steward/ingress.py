@@ -584,7 +584,6 @@ class Egress:
         }
         await self.nc.publish(outbound_subject(channel), _json.encode(message))
 
-
     async def _is_fork(self, stream: str) -> bool:
         """Whether session ``stream`` is a fork (`steward fork`), whose chat
         is no one's: it tells the channel nothing."""
