@@ -477,7 +477,6 @@ class Egress:
         self._task: asyncio.Task[None] | None = None
         # run id → channel (None: a run with no channel, or a subagent)
         self._channels: dict[str, str | None] = {}
-        self._forks: dict[str, bool] = {}  # by session stream
 
     def start(self) -> None:
         """Listen to the host; publishing happens on one task, in log order."""
@@ -586,11 +585,10 @@ class Egress:
 
     async def _is_fork(self, stream: str) -> bool:
         """Whether session ``stream`` is a fork (`steward fork`), whose chat
-        is no one's: it tells the channel nothing."""
-        if stream not in self._forks:
-            state, _ = await self.host.state(stream)
-            self._forks[stream] = state.forked_from is not None
-        return self._forks[stream]
+        is no one's: it tells the channel nothing. The host has the state
+        cached (it committed what is told, or routed it)."""
+        state, _ = await self.host.state(stream)
+        return state.forked_from is not None
 
 
 def _user_channel(created: events.RunCreated) -> str | None:

@@ -133,8 +133,9 @@ def fork_events(
 ) -> list[Event]:
     """The events that start a fork of ``steps`` (a stream's first steps) as
     actor ``new``: each input with ids of ``old`` rewritten (`remap`, then
-    ``adapt(input, old)`` if given), re-decided by the stream's kind, so that what the
-    decisions derive from the actor's id names the fork. One commit's worth.
+    ``adapt(input, old)`` if given), re-decided by the stream's kind, so
+    that what the decisions derive from the actor's id names the fork. One
+    commit's worth.
 
     Raises:
         StewardError: the decider refuses a copied input.
