@@ -21,6 +21,13 @@ PLAN = [
     act(type="note", category="plan", content="how to do it"),
 ]
 
+SPAWN_SCOUT = act(
+    type="tool_call",
+    name="subagent_spawn",
+    args={"name": "scout", "task": "Count the open issues."},
+)
+"""A session turn's call starting subagent ``scout``."""
+
 
 def steward_process(cwd: Path, *argv: str, **env: str) -> subprocess.Popen[bytes]:
     """``python -m steward ARGV`` started in ``cwd`` with ``env`` added; its

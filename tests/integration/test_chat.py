@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
-from support import PLAN, act, children_started
+from support import PLAN, SPAWN_SCOUT, act, children_started
 
 from steward import cli
 from steward.bus import SqliteEventLog
@@ -187,11 +187,7 @@ def _chat_with_subagent(
     and left out."""
     turn = [
         *PLAN,
-        act(
-            type="tool_call",
-            name="subagent_spawn",
-            args={"name": "scout", "task": "Count the open issues."},
-        ),
+        SPAWN_SCOUT,
         act(type="finish", output="On it."),
     ]
     subagent = [*PLAN, act(type="finish", output=answer)]

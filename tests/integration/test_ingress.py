@@ -22,7 +22,7 @@ import msgspec
 import nats
 import pytest
 from nats_server import NatsServer
-from support import act
+from support import SPAWN_SCOUT, act
 
 from steward import events, replay
 from steward.actors.kind import kind_of
@@ -303,11 +303,7 @@ async def told_by_subagent(
     it was recorded (egress publishes in log order, so what the subagent's
     answer made go out came before that)."""
     turn = [
-        act(
-            type="tool_call",
-            name="subagent_spawn",
-            args={"name": "scout", "task": "Count the open issues."},
-        ),
+        SPAWN_SCOUT,
         act(type="finish", output="On it."),
     ]
     provider = ScriptedProvider(

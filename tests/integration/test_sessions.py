@@ -14,7 +14,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from support import PLAN, act
+from support import PLAN, SPAWN_SCOUT, act
 
 from steward import cli
 from steward.actors.tools import ToolContext, ToolRegistry
@@ -273,11 +273,7 @@ def test_a_turn_spawns_a_subagent_and_sets_a_schedule(
     ``sessions show`` and ``schedule.list``; both streams verify."""
     turn = [
         *PLAN,
-        act(
-            type="tool_call",
-            name="subagent_spawn",
-            args={"name": "scout", "task": "Count the open issues."},
-        ),
+        SPAWN_SCOUT,
         act(
             type="tool_call",
             name="schedule.create",
