@@ -347,6 +347,7 @@ def direct_prompt(state: Session) -> Prompt:
         segment=state.messages[:-1],
         pending=asked.content,
         elsewhere=cross_channel(state),
+        whole_turns=state.revision >= 3,
     )
     return Prompt(
         model=model_id(state), system=system, messages=(*context.messages, asked)
@@ -674,8 +675,9 @@ def _written(state: Session, ended: MemoryWritten | MemoryWriteFailed) -> list[E
 def _compact(state: Session) -> list[Event]:
     """The window's older half leaves it, for the memory writer. Before
     revision 1, while a writer's call was in flight, the half only left;
-    since, no compaction is decided then (`_replied`, `_written`)."""
-    dropped = len(state.messages) // 2
+    since, no compaction is decided then (`_replied`, `_written`). From
+    revision 3 the half ends before a question (`_older_half`)."""
+    dropped = _older_half(state)
     newer = state.messages[dropped:]
     kept = sum(1 for m in newer if m.role == "user")
     if state.writer is not None:
@@ -684,6 +686,20 @@ def _compact(state: Session) -> list[Event]:
         dropped=dropped, kept=kept, request_id=_writer_id(state)
     )
     return [compacted, writer_request(evolve(state, compacted))]
+
+
+def _older_half(state: Session) -> int:
+    """How many of the window's messages a compaction drops: half of them;
+    from revision 3 up to the first question at or after the middle (else
+    the last before it), so the window left starts with a question, never
+    with an answer whose question left."""
+    messages = state.messages
+    half = len(messages) // 2
+    if state.revision < 3:
+        return half
+    questions = [n for n, m in enumerate(messages) if n > 0 and m.role == "user"]
+    after = [n for n in questions if n >= half]
+    return after[0] if after else questions[-1] if questions else len(messages)
 
 
 def claim_on(state: Session, request_id: str) -> tuple[str, float] | None:

@@ -8,8 +8,10 @@ cross-channel blocks, spec 000). The budget is the model's context
 budget less the safety margin (10%); the fixed layers are placed first and
 the window keeps the newest messages that fit, at most ``sliding_window`` of
 them (``subagent_window`` for a subagent); it may be empty when the fixed
-layers fill the budget. The turn's own messages are the run's input, counted
-with the fixed layers.
+layers fill the budget. With ``whole_turns`` (sessions of revision 3 on), a
+window that leaves older messages out never starts with an answer: the
+answers before its first question leave with their question. The turn's
+own messages are the run's input, counted with the fixed layers.
 
 Tokens are counted behind `TokenCounter`; `estimate` (characters / 4,
 rounded up) is the default: no tokenizer to download, and the margin covers
@@ -70,6 +72,7 @@ def build_context(
     tools: Sequence[ToolSpec] = (),
     elsewhere: Sequence[Elsewhere] = (),
     subagent: bool = False,
+    whole_turns: bool = False,
     count: TokenCounter = estimate,
 ) -> Context:
     """The context of a turn whose own input is ``pending``, over the current
@@ -102,6 +105,9 @@ def build_context(
         window.append(message)
         remaining -= cost
     window.reverse()
+    if whole_turns and len(window) < len(segment):
+        while window and window[0].role != "user":
+            window.pop(0)
     return Context(
         messages=(*head, *window),
         window=len(window),

@@ -22,7 +22,13 @@ from steward.actors.session import (
 from steward.actors.session_context import build_context
 from steward.actors.session_memory import writer_prompt
 from steward.events import Event, Recorded
-from steward.events.run import LlmRequested, RunCreated, SubagentFinished, WakeDue
+from steward.events.run import (
+    ChatMessage,
+    LlmRequested,
+    RunCreated,
+    SubagentFinished,
+    WakeDue,
+)
 from steward.events.session import (
     DebounceArmed,
     ScheduleCreated,
@@ -92,9 +98,10 @@ def effects(rec: Recorded, at: Session, latest: Session) -> list[Effect]:
 
 
 def turn_run(state: Session, turn: TurnStarted, stream: str) -> RunCreated:
-    """The run of ``turn``, given the session's state just after it: the
-    turn's merged messages are its input, the context before them its
-    conversation."""
+    """The run of ``turn``, given the session's state just after it: its
+    conversation is the context (spec 003: core memory, summary, the window
+    of earlier messages), then the turn's merged messages, what the model
+    answers."""
     settings = state.settings
     run_settings = replace(settings.run, model=model_id(state), model_table=state.model)
     context = build_context(
@@ -107,12 +114,13 @@ def turn_run(state: Session, turn: TurnStarted, stream: str) -> RunCreated:
         pending=turn.text,
         tools=run_settings.tools,
         elsewhere=cross_channel(state),
+        whole_turns=state.revision >= 3,
     )
     return RunCreated(
         run_id=turn.run_id,
         input_text=turn.text,
         settings=run_settings,
-        conversation=context.messages,
+        conversation=(*context.messages, ChatMessage(role="user", content=turn.text)),
         channel_id=state.channel,
         user_id=turn.sender,
         context_id=state.session_id,
@@ -123,8 +131,8 @@ def turn_run(state: Session, turn: TurnStarted, stream: str) -> RunCreated:
 def subagent_run(state: Session, started: SubagentStarted, stream: str) -> RunCreated:
     """The run of subagent ``started``, given the session's state just after
     it: an isolated context (core memory, summary and the newest
-    ``subagent_window`` messages), its own model, and the turn's tools less
-    the session's own (`SESSION_TOOLS`)."""
+    ``subagent_window`` messages, then its task as the last message), its own
+    model, and the turn's tools less the session's own (`SESSION_TOOLS`)."""
     settings = state.settings
     tools = tuple(t for t in settings.run.tools if t.name not in SESSION_TOOLS)
     run_settings = replace(
@@ -143,12 +151,16 @@ def subagent_run(state: Session, started: SubagentStarted, stream: str) -> RunCr
         pending=started.task,
         tools=tools,
         subagent=True,
+        whole_turns=state.revision >= 3,
     )
     return RunCreated(
         run_id=started.run_id,
         input_text=started.task,
         settings=run_settings,
-        conversation=context.messages,
+        conversation=(
+            *context.messages,
+            ChatMessage(role="user", content=started.task),
+        ),
         channel_id=state.channel,
         context_id=state.session_id,
         reply_to=stream,

@@ -210,10 +210,15 @@ class SessionOpened(Event, frozen=True, kw_only=True):
     broken`` goes to the model (until 2, any text starting with ``/`` was a
     command, its name ending at the first space); and ``/status`` taken by
     a process that hosts nothing says the uptime is unknown (until 2, it
-    gave the session's age as the uptime)."""
+    gave the session's age as the uptime). From 3: a turn's window is whole
+    exchanges: a compaction keeps the older half's last question with its
+    answer, and a window cut by its budget or ``sliding_window`` never
+    starts with an answer whose question it left out (until 3, the older
+    half was the first ``len // 2`` messages, and a window could start with
+    an answer)."""
 
 
-SESSION_REVISION = 2
+SESSION_REVISION = 3
 """The `SessionOpened.revision` of sessions opened now."""
 
 

@@ -807,6 +807,55 @@ async def session_revision_2(rig: Rig) -> None:
         await rig.log.append(f"session.{fork}", copy, 0, correlation_id=fork)
 
 
+async def session_revision_3(rig: Rig) -> None:
+    """A three-turn chat opened at revision 3 (``max_turns_per_context``
+    1): each turn's run asked with the turn's message last; the second
+    turn spawns a subagent whose answer comes after the turn's; the
+    compaction after the third turn drops up to its question, so the window
+    starts with it (at revision 2 it would start with the subagent's
+    answer)."""
+    rig.tools = ToolRegistry.with_builtins(session=True)
+    opened = compacting(rig)
+    host = await rig.host(
+        per_run(
+            {
+                "cli:three-t1": [act(type="finish", output="Hello, Ada.")],
+                "cli:three-t2": [
+                    act(
+                        type="tool_call",
+                        name="subagent_spawn",
+                        args={"name": "scout", "task": "Count the open issues."},
+                    ),
+                    act(type="finish", output="A scout is on it."),
+                ],
+                "cli:three-s1": [
+                    Reply(text=act(type="finish", output="Three."), delay=30.0)
+                ],
+                "cli:three-t3": [act(type="finish", output="You are welcome.")],
+                "cli:three": [
+                    json.dumps(written(summary="Ada said hello.")),
+                    json.dumps(written(summary="A scout counted issues.")),
+                ],
+            },
+            sleep=rig.clock.sleep,
+        )
+    )
+    say = await open_chat(rig, host, "three", opened, 3)
+    await say("I am Ada")
+    await rig.advance(2.0)
+    await rig.recorded(events.ReplySent, 1)
+    await say("count the open issues")
+    await rig.advance(2.0)
+    await rig.recorded(events.ReplySent, 2)
+    await rig.recorded(events.MemoryWritten, 1)
+    await rig.advance(30.0)  # the scout's answer
+    await rig.recorded(events.SubagentAnswered, 1)
+    await say("thanks")
+    await rig.advance(2.0)
+    await rig.recorded(events.ReplySent, 3)
+    await rig.recorded(events.MemoryWritten, 2)
+
+
 async def workflow(rig: Rig, revision: int = 0) -> None:
     """Workflow runs: one loops (review asks for changes, implement goes
     again), retries a failed phase, is paused and resumed, skips a branch it
@@ -963,6 +1012,7 @@ SCENARIOS: dict[str, Scenario] = {
     "session_direct": session_direct,
     "session_revision_1": session_revision_1,
     "session_revision_2": session_revision_2,
+    "session_revision_3": session_revision_3,
     "workflow": workflow,
     "workflow_worktree": workflow_worktree,
     # the same runs created at workflow revision 1: phase run ids with ":"

@@ -18,7 +18,8 @@ import msgspec
 import pytest
 
 from steward import events, replay
-from steward.actors.kind import KINDS
+from steward.actors.effects import Create
+from steward.actors.kind import KINDS, kind_of
 from steward.bus import SqliteEventLog
 from steward.events import Recorded
 
@@ -93,6 +94,12 @@ EXPECTED: dict[str, dict[str, Final]] = {
     },
     "session_direct": {},
     "session_revision_2": {},
+    "session_revision_3": {
+        "cli:three-t1": Final("completed", "Hello, Ada."),
+        "cli:three-t2": Final("completed", "A scout is on it."),
+        "cli:three-s1": Final("completed", "Three."),
+        "cli:three-t3": Final("completed", "You are welcome."),
+    },
     "session_revision_1": {
         "cli:later-t1": Final("completed", "Hello."),
         "cli:later-t2": Final("completed", "Noted."),
@@ -127,6 +134,7 @@ SESSIONS: dict[str, dict[str, tuple[str, ...]]] = {
     "session": {"session.cli:golden": ("start over", "A fresh start.")},
     "session_memory": {"session.cli:memory": ("bye", "Bye.")},
     "session_revision_1": {"session.cli:later": ("bye", "Bye.")},
+    "session_revision_3": {"session.cli:three": ("thanks", "You are welcome.")},
     "session_revision_2": {
         "session.cli:paths": ("/etc/hosts is broken", "Check its permissions."),
         "session.cli:paths-fork0a1b2c": (
@@ -272,6 +280,47 @@ def test_a_revision_1_session_compacts_once_its_writer_has_written() -> None:
         ("drink", "tea"),
     ]
     assert state.summary == "Ada likes tea." and state.revision == 1
+
+
+def test_a_revision_3_session_starts_its_runs_as_it_did() -> None:
+    """The runs of ``session_revision_3`` start as the session's effects
+    start them now: a turn's conversation ends with the turn's message, a
+    subagent's with its task, the window after a compaction with a
+    question. A change to what a chat's model is asked fails here. (The
+    runs of sessions recorded before replay from their recorded first
+    event, so they replay as they were decided.)"""
+    streams = by_stream(load("session_revision_3"))
+    kind = kind_of("session.")
+    assert kind.effects is not None
+    state, started = kind.initial, {}
+    for rec in streams["session.cli:three"]:
+        state = kind.evolve(state, rec.event)
+        for effect in kind.effects(rec, state, state):
+            if isinstance(effect, Create):
+                started[effect.stream] = effect.input
+    assert sorted(started) == sorted(s for s in streams if s.startswith("run."))
+    for stream, created in started.items():
+        first = streams[stream][0].event
+        assert msgspec.structs.replace(created, at=first.at) == first, stream
+    last = {
+        s: (e.conversation[0].role, e.conversation[-1].content)
+        for s, e in started.items()
+        if isinstance(e, events.RunCreated)
+    }
+    assert last == {
+        "run.cli:three-t1": ("user", "I am Ada"),
+        "run.cli:three-t2": ("user", "count the open issues"),
+        "run.cli:three-s1": ("user", "Count the open issues."),
+        "run.cli:three-t3": ("system", "thanks"),
+    }
+    window = started["run.cli:three-t3"].conversation  # type: ignore[attr-defined]
+    assert [m.role for m in window] == [
+        "system",
+        "user",
+        "assistant",
+        "assistant",
+        "user",
+    ]
 
 
 def test_a_revision_2_workflow_cancel_names_its_phase_in_flight() -> None:

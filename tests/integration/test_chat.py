@@ -81,7 +81,11 @@ def test_a_second_chat_continues_the_session(
         "You said hello before.",
     ]
     second = asyncio.run(_created(chat_env.parent / "log.db", "cli:local-t2"))
-    assert [m.content for m in second.conversation] == ["hello", "Hello, Ada."]
+    assert [m.content for m in second.conversation] == [
+        "hello",
+        "Hello, Ada.",
+        "remember me?",  # what the turn answers, last
+    ]
     assert second.input_text == "remember me?"
     assert second.reply_to == "session.cli:local"
 
@@ -115,7 +119,11 @@ def test_a_forked_session_is_a_chat_of_its_own(
     assert capsys.readouterr().out.splitlines() == ["A fork remembers."]
     second = asyncio.run(_created(chat_env.parent / "log.db", f"{session_id}-t2"))
     # the original's messages are not the sender's in another chat to it
-    assert [m.content for m in second.conversation] == ["hello", "Hello, Ada."]
+    assert [m.content for m in second.conversation] == [
+        "hello",
+        "Hello, Ada.",
+        "still there?",
+    ]
     assert second.reply_to == forked
     assert cli.main(["--db", "log.db", "replay", "session.cli:local"]) == 0
     assert "kind session, 7 events" in capsys.readouterr().out

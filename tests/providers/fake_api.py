@@ -37,9 +37,11 @@ class Request:
 
 @dataclass
 class FakeAPI:
-    """Answers requests with queued replies; unqueued requests get a 599."""
+    """Answers requests with queued replies; when none is queued, with what
+    ``respond`` makes of the request, else a 599."""
 
     replies: deque[Reply] = field(default_factory=deque)
+    respond: Callable[[Request], Reply] | None = None
     requests: list[Request] = field(default_factory=list)
     release: threading.Event = field(default_factory=threading.Event)
 
@@ -83,15 +85,19 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         api: FakeAPI = self.server.api  # type: ignore[attr-defined]
         raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        api.requests.append(
-            Request(
-                method="POST",
-                path=self.path,
-                headers={k.lower(): v for k, v in self.headers.items()},
-                body=json.loads(raw) if raw else None,
-            )
+        request = Request(
+            method="POST",
+            path=self.path,
+            headers={k.lower(): v for k, v in self.headers.items()},
+            body=json.loads(raw) if raw else None,
         )
-        reply = api.replies.popleft() if api.replies else json_reply({}, status=599)
+        api.requests.append(request)
+        if api.replies:
+            reply = api.replies.popleft()
+        elif api.respond is not None:
+            reply = api.respond(request)
+        else:
+            reply = json_reply({}, status=599)
         reply(self)
 
     def log_message(self, format: str, *args: Any) -> None:

@@ -236,6 +236,7 @@ def test_context_includes_system_prompt_core_memory_and_sliding_window() -> None
         ChatMessage(role="system", content="Core memory:\nname: Ada"),
         ChatMessage(role="user", content="hello"),
         ChatMessage(role="assistant", content="hi Ada"),
+        ChatMessage(role="user", content="again"),  # what the turn answers
     )
     assert run.input_text == "again" and run.reply_to == "session.cli:c1"
     assert run.settings.model == "m-small"
@@ -265,7 +266,8 @@ def test_sliding_window_only_shows_messages_from_current_segment() -> None:
     chat.say("after", at=1003.0)
     chat.wake()
     run = turn_run(chat.state, chat.turns()[-1], "session.cli:c1")
-    assert run.conversation == ()  # nothing from before /new
+    # nothing from before /new: the turn's own message only
+    assert run.conversation == (ChatMessage(role="user", content="after"),)
     assert run.input_text == "after"
     assert any(isinstance(e, SegmentStarted) for e in chat.log)
 

@@ -82,7 +82,9 @@ def test_subagent_gets_an_isolated_context_with_the_subagent_window() -> None:
     [started] = _spawn(chat, model="large") or []
     run = subagent_run(chat.state, started, "session.cli:c1")  # type: ignore[arg-type]
     window = SETTINGS.subagent_window
-    assert run.conversation == talk[-window:]
+    # the window, then the task it is to do
+    task = ChatMessage(role="user", content="look around")
+    assert run.conversation == (*talk[-window:], task)
     assert run.input_text == "look around"
     assert run.settings.model == "m-large"  # its own model
     assert [t.name for t in run.settings.tools] == ["files.read"]

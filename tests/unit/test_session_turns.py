@@ -89,6 +89,7 @@ def test_a_failed_turn_is_over_and_its_result_is_taken_once() -> None:
         ChatMessage(
             role="assistant", content="(the turn failed: iteration limit reached)"
         ),
+        ChatMessage(role="user", content="are you there?"),
     )
     assert run.input_text == "are you there?"
 
@@ -131,8 +132,10 @@ def test_a_turns_run_gets_the_session_tools_and_its_context_counts_them() -> Non
         segment=chat.state.messages[:-1],
         pending="now",
         tools=TOOLS,
+        whole_turns=True,
     )
-    assert run.conversation == fitted.messages
+    now = ChatMessage(role="user", content="now")
+    assert run.conversation == (*fitted.messages, now)
     tool_tokens = estimate("\n".join(f"{t.name}: {t.description}" for t in TOOLS))
     assert fitted.fixed_tokens == (
         estimate(TOOLED.run.system_prompt) + tool_tokens + estimate("now")
