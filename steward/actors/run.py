@@ -608,7 +608,7 @@ def _on_native_reply(reply: LlmResponded, state: Run) -> list[Event]:
             return done
         problem = done
     limit = state.settings.max_tool_call_rounds
-    if state.rounds > limit:
+    if state.rounds > limit:  # before revision 4 (`_next_call` stops it since)
         return [
             RunFailed(
                 reason=f"tool-call loop limit reached: the model asked for tools in "
@@ -821,6 +821,9 @@ def _next_call(state: Run, decisions: list[Event]) -> list[Event]:
     The request's prompt hash is left empty: `decide_and_fold` hashes the
     prompt built from the state after the whole step into it.
     """
+    rounds = state.settings.max_tool_call_rounds
+    if state.settings.revision >= 4 and state.rounds >= rounds:
+        return [RunFailed(reason=_loop_limit(rounds))]
     limit = state.settings.max_iterations
     if state.iteration >= limit:
         return [RunCompleted(output=_fallback(state, limit), reason="max_iterations")]
@@ -835,6 +838,13 @@ def _next_call(state: Run, decisions: list[Event]) -> list[Event]:
         priority="subagent" if state.kind == "subagent" else "interactive",
     )
     return [request]
+
+
+def _loop_limit(rounds: int) -> str:
+    return (
+        f"tool-call loop limit reached: the model asked for tools in {rounds} "
+        f"rounds, the most a run makes (max_tool_call_rounds)"
+    )
 
 
 def _claimable(state: Run, claim: EffectClaimed) -> bool:

@@ -144,10 +144,14 @@ class RunSettings(
     ignored). Revision 3: a ``native`` run is offered a ``finish`` tool
     (`steward.actors.run_prompt.FINISH_TOOL`) whose call ends it with an
     output and ``metadata``, as the ``json`` protocol's finish does (before,
-    a native run could only finish with plain text)."""
+    a native run could only finish with plain text). Revision 4: a tool loop
+    makes at most ``max_tool_call_rounds`` model calls (Klaw's bound): once
+    that many replies asked for tools, their answers end the run failed
+    instead of asking the model again (before, one more call was made, and
+    the run failed only if it asked for tools too)."""
 
 
-LATEST_REVISION = 3
+LATEST_REVISION = 4
 """The revision new runs are created with; see `RunSettings.revision`."""
 
 

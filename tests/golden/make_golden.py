@@ -319,6 +319,22 @@ async def native_finish(rig: Rig) -> None:
     await rig.until(run, "completed")
 
 
+async def tool_rounds(rig: Rig) -> None:
+    """Native tool calling at revision 4 with ``max_tool_call_rounds`` 2:
+    two replies ask for tools, and their answers end the run failed, with
+    no third model call."""
+    run = "tool-rounds"
+    listing = events.ToolCall(id="c1", name="files.list", args={})
+    again = events.ToolCall(id="c2", name="files.list", args={})
+    replies: list[Reply | str] = [
+        Reply(tool_calls=(listing,)),
+        Reply(tool_calls=(again,)),
+    ]
+    host = await rig.host(per_run({run: replies}))
+    await rig.start(host, run, protocol="native", revision=4, max_tool_call_rounds=2)
+    await rig.until(run, "failed")
+
+
 async def approvals(rig: Rig) -> None:
     """A tool that needs approval: one call approved and run, one denied."""
     run = "approvals"
@@ -996,6 +1012,7 @@ SCENARIOS: dict[str, Scenario] = {
     "json_invalid": json_invalid,
     "native_protocol": native_protocol,
     "native_finish": native_finish,
+    "tool_rounds": tool_rounds,
     "approvals": approvals,
     "budget_pause": budget_pause,
     "budget_fail": budget_fail,

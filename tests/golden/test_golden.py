@@ -52,6 +52,9 @@ EXPECTED: dict[str, dict[str, Final]] = {
     "native_finish": {
         "native-finish": Final("completed", "The workspace is empty."),
     },
+    "tool_rounds": {
+        "tool-rounds": Final("failed", reason="tool-call loop limit reached"),
+    },
     "approvals": {"approvals": Final("completed", "Trashed old.txt; kept keep.txt.")},
     "budget_pause": {
         "budget-pause": Final("completed", "Finished on an approved budget."),

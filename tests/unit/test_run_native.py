@@ -159,8 +159,7 @@ def test_two_finishes_in_one_reply_are_both_answered_and_none_is_a_tool():
 def test_a_rejected_finish_beside_calls_counts_toward_the_round_limit():
     story = native(max_tool_call_rounds=1)
     story.call(A, finish(output="x"))
-    story.result()
-    decisions = story.call(A, finish(output="x"))
+    decisions = story.result()
     assert kinds(decisions) == ["RunFailed"]
     assert "max_tool_call_rounds" in decisions[0].reason
 
@@ -248,16 +247,31 @@ def test_rounds_up_to_the_limit_go_through():
 
 
 def test_tool_call_loop_fails_the_run_after_max_tool_call_rounds():
-    """Round max_tool_call_rounds+1 → RunFailed naming the tool-call loop limit
+    """At most max_tool_call_rounds model calls: the answers of the last
+    round's calls end the run, failed, naming the tool-call loop limit
     (Klaw's ``ToolCallLoopException``, as an event the run ends with)."""
     story = native(max_tool_call_rounds=2)
+    story.call(A)
+    story.result()
+    story.call(B)
+    decisions = story.result()
+    assert kinds(decisions) == ["RunFailed"]
+    assert decisions[0].reason.startswith("tool-call loop limit reached")
+    assert "max_tool_call_rounds" in decisions[0].reason
+    asked = [e for e in story.log if type(e).__name__ == "LlmRequested"]
+    assert len(asked) == 2
+
+
+def test_before_revision_4_the_tool_loop_made_one_more_call():
+    """Runs recorded before revision 4 re-decide as they were: a call past
+    the limit, failed when it asks for tools too."""
+    story = native(max_tool_call_rounds=2, revision=3)
     for call in (A, B):
         story.call(call)
         story.result()
     decisions = story.call(A)
     assert kinds(decisions) == ["RunFailed"]
-    assert decisions[0].reason.startswith("tool-call loop limit reached")
-    assert "max_tool_call_rounds" in decisions[0].reason
+    assert "more than 2 rounds" in decisions[0].reason
 
 
 def test_unknown_tool_is_answered_with_a_note_on_its_call_id():
