@@ -849,6 +849,7 @@ class Host:
             priority=request.priority,
             profile=call.profile,
             table=call.table,
+            iteration=request.iteration,
         )
         answer: Event | None
         # The decider hashed this very prompt when this host committed the

@@ -1,4 +1,5 @@
-"""`steward serve` killed with SIGKILL mid-run loses nothing and repeats nothing."""
+"""`steward serve` killed with SIGKILL mid-run loses nothing and repeats
+nothing: not a call, and not a reply of a run's script."""
 
 from __future__ import annotations
 
@@ -121,5 +122,9 @@ async def test_sigkill_mid_run_then_restart_completes_every_run(tmp_path: Path) 
             assert sorted(requested) == sorted(answered), stream
             assert replay.verify(records) is None, stream
             assert replay.rebuild(records).output == "partialdone"
+            # the new serve went on with each run's script where it was: one
+            # model call per reply, none played twice
+            calls = [r for r in records if isinstance(r.event, events.LlmRequested)]
+            assert len(calls) == 7, stream
     finally:
         await log.close()

@@ -43,6 +43,7 @@ def info(n: int = 1, run: str = "r1", priority: str = "interactive") -> RequestI
         run_id=run,
         request_id=f"{run}/llm/{n}",
         priority=priority,  # type: ignore[arg-type]
+        iteration=n,
     )
 
 
@@ -265,6 +266,19 @@ async def test_per_run_scripts_restart_for_each_run(tmp_path: Path) -> None:
     with pytest.raises(ProviderError, match=r"run r1 \(2 used\)"):
         await ask(provider, info(3, "r1"))
     assert (await ask(provider, info(2, "r2"))).text == "b"
+
+
+async def test_a_per_run_script_resumes_a_run_where_it_was(tmp_path: Path) -> None:
+    """A process that has not played a run yet (it resumes one after Ctrl-C,
+    or a fork) starts it after the run's model calls so far; a shared
+    script starts over."""
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"per_run": True, "replies": ["a", "b", "c"]}))
+    resumed = ScriptedProvider.from_file(path)
+    assert (await ask(resumed, info(3, "r1"))).text == "c"
+    assert (await ask(resumed, info(1, "r2"))).text == "a"
+    shared = ScriptedProvider(["a", "b", "c"])
+    assert (await ask(shared, info(3, "r1"))).text == "a"
 
 
 # -- invalid scripts ----------------------------------------------------------

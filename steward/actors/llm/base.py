@@ -117,6 +117,10 @@ class RequestInfo(msgspec.Struct, frozen=True, kw_only=True):
     profile: str | None = None
     table: str | None = None
     """The ``[models.<name>]`` table the caller named; it goes there."""
+    iteration: int = 0
+    """Which of its actor's model calls this is (`LlmRequested.iteration`,
+    1-based; 0: not known), from the log: a scripted run resumed by a new
+    process goes on with its script from there."""
 
 
 class Provider(Protocol):
@@ -156,9 +160,11 @@ async def collect(
     """Drain a provider stream and return its result, with aggregated usage.
 
     Usage follows Alphred's phase runner: incremental ``UsageEvent``s are
-    summed, cumulative ones are tracked by their maximum, and each count is the
-    higher of the two. When the stream sent no ``UsageEvent`` the result's own
-    usage stands.
+    summed, and the cumulative one with the largest total (input plus
+    output) is kept; the usage is whichever of the two has the higher total
+    (the cumulative one on a tie), never a maximum of each count, which
+    could mix two payloads into more tokens than either reported. When the
+    stream sent no ``UsageEvent`` the result's own usage stands.
 
     Args:
         events: the provider's stream; closed when this returns or raises.
@@ -171,7 +177,7 @@ async def collect(
     """
     result: ResultEvent | None = None
     added = [0, 0]
-    peak = [0, 0]
+    peak: UsageEvent | None = None
     saw_usage = False
     ended = False
     try:
@@ -191,8 +197,8 @@ async def collect(
                     result = event
                 case UsageEvent(cumulative=True):
                     saw_usage = True
-                    peak[0] = max(peak[0], event.input_tokens)
-                    peak[1] = max(peak[1], event.output_tokens)
+                    if peak is None or _total(event) > _total(peak):
+                        peak = event
                 case UsageEvent():
                     saw_usage = True
                     added[0] += event.input_tokens
@@ -224,10 +230,14 @@ async def collect(
         )
     if not saw_usage:
         return result
-    usage = Usage(
-        input_tokens=max(added[0], peak[0]), output_tokens=max(added[1], peak[1])
-    )
+    usage = Usage(input_tokens=added[0], output_tokens=added[1])
+    if peak is not None and _total(peak) >= sum(added):
+        usage = Usage(input_tokens=peak.input_tokens, output_tokens=peak.output_tokens)
     return msgspec.structs.replace(result, usage=usage)
+
+
+def _total(usage: UsageEvent) -> int:
+    return usage.input_tokens + usage.output_tokens
 
 
 _PASSING = frozenset({SystemEvent, AssistantDelta, ToolUseEvent, ToolResultEvent})

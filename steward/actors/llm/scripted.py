@@ -18,7 +18,12 @@ repeatable, and no key or network is needed. A script file is YAML
 Requests with ``priority == "subagent"`` take from ``subagent_replies`` when the
 script has that list, and from ``replies`` otherwise. An error reply is used
 up like any other, so a retry gets the next one. With ``per_run: true`` every
-run plays the lists from the start on its own (many runs, one script).
+run plays the lists from the start on its own (many runs, one script), and
+a process that has not played a run yet starts it at the reply after its
+model calls so far (`RequestInfo.iteration`, from the log): a run resumed by
+another process (after Ctrl-C) or a fork goes on where it was instead of
+starting over (replies a retry used before the restart are not counted).
+Without it, all runs share one cursor that each process starts at the top.
 """
 
 from __future__ import annotations
@@ -294,7 +299,8 @@ class ScriptedProvider:
         subagent_replies: replies for requests with ``priority ==
             "subagent"``; ``None`` sends those to ``replies`` too.
         per_run: give every run its own cursor, so each plays the lists from
-            the start; otherwise all runs share one cursor per list.
+            the start (a resumed run from its model calls so far);
+            otherwise all runs share one cursor per list.
         label: names the script in errors (the file path for a file).
         hint: added to the "no reply left" error, to say how to fix it.
         sleep: awaited with a reply's ``delay`` (a fake clock's in tests).
@@ -408,7 +414,10 @@ class ScriptedProvider:
         if info.priority == "subagent" and self._subagent is not None:
             queue, replies, what = "subagent_replies", self._subagent, "subagent reply"
         cursor = (queue, info.run_id if self._per_run else "")
-        used = self._cursors.get(cursor, 0)
+        used = self._cursors.get(cursor)
+        if used is None:  # a run this process has not played yet: per run,
+            # its calls before this one (a run resumed after a restart) had theirs
+            used = max(info.iteration - 1, 0) if self._per_run else 0
         if used >= len(replies):
             raise self._exhausted(what, used, info)
         self._cursors[cursor] = used + 1
