@@ -5,6 +5,7 @@
     StewardError
     ├── ConcurrencyError        another writer appended to the stream first
     ├── LogWriteError           the event log could not be written
+    │   └── NotALogError        the file is another program's, not a steward log
     ├── LogReadError            a stored event could not be read or decoded
     ├── ConfigError             a settings file or variable is invalid
     ├── WorkflowFileError       a workflow definition file is invalid
@@ -12,7 +13,9 @@
     ├── ToolError               a tool could not be found, validated or run
     │   └── PathEscapeError     a files.* path points outside the workspace
     ├── ProviderError           a model provider failed (typed: ``kind``)
-    └── NotFoundError           a run, stream or file the caller named is absent
+    ├── NotFoundError           a run, stream or file the caller named is absent
+    ├── NoHostError             nothing hosts the log, so nothing would answer
+    └── NotAllowedError         the actor's state does not allow the command
 
 Errors carry their data as attributes and read as a sentence that says what to
 do; the command line prints ``str(error)`` as one line and exits non-zero.
@@ -40,6 +43,20 @@ class ConcurrencyError(StewardError):
 
 class LogWriteError(StewardError):
     """The event log refused or failed a write."""
+
+
+class NotALogError(LogWriteError):
+    """A file given as a log (or projections) file is not steward's: another
+    program's SQLite database, or no SQLite database at all. steward leaves
+    it as it is."""
+
+    def __init__(self, file: str, problem: str) -> None:
+        self.file = file
+        self.problem = problem
+        super().__init__(
+            f"{file} is not a steward log: {problem}; steward leaves it as it "
+            "is: name a new file or a steward log"
+        )
 
 
 class LogReadError(StewardError):
@@ -122,6 +139,25 @@ class ProviderError(StewardError):
 
 class NotFoundError(StewardError):
     """A run, stream or file the caller named does not exist."""
+
+
+class NoHostError(StewardError):
+    """Nothing hosts the log (no ``serve`` or ``worker``), so what a command
+    sent (a chat's message, a workflow run) would wait for an answer that
+    nothing gives; the message says what to start."""
+
+
+class NotAllowedError(StewardError):
+    """An operator's command that the actor's state does not allow (a
+    cancel of a run that ended, an approval of a run that waits for none):
+    ``subject`` names the actor (``run r1``), ``status`` is its status and
+    ``problem`` says what it does not allow (``it cannot be cancelled``)."""
+
+    def __init__(self, subject: str, status: str, problem: str) -> None:
+        self.subject = subject
+        self.status = status
+        self.problem = problem
+        super().__init__(f"{subject} is {status}: {problem}")
 
 
 def describe(error: BaseException) -> str:

@@ -1,10 +1,11 @@
 """Workflow definition files (TOML or YAML): read, checked, made a run.
 
-A file holds a ``[workflow]`` table (``key``, ``version``, ``name``), the
-nodes in order (``[[nodes]]``: ``key``, ``type``, ``provider``, ``profile``,
-``prompt``, ``max_retries``; a run starts at the first) and the edges
-(``[[edges]]``: ``source``, ``target``, ``priority``, and ``auto = true`` or a
-``when`` guard)::
+A file holds a ``[workflow]`` table (``key``, ``version``, ``name``,
+``max_steps``: the phase executions a run may start), the nodes in order
+(``[[nodes]]``: ``key``, ``type``, ``provider``, ``profile``, ``prompt``,
+``max_retries``; a run starts at the first) and the edges (``[[edges]]``:
+``source``, ``target``, ``priority``, and ``auto = true`` or a ``when``
+guard)::
 
     [workflow]
     key = "design-implement-review"
@@ -66,6 +67,7 @@ class _Workflow(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     key: str
     version: int
     name: str = ""
+    max_steps: int | None = None
 
 
 class _Node(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -123,6 +125,7 @@ def load_definition(path: str | Path, settings: Settings | None = None) -> Workf
         key=parsed.workflow.key,
         version=parsed.workflow.version,
         name=parsed.workflow.name,
+        max_steps=parsed.workflow.max_steps,
         nodes=tuple(NodeDef(**_fields(n)) for n in parsed.nodes),
         edges=tuple(EdgeDef(**_fields(e)) for e in parsed.edges),
         git=None
@@ -264,7 +267,8 @@ def created(
 ) -> WorkflowCreated:
     """The first event of workflow run ``workflow_id``: the definition with
     each node's run settings resolved now (its profile's, asking its
-    provider's model), and the inputs its prompts name.
+    provider's model) and its ``max_steps`` (the file's, else ``[workflow]
+    max_steps``), and the inputs its prompts name.
 
     Raises:
         WorkflowFileError: an input the prompts name has no value.
@@ -291,9 +295,12 @@ def created(
                 run, model=model.model or model.provider, model_table=node.provider
             )
         nodes.append(msgspec.structs.replace(node, settings=run))
+    steps = definition.max_steps or settings.workflow.max_steps
     return WorkflowCreated(
         workflow_id=workflow_id,
-        definition=msgspec.structs.replace(definition, nodes=tuple(nodes)),
+        definition=msgspec.structs.replace(
+            definition, nodes=tuple(nodes), max_steps=steps
+        ),
         inputs=inputs,
         file=file,
         worktree=worktree,

@@ -34,6 +34,17 @@ def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer
         server.stop()
 
 
+@pytest.fixture
+def nats(tmp_path: Path) -> Iterator[NatsServer]:
+    """A nats-server of the test's own (JetStream), for what must not share one."""
+    server = NatsServer(tmp_path / "nats")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 _streams = itertools.count(1)
 
 

@@ -14,6 +14,11 @@ whose result comes back as `SubagentFinished` through its ``reply_to``:
 - failed: `PhaseFailed`; a fresh try while its retries last, else the run
   fails.
 
+A run starts at most `max_steps` phase executions, retries included (from
+revision 3): a transition that would start one more is recorded and the run
+fails, naming the bound and the node, as does a retry that would; a loop
+with no way out ends there.
+
 A paused run records what its phase in flight returns and decides what
 follows when it is resumed. Cancelling cancels the phase in flight (an
 effect); what it returns later is still recorded.
@@ -55,6 +60,7 @@ from steward.events.run import (
     ToolResulted,
 )
 from steward.events.workflow import (
+    DEFAULT_MAX_STEPS,
     PhaseCompleted,
     PhaseFailed,
     PhaseRequeued,
@@ -85,6 +91,7 @@ __all__ = [
     "decide",
     "evolve",
     "initial",
+    "max_steps",
     "phase_of",
     "reports",
     "workflow_stream",
@@ -404,6 +411,8 @@ def _follow(state: Workflow, at: float) -> list[Event]:
     node = node_of(state.definition, phase.node)
     if phase.status == "failed":
         if phase.retries <= node.max_retries:
+            if (bound := _past_bound(state, phase.node, phase.attempt)) is not None:
+                return _ending(state, [bound])
             return _start(state, phase.node, at)
         _move_run("running", "failed")
         tries = phase.retries
@@ -413,7 +422,7 @@ def _follow(state: Workflow, at: float) -> list[Event]:
         )
         return _ending(state, [failed])
     context = guard_context(
-        phase.node, phase.attempt, phase.decision or "no_route", phase.metadata
+        phase.node, phase.attempt, _guard_decision(state, phase), phase.metadata
     )
     edge = choose(state.definition, phase.node, context)
     if edge is None:
@@ -429,13 +438,17 @@ def _follow(state: Workflow, at: float) -> list[Event]:
             when=edge.when,
         )
     ]
+    target = phase_of(state, edge.target)
+    again = target.status == "completed"  # a loop: its next attempt
+    next_attempt = target.attempt + 1 if again else target.attempt
+    if (bound := _past_bound(state, edge.target, next_attempt)) is not None:
+        return _ending(state, [*decisions, bound])
     others = tuple(
         e.target
         for e in state.definition.edges
         if e.source == phase.node and e.target != edge.target
     )
     decisions += _skip_pending(state, others)
-    target = phase_of(state, edge.target)
     if target.status == "completed":
         _move_phase(target, "pending")
         decisions.append(PhaseRequeued(node=target.node, attempt=target.attempt + 1))
@@ -443,6 +456,38 @@ def _follow(state: Workflow, at: float) -> list[Event]:
         _move_phase(target, "pending")
         decisions.append(PhaseRequeued(node=target.node, attempt=target.attempt))
     return decisions + _start(fold(decisions, state), edge.target, at)
+
+
+def _guard_decision(state: Workflow, phase: Phase) -> str | None:
+    """The ``decision`` phase's guards read: its routing decision, or none
+    (a missing path) when it gave none; runs before revision 3 read
+    ``"no_route"`` then, and keep reading it."""
+    if state.revision < 3:
+        return phase.decision or "no_route"
+    return None if phase.decision in (None, "no_route") else phase.decision
+
+
+def max_steps(state: Workflow) -> int | None:
+    """The phase executions the run may start, at most; ``None``: no bound
+    (a run before revision 3, as it was decided)."""
+    assert state.definition is not None
+    if state.revision < 3:
+        return None
+    return state.definition.max_steps or DEFAULT_MAX_STEPS
+
+
+def _past_bound(state: Workflow, node: str, attempt: int) -> WorkflowFailed | None:
+    """The run's failure when starting ``node`` again (its ``attempt``)
+    would pass `max_steps`; ``None`` while it would not."""
+    limit = max_steps(state)
+    if limit is None or state.runs < limit:
+        return None
+    _move_run("running", "failed")
+    return WorkflowFailed(
+        reason=f"max_steps {limit} reached: node {node} would run again "
+        f"(attempt {attempt}) after {state.runs} phase executions; if the "
+        "loop is meant to go on, raise max_steps"
+    )
 
 
 def _ending(state: Workflow, decisions: list[Event]) -> list[Event]:

@@ -22,6 +22,7 @@ __all__ = [
     "MAX_UPSTREAM_ARTIFACTS",
     "ROUTING_DECISIONS",
     "Decision",
+    "auto_loops",
     "choose",
     "guard_context",
     "handoff",
@@ -60,6 +61,9 @@ def problems(definition: WorkflowDef) -> list[tuple[str, str]]:
         found.append(("workflow", _key_problem("key", definition.key)))
     if definition.version < 1:
         found.append(("workflow", f"version is {definition.version}; it starts at 1"))
+    if definition.max_steps is not None and definition.max_steps < 1:
+        steps = definition.max_steps
+        found.append(("workflow", f"max_steps is {steps}; at least 1"))
     if not definition.nodes:
         found.append(("workflow", "it has no nodes; a run starts at the first"))
     seen: dict[str, int] = {}
@@ -133,20 +137,52 @@ def _priority(edge: EdgeDef) -> int:
     return edge.priority
 
 
+def auto_loops(definition: WorkflowDef) -> list[tuple[str, ...]]:
+    """The cycles a run can leave only by failing (at ``max_steps``, say):
+    each of their nodes' first edge by priority is ``auto``, so it is taken
+    whatever the phase reports, and those edges close a cycle. Each cycle
+    once, its nodes in the order taken, starting at the first in node order.
+    A cycle with a guarded edge before an ``auto`` one can be left, and is
+    none of them."""
+    forced: dict[str, str] = {}
+    for node in definition.nodes:
+        edges = sorted(
+            (e for e in definition.edges if e.source == node.key), key=_priority
+        )
+        if edges and edges[0].auto:
+            forced[node.key] = edges[0].target
+    loops: list[tuple[str, ...]] = []
+    seen: set[str] = set()
+    for node in definition.nodes:
+        path: list[str] = []
+        at: str | None = node.key
+        while at is not None and at not in seen and at not in path:
+            path.append(at)
+            at = forced.get(at)
+        seen.update(path)
+        if at is not None and at in path:
+            cycle = path[path.index(at) :]
+            first = min(cycle, key=[n.key for n in definition.nodes].index)
+            start = cycle.index(first)
+            loops.append(tuple(cycle[start:] + cycle[:start]))
+    return loops
+
+
 def guard_context(
-    node: str, attempt: int, decision: str, metadata: Mapping[str, Any]
+    node: str, attempt: int, decision: str | None, metadata: Mapping[str, Any]
 ) -> dict[str, Any]:
     """What a finished phase's guards read: ``decision`` (its routing
     decision), ``report`` (its structured report, the result's metadata),
     ``node`` and ``attempt``; any other first name reads the report, so
-    ``needs_revision`` is ``report.needs_revision``."""
-    return {
-        **metadata,
-        "report": dict(metadata),
-        "decision": decision,
-        "node": node,
-        "attempt": attempt,
-    }
+    ``needs_revision`` is ``report.needs_revision``. A ``decision`` of
+    ``None`` (the phase gave none) is a missing path, not the report's
+    ``decision`` field: every comparison with it is false."""
+    context = {**metadata, "report": dict(metadata), "node": node, "attempt": attempt}
+    if decision is None:
+        context.pop("decision", None)
+    else:
+        context["decision"] = decision
+    return context
 
 
 def routing_decision(metadata: Mapping[str, Any]) -> tuple[Decision, str | None]:

@@ -14,7 +14,9 @@ inserts one row and one index entry instead of three, and a replay fetches
 and decodes a row per commit (a third of the cost per event, measured). The
 event id (``stream/version``) is derived, never stored; no row is ever
 updated or deleted. A log written with the earlier row-per-event table
-(``events``) is moved into ``commits`` when it is first opened.
+(``events``) is moved into ``commits`` when it is first opened. A file with
+tables, none of them steward's, is another program's database: it is refused
+(`check_file`, `steward.errors.NotALogError`) and left as it was.
 
 Throughput comes from group commit: one writer task owns the write
 connection, and every append waiting when it wakes goes into the same
@@ -71,10 +73,10 @@ import msgspec
 
 from steward.bus.base import Append, Commit, check_append, envelopes
 from steward.bus.pages import decode_page
-from steward.errors import ConcurrencyError, LogReadError, LogWriteError
+from steward.errors import ConcurrencyError, LogReadError, LogWriteError, NotALogError
 from steward.events import Event, Recorded, encode_blob
 
-__all__ = ["SqliteEventLog", "Synchronous"]
+__all__ = ["SqliteEventLog", "Synchronous", "check_file"]
 
 Synchronous = Literal["NORMAL", "FULL", "OFF"]
 _SYNCHRONOUS: frozenset[str] = frozenset({"NORMAL", "FULL", "OFF"})
@@ -102,6 +104,24 @@ SELECT position, stream, version, 1, at, correlation_id, causation_id, data
 FROM events;
 DROP TABLE events;
 """
+
+# What makes a file steward's: one of these tables with at least these
+# columns (the log's; an earlier steward's row-per-event table; the
+# checkpoint of the projections, which is all a nats:// log's projections
+# file holds). A file with tables, none of them one of these, is another
+# program's, and steward adds nothing to it (nor moves its `events`).
+_OWN_TABLES: dict[str, frozenset[str]] = {
+    "commits": frozenset(
+        ("position", "stream", "version", "count", "at", "correlation_id")
+        + ("causation_id", "data")
+    ),
+    "events": frozenset(
+        ("position", "stream", "version", "at", "correlation_id", "causation_id")
+        + ("data",)
+    ),
+    "projection_checkpoint": frozenset(("name", "position")),
+}
+_SQLITE_HEADER = b"SQLite format 3\x00"
 
 # One statement gives the batch everything it must know once the write lock is
 # held: the log's head (the row whose stream is NULL, which no event row can
@@ -350,6 +370,11 @@ class SqliteEventLog:
                 idle, for commits made by other processes.
             busy_timeout: seconds a write waits for another process holding
                 the file's write lock before it fails.
+
+        Raises:
+            NotALogError: the file is another program's SQLite database (it
+                has tables, none of them steward's); it is left as it was.
+            LogWriteError: the file cannot be opened or is no SQLite file.
         """
         if synchronous not in _SYNCHRONOUS:
             raise ValueError(
@@ -384,7 +409,7 @@ class SqliteEventLog:
             await reader.execute_fetchall(f"PRAGMA busy_timeout = {busy_ms}")
             await reader.execute_fetchall("PRAGMA query_only = ON")
             quick_reader = _open_quick_reader(file)
-        except (sqlite3.Error, OSError) as e:
+        except (sqlite3.Error, OSError, NotALogError) as e:
             if quick_reader is not None:
                 quick_reader.close()
             if reader is not None:
@@ -393,6 +418,8 @@ class SqliteEventLog:
                 if conn is not None:
                     await loop.run_in_executor(executor, conn.close)
             executor.shutdown()
+            if isinstance(e, NotALogError):
+                raise
             raise LogWriteError(
                 f"cannot open the event log at {file}: {e}; check that the "
                 "directory is writable, the file is a steward SQLite log, and "
@@ -1002,6 +1029,7 @@ def _open_writer(
     conn = sqlite3.connect(file, isolation_level=None, check_same_thread=False)
     try:
         conn.execute(f"PRAGMA busy_timeout = {busy_ms}")
+        _check_tables(conn, file)  # before anything is written, WAL mode included
         # Only takes effect on a new file. Events are a few hundred bytes:
         # 8 KiB pages made appends and replays ~20% faster than 4 KiB.
         conn.execute("PRAGMA page_size = 8192")
@@ -1056,13 +1084,70 @@ def _open_checkpointer(file: Path, busy_ms: int) -> sqlite3.Connection:
     return conn
 
 
+def check_file(file: str | os.PathLike[str]) -> None:
+    """Refuse ``file`` unless steward may make it a log (or projections) file
+    or it is one: it does not exist, is empty, or is an SQLite database with
+    no tables or with steward's. Reads only; `SqliteEventLog.open` checks the
+    same itself, this is for callers that write beside the file first.
+
+    Raises:
+        NotALogError: the file is another program's database, or no SQLite
+            database at all.
+    """
+    path = Path(file)
+    try:
+        with path.open("rb") as f:
+            header = f.read(len(_SQLITE_HEADER))
+    except (FileNotFoundError, IsADirectoryError):
+        return  # nothing there (a directory is refused by whoever opens it)
+    except OSError as e:
+        raise NotALogError(str(path), f"it cannot be read ({e.strerror})") from e
+    if not header:
+        return
+    if header != _SQLITE_HEADER:
+        raise NotALogError(str(path), "it is not an SQLite database")
+    uri = f"{path.resolve().as_uri()}?mode=ro"
+    try:
+        with contextlib.closing(sqlite3.connect(uri, uri=True)) as conn:
+            conn.execute("PRAGMA busy_timeout = 5000")
+            _check_tables(conn, path)
+    except sqlite3.Error as e:
+        raise NotALogError(str(path), f"it cannot be read as SQLite ({e})") from e
+
+
+def _check_tables(conn: sqlite3.Connection, file: Path) -> None:
+    """Refuse a file with tables, none of them steward's (see `_OWN_TABLES`)."""
+    tables = [
+        name
+        for (name,) in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type IN ('table', 'view') "
+            "ORDER BY name"
+        )
+        if not name.startswith("sqlite_")
+    ]
+    if not tables or any(_is_own(conn, name) for name in tables):
+        return
+    shown = ", ".join(tables[:5])
+    if tables[5:]:
+        shown += f", … ({len(tables)} in all)"
+    raise NotALogError(
+        str(file), f"it is an SQLite database of another program (tables {shown})"
+    )
+
+
+def _is_own(conn: sqlite3.Connection, table: str) -> bool:
+    """Whether ``table`` is one of steward's, by its name and columns."""
+    columns = _OWN_TABLES.get(table)
+    if columns is None:
+        return False
+    found = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+    return columns <= found
+
+
 def _migrate(conn: sqlite3.Connection) -> None:
     """Move a row-per-event ``events`` table, if the file has one, into commits."""
-    old = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'events'"
-    ).fetchone()
-    if old is None:
-        return
+    if not _is_own(conn, "events"):
+        return  # none, or another program's table of that name: left alone
     conn.execute("BEGIN IMMEDIATE")
     try:
         for statement in _MIGRATE.split(";"):

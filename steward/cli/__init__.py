@@ -4,13 +4,16 @@ Every command reads settings from ``steward.toml`` (or ``--config``) and
 ``STEWARD_*`` variables, and works on the event log at ``--log`` (default: the
 ``[log] url`` setting, ``.steward/steward.db``). Only commands that write
 create a log, and only the default ``.steward/`` directory is created. Errors
-caused by input are one line on stderr and a non-zero exit, never a
-traceback; a closed standard output ends a command quietly.
+caused by input are one line on stderr and a non-zero exit (2; 1 for an
+operator's command the actor's state does not allow), never a traceback; a
+``STEWARD_*`` variable that names no setting is one warning line, and the
+command goes on; a closed standard output ends a command quietly.
 
 The package, one job a module: `parser` (the grammar), `env` (settings,
 the log, exit statuses), `runs`, `serve`, `history` (replay, fork, export,
 projections), `chat`, `sessions`, `workflow` and `demo` (the commands),
-`hosting` (a run hosted and watched in the foreground).
+`hosting` (a run hosted and watched in the foreground), `output` (the
+columns, cut values and JSON lines of the list and show commands).
 """
 
 from __future__ import annotations
@@ -23,10 +26,17 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
-from steward.cli.env import EXIT_INPUT, EXIT_PIPE, Env, env_of
+from steward.cli.env import (
+    EXIT_INPUT,
+    EXIT_NO_ANSWER,
+    EXIT_PIPE,
+    EXIT_REFUSED,
+    Env,
+    env_of,
+)
 from steward.cli.parser import build_parser
 from steward.config import load_settings
-from steward.errors import StewardError
+from steward.errors import NoHostError, NotAllowedError, StewardError
 
 __all__ = ["build_parser", "main"]
 
@@ -39,12 +49,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        settings = load_settings(args.config)
+        settings = load_settings(args.config, unknown=_warn)
         env = env_of(settings, args)
         fn: Callable[[Env, argparse.Namespace], Coroutine[Any, Any, int]] = args.fn
         code = _run(fn(env, args))
         sys.stdout.flush()  # a reader that went away shows here, not at exit
         return code
+    except NotAllowedError as e:
+        print(f"steward: {e}", file=sys.stderr)
+        return EXIT_REFUSED
+    except NoHostError as e:
+        print(f"steward: {e}", file=sys.stderr)
+        return EXIT_NO_ANSWER
     except StewardError as e:
         print(f"steward: {e}", file=sys.stderr)
         return EXIT_INPUT
@@ -56,6 +72,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # of Python's signal module documentation).
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_PIPE
+
+
+def _warn(message: str) -> None:
+    print(f"steward: warning: {message}", file=sys.stderr)
 
 
 def _run(coro: Coroutine[Any, Any, int]) -> int:

@@ -11,7 +11,7 @@ from pathlib import Path
 from msgspec.structs import replace
 
 from steward import replay
-from steward.cli.env import Env, ensure_directory, opened
+from steward.cli.env import Env, ensure_place, opened
 from steward.cli.history import report
 from steward.cli.hosting import see_run
 from steward.cli.runs import cmd_runs_show, new_run
@@ -20,7 +20,7 @@ from steward.hostlock import HostLock
 
 
 async def cmd_demo(env: Env, args: argparse.Namespace) -> int:
-    ensure_directory(env.db)
+    ensure_place(env.db)
     lock = HostLock(env.db)
     if not lock.acquire():
         raise StewardError(lock.refusal())
@@ -46,7 +46,8 @@ async def cmd_demo(env: Env, args: argparse.Namespace) -> int:
                 env, log, projector, created.run_id, False, created=created
             )
     env.out("")
-    await cmd_runs_show(env, argparse.Namespace(id=created.run_id, prompts=False))
+    shown = argparse.Namespace(id=created.run_id, prompts=False, output="text")
+    await cmd_runs_show(env, shown)
     env.out("")
     async with opened(env) as (log, _):
         streams = await log.streams("run.")

@@ -13,17 +13,24 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from steward import events
-from steward.actors.kind import kind_of
+from steward.actors.kind import KINDS, kind_of
 from steward.actors.run_effects import run_id_of, run_stream
 from steward.bus import EventLog, log_file, open_log
+from steward.bus.sqlite import check_file
 from steward.config import LogConfig, Settings
 from steward.errors import ConfigError, NotFoundError, StewardError
 from steward.projections.store import Projector
 
 EXIT_FAILED = 1
+EXIT_REFUSED = 1
+"""An operator's command (cancel, approve, deny, pause, resume) that the
+state of the run it names does not allow (`steward.errors.NotAllowedError`)."""
 EXIT_INPUT = 2
 EXIT_MISMATCH = 3
 EXIT_WAITING = 4
+EXIT_NO_ANSWER = 5
+"""No answer came: nothing hosts the log (`steward.errors.NoHostError`,
+said at once), or `sessions send` waited its ``--timeout``."""
 EXIT_INTERRUPTED = 130
 EXIT_PIPE = 141
 """The reader of standard output went away: 128 + SIGPIPE, as the shell
@@ -115,9 +122,12 @@ DEFAULT_DIR = Path(LogConfig().url).parent
 """The one directory steward creates by itself (``.steward``)."""
 
 
-def ensure_directory(file: Path) -> None:
-    """Make sure ``file``'s directory exists: create the default one, refuse
-    to create any other (a mistyped path should not become a new log)."""
+def ensure_place(file: Path) -> None:
+    """Make sure ``file`` may hold steward's log (or projections): refuse
+    another program's database (`steward.bus.sqlite.check_file`), create the
+    default directory, refuse to create any other (a mistyped path should not
+    become a new log)."""
+    check_file(file)
     parent = file.parent
     if parent.is_dir():
         return
@@ -138,7 +148,7 @@ async def opened(
     unless ``create`` (commands that only read never create one)."""
     if not (create or env.distributed or env.db.exists()):
         raise NotFoundError(f"no log at {env.db}; --log names another")
-    ensure_directory(env.db)
+    ensure_place(env.db)
     if env.distributed:
         log = await open_log(env.log_url)
     else:
@@ -187,6 +197,38 @@ async def stream_records(log: EventLog, stream: str) -> list[events.Recorded]:
             f"no run {run_id_of(stream)!r} in the log; `steward runs list` shows them"
         )
     raise NotFoundError(f"no stream {stream!r} in the log")
+
+
+async def resolved(log: EventLog, name: str) -> str:
+    """The stream in ``log`` that a command's ID argument names.
+
+    ``KIND.ID`` naming a stream the log holds is that stream. Any other name
+    is an actor's id as the list commands print it (``r1f6...``,
+    ``cli:local``, ``wf-...``): the one stream ``KIND.NAME`` of any kind that
+    the log holds. A name that none names is refused, one that several name
+    too, each naming what it looked for or found.
+    """
+    prefix, dot, _ = name.partition(".")
+    if dot and prefix in KINDS and await log.version(name):
+        return name
+    found = [s for s in (f"{k}.{name}" for k in KINDS) if await log.version(s)]
+    if len(found) == 1:
+        return found[0]
+    if found:
+        raise StewardError(
+            f"{name!r} names {len(found)} streams, {' and '.join(found)}; "
+            "give the one you mean in full"
+        )
+    if dot and prefix in KINDS:
+        raise NotFoundError(f"no stream {name!r} in the log")
+    if dot:
+        kind_of(name)  # of no kind: one line naming the kinds there are
+    looked = [f"{k}.{name}" for k in KINDS]
+    raise NotFoundError(
+        f"no run, session or workflow run {name!r} in the log (no stream "
+        f"{', '.join(looked[:-1])} or {looked[-1]}); `steward runs list`, "
+        "`steward sessions list` and `steward workflow list` show their ids"
+    )
 
 
 PROGRESS_EVERY = 1.0

@@ -23,25 +23,37 @@ from steward.cli.env import (
     is_run,
     opened,
     progress,
-    stream_named,
-    stream_records,
+    resolved,
 )
 from steward.cli.hosting import checked_provider, see_run
+from steward.cli.output import CUT, clip, json_line
 from steward.errors import StewardError
 
 
 async def cmd_replay(env: Env, args: argparse.Namespace) -> int:
-    stream = stream_named(args.id)
     async with opened(env, create=False) as (log, _):
-        records = await stream_records(log, stream)
+        stream = await resolved(log, args.id)
+        records = await log.read(stream)
     state = replay.rebuild(records)
+    mismatch = replay.verify(records) if args.verify else None
+    if args.output == "json":
+        view = {
+            "stream": stream,
+            "kind": kind_of(stream).name,
+            "events": len(records),
+            "state": msgspec.to_builtins(state),
+        }
+        if args.verify:
+            view["verify"] = _verified(mismatch)
+        env.out(json_line(view))
+        return 0 if mismatch is None else EXIT_MISMATCH
     if is_run(stream):
         _run_state(env, run_id_of(stream), len(records), state)
     else:
         _state(env, stream, len(records), state)
     if not args.verify:
         return 0
-    return report(env, replay.verify(records))
+    return report(env, mismatch)
 
 
 def _run_state(env: Env, run_id: str, count: int, state: run_actor.Run) -> None:
@@ -56,15 +68,35 @@ def _run_state(env: Env, run_id: str, count: int, state: run_actor.Run) -> None:
         env.out(f"reason: {state.reason}")
 
 
+STATE_WIDTH = 200
+"""The characters of a field's value `replay` shows of an actor's state
+(``--output json`` gives it whole): a session's settings run to kilobytes."""
+
+
 def _state(env: Env, stream: str, count: int, state: object) -> None:
     """The state of an actor of any kind: a line per field, each value as
-    compact JSON."""
+    compact JSON, a long one cut (and a last line saying so)."""
     env.out(f"{stream}: kind {kind_of(stream).name}, {count} events")
     fields = msgspec.to_builtins(state)
     if not isinstance(fields, dict):
         fields = {"state": fields}
+    long = False
     for name, value in fields.items():
-        env.out(f"{name}: {msgspec.json.encode(value).decode()}")
+        text = json_line(value)
+        long = long or len(text) > STATE_WIDTH
+        env.out(f"{name}: {clip(text, STATE_WIDTH)}")
+    if long:
+        env.out(
+            f"(values longer than {STATE_WIDTH} characters are cut at {CUT}; "
+            "`--output json` gives them whole)"
+        )
+
+
+def _verified(mismatch: replay.Mismatch | None) -> object:
+    """What `replay --verify --output json` says of the verification."""
+    if mismatch is None:
+        return {"ok": True}
+    return {"ok": False, **msgspec.to_builtins(mismatch)}
 
 
 def report(env: Env, mismatch: replay.Mismatch | None) -> int:
@@ -80,12 +112,12 @@ def report(env: Env, mismatch: replay.Mismatch | None) -> int:
 
 
 async def cmd_fork(env: Env, args: argparse.Namespace) -> int:
-    stream = stream_named(args.id)
-    kind = kind_of(stream)
-    old = stream.partition(".")[2]
-    new = _FORKED.sub("", old) + "-fork" + secrets.token_hex(3)
     async with opened(env, create=False) as (log, projector):  # the actor's log
-        records = await stream_records(log, stream)
+        stream = await resolved(log, args.id)
+        kind = kind_of(stream)
+        old = stream.partition(".")[2]
+        new = _FORKED.sub("", old) + "-fork" + secrets.token_hex(3)
+        records = await log.read(stream)
         kept = _fork_steps(replay.commits(records), args.at)
         runs = is_run(stream)
         provider = checked_provider(env) if runs and not args.no_run else None
@@ -156,9 +188,8 @@ def _near(versions: list[int], at: int) -> str:
 
 
 async def cmd_export(env: Env, args: argparse.Namespace) -> int:
-    stream = stream_named(args.id)
     async with opened(env, create=False) as (log, _):
-        records = await stream_records(log, stream)
+        records = await log.read(await resolved(log, args.id))
     lines = b"".join(events.recorded_to_json(r) + b"\n" for r in records)
     if args.output and args.output != "-":
         Path(args.output).write_bytes(lines)

@@ -21,9 +21,10 @@ from steward.actors import run as run_actor
 from steward.actors.llm import ModelRouter, Provider, RequestInfo
 from steward.actors.run_effects import run_stream
 from steward.actors.tools import ToolRegistry
-from steward.bus import EventLog
+from steward.bus import EventLog, JetStreamEventLog
 from steward.cli.env import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_PIPE, EXIT_WAITING, Env
-from steward.errors import ConfigError
+from steward.config import DEFAULT_WORKSPACE
+from steward.errors import ConfigError, NoHostError
 from steward.host import Host
 from steward.hostlock import Holder, HostLock
 from steward.projections.store import Projector
@@ -58,17 +59,44 @@ def new_host(env: Env, log: EventLog, projector: Projector, **kw: Any) -> Host:
         timeout=env.settings.tools.timeout,
         session=True,  # offered to session turns only (their settings list them)
     )
+    workspace = Path(env.settings.tools.workspace)
+    if env.settings.tools.workspace == DEFAULT_WORKSPACE:
+        workspace.mkdir(parents=True, exist_ok=True)  # under .steward/
     return Host(
         log,
         provider=kw.pop("provider", None) or checked_provider(env),
         tools=tools,
-        workspace=Path(env.settings.tools.workspace),
+        workspace=workspace,
         llm_concurrency=env.settings.llm_max_concurrency,
         tool_timeout=env.settings.tools.timeout,
         projector=projector,
         worker_id=_worker_id() if env.distributed else None,
         claim_seconds=env.settings.log.claim_seconds,
         **kw,
+    )
+
+
+async def host_of(env: Env, log: EventLog) -> str | None:
+    """Who hosts every actor of the log: the `serve` holding an embedded
+    log's host lock, or a `serve` or `worker` on a shared one (it answers
+    on NATS); ``None`` when nothing does, so a message to a session or a
+    workflow would wait for nothing."""
+    if isinstance(log, JetStreamEventLog):
+        return await log.host()
+    holder = HostLock(env.db).holder()
+    if holder is None or holder.scope is not None:  # a `run` hosts its run alone
+        return None
+    return str(holder)
+
+
+def nothing_hosts(env: Env, what: str) -> NoHostError:
+    """The error for ``what`` when nothing hosts the log."""
+    start = (
+        "`steward serve` or `steward worker`" if env.distributed else "`steward serve`"
+    )
+    return NoHostError(
+        f"nothing hosts the log {env.log_url}, so nothing would answer {what}: "
+        f"start {start} on it"
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import unicodedata
+from collections.abc import Iterator
 from typing import NoReturn, get_args
 
 import msgspec
@@ -13,6 +14,7 @@ from steward.cli.chat import cmd_chat
 from steward.cli.demo import cmd_demo
 from steward.cli.env import DEFAULT_NATS_URL, EXIT_INPUT
 from steward.cli.history import cmd_export, cmd_fork, cmd_rebuild, cmd_replay
+from steward.cli.output import FORMATS
 from steward.cli.runs import (
     cmd_run,
     cmd_runs_approve,
@@ -48,13 +50,63 @@ def _an_id(text: str) -> str:
     raise argparse.ArgumentTypeError(f"{text!r} holds {what}; an id is printable text")
 
 
-def _backend_option(parser: argparse.ArgumentParser, default: str | None) -> None:
-    parser.add_argument(
+def _input(text: str) -> str:
+    """A run's input, as given, unless it is blank (a run of nothing)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            "the run's input is empty; give the text the run is to work on"
+        )
+    return text
+
+
+_EVERY_COMMAND = "options of every command (before it or after it)"
+
+
+def _global_options(group: argparse._ActionsContainer, default: str | None) -> None:
+    """The options every command takes, given before it (to ``steward``
+    itself, where ``default`` is None) or after it (to each command, where
+    ``default`` is `argparse.SUPPRESS`: an option not given there leaves the
+    value given before the command, and one given there wins)."""
+    group.add_argument(
+        "--config",
+        default=default,
+        help="settings file (default: ./steward.toml if present)",
+    )
+    group.add_argument(
+        "--db",
+        default=default,
+        help="SQLite file of the embedded event log (default: [log] url, "
+        ".steward/steward.db); with a nats:// log, of the projections. Its "
+        "directory must exist (only .steward/ is created); a database of "
+        "another program is refused",
+    )
+    group.add_argument(
+        "--log",
+        metavar="URL",
+        default=default,
+        help="the event log: a SQLite file (a path, sqlite:///abs/path or "
+        "sqlite://rel/path; only commands that write create it), or "
+        "nats://host:4222[,host2:4222]?stream=NAME&replicas=3 (or tls://) for "
+        "JetStream (default: [log] url)",
+    )
+    group.add_argument(
         "--backend",
         choices=("sqlite", "jetstream"),
         default=default,
         help="the kind of event log, when --log does not say: sqlite uses "
         f"[log] url or .steward/steward.db, jetstream [log] url or {DEFAULT_NATS_URL}",
+    )
+    group.add_argument(
+        "--script",
+        default=default,
+        help="play the model's replies from this YAML/JSON script",
+    )
+    group.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=False if default is None else default,
+        help="log debug details",
     )
 
 
@@ -99,13 +151,39 @@ def _metrics_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _output_option(parser: argparse.ArgumentParser, listing: bool) -> None:
+    each = "an object per row" if listing else "one object on one line"
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=FORMATS,
+        default="text",
+        help="text (default): for a person, columns as wide as their "
+        "contents, long values cut at …; json: JSON lines for a program, "
+        f"{each}, every value whole",
+    )
+
+
+_LIMIT = (
+    "at most this many (default: 20); a list cut short ends with a line saying "
+    "how many more there are (with --output json, on standard error)"
+)
+
 _RUN_ID = "the run's id (`steward runs list` shows them), or its stream run.ID"
-_STREAM = "a run's id, or the stream KIND.ID of an actor of any kind (run.ID, ...)"
+_STREAM = (
+    "an id as `runs list`, `sessions list` or `workflow list` print it, or a "
+    "stream KIND.ID (run.ID, session.ID, workflow.ID); an id that names actors "
+    "of several kinds is refused, naming their streams"
+)
 
 EXIT_STATUSES = (
     "exit status: 0 the run completed, 1 it failed or was cancelled, 2 bad input, "
     "3 replay --verify found a mismatch, 4 the run waits for a person "
     "(`steward runs approve|deny ID`), 130 interrupted (Ctrl-C)."
+)
+_REFUSED = (
+    "Exit 1 when the run's state does not allow it: one line on standard error "
+    "says its status, and nothing is recorded."
 )
 _FOREGROUND = (
     "The run is hosted here, or, when a `steward serve` hosts the log, handed "
@@ -130,30 +208,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="An event-sourced actor runtime for LLM agents. Every step of "
         "every run is an event in one append-only log; runs can be replayed, "
         "verified and forked from it.",
-        epilog=EXIT_STATUSES,
+        epilog=f"{EXIT_STATUSES[:-1]}; 1 also for an operator's command (runs "
+        "cancel|approve|deny, workflow pause|resume|cancel) that the run's state "
+        "does not allow.",
     )
-    p.add_argument(
-        "--config", help="settings file (default: ./steward.toml if present)"
-    )
-    p.add_argument(
-        "--db",
-        help="SQLite file of the embedded event log (default: [log] url, "
-        ".steward/steward.db); with a nats:// log, of the projections. Its "
-        "directory must exist (only .steward/ is created)",
-    )
-    p.add_argument(
-        "--log",
-        metavar="URL",
-        help="the event log: a SQLite file (a path, sqlite:///abs/path or "
-        "sqlite://rel/path; only commands that write create it), or "
-        "nats://host:4222[,host2:4222]?stream=NAME&replicas=3 (or tls://) for "
-        "JetStream (default: [log] url)",
-    )
-    _backend_option(p, None)
-    p.add_argument(
-        "--script", help="play the model's replies from this YAML/JSON script"
-    )
-    p.add_argument("-v", "--verbose", action="store_true", help="log debug details")
+    _global_options(p.add_argument_group(_EVERY_COMMAND), None)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     s = sub.add_parser(
@@ -166,8 +225,6 @@ def build_parser() -> argparse.ArgumentParser:
         "them (up to 60 s; a second Ctrl-C stops at once).",
     )
     s.set_defaults(fn=cmd_serve)
-    # also after the command, as in `steward serve --backend jetstream`
-    _backend_option(s, argparse.SUPPRESS)
     _metrics_option(s)
     s = sub.add_parser(
         "worker",
@@ -175,7 +232,6 @@ def build_parser() -> argparse.ArgumentParser:
         "other workers until stopped",
     )
     s.set_defaults(fn=cmd_worker)
-    _backend_option(s, argparse.SUPPRESS)
     _metrics_option(s)
 
     s = sub.add_parser(
@@ -184,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
         description=f"Run TEXT to completion, printing each step. {_FOREGROUND}",
         epilog=EXIT_STATUSES,
     )
-    s.add_argument("text", help="the run's input")
+    s.add_argument("text", type=_input, help="the run's input (not blank)")
     s.add_argument("--profile", default="default", help="agent profile ([agents.NAME])")
     s.add_argument("-q", "--quiet", action="store_true", help="print only the result")
     s.add_argument(
@@ -200,21 +256,23 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--status", choices=get_args(events.RunStatus), help="only runs in this status"
     )
-    s.add_argument(
-        "--limit", type=_positive, default=20, help="at most this many (default: 20)"
-    )
+    s.add_argument("--limit", type=_positive, default=20, help=_LIMIT)
+    _output_option(s, listing=True)
     s.set_defaults(fn=cmd_runs_list)
     s = rsub.add_parser(
         "show",
         help="a run's (or any actor's) timeline: step, kind, duration, tokens",
         description="A run's timeline, from the runs projection: step, kind, "
-        "duration, tokens. For a stream of another kind (KIND.ID), its events "
-        "from the log: version, type, time and a one-line summary.",
+        "duration, tokens. A workflow run's phase path, each attempt with its "
+        "routing decision (or why it failed) and run, and the transitions "
+        "taken. For an actor of another kind (a session), its events from the "
+        "log: version, type, time and a one-line summary.",
     )
     s.add_argument("id", type=_an_id, help=_STREAM)
     s.add_argument(
         "--prompts", action="store_true", help="rebuild and print every prompt"
     )
+    _output_option(s, listing=False)
     s.set_defaults(fn=cmd_runs_show)
     s = rsub.add_parser(
         "start",
@@ -223,7 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
         "takes it, and print its id. Exits 0 once it is recorded; says so on "
         "standard error when no host took it within --wait seconds.",
     )
-    s.add_argument("text", help="the run's input")
+    s.add_argument("text", type=_input, help="the run's input (not blank)")
     s.add_argument("--profile", default="default", help="agent profile ([agents.NAME])")
     s.add_argument(
         "--wait",
@@ -234,7 +292,12 @@ def build_parser() -> argparse.ArgumentParser:
         "0 does not wait)",
     )
     s.set_defaults(fn=cmd_start)
-    s = rsub.add_parser("cancel", help="cancel a run and its children")
+    s = rsub.add_parser(
+        "cancel",
+        help="cancel a run and its children",
+        description="Cancel a pending, running or waiting run and its children. "
+        f"{_REFUSED}",
+    )
     s.add_argument("id", type=_an_id, help=_RUN_ID)
     s.add_argument(
         "--reason",
@@ -242,13 +305,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="recorded with the cancellation (default: %(default)s)",
     )
     s.set_defaults(fn=cmd_runs_cancel)
-    s = rsub.add_parser("approve", help="approve the tool call a run waits on")
+    s = rsub.add_parser(
+        "approve",
+        help="approve the tool call a run waits on",
+        description="Approve the tool call (or the spent budget) a run waits on, "
+        f"so it goes on. {_REFUSED}",
+    )
     s.add_argument("id", type=_an_id, help=_RUN_ID)
     s.add_argument(
         "--request", type=_an_id, help="request id (default: the oldest waiting)"
     )
     s.set_defaults(fn=cmd_runs_approve)
-    s = rsub.add_parser("deny", help="deny the tool call a run waits on")
+    s = rsub.add_parser(
+        "deny",
+        help="deny the tool call a run waits on",
+        description="Deny the tool call (or the spent budget) a run waits on; the "
+        f"model is told why. {_REFUSED}",
+    )
     s.add_argument("id", type=_an_id, help=_RUN_ID)
     s.add_argument("--reason", required=True, help="why; the model sees it")
     s.add_argument(
@@ -261,9 +334,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="rebuild a run's (or any actor's) state from the log",
         description="Rebuild an actor's state from its events in the log and "
         "print it: a run's status, counts and output; for a stream of another "
-        "kind, its kind, its number of events and its state, a line per field.",
+        "kind, its kind, its number of events and its state, a line per field "
+        "(a value longer than 200 characters cut at …; --output json gives "
+        "the state whole).",
     )
     s.add_argument("id", type=_an_id, help=_STREAM)
+    _output_option(s, listing=False)
     s.add_argument(
         "--verify",
         action="store_true",
@@ -332,7 +408,8 @@ def build_parser() -> argparse.ArgumentParser:
         "needed). An empty line is answered with why. Ctrl-D ends once what "
         "runs is recorded (up to 60 s); Ctrl-C or SIGTERM stops once the model "
         "calls in flight are recorded and their reply printed (a second Ctrl-C "
-        "at once; exit 130).",
+        "at once; exit 130). On a log nothing hosts (a nats:// log with no "
+        "serve or worker) it says so at once and exits 5.",
     )
     s.add_argument(
         "--chat",
@@ -350,9 +427,8 @@ def build_parser() -> argparse.ArgumentParser:
         dest="sessions_command", required=True, metavar="ACTION"
     )
     s = ssub.add_parser("list", help="the sessions, the last active first")
-    s.add_argument(
-        "--limit", type=_positive, default=20, help="at most this many (default: 20)"
-    )
+    s.add_argument("--limit", type=_positive, default=20, help=_LIMIT)
+    _output_option(s, listing=True)
     s.set_defaults(fn=cmd_sessions_list)
     s = ssub.add_parser(
         "show",
@@ -373,6 +449,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="show the newest N messages (default: 40)",
     )
+    _output_option(s, listing=False)
     s.set_defaults(fn=cmd_sessions_show)
     s = ssub.add_parser(
         "send",
@@ -380,8 +457,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Record a message to session ID (opened with the [session] "
         "settings if new) and wait for its answer, which a running `steward "
         "serve` (or `steward chat`) on the log gives: a command's at once, a "
-        "turn's after the debounce. Exit 3 when none comes in time (the message "
-        "stays recorded).",
+        "turn's after the debounce. Exit 5 when none can come (nothing hosts "
+        "the log: said at once) or none came in time; the message stays "
+        "recorded.",
     )
     s.add_argument(
         "id", type=_an_id, help="the session id, CHANNEL:CHAT (as telegram:42)"
@@ -434,7 +512,8 @@ def build_parser() -> argparse.ArgumentParser:
         "on the last line. Exit 0 when it completed, 1 when it failed or was "
         "cancelled, 2 for a bad file or a missing input, 130 on Ctrl-C (the "
         "run stays recorded; `steward serve` carries it on). Beside a `serve` "
-        "the run is recorded for it and followed in the log.",
+        "the run is recorded for it and followed in the log; on a nats:// log "
+        "with no serve or worker, nothing is recorded and it exits 5.",
     )
     s.add_argument("file", help="the workflow file (.toml, .yaml or .yml)")
     s.add_argument(
@@ -481,16 +560,17 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["pending", "running", "paused", "completed", "failed", "cancelled"],
         help="only those in this status",
     )
-    s.add_argument(
-        "--limit", type=_positive, default=20, help="at most this many (default: 20)"
-    )
+    s.add_argument("--limit", type=_positive, default=20, help=_LIMIT)
+    _output_option(s, listing=True)
     s.set_defaults(fn=cmd_workflow_list)
     for name, fn, what, reason in (
         ("pause", cmd_pause, "start no more phases (the one running ends)", True),
         ("resume", cmd_resume, "go on with a paused run", False),
         ("cancel", cmd_workflow_cancel, "stop a run and cancel its phase", True),
     ):
-        s = wsub.add_parser(name, help=what)
+        s = wsub.add_parser(
+            name, help=what, description=f"{what.capitalize()}. {_REFUSED}"
+        )
         s.add_argument("id", type=_an_id, help="the workflow run's id (or workflow.ID)")
         if reason:
             s.add_argument(
@@ -502,4 +582,15 @@ def build_parser() -> argparse.ArgumentParser:
         "demo", help="a scripted run with a tool, a subagent and a sleep"
     )
     s.set_defaults(fn=cmd_demo)
+    for command in _commands(p):
+        _global_options(command.add_argument_group(_EVERY_COMMAND), argparse.SUPPRESS)
     return p
+
+
+def _commands(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    """The parsers of every command and action under ``parser``."""
+    for action in parser._actions:  # argparse lists its subparsers nowhere else
+        if isinstance(action, argparse._SubParsersAction):
+            for command in action.choices.values():
+                yield command
+                yield from _commands(command)

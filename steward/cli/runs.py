@@ -8,6 +8,7 @@ import secrets
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 from msgspec.structs import replace
 
@@ -16,19 +17,19 @@ from steward.actors import run as run_actor
 from steward.actors.kind import kind_of
 from steward.actors.run_effects import run_id_of, run_stream
 from steward.actors.tools import ToolRegistry
-from steward.actors.workflow import workflow_stream
 from steward.bus import EventLog
 from steward.cli.env import (
     Env,
     is_run,
     opened,
+    resolved,
     run_named,
-    stream_named,
     stream_records,
 )
 from steward.cli.hosting import checked_provider, see_run
-from steward.cli.workflow import show_workflow
-from steward.errors import StewardError
+from steward.cli.output import columns, cut, json_line, listed
+from steward.cli.workflow import workflow_lines, workflow_view
+from steward.errors import NotAllowedError
 from steward.host import Host
 from steward.isotime import iso_time
 from steward.projections.store import Projector
@@ -104,43 +105,87 @@ async def cmd_runs_list(env: Env, args: argparse.Namespace) -> int:
         await projector.catch_up(log)
         where, params = ("WHERE status=?", [args.status]) if args.status else ("", [])
         rows = await projector.query(
-            f"SELECT id, status, kind, iterations, input_tokens + output_tokens, "
-            f"input_text FROM runs {where} ORDER BY created_at DESC, id LIMIT ?",
+            "SELECT id, status, kind, parent_run_id, iterations, input_tokens, "
+            f"output_tokens, cost_usd, created_at, input_text FROM runs {where} "
+            "ORDER BY created_at DESC, id LIMIT ?",
             [*params, args.limit],
         )
-    if not rows:
+        total = len(rows)
+        if total == args.limit:
+            counted = await projector.query(
+                f"SELECT count(*) FROM runs {where}", params
+            )
+            total = counted[0][0]
+    if not rows and args.output == "text":
         env.out("no runs yet" if not args.status else f"no {args.status} runs")
         return 0
-    env.out(f"{'id':<22} {'status':<10} {'kind':<11} {'iter':>4} {'tokens':>7}  input")
-    for run_id, status, kind, iterations, tokens, text in rows:
-        text = " ".join(str(text).split())[:60]
-        env.out(
-            f"{run_id:<22} {status:<10} {kind:<11} {iterations:>4} {tokens:>7}  {text}"
-        )
+    runs: list[dict[str, Any]] = [
+        {
+            "id": run_id,
+            "status": status,
+            "kind": kind,
+            "parent": parent,
+            "iterations": iterations,
+            "input_tokens": tin,
+            "output_tokens": tout,
+            "cost_usd": cost,
+            "created_at": iso_time(at),
+            "input": text,
+        }
+        for run_id, status, kind, parent, iterations, tin, tout, cost, at, text in rows
+    ]
+    table = columns(
+        ("id", "status", "kind", "iter", "tokens", "input"),
+        [
+            (
+                r["id"],
+                r["status"],
+                r["kind"],
+                r["iterations"],
+                r["input_tokens"] + r["output_tokens"],
+                cut(r["input"], INPUT_WIDTH),
+            )
+            for r in runs
+        ],
+        right=(3, 4),
+    )
+    listed(env, args.output, runs, total, table)
     return 0
+
+
+INPUT_WIDTH = 60
+"""The characters of a run's input `runs list` shows (``-o json``: all)."""
 
 
 async def cmd_runs_show(env: Env, args: argparse.Namespace) -> int:
-    stream = stream_named(args.id)
     async with opened(env, create=False) as (log, projector):
-        if is_run(stream) and not await log.version(stream):
-            # a workflow run's id names its stream (`workflow.ID`) too
-            if await log.version(workflow_stream(args.id)):
-                stream = workflow_stream(args.id)
-        records = await stream_records(log, stream)
+        stream = await resolved(log, args.id)
+        records = await log.read(stream)
+        lines: Callable[[dict[str, Any]], list[str]]
         if is_run(stream):
             await projector.catch_up(log)
-            await _show_run(env, projector, run_id_of(stream))
+            view = await _run_view(projector, run_id_of(stream))
+            lines = _run_lines
         elif kind_of(stream).name == "workflow":
-            show_workflow(env, records)
+            view, lines = workflow_view(records), workflow_lines
         else:
-            _show_actor(env, stream, records)
+            view, lines = _actor_view(stream, records), _actor_lines
     if args.prompts:
-        _prompts(env, records)
+        view["prompts"] = _prompts(records)
+    if args.output == "json":
+        env.out(json_line(view))
+        return 0
+    for line in lines(view):
+        env.out(line)
+    for prompt in view.get("prompts", []):
+        env.out(f"--- prompt for {prompt['request_id']} (v{prompt['version']})")
+        env.out(f"[system] {prompt['system']}")
+        for message in prompt["messages"]:
+            env.out(f"[{message['role']}] {message['content']}")
     return 0
 
 
-async def _show_run(env: Env, projector: Projector, run_id: str) -> None:
+async def _run_view(projector: Projector, run_id: str) -> dict[str, Any]:
     """A run's summary and steps, from the read models."""
     run = await projector.query(
         "SELECT status, kind, parent_run_id, iterations, input_tokens, "
@@ -153,53 +198,121 @@ async def _show_run(env: Env, projector: Projector, run_id: str) -> None:
         [run_id],
     )
     status, kind, parent, iterations, tin, tout, output, reason, cost = run[0]
-    env.out(
-        f"run {run_id}  {status}  {kind}" + (f"  parent {parent}" if parent else "")
-    )
-    env.out(
-        f"iterations {iterations}  tokens in {tin} out {tout}"
-        + (f"  cost ${cost:.6f}" if cost else "")
-    )
-    env.out(f"{'step':>4}  {'kind':<17} {'duration':>9} {'tokens':>7}  detail")
-    for seq, step_kind, duration, tokens, step_cost, text in steps:
-        dur = f"{duration:.3f}s" if duration is not None else ""
-        tok = str(tokens) if tokens is not None else ""
-        if step_cost:
-            text = f"${step_cost:.6f} {text}"
-        env.out(f"{seq:>4}  {step_kind:<17} {dur:>9} {tok:>7}  {text}")
-    if output:
-        env.out(f"output: {output}")
-    if reason:
-        env.out(f"reason: {reason}")
+    return {
+        "stream": run_stream(run_id),
+        "id": run_id,
+        "status": status,
+        "kind": kind,
+        "parent": parent,
+        "iterations": iterations,
+        "input_tokens": tin,
+        "output_tokens": tout,
+        "cost_usd": cost,
+        "output": output,
+        "reason": reason,
+        "steps": [
+            {
+                "step": seq,
+                "kind": step_kind,
+                "duration": duration,
+                "tokens": tokens,
+                "cost_usd": step_cost,
+                "detail": text,
+            }
+            for seq, step_kind, duration, tokens, step_cost, text in steps
+        ],
+    }
 
 
-def _show_actor(env: Env, stream: str, records: list[events.Recorded]) -> None:
-    """The steps of an actor of another kind, from its events in the log."""
-    env.out(f"{stream}  kind {kind_of(stream).name}  {len(records)} events")
-    env.out(f"{'step':>4}  {'kind':<17} {'at':<24}  detail")
-    for rec in records:
-        name = events.type_name(rec.event)
-        env.out(
-            f"{rec.version:>4}  {name:<17} {iso_time(rec.at):<24}  {summary(rec.event)}"
+def _run_lines(run: dict[str, Any]) -> list[str]:
+    parent = f"  parent {run['parent']}" if run["parent"] else ""
+    lines = [
+        f"run {run['id']}  {run['status']}  {run['kind']}{parent}",
+        f"iterations {run['iterations']}  tokens in {run['input_tokens']} out "
+        f"{run['output_tokens']}"
+        + (f"  cost ${run['cost_usd']:.6f}" if run["cost_usd"] else ""),
+    ]
+    rows = []
+    for step in run["steps"]:
+        duration, tokens, cost = step["duration"], step["tokens"], step["cost_usd"]
+        text = f"${cost:.6f} {step['detail']}" if cost else step["detail"]
+        rows.append(
+            (
+                step["step"],
+                step["kind"],
+                "" if duration is None else f"{duration:.3f}s",
+                "" if tokens is None else tokens,
+                text,
+            )
         )
+    lines += columns(("step", "kind", "duration", "tokens", "detail"), rows, (0, 2, 3))
+    if run["output"]:
+        lines.append(f"output: {run['output']}")
+    if run["reason"]:
+        lines.append(f"reason: {run['reason']}")
+    return lines
 
 
-def _prompts(env: Env, records: list[events.Recorded]) -> None:
+def _actor_view(stream: str, records: list[events.Recorded]) -> dict[str, Any]:
+    """The events of an actor of another kind, from the log."""
+    return {
+        "stream": stream,
+        "kind": kind_of(stream).name,
+        "events": [
+            {
+                "version": rec.version,
+                "type": events.type_name(rec.event),
+                "at": iso_time(rec.at),
+                "detail": summary(rec.event, sys.maxsize),
+            }
+            for rec in records
+        ],
+    }
+
+
+def _actor_lines(actor: dict[str, Any]) -> list[str]:
+    found = actor["events"]
+    rows = [
+        (e["version"], e["type"], e["at"], cut(e["detail"], DETAIL_WIDTH))
+        for e in found
+    ]
+    return [
+        f"{actor['stream']}  kind {actor['kind']}  {len(found)} events",
+        *columns(("step", "kind", "at", "detail"), rows, (0,)),
+    ]
+
+
+DETAIL_WIDTH = 120
+"""The characters of an event's summary `runs show KIND.ID` shows
+(``-o json``: all)."""
+
+
+def _prompts(records: list[events.Recorded]) -> list[dict[str, Any]]:
     """The prompt of each model call the actor asked for, as it was sent."""
     kind = kind_of(records[0].stream)
+    prompts = []
     for rec in records:
         if isinstance(rec.event, events.LlmRequested) and kind.model_call:
             state = replay.rebuild(records, rec.version)
             prompt = kind.model_call(state, rec.event, None, None).prompt
-            env.out(f"--- prompt for {rec.event.request_id} (v{rec.version})")
-            env.out(f"[system] {prompt.system}")
-            for message in prompt.messages:
-                env.out(f"[{message.role}] {message.content}")
+            prompts.append(
+                {
+                    "request_id": rec.event.request_id,
+                    "version": rec.version,
+                    "system": prompt.system,
+                    "messages": [
+                        {"role": m.role, "content": m.content} for m in prompt.messages
+                    ],
+                }
+            )
+    return prompts
 
 
 async def _operator_input(
-    env: Env, name: str, make: Callable[[run_actor.Run], events.Event]
+    env: Env, name: str, make: Callable[[run_actor.Run], events.Event], verb: str
 ) -> int:
+    """Record the input ``make`` gives for the run ``name`` names; a run
+    whose state does not allow it is refused (`NotAllowedError`, exit 1)."""
     run_id = run_named(name, RUNS_ONLY)
     stream = run_stream(run_id)
     async with opened(env) as (log, projector):
@@ -209,15 +322,14 @@ async def _operator_input(
         commit = await host.submit(stream, make(state))
         state, _ = await host.state(stream)
     if commit is None:
-        env.out(f"run {run_id} is {state.status}: nothing to do")
-        return 1
+        raise NotAllowedError(f"run {run_id}", state.status, f"it cannot be {verb}")
     env.out(f"run {run_id} is now {state.status}")
     return 0
 
 
 async def cmd_runs_cancel(env: Env, args: argparse.Namespace) -> int:
     return await _operator_input(
-        env, args.id, lambda s: events.CancelRequested(reason=args.reason)
+        env, args.id, lambda s: events.CancelRequested(reason=args.reason), "cancelled"
     )
 
 
@@ -228,8 +340,21 @@ def _approval(
         waiting = [a.request_id for a in state.approvals]
         if state.budget_hold is not None:
             waiting.append(state.budget_hold)
+        verb = "approve" if approved else "deny"
+        subject = f"run {state.run_id}"
         if not waiting:
-            raise StewardError(f"run {state.run_id} is not waiting for an approval")
+            raise NotAllowedError(
+                subject,
+                state.status,
+                f"it waits for no approval, so there is nothing to {verb}",
+            )
+        if args.request is not None and args.request not in waiting:
+            raise NotAllowedError(
+                subject,
+                state.status,
+                f"it waits for no request {args.request!r}, only for "
+                + ", ".join(repr(w) for w in waiting),
+            )
         request_id = args.request or waiting[0]
         return events.ApprovalDecided(
             request_id=request_id, approved=approved, reason=getattr(args, "reason", "")
@@ -239,8 +364,8 @@ def _approval(
 
 
 async def cmd_runs_approve(env: Env, args: argparse.Namespace) -> int:
-    return await _operator_input(env, args.id, _approval(args, True))
+    return await _operator_input(env, args.id, _approval(args, True), "approved")
 
 
 async def cmd_runs_deny(env: Env, args: argparse.Namespace) -> int:
-    return await _operator_input(env, args.id, _approval(args, False))
+    return await _operator_input(env, args.id, _approval(args, False), "denied")

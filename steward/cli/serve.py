@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -20,8 +21,8 @@ from wsgiref.simple_server import WSGIServer
 import prometheus_client
 
 from steward.actors.llm import Provider
-from steward.bus import EventLog
-from steward.cli.env import Env, ensure_directory, opened, progress
+from steward.bus import EventLog, JetStreamEventLog
+from steward.cli.env import Env, ensure_place, opened, progress
 from steward.cli.hosting import checked_provider, new_host
 from steward.errors import ConfigError, StewardError
 from steward.host import Host
@@ -54,7 +55,7 @@ async def _serve(env: Env, args: argparse.Namespace, *, services: bool) -> int:
     provider = checked_provider(env)  # bad settings fail before the log is made
     lock = None
     if not env.distributed:
-        ensure_directory(env.db)
+        ensure_place(env.db)
         lock = HostLock(env.db)
     if lock is not None and not lock.acquire():
         raise StewardError(lock.refusal())
@@ -82,6 +83,9 @@ async def _serve_log(
             intake, outlets = (
                 await _start_services(env, log, host) if services else ([], [])
             )
+            if isinstance(log, JetStreamEventLog):  # `host_of` finds it
+                command = "serve" if services else f"worker {host.worker_id}"
+                await log.advertise(f"steward {command}, pid {os.getpid()}")
             role = "serving" if services else f"working as {host.worker_id} on"
             env.out(f"steward {role} {env.log_url} (ctrl-c to stop)")
             sys.stdout.flush()  # seen at once through a pipe (`serve | tee`)

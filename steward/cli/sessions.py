@@ -8,9 +8,13 @@ import argparse
 import asyncio
 import json
 import sys
+from typing import Any
 
+from steward.actors.session import session_stream
 from steward.chats import answer, message, open_session
-from steward.cli.env import EXIT_MISMATCH, Env, opened
+from steward.cli.env import EXIT_NO_ANSWER, Env, opened
+from steward.cli.hosting import host_of, nothing_hosts
+from steward.cli.output import columns, cut, json_line, listed
 from steward.errors import NotFoundError
 from steward.host import Host
 from steward.isotime import iso_time
@@ -24,23 +28,55 @@ async def cmd_sessions_list(env: Env, args: argparse.Namespace) -> int:
     async with opened(env, create=False) as (log, projector):
         await projector.catch_up(log)
         rows = await projector.query(
-            "SELECT session_id, model, segment, messages, turns, memory_items, "
-            "updated_at FROM sessions ORDER BY updated_at DESC, session_id LIMIT ?",
+            "SELECT session_id, channel, chat_id, model, segment, messages, turns, "
+            "memory_items, updated_at FROM sessions "
+            "ORDER BY updated_at DESC, session_id LIMIT ?",
             [args.limit],
         )
-    if not rows:
+        total = len(rows)
+        if total == args.limit:
+            total = (await projector.query("SELECT count(*) FROM sessions"))[0][0]
+    if not rows and args.output == "text":
         env.out("no sessions yet")
         return 0
-    env.out(
-        f"{'id':<24} {'model':<12} {'segment':>7} {'messages':>8} {'turns':>5} "
-        f"{'memory':>6}  last"
+    sessions: list[dict[str, Any]] = [
+        {
+            "id": sid,
+            "channel": channel,
+            "chat": chat,
+            "model": model,
+            "segment": segment,
+            "messages": messages,
+            "turns": turns,
+            "memory_items": items,
+            "updated_at": iso_time(updated),
+        }
+        for sid, channel, chat, model, segment, messages, turns, items, updated in rows
+    ]
+    table = columns(
+        ("id", "model", "segment", "messages", "turns", "memory", "last"),
+        [
+            (
+                r["id"],
+                r["model"],
+                r["segment"],
+                r["messages"],
+                r["turns"],
+                r["memory_items"],
+                r["updated_at"],
+            )
+            for r in sessions
+        ],
+        right=(2, 3, 4, 5),
     )
-    for sid, model, segment, messages, turns, items, updated in rows:
-        env.out(
-            f"{sid:<24} {model:<12} {segment:>7} {messages:>8} {turns:>5} "
-            f"{items:>6}  {iso_time(updated)}"
-        )
+    listed(env, args.output, sessions, total, table)
     return 0
+
+
+TEXT_WIDTH = 100
+"""The characters of a message `sessions show` shows (``-o json``: all)."""
+TASK_WIDTH = 60
+"""The characters of a schedule's task `sessions show` shows."""
 
 
 async def cmd_sessions_show(env: Env, args: argparse.Namespace) -> int:
@@ -76,6 +112,64 @@ async def cmd_sessions_show(env: Env, args: argparse.Namespace) -> int:
             [args.id],
         )
     channel, chat, model, segment, n, turns, compactions, core, summary, at = found[0]
+    if args.output == "json":
+        began = {seg: (first, received) for seg, first, received in segments}
+        view = {
+            "id": args.id,
+            "stream": session_stream(args.id),
+            "channel": channel,
+            "chat": chat,
+            "opened_at": iso_time(at),
+            "model": model,
+            "segment": segment,
+            "messages_received": n,
+            "turns": turns,
+            "compactions": compactions,
+            "segments": [
+                {
+                    "segment": seg,
+                    "from": None if seg not in began else iso_time(began[seg][0]),
+                    "messages": began.get(seg, (None, 0))[1],
+                }
+                for seg in range(segment + 1)
+            ],
+            "core_memory": json.loads(core),
+            "summary": summary,
+            "memory_items": [
+                {
+                    "id": item_id,
+                    "level": level,
+                    "module": module,
+                    "key": key,
+                    "value": value,
+                    "archived": bool(archived),
+                }
+                for item_id, level, module, key, value, archived in items
+            ],
+            "schedules": [
+                {
+                    "name": name,
+                    "cron": cron,
+                    "next_at": iso_time(next_at),
+                    "fired": fired,
+                    "task": task,
+                }
+                for name, cron, next_at, fired, task in schedules
+            ],
+            "messages": [
+                {
+                    "seq": seq,
+                    "segment": seg,
+                    "kind": kind,
+                    "role": role,
+                    "run_id": run_id,
+                    "text": text,
+                }
+                for seq, seg, kind, role, run_id, text in reversed(talk)
+            ],
+        }
+        env.out(json_line(view))
+        return 0
     env.out(f"session {args.id} (channel {channel}, chat {chat})")
     env.out(f"  opened {iso_time(at)}, model {model}, segment {segment}")
     env.out(f"  {n} messages received, {turns} turns, {compactions} compactions")
@@ -98,11 +192,11 @@ async def cmd_sessions_show(env: Env, args: argparse.Namespace) -> int:
         env.out(f"  [{item_id}] L{level} {module}.{key}: {value}{mark}")
     env.out(f"schedules ({len(schedules)}):")
     for name, cron, next_at, fired, task in schedules:
-        task = " ".join(str(task).split())[:60]
+        task = cut(task, TASK_WIDTH)
         env.out(f"  {name} ({cron}) next {iso_time(next_at)}, fired {fired}: {task}")
     env.out(f"messages (the newest {len(talk)}; seq, segment, kind, run):")
     for seq, seg, kind, role, run_id, text in reversed(talk):
-        text = " ".join(str(text).split())[:100]
+        text = cut(text, TEXT_WIDTH)
         run = f" {run_id}" if run_id else ""
         env.out(f"  {seq:>5} s{seg} {kind:<8}{run} {role}: {text}")
     return 0
@@ -123,16 +217,23 @@ async def cmd_sessions_send(env: Env, args: argparse.Namespace) -> int:
         if args.no_wait:
             env.out(sent.message_id)
             return 0
+        if await host_of(env, log) is None:  # a command is answered already
+            stop.set()
         try:
             waited = answer(log, stream, sent.message_id, stop, since)
             reply = await asyncio.wait_for(waited, args.timeout)
         except TimeoutError:
             stop.set()
             print(
-                f"steward: no answer within {args.timeout:g}s: is a `steward serve` "
-                f"running on this log? The message is recorded ({sent.message_id})",
+                f"steward: no answer within {args.timeout:g}s; the message is "
+                f"recorded ({sent.message_id}) and its answer will be in the "
+                f"session (`steward sessions show {args.id}`)",
                 file=sys.stderr,
             )
-            return EXIT_MISMATCH
+            return EXIT_NO_ANSWER
+        if reply is None:
+            raise nothing_hosts(
+                env, f"message {sent.message_id} (recorded: answered once one runs)"
+            )
     env.out(reply or "")
     return 0

@@ -15,6 +15,7 @@ import re
 import secrets
 import signal
 import sys
+from typing import Any
 
 from msgspec.structs import replace
 
@@ -22,10 +23,19 @@ from steward import events
 from steward.actors.kind import kind_of
 from steward.actors.tools import ToolRegistry
 from steward.actors.workflow import Workflow, workflow_stream
+from steward.actors.workflow_graph import auto_loops
 from steward.bus import EventLog
-from steward.cli.env import EXIT_FAILED, EXIT_INTERRUPTED, Env, opened, stream_records
-from steward.cli.hosting import checked_provider, new_host
-from steward.errors import StewardError
+from steward.cli.env import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    Env,
+    opened,
+    shown,
+    stream_records,
+)
+from steward.cli.hosting import checked_provider, host_of, new_host, nothing_hosts
+from steward.cli.output import columns, cut, listed
+from steward.errors import NotAllowedError, StewardError
 from steward.host import Host
 from steward.hostlock import HostLock
 from steward.isotime import iso_time
@@ -40,6 +50,14 @@ async def cmd_validate(env: Env, args: argparse.Namespace) -> int:
         f"{args.file}: ok: workflow {definition.key} v{definition.version}, "
         f"{len(definition.nodes)} nodes, {len(definition.edges)} edges"
     )
+    steps = definition.max_steps or env.settings.workflow.max_steps
+    for loop in auto_loops(definition):
+        cycle = " -> ".join((*loop, loop[0]))
+        warning = (
+            f"{args.file}: warning: {cycle} loops by auto edges alone: a run "
+            f"that gets there goes round until it fails at max_steps ({steps})"
+        )
+        print(shown(warning), file=sys.stderr)
     return 0
 
 
@@ -53,18 +71,43 @@ async def cmd_list(env: Env, args: argparse.Namespace) -> int:
             "ORDER BY updated_at DESC, workflow_id LIMIT ?",
             [*params, args.limit],
         )
-    if not rows:
+        total = len(rows)
+        if total == args.limit:
+            counted = await projector.query(
+                f"SELECT count(*) FROM workflow_runs {where}", params
+            )
+            total = counted[0][0]
+    if not rows and args.output == "text":
         env.out("no workflow runs yet" if not args.status else f"no {args.status} ones")
         return 0
-    env.out(
-        f"{'id':<22} {'status':<10} {'workflow':<28} {'phases':>6}  {'at':<12} last"
+    runs: list[dict[str, Any]] = [
+        {
+            "id": wid,
+            "status": status,
+            "workflow": key,
+            "version": version,
+            "phases": phases,
+            "current_node": node,
+            "updated_at": iso_time(updated),
+        }
+        for wid, status, key, version, phases, node, updated in rows
+    ]
+    table = columns(
+        ("id", "status", "workflow", "phases", "at", "last"),
+        [
+            (
+                r["id"],
+                r["status"],
+                f"{r['workflow']} v{r['version']}",
+                r["phases"],
+                r["current_node"] or "-",
+                r["updated_at"],
+            )
+            for r in runs
+        ],
+        right=(3,),
     )
-    for wid, status, key, version, phases, node, updated in rows:
-        workflow = f"{key} v{version}"
-        env.out(
-            f"{wid:<22} {status:<10} {workflow:<28} {phases:>6}  {node or '-':<12} "
-            f"{iso_time(updated)}"
-        )
+    listed(env, args.output, runs, total, table)
     return 0
 
 
@@ -109,6 +152,8 @@ async def cmd_run(env: Env, args: argparse.Namespace) -> int:
             if lock is not None and lock.acquire():
                 host = new_host(env, log, projector, provider=provider)
                 await host.start()
+            elif await host_of(env, log) is None:
+                raise nothing_hosts(env, f"workflow run {workflow_id}")
             submitter = host or Host(log)
             first = replace(first, at=submitter.clock.now())
             if await submitter.submit(stream, first) is None:
@@ -207,8 +252,8 @@ async def _operator(env: Env, name: str, input: events.Event, verb: str) -> int:
         state, _ = await host.state(stream)
     workflow_id = stream.removeprefix("workflow.")
     if commit is None:
-        env.out(f"workflow run {workflow_id} is {state.status}: it cannot be {verb}")
-        return EXIT_FAILED
+        subject = f"workflow run {workflow_id}"
+        raise NotAllowedError(subject, state.status, f"it cannot be {verb}")
     env.out(f"workflow run {workflow_id} is now {state.status}")
     return 0
 
@@ -227,41 +272,97 @@ async def cmd_cancel(env: Env, args: argparse.Namespace) -> int:
     return await _operator(env, args.id, cancel, "cancelled")
 
 
-def show_workflow(env: Env, records: list[events.Recorded]) -> None:
-    """A workflow run from its log: its status, the phase path it took, each
-    attempt (and retry) of each phase with its routing decision, and each
-    transition taken."""
+def workflow_view(records: list[events.Recorded]) -> dict[str, Any]:
+    """A workflow run from its log: its status, each attempt (and retry) of
+    each phase with its routing decision (or why it failed), and each
+    transition taken. The attempt in flight when the run was cancelled is
+    ``cancelled``."""
     state: Workflow = kind_of(records[0].stream).initial
-    tries: list[list[str]] = []
-    taken: list[str] = []
+    phases: list[dict[str, Any]] = []
+    taken: list[dict[str, Any]] = []
     for rec in records:
         state = kind_of(rec.stream).evolve(state, rec.event)
         match rec.event:
             case events.PhaseStarted(node=node, attempt=attempt, retry=retry) as e:
-                again = f" retry {retry}" if retry else ""
-                tries.append([f"{node} #{attempt}{again}", "running", "", e.run_id])
+                phases.append(
+                    {
+                        "node": node,
+                        "attempt": attempt,
+                        "retry": retry,
+                        "status": "running",
+                        "decision": None,
+                        "reason": None,
+                        "run_id": e.run_id,
+                    }
+                )
             case events.PhaseCompleted() as e:
-                tries[-1][1:3] = ["completed", e.decision]
-            case events.PhaseFailed(reason=why):
-                tries[-1][1:3] = ["failed", why[:60]]
-            case events.TransitionTaken(source=source, target=target) as e:
-                how = "auto" if e.auto else f"when {e.when}"
-                taken.append(f"  {source} -> {target}  (priority {e.priority}, {how})")
+                phases[-1].update(status="completed", decision=e.decision)
+            case events.PhaseFailed(reason=why) if phases[-1]["status"] != "cancelled":
+                phases[-1].update(status="failed", reason=why)
+            case events.WorkflowCancelled() if phases[-1:] and (
+                phases[-1]["status"] == "running"
+            ):
+                # its run answers failed, if a host delivers the cancel
+                phases[-1].update(status="cancelled")
+            case events.TransitionTaken() as e:
+                taken.append(
+                    {
+                        "source": e.source,
+                        "target": e.target,
+                        "priority": e.priority,
+                        "auto": e.auto,
+                        "when": e.when,
+                    }
+                )
             case _:
                 pass
     assert state.definition is not None
-    defn = state.definition
-    reason = f"  ({state.reason})" if state.reason else ""
-    env.out(
-        f"workflow {state.workflow_id}  {state.status}  "
-        f"{defn.key} v{defn.version}{reason}"
-    )
-    path = " > ".join(t[0].split(" #")[0] for t in tries)
-    env.out(f"path: {path or '(no phase started)'}")
-    env.out(f"  {'phase':<22} {'status':<10} {'decision':<18} run")
-    for label, status, outcome, run_id in tries:
-        env.out(f"  {label:<22} {status:<10} {outcome:<18} {run_id}")
-    if taken:
-        env.out("transitions:")
-        for line in taken:
-            env.out(line)
+    return {
+        "stream": records[0].stream,
+        "id": state.workflow_id,
+        "status": state.status,
+        "workflow": state.definition.key,
+        "version": state.definition.version,
+        "reason": state.reason or None,
+        "phases": phases,
+        "transitions": taken,
+    }
+
+
+REASON_WIDTH = 60
+"""The characters of a failed phase's reason `runs show` shows in its
+table (``-o json``: all)."""
+
+
+def workflow_lines(run: dict[str, Any]) -> list[str]:
+    """`workflow_view` for a person: the run, the phase path it took, a row
+    per attempt and a line per transition."""
+    reason = f"  ({run['reason']})" if run["reason"] else ""
+    path = " > ".join(p["node"] for p in run["phases"])
+    rows = [
+        (
+            f"{p['node']} #{p['attempt']}"
+            + (f" retry {p['retry']}" if p["retry"] else ""),
+            p["status"],
+            p["decision"] or cut(p["reason"] or "", REASON_WIDTH),
+            p["run_id"],
+        )
+        for p in run["phases"]
+    ]
+    lines = [
+        f"workflow {run['id']}  {run['status']}  "
+        f"{run['workflow']} v{run['version']}{reason}",
+        f"path: {path or '(no phase started)'}",
+        *(
+            "  " + line
+            for line in columns(("phase", "status", "decision", "run"), rows)
+        ),
+    ]
+    if run["transitions"]:
+        lines.append("transitions:")
+        for t in run["transitions"]:
+            how = "auto" if t["auto"] else f"when {t['when']}"
+            lines.append(
+                f"  {t['source']} -> {t['target']}  (priority {t['priority']}, {how})"
+            )
+    return lines

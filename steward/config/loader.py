@@ -5,7 +5,9 @@ file, the environment. Every bad value raises ``ConfigError`` naming where it
 came from (the file, or the variable), the dotted key and what was expected.
 
 Environment variables (every ``STEWARD_*`` variable is read as a setting, so a
-misspelt one is an error rather than silently ignored):
+misspelt one is never silently ignored: one that names no setting is an error,
+or, given ``unknown``, is left out and reported to it, as the command line
+does with a warning):
 
 - ``STEWARD_<SECTION>_<KEY>`` for ``[run]``, ``[log]`` and ``[tools]``, e.g.
   ``STEWARD_RUN_MAX_ITERATIONS=5``, ``STEWARD_LOG_SYNCHRONOUS=FULL``;
@@ -29,7 +31,7 @@ import os
 import re
 import tomllib
 import types
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
@@ -54,7 +56,10 @@ _DEFAULTS: dict[str, Any] = {
 
 
 def load_settings(
-    path: str | Path | None = None, env: Mapping[str, str] | None = None
+    path: str | Path | None = None,
+    env: Mapping[str, str] | None = None,
+    *,
+    unknown: Callable[[str], None] | None = None,
 ) -> Settings:
     """Settings from ``path`` (default: ``./steward.toml`` if present) and ``env``.
 
@@ -63,9 +68,13 @@ def load_settings(
             uses the defaults otherwise. A path that is given must exist.
         env: the environment to read ``STEWARD_*`` overrides from; ``None``
             reads ``os.environ``, ``{}`` reads none.
+        unknown: called once, with one line naming each ``STEWARD_*``
+            variable that names no setting and what it should be, when there
+            are any; they are left out. ``None``: the first is an error.
 
     Raises:
-        ConfigError: the file is unreadable or not TOML, or a value is invalid.
+        ConfigError: the file is unreadable or not TOML, a value is invalid,
+            or (without ``unknown``) a variable names no setting.
     """
     if path is None:
         file = DEFAULT_PATH if DEFAULT_PATH.is_file() else None
@@ -74,7 +83,9 @@ def load_settings(
     data = _read_toml(file) if file is not None else {}
     source = str(file) if file is not None else "defaults"
     environ = os.environ if env is None else env
-    _apply_env(data, environ)
+    ignored = _apply_env(data, environ, strict=unknown is None)
+    if ignored and unknown is not None:
+        unknown(_ignoring(ignored))
     settings = _build(data, source)
     _check_approval(settings, source, environ)
     models = data.get("models")
@@ -285,13 +296,24 @@ def _type_at(typ: Any, steps: list[str | int]) -> Any:
 # -- the environment ------------------------------------------------------------
 
 
-def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> None:
-    """Write every ``STEWARD_*`` override into ``data``, converted to its type."""
+def _apply_env(
+    data: dict[str, Any], env: Mapping[str, str], *, strict: bool
+) -> list[ConfigError]:
+    """Write every ``STEWARD_*`` override into ``data``, converted to its type;
+    the variables that name no setting, left out (``strict``: the first is
+    raised)."""
+    ignored: list[ConfigError] = []
     for var in sorted(env):
         if not var.startswith(ENV_PREFIX):
             continue
         source = f"environment variable {var}"
-        path, ftype = _resolve(var, source, data)
+        try:
+            path, ftype = _resolve(var, source, data)
+        except ConfigError as e:
+            if strict:
+                raise
+            ignored.append(e)
+            continue
         value = _env_value(env[var], ftype, source, ".".join(path))
         target = data
         for part in path[:-1]:
@@ -300,6 +322,18 @@ def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> None:
                 break  # the file's non-table value is reported by validation
         else:
             target[path[-1]] = value
+    return ignored
+
+
+def _ignoring(ignored: list[ConfigError]) -> str:
+    """One line saying which variables are left out, and what each should be."""
+    if len(ignored) == 1:
+        return f"ignoring {ignored[0]}"
+    each = ", ".join(
+        f"{e.source.removeprefix('environment variable ')} ({e.key}: {e.problem})"
+        for e in ignored
+    )
+    return f"ignoring environment variables that name no setting: {each}"
 
 
 def _resolve(var: str, source: str, data: dict[str, Any]) -> tuple[list[str], Any]:

@@ -14,9 +14,11 @@ import msgspec
 from steward.errors import ConfigError
 from steward.events.run import LATEST_REVISION, RunSettings, ToolSpec
 from steward.events.session import ModelBudget, SessionSettings
+from steward.events.workflow import DEFAULT_MAX_STEPS
 
 __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
+    "DEFAULT_WORKSPACE",
     "AgentProfile",
     "LogConfig",
     "MetricsConfig",
@@ -27,9 +29,14 @@ __all__ = [
 ]
 
 DEFAULT_SYSTEM_PROMPT = (
-    "You are Clifford, a very skilled and highly complex AI-Assistent!"
+    "You are Clifford, a very skilled and highly complex AI-Assistant!"
 )
-"""Clifford's ``DEFAULT_SYSTEM_PROMPT``, verbatim (spelling included)."""
+"""Clifford's ``DEFAULT_SYSTEM_PROMPT``, its spelling corrected ("Assistent"
+until then). A run records its system prompt when it is created
+(``RunCreated.settings``, and a session its turns' at open), so runs and
+sessions recorded with the old spelling keep it: they replay, verify and go
+on with the prompt they began with. It is no event field's default, so no
+pinned default (``tests/golden/defaults.json``) changed."""
 
 Positive = Annotated[int, msgspec.Meta(ge=1)]
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
@@ -114,11 +121,17 @@ class LogConfig(_Section, frozen=True, kw_only=True):
     its projections in its own file."""
 
 
+DEFAULT_WORKSPACE = ".steward/workspace"
+"""``[tools] workspace`` unless set: under ``.steward/``, so a run's files
+never land in the directory steward is started from (a checkout, say)."""
+
+
 class ToolsConfig(_Section, frozen=True, kw_only=True):
     """``[tools]``: the sandbox the built-in tools work in."""
 
-    workspace: str = "."
-    """Directory the ``files.*`` tools are confined to."""
+    workspace: str = DEFAULT_WORKSPACE
+    """Directory the ``files.*`` tools are confined to; the default one is
+    made when a host starts (a configured one must exist)."""
 
     output_limit: Positive = 16384
     """Characters of a tool's output kept; the rest is cut and marked truncated."""
@@ -293,6 +306,11 @@ class WorkflowConfig(_Section, frozen=True, kw_only=True):
     ``{short-hash}``, ``{date}``."""
     worktrees: str = ".steward/worktrees"
     """The directory worktrees are made in, one per workflow run."""
+    max_steps: Positive = DEFAULT_MAX_STEPS
+    """Phase executions (retries included) a workflow run may start, at most,
+    when its file's ``[workflow] max_steps`` gives none; the run fails at the
+    bound, so a loop with no way out ends (Alphred's ``executeRun``
+    ``maxSteps``)."""
 
 
 class Settings(_Section, frozen=True, kw_only=True):

@@ -29,6 +29,7 @@ from steward.events.run import (
 
 __all__ = [  # EVENT_TYPES and INPUT_TYPES are read from the module (as the run's)
     "Artifact",
+    "DEFAULT_MAX_STEPS",
     "EdgeDef",
     "GitDef",
     "NodeDef",
@@ -116,6 +117,12 @@ class WorkflowDef(
     nodes: tuple[NodeDef, ...]
     edges: tuple[EdgeDef, ...] = ()
     git: GitDef | None = None
+    max_steps: int | None = None
+    """Phase executions (retries included) a run may start, at most: the
+    file's ``[workflow] max_steps``; ``None`` in a file is ``[workflow]
+    max_steps`` of the settings, resolved when a run is created. A run of
+    `WorkflowCreated.revision` 3 or later that would start one more fails;
+    ``None`` recorded is then `DEFAULT_MAX_STEPS`."""
 
 
 class Worktree(msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=True):
@@ -165,12 +172,20 @@ class WorkflowCreated(Event, frozen=True, kw_only=True):
     0 (recorded before) keeps ``<id>-<node>-<n>``, which the runs of another
     id and node, both with dashes, could share. From 2, `WorkflowCancelled`
     names the phase run in flight, so a host that dies before delivering the
-    cancel to it leaves the delivery to the next."""
+    cancel to it leaves the delivery to the next. From 3, a phase that gave
+    no routing decision has no ``decision`` for its guards (a missing path:
+    every comparison with it is false), where before it was ``"no_route"``;
+    and a run fails once it would start more than ``max_steps`` phase
+    executions (`WorkflowDef.max_steps`), where before it had no bound."""
     at: float = 0.0
 
 
-WORKFLOW_REVISION = 2
+WORKFLOW_REVISION = 3
 """The `WorkflowCreated.revision` of runs created now."""
+
+DEFAULT_MAX_STEPS = 1000
+"""A workflow run's bound on phase executions when neither its file nor the
+settings give one (Alphred's ``executeRun`` ``maxSteps``)."""
 
 
 class WorkflowPauseRequested(Event, frozen=True, kw_only=True):

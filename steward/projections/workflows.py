@@ -8,11 +8,17 @@ the log.
   every node pending at attempt 1 when the run is created, a new row when a
   loop backtrack requeues a node (its next attempt). ``sequence_index``
   orders the rows; ``(workflow_id, node_key, attempt)`` is unique; the
-  status is one of the phase states (checked), with its tries, their runs,
-  the context manifest of the last (what it was handed) and its times.
-- ``routing_decisions`` — each completed phase's typed routing decision
-  (``approved``, ``changes_requested``, ``blocked``, ``retry`` or
-  ``no_route``, checked) and the metadata key it came from.
+  status is one of the phase states, or ``cancelled`` for the attempt in
+  flight when the run was cancelled (checked; it stays so when its run
+  answers failed, as a cancelled run does), with its tries, their runs, the
+  context manifest of the last (what it was handed) and its times.
+- ``routing_decisions`` — the typed routing outcome of each completed phase
+  that routing read one from (Alphred's): its decision (``approved``,
+  ``changes_requested``, ``blocked`` or ``retry``) and the metadata key it
+  came from; or ``no_route`` (no key) for a phase that gave no decision and
+  whose edges none matched, so the run completed without a route. A phase
+  with no decision that an edge routed (an ``auto`` one, or a guard on its
+  report), or that has no edges, has no row.
 - ``phase_artifacts`` — each completed phase's report (``text``, or ``json``
   when it is a JSON object) with its structured metadata.
 - ``run_node_diagnostics`` — one immutable row per node attempt once it
@@ -54,7 +60,7 @@ CREATE TABLE IF NOT EXISTS run_nodes (
     workflow_id TEXT NOT NULL, sequence_index INTEGER NOT NULL,
     node_key TEXT NOT NULL, attempt INTEGER NOT NULL CHECK (attempt >= 1),
     status TEXT NOT NULL CHECK (status IN
-        ('pending', 'running', 'completed', 'failed', 'skipped')),
+        ('pending', 'running', 'completed', 'failed', 'skipped', 'cancelled')),
     tries INTEGER NOT NULL DEFAULT 0 CHECK (tries >= 0), run_id TEXT,
     run_ids TEXT NOT NULL DEFAULT '[]', manifest TEXT NOT NULL DEFAULT '{}',
     started_at REAL, completed_at REAL, created_at REAL NOT NULL,
@@ -145,14 +151,24 @@ def _apply(conn: sqlite3.Connection, rec: Recorded) -> None:
             _status(conn, workflow_id, "running")
         case events.WorkflowPaused():
             _status(conn, workflow_id, "paused")
-        case events.WorkflowCompleted() | events.WorkflowFailed():
-            status = (
-                "completed" if isinstance(event, events.WorkflowCompleted) else "failed"
-            )
-            reason = getattr(event, "reason", None)
-            _end(conn, workflow_id, status, reason, rec.at)
+        case events.WorkflowCompleted(last=last):
+            _end(conn, workflow_id, "completed", None, rec.at)
+            _no_route(conn, workflow_id, last)
+        case events.WorkflowFailed(reason=reason):
+            _end(conn, workflow_id, "failed", reason, rec.at)
         case events.WorkflowCancelled(reason=reason):
             _end(conn, workflow_id, "cancelled", reason, rec.at)
+            # the attempt in flight is cancelled (its run answers later, if a
+            # host delivers the cancel)
+            conn.execute(
+                "UPDATE run_nodes SET status='cancelled', completed_at=? "
+                "WHERE workflow_id=? AND status='running'",
+                (rec.at, workflow_id),
+            )
+            conn.execute(
+                "UPDATE workflow_runs SET current_node=NULL WHERE workflow_id=?",
+                (workflow_id,),
+            )
             # an attempt that failed while paused, its retry never taken
             failed = conn.execute(
                 "SELECT node_key, attempt FROM run_nodes WHERE workflow_id=? AND "
@@ -191,18 +207,19 @@ def _apply(conn: sqlite3.Connection, rec: Recorded) -> None:
             _node_status(
                 conn, workflow_id, done.node, done.attempt, "completed", rec.at
             )
-            conn.execute(
-                "INSERT OR REPLACE INTO routing_decisions VALUES (?,?,?,?,?,?,?)",
-                (
-                    workflow_id,
-                    done.node,
-                    done.attempt,
-                    done.run_id,
-                    done.decision,
-                    done.decision_source,
-                    rec.at,
-                ),
-            )
+            if done.decision != "no_route":  # none: a row only if no edge matches
+                conn.execute(
+                    "INSERT OR REPLACE INTO routing_decisions VALUES (?,?,?,?,?,?,?)",
+                    (
+                        workflow_id,
+                        done.node,
+                        done.attempt,
+                        done.run_id,
+                        done.decision,
+                        done.decision_source,
+                        rec.at,
+                    ),
+                )
             conn.execute(
                 "INSERT OR REPLACE INTO phase_artifacts VALUES (?,?,?,?,?,?,?,?,?)",
                 (
@@ -219,7 +236,10 @@ def _apply(conn: sqlite3.Connection, rec: Recorded) -> None:
             )
             _diagnostics(conn, rec, done.node, done.attempt, "completed")
         case events.PhaseFailed(node=node, attempt=attempt, retry=retry):
-            _node_status(conn, workflow_id, node, attempt, "failed", rec.at)
+            # a cancelled attempt's run answers failed: it stays cancelled
+            _node_status(
+                conn, workflow_id, node, attempt, "failed", rec.at, keep="cancelled"
+            )
             if _failed_for_good(conn, workflow_id, node, retry):
                 _diagnostics(conn, rec, node, attempt, "failed")
         case events.PhaseRequeued(node=node, attempt=attempt):
@@ -272,11 +292,14 @@ def _node_status(
     attempt: int,
     status: str,
     at: float | None,
+    keep: str | None = None,
 ) -> None:
+    """Node ``node``'s ``attempt`` is ``status`` since ``at``, unless it is
+    ``keep`` (then it stays as it is)."""
     conn.execute(
         "UPDATE run_nodes SET status=?, completed_at=? "
-        "WHERE workflow_id=? AND node_key=? AND attempt=?",
-        (status, at, workflow_id, node, attempt),
+        "WHERE workflow_id=? AND node_key=? AND attempt=? AND status IS NOT ?",
+        (status, at, workflow_id, node, attempt, keep),
     )
     if status in ("completed", "failed"):
         conn.execute(
@@ -302,6 +325,33 @@ def _end(
         "UPDATE workflow_runs SET status=?, reason=?, completed_at=? "
         "WHERE workflow_id=?",
         (status, reason, at, workflow_id),
+    )
+
+
+def _no_route(conn: sqlite3.Connection, workflow_id: str, node: str) -> None:
+    """The ``no_route`` row of ``node``, whose completion ended the run,
+    when it gave no routing decision and has edges (none of which matched);
+    a node with none ends a run by design."""
+    row = conn.execute(
+        "SELECT n.attempt, n.run_id, n.completed_at, d.decision FROM run_nodes n "
+        "JOIN run_node_diagnostics d USING (workflow_id, node_key, attempt) "
+        "WHERE n.workflow_id=? AND n.node_key=? AND n.status='completed' "
+        "ORDER BY n.attempt DESC LIMIT 1",
+        (workflow_id, node),
+    ).fetchone()
+    if row is None or row[3] != "no_route":
+        return
+    (definition,) = conn.execute(
+        "SELECT definition FROM workflow_runs WHERE workflow_id=?", (workflow_id,)
+    ).fetchone()
+    created = events.from_json(definition.encode())
+    assert isinstance(created, events.WorkflowCreated)
+    if not any(e.source == node for e in created.definition.edges):
+        return
+    attempt, run_id, completed_at, _ = row
+    conn.execute(
+        "INSERT OR REPLACE INTO routing_decisions VALUES (?,?,?,?,?,?,?)",
+        (workflow_id, node, attempt, run_id, "no_route", None, completed_at),
     )
 
 

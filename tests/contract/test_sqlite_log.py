@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import re
 import sqlite3
 import sys
 import textwrap
@@ -19,7 +20,13 @@ from steward import events
 from steward.bus import Commit, SqliteEventLog, open_log
 from steward.bus import sqlite as sqlite_module
 from steward.bus.base import Append
-from steward.errors import ConcurrencyError, ConfigError, LogReadError, LogWriteError
+from steward.errors import (
+    ConcurrencyError,
+    ConfigError,
+    LogReadError,
+    LogWriteError,
+    NotALogError,
+)
 from steward.events import Recorded
 
 TIMEOUT = 5.0
@@ -246,6 +253,60 @@ async def test_a_file_that_is_no_database_is_refused(tmp_path: Path) -> None:
         await SqliteEventLog.open(junk)
     with pytest.raises(LogWriteError, match="cannot open the event log"):
         await SqliteEventLog.open(tmp_path)
+
+
+async def test_another_programs_database_is_refused_and_left_as_it_was(
+    tmp_path: Path,
+) -> None:
+    """A file with tables, none of them steward's (an ``events`` table of
+    other columns is not the earlier steward's), is refused naming the file
+    and its tables; it keeps its rows and journal mode, and gains no table."""
+    path = tmp_path / "shop.db"
+    with raw(path) as conn:
+        conn.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)")
+        conn.execute("INSERT INTO customers (name) VALUES ('Ada')")
+        conn.execute("CREATE TABLE events (id INTEGER PRIMARY KEY, title TEXT)")
+    said = (
+        rf"^{re.escape(str(path))} is not a steward log: it is an SQLite database "
+        r"of another program \(tables customers, events\); steward leaves it"
+    )
+    with pytest.raises(NotALogError, match=said):
+        await SqliteEventLog.open(path)
+    with pytest.raises(NotALogError, match=said):
+        sqlite_module.check_file(path)
+    with raw(path) as conn:
+        names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master")]
+        assert names == ["customers", "events"]
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("delete",)
+        assert conn.execute("SELECT name FROM customers").fetchall() == [("Ada",)]
+
+
+async def test_an_empty_file_or_database_becomes_a_log(tmp_path: Path) -> None:
+    """An empty file, an SQLite database without tables and a steward file
+    (a log, or the projections of a nats:// log) pass `check_file` and open."""
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    bare = tmp_path / "bare.db"
+    with raw(bare) as conn:
+        conn.execute("CREATE TABLE t (x)")
+        conn.execute("DROP TABLE t")
+    views = tmp_path / "views.db"
+    with raw(views) as conn:
+        conn.execute(
+            "CREATE TABLE projection_checkpoint (name TEXT PRIMARY KEY, "
+            "position INTEGER NOT NULL)"
+        )
+        conn.execute("CREATE TABLE runs (id TEXT)")
+    for path in (empty, bare, views, tmp_path / "absent.db"):
+        sqlite_module.check_file(path)
+        async with await SqliteEventLog.open(path) as log:
+            await log.append("run.r1", [note(1)], 0)
+    junk = tmp_path / "notes.txt"
+    junk.write_text("not a database")
+    with pytest.raises(
+        NotALogError, match=r"notes\.txt is not a steward log: it is not"
+    ):
+        sqlite_module.check_file(junk)
 
 
 # -- writing -------------------------------------------------------------------

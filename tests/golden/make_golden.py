@@ -954,6 +954,74 @@ async def workflow(rig: Rig, revision: int = 0) -> None:
     await rig.recorded(events.PhaseFailed, 3)
 
 
+async def workflow_revision_3(rig: Rig) -> None:
+    """Workflow runs created at revision 3: ``wf-gate``'s phase gives no
+    routing decision, so its ``decision != "approved"`` guard does not hold
+    (a missing path) and the run completes; ``wf-spin`` loops by auto edges
+    until its ``max_steps`` (3, `WorkflowDef.max_steps`) fails it; ``wf-cancel``
+    is cancelled with its phase in flight."""
+    check = NodeDef(key="check", provider="default")
+    fix = NodeDef(key="fix", provider="default")
+    gate = WorkflowDef(
+        key="gate",
+        version=1,
+        nodes=(check, fix),
+        edges=(
+            EdgeDef(
+                source="check", target="fix", priority=1, when='decision != "approved"'
+            ),
+        ),
+    )
+    spin = WorkflowDef(
+        key="spin",
+        version=1,
+        nodes=(
+            NodeDef(key="a", provider="default"),
+            NodeDef(key="b", provider="default"),
+        ),
+        edges=(
+            EdgeDef(source="a", target="b", priority=1, auto=True),
+            EdgeDef(source="b", target="a", priority=1, auto=True),
+        ),
+        max_steps=3,
+    )
+    lone = WorkflowDef(key="lone", version=1, nodes=(check,))
+    settings = Settings(
+        run=msgspec.structs.replace(Settings().run, planning_gate=False)
+    )
+
+    def finish(output: str) -> str:
+        return act(type="finish", output=output)
+
+    script: dict[str, list[Reply | str]] = {
+        "wf-gate:check:1": [finish("Checked.")],
+        "wf-spin:a:1": [finish("Spun a.")],
+        "wf-spin:b:2": [finish("Spun b.")],
+        "wf-spin:a:3": [finish("Spun a again.")],
+        "wf-cancel:check:1": [Reply(text=finish("Too late."), delay=60.0)],
+    }
+    cursors = {run_id: iter(replies) for run_id, replies in script.items()}
+    provider = ScriptedProvider(
+        lambda prompt, info: next(cursors[info.run_id]), sleep=rig.clock.sleep
+    )
+    host = await rig.host(provider)
+    specs = rig.tools.specs()
+
+    def first(defn: WorkflowDef, workflow_id: str) -> events.WorkflowCreated:
+        made = created(defn, settings, workflow_id, {}, specs)
+        assert made.revision == 3
+        return msgspec.structs.replace(made, at=rig.clock.now())
+
+    await host.submit("workflow.wf-gate", first(gate, "wf-gate"))
+    await rig.recorded(events.WorkflowCompleted, 1)
+    await host.submit("workflow.wf-spin", first(spin, "wf-spin"))
+    await rig.recorded(events.WorkflowFailed, 1)
+    await host.submit("workflow.wf-cancel", first(lone, "wf-cancel"))
+    await rig.recorded(events.RunStarted, 5)
+    await host.submit("workflow.wf-cancel", events.WorkflowCancelRequested())
+    await rig.recorded(events.PhaseFailed, 1)
+
+
 async def workflow_worktree(rig: Rig) -> None:
     """A workflow run in a git worktree of a repository made for it: the
     worktree is asked for and made (``ToolRequested``/``ToolResulted`` of
@@ -1035,6 +1103,7 @@ SCENARIOS: dict[str, Scenario] = {
     # the same runs created at workflow revision 1: phase run ids with ":"
     "workflow_revision_1": partial(workflow, revision=1),
     "workflow_revision_2": partial(workflow, revision=2),
+    "workflow_revision_3": workflow_revision_3,
 }
 
 

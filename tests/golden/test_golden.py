@@ -21,6 +21,7 @@ from steward import events, replay
 from steward.actors.effects import Create
 from steward.actors.kind import KINDS, kind_of
 from steward.bus import SqliteEventLog
+from steward.config import DEFAULT_SYSTEM_PROMPT
 from steward.events import Recorded
 
 GOLDEN = Path(__file__).resolve().parent
@@ -131,6 +132,15 @@ EXPECTED["workflow_revision_1"] = {
     for run_id, final in EXPECTED["workflow"].items()
 }
 EXPECTED["workflow_revision_2"] = EXPECTED["workflow_revision_1"]
+EXPECTED["workflow_revision_3"] = {
+    "wf-gate:check:1": Final("completed", "Checked."),
+    "wf-spin:a:1": Final("completed", "Spun a."),
+    "wf-spin:b:2": Final("completed", "Spun b."),
+    "wf-spin:a:3": Final("completed", "Spun a again."),
+    "wf-cancel:check:1": Final(
+        "cancelled", reason="its workflow wf-cancel was cancelled"
+    ),
+}
 """Each golden log's runs (by run id) and their final states."""
 
 SESSIONS: dict[str, dict[str, tuple[str, ...]]] = {
@@ -180,6 +190,11 @@ WORKFLOWS: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {
 }
 WORKFLOWS["workflow_revision_1"] = WORKFLOWS["workflow"]
 WORKFLOWS["workflow_revision_2"] = WORKFLOWS["workflow"]
+WORKFLOWS["workflow_revision_3"] = {
+    "workflow.wf-gate": ("completed", ("check",)),
+    "workflow.wf-spin": ("failed", ("a", "b", "a")),
+    "workflow.wf-cancel": ("cancelled", ("check",)),
+}
 """Each golden log's workflow runs: their status and the phases they started."""
 
 NAMES = sorted({p.stem for p in GOLDEN.glob("*.jsonl")} | set(EXPECTED))
@@ -259,6 +274,22 @@ def check_replays(name: str, records: typing.Iterable[Recorded]) -> None:
 def test_golden_log_replays(name: str) -> None:
     """A golden log decodes, each run re-decides exactly, and ends as expected."""
     check_replays(name, load(name))
+
+
+def test_a_run_keeps_the_system_prompt_it_was_created_with() -> None:
+    """A run recorded before the default system prompt's spelling was fixed
+    ("AI-Assistent") asks its model with that prompt still, so it replays
+    as it was decided; the default is no event field's, so none pinned."""
+    stream = by_stream(load("json_protocol"))["run.json-protocol"]
+    asked = next(r for r in stream if isinstance(r.event, events.LlmRequested))
+    call = kind_of(asked.stream).model_call
+    assert call is not None
+    state = replay.rebuild(stream, asked.version)
+    system = call(state, asked.event, None, None).prompt.system
+    assert "highly complex AI-Assistent!" in system
+    assert DEFAULT_SYSTEM_PROMPT.replace("Assistant", "Assistent") in system
+    pinned = json.loads((GOLDEN / "defaults.json").read_text())
+    assert pinned["RunSettings.system_prompt"] == "''"  # recorded, not defaulted
 
 
 def test_a_revision_1_session_compacts_once_its_writer_has_written() -> None:
@@ -342,6 +373,24 @@ def test_a_revision_2_workflow_cancel_names_its_phase_in_flight() -> None:
         "workflow_revision_1": [None],
         "workflow_revision_2": ["wf-cancel:design:1"],
     }
+
+
+def test_a_revision_3_workflow_reads_no_decision_as_missing_and_is_bounded() -> None:
+    """In ``workflow_revision_3`` a phase with no routing decision takes no
+    ``decision != "approved"`` edge (the run completes after it), and a loop
+    of auto edges fails at the ``max_steps`` its definition records."""
+    streams = by_stream(load("workflow_revision_3"))
+    gate = [r.event for r in streams["workflow.wf-gate"]]
+    assert not [e for e in gate if isinstance(e, events.TransitionTaken)]
+    assert gate[-1] == events.WorkflowCompleted(last="check")
+    spin = [r.event for r in streams["workflow.wf-spin"]]
+    created = spin[0]
+    assert isinstance(created, events.WorkflowCreated)
+    assert (created.revision, created.definition.max_steps) == (3, 3)
+    assert spin[-1] == events.WorkflowFailed(
+        reason="max_steps 3 reached: node b would run again (attempt 2) after 3 "
+        "phase executions; if the loop is meant to go on, raise max_steps"
+    )
 
 
 def test_every_event_type_has_a_golden_log() -> None:

@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,23 +17,13 @@ from steward.cli.env import DEFAULT_NATS_URL, env_of
 from steward.config import load_settings
 
 
-@pytest.fixture
-def nats(tmp_path: Path) -> Iterator[NatsServer]:
-    server = NatsServer(tmp_path / "nats")
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def test_run_show_replay_export_and_rebuild_on_jetstream(
     tmp_path: Path,
     nats: NatsServer,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.chdir(tmp_path)  # the workspace is the working directory
+    monkeypatch.chdir(tmp_path)  # the workspace is under it, in .steward/
     script = tmp_path / "script.json"
     replies = [
         *PLAN,
@@ -69,9 +58,9 @@ def test_run_show_replay_export_and_rebuild_on_jetstream(
     assert cli.main([*base, "projections", "rebuild"]) == 0
     assert "projections rebuilt" in capsys.readouterr().out
     # the log lives on the server, not in a local file
-    assert not (tmp_path / ".steward").exists()
+    assert not (tmp_path / ".steward" / "steward.db").exists()
+    assert (tmp_path / ".steward" / "workspace" / "a.txt").read_text() == "x"
     assert {p.name for p in tmp_path.glob("*.db")} == {"projections.db"}
-    assert (tmp_path / "a.txt").read_text() == "x"
 
 
 def test_an_unreachable_server_is_one_clear_line(

@@ -3,7 +3,9 @@ never wedges a run, and tool approval set in steward.toml works end to end."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import re
 import signal
 import subprocess
@@ -13,7 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import steward_process
+from support import steward_process, stop_all
+
+from steward import events
+from steward.bus import SqliteEventLog
 
 pytestmark = pytest.mark.slow
 
@@ -100,7 +105,7 @@ def test_a_path_too_long_is_shown_to_the_model_and_the_run_completes(
     )
     ran = _steward(tmp_path, "--script", script, "run", "write notes", timeout=30)
     assert ran.returncode == 0, ran.stderr + ran.stdout
-    assert (tmp_path / "notes.md").read_text() == "ok"
+    assert (tmp_path / ".steward" / "workspace" / "notes.md").read_text() == "ok"
     (run_id,) = _run_ids(_steward(tmp_path, "runs", "list").stdout)
     prompts = _steward(tmp_path, "runs", "show", run_id, "--prompts").stdout
     assert (
@@ -165,16 +170,16 @@ def test_a_tool_that_requires_approval_waits_for_approve_or_deny(
         shown = _wait_for_end(tmp_path, denied)
         assert shown.split("\n", 1)[0].split()[2] == "completed", shown
         assert "A person denied the call to files.write: not on a Friday" in shown
-        assert not (tmp_path / "notes.md").exists()
+        assert not (tmp_path / ".steward" / "workspace" / "notes.md").exists()
 
         approved = _start(tmp_path, "write notes")
         _wait_until_waiting(tmp_path, approved)
-        assert not (tmp_path / "notes.md").exists()
+        assert not (tmp_path / ".steward" / "workspace" / "notes.md").exists()
         said = _steward(tmp_path, "runs", "approve", approved)
         assert said.returncode == 0, said.stderr
         shown = _wait_for_end(tmp_path, approved)
         assert shown.split("\n", 1)[0].split()[2] == "completed", shown
-        assert (tmp_path / "notes.md").read_text() == "hi"
+        assert (tmp_path / ".steward" / "workspace" / "notes.md").read_text() == "hi"
         assert "[tool_result files.write]\nwrote 2 bytes to notes.md" in shown
     except AssertionError as e:
         server.send_signal(signal.SIGTERM)
@@ -191,3 +196,64 @@ def test_a_tool_that_requires_approval_waits_for_approve_or_deny(
     for run_id in (denied, approved):
         verified = _steward(tmp_path, "replay", run_id, "--verify")
         assert verified.returncode == 0 and "verify: ok" in verified.stdout
+
+
+def _recorded(tmp: Path, run_id: str) -> list[type]:
+    """The types of the events of run ``run_id`` in the log, read directly."""
+
+    async def read() -> list[type]:
+        async with await SqliteEventLog.open(tmp / "log.db") as log:
+            return [type(r.event) for r in await log.read(f"run.{run_id}")]
+
+    return asyncio.run(read())
+
+
+def test_a_run_takes_require_approval_when_it_is_created_not_from_its_host(
+    tmp_path: Path,
+) -> None:
+    """`STEWARD_TOOLS_REQUIRE_APPROVAL=files.write steward serve` asks nothing
+    of a run `runs start` created without the variable: `[tools]
+    require_approval` is recorded in `RunCreated.settings` by the process
+    that creates the run (README, "Which settings a run takes"); the same
+    serve asks for a run created with it."""
+    script = _script(
+        tmp_path,
+        [
+            *PLAN,
+            {"json": {"type": "files.write", "path": "notes.md", "content": "hi"}},
+            {"json": {"type": "finish", "output": "over"}},
+        ],
+        per_run=True,
+    )
+    approval = {"STEWARD_TOOLS_REQUIRE_APPROVAL": "files.write"}
+    server = steward_process(
+        tmp_path, "--db", str(tmp_path / "log.db"), "--script", script, "serve",
+        **approval,
+    )  # fmt: skip
+    try:
+        free = _start(tmp_path, "write notes")
+        asked = subprocess.run(
+            [sys.executable, "-m", "steward", "--db", str(tmp_path / "log.db")]
+            + ["runs", "start", "write notes, asking"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env={**os.environ, **approval},
+        )
+        assert asked.returncode == 0, asked.stderr
+        (held,) = _run_ids(asked.stdout)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            ended = events.RunCompleted in _recorded(tmp_path, free)
+            if ended and events.ApprovalRequested in _recorded(tmp_path, held):
+                break
+            time.sleep(0.1)
+        free_events = _recorded(tmp_path, free)
+        assert events.RunCompleted in free_events, free_events
+        assert events.ApprovalRequested not in free_events
+        assert events.ToolResulted in free_events  # the write was made, unasked
+        assert events.ApprovalRequested in _recorded(tmp_path, held)
+    finally:
+        stop_all([server])

@@ -184,6 +184,28 @@ def test_the_example_written_as_yaml_validates_the_same(
     assert steward(capsys, "workflow", "validate", name) == (0, f"{name}: {OK}\n", "")
 
 
+def test_validate_warns_of_a_loop_only_max_steps_ends(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A cycle closed by auto edges alone (each node's first edge by
+    priority) can end only when max_steps fails the run: the file is valid
+    (exit 0), and a warning on stderr names the cycle and the bound; one
+    that a guard before the auto edge can leave is no such loop."""
+    spin = AB + node("c") + edge("a", "b") + edge("b", "c") + edge("c", "b")
+    Path("spin.toml").write_text(spin, encoding="utf-8")
+    assert steward(capsys, "workflow", "validate", "spin.toml") == (
+        0,
+        "spin.toml: ok: workflow w v1, 3 nodes, 3 edges\n",
+        "spin.toml: warning: b -> c -> b loops by auto edges alone: a run that "
+        "gets there goes round until it fails at max_steps (1000)\n",
+    )
+    leave = AB + edge("a", "b", 1, when='decision == "approved"')
+    leave += edge("a", "b", 2) + edge("b", "a")
+    Path("leave.toml").write_text(leave, encoding="utf-8")
+    code, _, err = steward(capsys, "workflow", "validate", "leave.toml")
+    assert (code, err) == (0, "")
+
+
 def test_a_run_of_the_example_is_recorded(
     capsys: pytest.CaptureFixture[str], here: Path
 ) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import os
@@ -17,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from steward import cli, events
+from steward import cli, events, replay
+from steward.bus import SqliteEventLog
 
 pytestmark = pytest.mark.slow
 
@@ -174,6 +176,64 @@ def test_every_command_line_in_using_it_works_as_written(tmp_path: Path) -> None
     exported = next(out for out in outs if out.startswith('{"id":'))
     shell.run(shell.start(fork, run_id, _first_step_end(exported)))
     shell.run(shell.start(rebuild))
+
+
+def _status(cwd: Path, run_id: str) -> str:
+    async def read() -> str:
+        async with await SqliteEventLog.open(cwd / ".steward" / "steward.db") as log:
+            return str(replay.rebuild(await log.read(f"run.{run_id}")).status)
+
+    return asyncio.run(read())
+
+
+def _until_completed(cwd: Path, run_id: str) -> None:
+    deadline = time.monotonic() + 30
+    while (status := _status(cwd, run_id)) != "completed":
+        assert status not in ("failed", "cancelled"), f"run {run_id} {status}"
+        assert time.monotonic() < deadline, f"run {run_id} stayed {status}"
+        time.sleep(0.1)
+
+
+def test_using_it_in_order_against_one_serve(tmp_path: Path) -> None:
+    """README's run, serve, two `runs start`s and a fork, in that order, in
+    one directory: each run completes on the demo script (a long serve
+    answers every run; the fork goes on with its script where its copy
+    ends), and nothing is written outside `.steward/`."""
+    (tmp_path / "steward").mkdir()
+    shutil.copy(ROOT / "steward" / "demo.yaml", tmp_path / "steward" / "demo.yaml")
+    shell = Shell(tmp_path)
+    by_command = {_command(argv): argv for argv in COMMANDS}
+    (ran,) = shell.run(shell.start(by_command["cmd_run"]))
+    run_id = re.findall(r"^run (\S+) completed$", ran, re.MULTILINE)[0]
+    server = shell.start(by_command["cmd_serve"])
+    try:
+        _serving(server)
+        for _ in range(2):
+            (out,) = shell.run(shell.start(by_command["cmd_start"]))
+            started = re.findall(r"\br[0-9a-f]{12}\b", out)[0]
+            _until_completed(tmp_path, started)
+        (exported,) = shell.run(shell.start(by_command["cmd_export"], run_id))
+        fork = shell.start(by_command["cmd_fork"], run_id, _first_step_end(exported))
+        (forked,) = shell.run(fork)
+        assert re.search(r"^run \S+ completed$", forked, re.MULTILINE), forked
+    finally:
+        server.send_signal(signal.SIGINT)
+        _, err = server.communicate(timeout=30)
+    assert server.returncode == 0 and "Traceback" not in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".steward", "steward"]
+    assert (tmp_path / ".steward" / "workspace" / "notes.txt").exists()
+
+
+def test_make_demo_writes_only_under_steward(tmp_path: Path) -> None:
+    """`make demo`'s command, in a fresh directory: it verifies, and leaves
+    nothing but `.steward/`."""
+    makefile = (ROOT / "Makefile").read_text()
+    line = re.search(r"^demo:.*\n\t\$\(BIN\)/steward (.*)$", makefile, re.MULTILINE)
+    assert line, "Makefile has no demo target running .venv/bin/steward"
+    shell = Shell(tmp_path)
+    (out,) = shell.run(shell.start([".venv/bin/steward", *shlex.split(line[1])]))
+    assert out.strip().splitlines()[-1].startswith("verify: ok")
+    assert [p.name for p in tmp_path.iterdir()] == [".steward"]
 
 
 def test_inline_steward_commands_are_templates_or_shown_in_using_it() -> None:

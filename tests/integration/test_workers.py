@@ -34,7 +34,7 @@ RUNS = 200
 
 def _script(path: Path) -> None:
     def reply(**command: object) -> dict[str, object]:
-        return {"json": command, "delay": 0.05}
+        return {"json": command, "delay": 0.15}  # runs left to kill mid-way
 
     replies = [
         reply(type="note", category="requirements", content="r"),
@@ -106,15 +106,15 @@ async def test_workers_share_runs_and_survive_a_sigkill(
         )
         for _ in range(600):  # until work is visibly under way, then kill one
             await asyncio.sleep(0.05)
-            if (await _statuses(log))["completed"] >= RUNS // 4:
+            mid = await _statuses(log)
+            if mid["completed"] >= RUNS // 8:
                 break
+        assert mid["completed"] < RUNS, f"killed too late to test anything: {mid}"
         if victim == "worker":
             workers[0].send_signal(signal.SIGKILL)
             workers[0].wait(10)
         else:
             server.restart(kill=True)
-        mid = await _statuses(log)
-        assert mid["completed"] < RUNS, f"killed too late to test anything: {mid}"
 
         for _ in range(1200):
             await asyncio.sleep(0.1)

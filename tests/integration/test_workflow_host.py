@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import hypothesis
+import msgspec
 from hypothesis import strategies as st
 from support import children_started
 from workflow_files import EXAMPLE, SCRIPT
@@ -202,11 +203,9 @@ def test_the_example_workflow_loops_once_and_completes(
     capsys.readouterr()
 
     before = _tables(tmp_path / "log.db")
+    # design and implement, routed by auto edges, gave no decision: no row
     assert [r[4] for r in sorted(before["routing_decisions"], key=lambda r: r[6])] == [
-        "no_route",
-        "no_route",
         "changes_requested",
-        "no_route",
         "approved",
     ]
     streamed: dict[tuple[str, int], list[int]] = {}
@@ -280,13 +279,12 @@ async def test_the_golden_workflows_project_as_alphreds_tables(tmp_path: Path) -
     decisions = [
         (r[1], r[2], r[4]) for r in tables["routing_decisions"] if r[0] == "wf-loop"
     ]
-    assert sorted(decisions) == [
-        ("design", 1, "no_route"),
-        ("implement", 1, "no_route"),
-        ("implement", 2, "no_route"),
+    assert sorted(decisions) == [  # design and implement: auto edges, no decision
         ("review", 1, "changes_requested"),
         ("review", 2, "approved"),
     ]
+    cancelled = [(r[2], r[3], r[4]) for r in tables["run_nodes"] if r[0] == "wf-cancel"]
+    assert cancelled == [("design", 1, "cancelled")]  # its run answered failed
     assert len([r for r in tables["phase_artifacts"] if r[0] == "wf-loop"]) == 5
     diagnostics = {
         (r[0], r[1], r[2]): (r[3], r[4]) for r in tables["run_node_diagnostics"]
@@ -295,6 +293,136 @@ async def test_the_golden_workflows_project_as_alphreds_tables(tmp_path: Path) -
     assert diagnostics[("wf-fail", "design", 1)] == ("failed", 1)
     assert diagnostics[("wf-cancel", "design", 1)] == ("failed", 1)
     assert len(diagnostics) == 7  # five attempts of wf-loop, one each of the others
+
+
+def _decided(
+    workflow_id: str, inputs: list[events.Event | events.SubagentResult]
+) -> list[events.Recorded]:
+    """The records of workflow run ``workflow_id`` given ``inputs`` (a
+    ``SubagentResult`` for the phase in flight, its run id filled in),
+    decided by the workflow decider as a host would."""
+    state, log = wf.initial, list[events.Event]()
+    for item in inputs:
+        input = item
+        if isinstance(item, events.SubagentResult):
+            assert state.current is not None
+            run_id = wf.phase_of(state, state.current).run_id
+            result = msgspec.structs.replace(item, run_id=run_id)
+            input = events.SubagentFinished(result=result, at=float(len(log)))
+        assert isinstance(input, events.Event)
+        decided = wf.decide(input, state)
+        assert decided is not None, input
+        log += [input, *decided]
+        state = kind_of(f"workflow.{workflow_id}").fold([input, *decided], state)
+    return [
+        events.Recorded(
+            stream=f"workflow.{workflow_id}",
+            version=n,
+            position=n,
+            at=float(n),
+            event=e,
+        )
+        for n, e in enumerate(log, start=1)
+    ]
+
+
+async def test_routing_decisions_hold_the_outcomes_routing_read(
+    tmp_path: Path,
+) -> None:
+    """A phase with no decision routed by an auto edge has no row; one with
+    no decision whose edges none matched has a ``no_route`` row (the run
+    completed without a route); one with a decision has its decision's row,
+    whatever edge it took; a last node with no edges and no decision, none."""
+    nodes = tuple(NodeDef(key=k, provider="default") for k in ("a", "b", "c"))
+    approved = 'decision == "approved"'
+    guarded = WorkflowDef(
+        key="g",
+        version=1,
+        nodes=nodes,
+        edges=(
+            EdgeDef(source="a", target="b", priority=1, auto=True),
+            EdgeDef(source="b", target="c", priority=1, when=approved),
+        ),
+    )
+    chain = WorkflowDef(
+        key="c",
+        version=1,
+        nodes=nodes[:2],
+        edges=(EdgeDef(source="a", target="b", priority=1, auto=True),),
+    )
+    nothing = events.SubagentResult(run_id="", status="completed", output="r")
+    says = msgspec.structs.replace(nothing, metadata={"routingDecision": "approved"})
+    revision = events.WORKFLOW_REVISION
+    records = [
+        *_decided(
+            "g",
+            [
+                events.WorkflowCreated(
+                    workflow_id="g", definition=guarded, revision=revision
+                ),
+                nothing,
+                nothing,
+            ],
+        ),
+        *_decided(
+            "c",
+            [
+                events.WorkflowCreated(
+                    workflow_id="c", definition=chain, revision=revision
+                ),
+                says,
+                nothing,
+            ],
+        ),
+    ]
+    assert isinstance(records[-1].event, events.WorkflowCompleted)
+    rows = (await _projected(records, tmp_path / "views.db"))["routing_decisions"]
+    assert [(r[0], r[1], r[2], r[4], r[5]) for r in rows] == [
+        ("c", "a", 1, "approved", "routingDecision"),
+        ("g", "b", 1, "no_route", None),
+    ]
+
+
+def test_a_phase_in_flight_when_its_workflow_is_cancelled_shows_cancelled(
+    tmp_path: Path, monkeypatch: Any, capsys: Any
+) -> None:
+    """Cancelled with its phase in flight and no host to deliver the cancel:
+    `runs show` and the run_nodes view say the phase is cancelled, not
+    running, also after `projections rebuild`; and still once its run
+    answers failed, as a cancelled run does."""
+    monkeypatch.chdir(tmp_path)
+    node = NodeDef(key="design", provider="default")
+    defn = WorkflowDef(key="k", version=1, nodes=(node,))
+
+    async def record(*inputs: events.Event) -> None:
+        async with await SqliteEventLog.open(tmp_path / "log.db") as log:
+            host = Host(log)  # records, starts nothing (no host routes it)
+            for input in inputs:
+                assert await host.submit(workflow_stream("w"), input) is not None
+
+    def phase_status() -> tuple[list[str], list[tuple[object, ...]]]:
+        assert cli.main(["--db", "log.db", "runs", "show", "w"]) == 0
+        shown = [line.split() for line in capsys.readouterr().out.splitlines()]
+        row = next(r for r in shown if r[:2] == ["design", "#1"])
+        assert cli.main(["--db", "log.db", "workflow", "list"]) == 0  # catches up
+        capsys.readouterr()
+        return row[:3], _tables(tmp_path / "log.db")["run_nodes"]
+
+    opening = events.WorkflowCreated(
+        workflow_id="w", definition=defn, revision=events.WORKFLOW_REVISION
+    )
+    asyncio.run(record(opening, events.WorkflowCancelRequested(reason="no")))
+    row, nodes = phase_status()
+    assert row == ["design", "#1", "cancelled"]
+    assert [(r[2], r[4]) for r in nodes] == [("design", "cancelled")]
+    assert cli.main(["--db", "log.db", "projections", "rebuild"]) == 0
+    assert phase_status() == (row, nodes)
+
+    answer = events.SubagentResult(
+        run_id="w:design:1", status="cancelled", output="its workflow w was cancelled"
+    )
+    asyncio.run(record(events.SubagentFinished(result=answer)))
+    assert phase_status() == (row, nodes)
 
 
 def test_a_node_talks_to_its_providers_table(

@@ -48,18 +48,22 @@ def test_run_defaults_are_the_spec_values() -> None:
     ) == (20, 50, 1200, 1, 1, 60, 40, 10, True, 40)
 
 
-def test_default_system_prompt_is_cliffords_verbatim() -> None:
-    """The default system prompt is Clifford's DEFAULT_SYSTEM_PROMPT, typo and all."""
-    expected = "You are Clifford, a very skilled and highly complex AI-Assistent!"
+def test_default_system_prompt_is_cliffords_spelt_right() -> None:
+    """The default system prompt is Clifford's DEFAULT_SYSTEM_PROMPT with its
+    "AI-Assistent" spelt right; runs record it (tests/golden keep the old)."""
+    expected = "You are Clifford, a very skilled and highly complex AI-Assistant!"
     assert DEFAULT_SYSTEM_PROMPT == expected
     assert RunConfig().system_prompt == expected
+    assert Settings().run_settings().system_prompt == expected
 
 
 def test_other_section_defaults() -> None:
     """[log], [tools], models, agents and concurrency have the documented defaults."""
     s = Settings()
     assert s.log == LogConfig(url=".steward/steward.db", synchronous="NORMAL")
-    assert s.tools == ToolsConfig(workspace=".", output_limit=16384, timeout=30.0)
+    assert s.tools == ToolsConfig(
+        workspace=".steward/workspace", output_limit=16384, timeout=30.0
+    )
     assert s.models == {"default": ModelConfig()}
     assert s.models["default"].provider == "scripted"
     assert s.models["default"].timeout == 60.0
@@ -325,6 +329,37 @@ def test_unknown_env_variables_are_rejected() -> None:
         load_settings(None, env={"STEWARD_RUNS_X": "3"})
     with pytest.raises(ConfigError, match=r"STEWARD_MODELS_DEFAULT: .*<NAME>_<KEY>"):
         load_settings(None, env={"STEWARD_MODELS_DEFAULT": "x"})
+
+
+def test_unknown_env_variables_are_left_out_and_reported_once_when_asked() -> None:
+    """Given ``unknown``, the variables that name no setting are reported in
+    one line, each with what it should be, and left out; the others apply."""
+    said: list[str] = []
+    settings = load_settings(
+        None,
+        env={"STEWARD_RUNS_X": "3", "STEWARD_RUN_MAX_ITERATIONS": "5"},
+        unknown=said.append,
+    )
+    assert settings.run.max_iterations == 5
+    assert said == [
+        "ignoring environment variable STEWARD_RUNS_X: runs_x: not a setting; use "
+        "STEWARD_<SECTION>_<KEY> with SECTION one of AGENTS, CHANNELS, LOG, "
+        "METRICS, MODELS, RUN, SESSION, TOOLS, WORKFLOW, or "
+        "STEWARD_LLM_MAX_CONCURRENCY"
+    ]
+    said.clear()
+    env = {"STEWARD_RUNS_X": "3", "STEWARD_RUN_MAX_ITERATION": "3"}
+    assert load_settings(None, env=env, unknown=said.append) == Settings()
+    (line,) = said
+    assert line.startswith("ignoring environment variables that name no setting: ")
+    assert "STEWARD_RUNS_X (runs_x: not a setting; " in line
+    assert (
+        "STEWARD_RUN_MAX_ITERATION (run.max_iteration: unknown key; expected one "
+        "of: " in line
+    )
+    assert "\n" not in line
+    assert load_settings(None, env={}, unknown=said.append) == Settings()
+    assert len(said) == 1  # nothing to report: not called
 
 
 def test_invalid_toml_syntax_names_file_and_line(tmp_path: Path) -> None:

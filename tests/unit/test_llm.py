@@ -170,8 +170,9 @@ async def test_cumulative_usage_takes_the_maximum() -> None:
     assert got.usage == Usage(input_tokens=10, output_tokens=9)
 
 
-async def test_mixed_usage_takes_the_higher_of_sum_and_cumulative() -> None:
-    """With both kinds, each count is the higher of the sum and the max total."""
+async def test_mixed_usage_takes_the_higher_total_of_sum_and_cumulative() -> None:
+    """With both kinds, the usage is whichever has the higher total: the sum
+    (8 + 2) or the largest cumulative payload (5 + 20), whole."""
     got = await collect(
         stream(
             UsageEvent(input_tokens=4, output_tokens=1),
@@ -180,7 +181,33 @@ async def test_mixed_usage_takes_the_higher_of_sum_and_cumulative() -> None:
             ResultEvent(text="x", usage=Usage(input_tokens=999, output_tokens=999)),
         )
     )
-    assert got.usage == Usage(input_tokens=8, output_tokens=20)
+    assert got.usage == Usage(input_tokens=5, output_tokens=20)
+
+
+async def test_mixed_usage_is_never_a_maximum_of_each_count() -> None:
+    """Spec 001's wording: increments of 10 + 15 input and 15 output tokens
+    (40) against a cumulative 40 are 40 tokens, not the 48 that taking each
+    count's maximum (33 input, 15 output) would make; a larger sum wins
+    whole."""
+    got = await collect(
+        stream(
+            UsageEvent(input_tokens=10, output_tokens=0),
+            UsageEvent(input_tokens=33, output_tokens=7, cumulative=True),
+            UsageEvent(input_tokens=15, output_tokens=15),
+            UsageEvent(input_tokens=20, output_tokens=5, cumulative=True),
+            ResultEvent(text="x"),
+        )
+    )
+    assert got.usage.input_tokens + got.usage.output_tokens == 40
+    assert got.usage == Usage(input_tokens=33, output_tokens=7)  # a tie: reported
+    more = await collect(
+        stream(
+            UsageEvent(input_tokens=30, output_tokens=15),
+            UsageEvent(input_tokens=33, output_tokens=7, cumulative=True),
+            ResultEvent(text="x"),
+        )
+    )
+    assert more.usage == Usage(input_tokens=30, output_tokens=15)
 
 
 async def test_result_usage_stands_when_the_stream_sent_none() -> None:

@@ -25,6 +25,7 @@ from steward.actors.workflow_graph import (
     MAX_CHARS_PER_ARTIFACT,
     MAX_CONTEXT_CHARS_TOTAL,
     MAX_UPSTREAM_ARTIFACTS,
+    auto_loops,
     handoff,
     head_tail,
     routing_decision,
@@ -43,6 +44,7 @@ from steward.events.run import (
     ToolResulted,
 )
 from steward.events.workflow import (
+    DEFAULT_MAX_STEPS,
     WORKFLOW_REVISION,
     Artifact,
     EdgeDef,
@@ -239,7 +241,7 @@ def test_a_run_created_now_is_of_the_latest_revision() -> None:
     revision the decider now has."""
     defn = definition([node("design")], [])
     made = workflows.created(defn, Settings(), "wf", {})
-    assert made.revision == WORKFLOW_REVISION == 2
+    assert made.revision == WORKFLOW_REVISION == 3
 
 
 def test_a_definition_with_problems_is_refused() -> None:
@@ -371,6 +373,137 @@ def test_a_guard_reads_the_report_and_a_missing_path_is_false() -> None:
     missing = started(defn)
     assert missing.finish() is not None
     assert missing.state.current == "rework"
+
+
+CHECK = definition(
+    [node("check"), node("fix"), node("other")],
+    [
+        guard("check", "fix", 'decision != "approved"'),
+        guard("check", "other", 'decision == "no_route"', 2),
+    ],
+)
+
+
+def test_a_phase_with_no_decision_routes_nowhere_through_decision_guards() -> None:
+    """From revision 3 a phase that gave no routing decision has no
+    ``decision`` for its guards, a missing path: ``decision != "approved"``
+    is false, as is ``decision == "no_route"``, and a report field named
+    ``decision`` is not read for it. No edge matches: the run completes."""
+    story = started(CHECK, revision=WORKFLOW_REVISION)
+    decisions = story.finish(decision="changes_requested")
+    assert decisions is not None
+    assert not [d for d in decisions if isinstance(d, TransitionTaken)]
+    assert decisions[-1] == WorkflowCompleted(last="check")
+
+
+def test_a_phase_with_a_decision_still_routes_by_it() -> None:
+    """A routing decision is what ``decision`` reads: ``!=`` holds for one
+    that differs."""
+    story = started(CHECK, revision=WORKFLOW_REVISION)
+    decisions = story.finish(routingDecision="blocked")
+    assert decisions is not None
+    assert decisions[1] == TransitionTaken(
+        source="check", target="fix", priority=1, when='decision != "approved"'
+    )
+
+
+@pytest.mark.parametrize("revision", [0, 1, 2])
+def test_before_revision_3_no_decision_reads_no_route(revision: int) -> None:
+    """Runs created before revision 3 decided with ``decision`` the string
+    ``no_route`` for a phase that gave none, and replay so: its ``!=``
+    guard held."""
+    story = started(CHECK, revision=revision)
+    decisions = story.finish()
+    assert decisions is not None
+    assert decisions[1] == TransitionTaken(
+        source="check", target="fix", priority=1, when='decision != "approved"'
+    )
+
+
+# -- the bound on phase executions ------------------------------------------------
+
+LOOP = definition([node("a"), node("b")], [auto("a", "b"), auto("b", "a")])
+
+
+def test_a_loop_fails_the_run_at_max_steps_keeping_its_reports() -> None:
+    """a -> b -> a by auto edges never ends: at max_steps (3) phase
+    executions the transition back to b is recorded and the run fails,
+    naming the bound and the node; every report so far is kept."""
+    story = started(replace(LOOP, max_steps=3), revision=WORKFLOW_REVISION)
+    story.finish(output="a once")
+    story.finish(output="b once")
+    decisions = story.finish(output="a twice")
+    assert decisions is not None
+    assert [type(d) for d in decisions] == [
+        PhaseCompleted,
+        TransitionTaken,
+        WorkflowFailed,
+    ]
+    assert decisions[-1] == WorkflowFailed(
+        reason="max_steps 3 reached: node b would run again (attempt 2) after 3 "
+        "phase executions; if the loop is meant to go on, raise max_steps"
+    )
+    assert story.state.status == "failed" and story.state.runs == 3
+    assert w.reports(story.state) == {
+        "a": (2, "wf:a:3", "a twice"),
+        "b": (1, "wf:b:2", "b once"),
+    }
+    assert replay.verify(story.records()) is None
+
+
+def test_retries_count_toward_max_steps() -> None:
+    """A retry is a phase execution too: the bound stops one."""
+    defn = definition([node("a", retries=5)], [])
+    story = started(replace(defn, max_steps=2), revision=WORKFLOW_REVISION)
+    story.finish(status="failed")
+    decisions = story.finish(status="failed")
+    assert decisions is not None
+    assert [type(d) for d in decisions] == [PhaseFailed, WorkflowFailed]
+    assert "max_steps 2 reached: node a would run again" in decisions[-1].reason  # type: ignore[attr-defined]
+
+
+def _spin(story: Story, times: int) -> None:
+    for _ in range(times):
+        assert story.finish() is not None
+
+
+def test_a_run_without_max_steps_is_bounded_by_the_default() -> None:
+    """A revision 3 definition with no bound recorded stops at
+    DEFAULT_MAX_STEPS (1000) phase executions."""
+    story = started(LOOP, revision=WORKFLOW_REVISION)
+    _spin(story, DEFAULT_MAX_STEPS - 1)
+    assert story.state.status == "running"
+    _spin(story, 1)
+    assert story.state.status == "failed"
+    assert story.state.runs == DEFAULT_MAX_STEPS == 1000
+
+
+def test_before_revision_3_a_loop_has_no_bound() -> None:
+    """Runs created before revision 3 had no bound, and replay so."""
+    story = started(LOOP, revision=2)
+    _spin(story, DEFAULT_MAX_STEPS + 1)
+    assert story.state.status == "running"
+
+
+def test_auto_loops_are_the_cycles_no_guard_can_leave() -> None:
+    """A cycle of nodes whose first edge by priority is auto is listed once,
+    from its first node; one a guard before the auto edge can leave, or an
+    auto edge that a lower priority auto edge hides, is not."""
+    defn = definition(
+        [node("a"), node("b"), node("c"), node("d"), node("e")],
+        [
+            auto("a", "c"),
+            auto("b", "c"),
+            auto("c", "b"),
+            guard("d", "a", 'decision == "retry"'),
+            auto("d", "d", 2),
+            auto("e", "a"),
+            auto("e", "e", 2),
+        ],
+    )
+    assert auto_loops(defn) == [("b", "c")]
+    assert auto_loops(definition([node("x")], [auto("x", "x")])) == [("x",)]
+    assert auto_loops(DIR) == []
 
 
 # -- retries -------------------------------------------------------------------------
@@ -773,7 +906,8 @@ def graphs(draw: st.DrawFn) -> WorkflowDef:
                 edges.append(
                     guard(source, target, draw(st.sampled_from(GUARDS)), priority)
                 )
-    return definition(nodes, edges)
+    steps = draw(st.one_of(st.none(), st.integers(1, 6)))
+    return replace(definition(nodes, edges), max_steps=steps)
 
 
 results = st.fixed_dictionaries(
@@ -810,16 +944,22 @@ operator = st.sampled_from(
         ),
     ),
     script=st.lists(st.one_of(results, operator, st.booleans()), max_size=40),
+    revision=st.sampled_from([0, 1, 2, WORKFLOW_REVISION]),
 )
 def test_random_graphs_and_reports_fold_to_the_live_state_and_verify(
-    defn: WorkflowDef, tree: Worktree | None, script: list[Any]
+    defn: WorkflowDef, tree: Worktree | None, script: list[Any], revision: int
 ) -> None:
-    """For random graphs, worktrees, phase results, git answers (a boolean:
-    ok or not) and operator inputs: every decision is a move of the spec's
-    tables, folding the log gives the live state, and replay's verify
-    re-decides every step the same."""
+    """For random graphs (their max_steps too), worktrees, phase results,
+    git answers (a boolean: ok or not), operator inputs and revisions: every
+    decision is a move of the spec's tables, folding the log gives the live
+    state, replay's verify re-decides every step the same, and from
+    revision 3 no run starts more phase executions than its bound."""
     story = Story()
-    story.when(WorkflowCreated(workflow_id="wf", definition=defn, worktree=tree))
+    story.when(
+        WorkflowCreated(
+            workflow_id="wf", definition=defn, worktree=tree, revision=revision
+        )
+    )
     for n, item in enumerate(script):
         if isinstance(item, bool):
             if story.state.tool is not None:
@@ -837,6 +977,8 @@ def test_random_graphs_and_reports_fold_to_the_live_state_and_verify(
             assert phase.status in PHASE_STATUSES
         if story.state.runs and tree is not None:
             assert story.state.workspace == tree.path  # phases only in the tree
+        if revision >= 3 and defn.max_steps is not None:
+            assert story.state.runs <= defn.max_steps
     records = story.records()
     assert replay.rebuild(records) == story.state
     assert replay.verify(records) is None

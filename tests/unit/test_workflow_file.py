@@ -14,6 +14,7 @@ import yaml
 from workflow_files import EXAMPLE, HEAD, edge, node
 
 from steward.config import AgentProfile, ModelConfig, Settings
+from steward.config.settings import WorkflowConfig
 from steward.errors import WorkflowFileError
 from steward.workflows import created, load_definition
 
@@ -192,7 +193,8 @@ def test_an_unknown_workflow_field_names_the_workflow_table() -> None:
     """A misspelt ``[workflow]`` field is named with the table's fields."""
     text = '[workflow]\nkey = "w"\nversoin = 1\n' + node("a")
     assert problem(text) == (
-        "wf.toml: workflow: unknown field `versoin`; the fields are key, version, name"
+        "wf.toml: workflow: unknown field `versoin`; the fields are key, version, "
+        "name, max_steps"
     )
 
 
@@ -310,3 +312,30 @@ def test_a_run_needs_a_value_for_each_input_the_prompts_name() -> None:
     )
     first = created(definition, Settings(), "wf-1", {"feature": "a /health"})
     assert first.inputs == {"feature": "a /health"}
+
+
+# --- the bound on phase executions ----------------------------------------------
+
+
+def test_max_steps_is_the_files_else_the_settings() -> None:
+    """``[workflow] max_steps`` of the file bounds a run created of it;
+    without one, the settings' ``[workflow] max_steps`` is recorded (1000
+    unless set), so the run keeps the bound it was created with."""
+    Path("bounded.toml").write_text(
+        '[workflow]\nkey = "w"\nversion = 1\nmax_steps = 7\n' + node("a")
+    )
+    bounded = load_definition("bounded.toml", Settings())
+    assert bounded.max_steps == 7
+    assert created(bounded, Settings(), "wf-1", {}).definition.max_steps == 7
+    Path("open.toml").write_text(HEAD + node("a"))
+    unbounded = load_definition("open.toml", Settings())
+    assert unbounded.max_steps is None
+    assert created(unbounded, Settings(), "wf-1", {}).definition.max_steps == 1000
+    settings = Settings(workflow=WorkflowConfig(max_steps=50))
+    assert created(unbounded, settings, "wf-1", {}).definition.max_steps == 50
+
+
+def test_a_max_steps_below_1_is_refused() -> None:
+    """A bound of 0 phase executions would start nothing: refused."""
+    text = '[workflow]\nkey = "w"\nversion = 1\nmax_steps = 0\n' + node("a")
+    assert problem(text) == "wf.toml: workflow: max_steps is 0; at least 1"

@@ -19,10 +19,11 @@ Requests with ``priority == "subagent"`` take from ``subagent_replies`` when the
 script has that list, and from ``replies`` otherwise. An error reply is used
 up like any other, so a retry gets the next one. With ``per_run: true`` every
 run plays the lists from the start on its own (many runs, one script), and
-a process that has not played a run yet starts it at the reply after its
-model calls so far (`RequestInfo.iteration`, from the log): a run resumed by
-another process (after Ctrl-C) or a fork goes on where it was instead of
-starting over (replies a retry used before the restart are not counted).
+a run's call never gets a reply before the one after its model calls so far
+(`RequestInfo.iteration`, from the log): a run resumed by another process
+(after Ctrl-C), a fork, or a run whose calls several workers make goes on
+where it was instead of starting over (replies a retry used in another
+process are not counted).
 Without it, all runs share one cursor that each process starts at the top.
 """
 
@@ -414,10 +415,10 @@ class ScriptedProvider:
         if info.priority == "subagent" and self._subagent is not None:
             queue, replies, what = "subagent_replies", self._subagent, "subagent reply"
         cursor = (queue, info.run_id if self._per_run else "")
-        used = self._cursors.get(cursor)
-        if used is None:  # a run this process has not played yet: per run,
-            # its calls before this one (a run resumed after a restart) had theirs
-            used = max(info.iteration - 1, 0) if self._per_run else 0
+        used = self._cursors.get(cursor, 0)
+        if self._per_run:  # the run's calls before this one had theirs, here
+            # or in another process (a resumed run, a fork, another worker)
+            used = max(used, info.iteration - 1)
         if used >= len(replies):
             raise self._exhausted(what, used, info)
         self._cursors[cursor] = used + 1

@@ -293,7 +293,13 @@ class JetStreamEventLog:
                 "reconnected to NATS at %s", url.netloc if url is not None else where
             )
 
+        failures: list[Exception] = []
+
         async def on_error(e: Exception) -> None:
+            if not holder:  # still opening: the error that ends it says why
+                failures.append(e)
+                logger.debug("NATS connection (%s): %s", where, e or type(e).__name__)
+                return
             logger.warning("NATS connection (%s): %s", where, e or type(e).__name__)
 
         async def on_closed() -> None:
@@ -329,8 +335,11 @@ class JetStreamEventLog:
         try:
             await nc.connect(urls, allow_reconnect=True, **options)
         except Exception as e:
+            # nats-py ends with "no servers available"; the last attempt's
+            # error (connection refused, a bad certificate) says why
+            why = failures[-1] if failures else e
             raise LogWriteError(
-                f"cannot connect to NATS at {where}: {e or type(e).__name__}; "
+                f"cannot connect to NATS at {where}: {why or type(why).__name__}; "
                 "check the URL, that nats-server is running (with -js), and the "
                 "credentials"
             ) from e
@@ -1025,6 +1034,34 @@ class JetStreamEventLog:
         finally:
             self._followers.discard(follower)
             await follower.stop()
+
+    # -- who hosts it ------------------------------------------------------------
+
+    @property
+    def _hosts_subject(self) -> str:
+        # core NATS, outside the stream's subjects (JetStream would answer
+        # a request it captures with its own ack)
+        return f"_STEWARD.hosts.{escape_token(self.stream)}"
+
+    async def advertise(self, about: str) -> None:
+        """Answer `host` with ``about`` (who this process is) until the log
+        closes: this process hosts the log's actors (a ``serve``, a
+        ``worker``)."""
+
+        async def answer(msg: nats.aio.msg.Msg) -> None:
+            await msg.respond(about.encode())
+
+        await self._nc.subscribe(self._hosts_subject, cb=answer)
+
+    async def host(self, timeout: float = 3.0) -> str | None:
+        """What a process that hosts the log (`advertise`) says of itself;
+        ``None`` when none does: the server answers "no responders" at once,
+        or nothing answers within ``timeout`` seconds."""
+        try:
+            msg = await self._nc.request(self._hosts_subject, b"", timeout=timeout)
+        except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
+            return None
+        return bytes(msg.data).decode(errors="replace")
 
     # -- lifecycle -------------------------------------------------------------
 
