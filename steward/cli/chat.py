@@ -28,7 +28,7 @@ from steward.actors.llm.base import RequestInfo
 from steward.bus import EventLog
 from steward.chats import answer, message, open_session
 from steward.cli.env import EXIT_INTERRUPTED, Env, opened, shown
-from steward.cli.hosting import checked_provider, host_of, new_host, nothing_hosts
+from steward.cli.hosting import checked_provider, new_host, why_unhosted
 from steward.cli.serve import drain
 from steward.errors import ConfigError
 from steward.events import (
@@ -71,8 +71,8 @@ async def cmd_chat(env: Env, args: argparse.Namespace) -> int:
                     raise unhosted
                 host = new_host(env, log, projector, provider=provider)
                 await host.start()
-            elif await host_of(env, log) is None:
-                raise nothing_hosts(env, "this chat")
+            elif (no_host := await why_unhosted(env, log, "this chat")) is not None:
+                raise no_host
             submitter = host or Host(log)
             stream = await open_session(env.settings, submitter, session_id)
             state = (await submitter.state(stream))[0]

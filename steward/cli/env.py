@@ -225,9 +225,8 @@ async def resolved(log: EventLog, name: str) -> str:
         kind_of(name)  # of no kind: one line naming the kinds there are
     looked = [f"{k}.{name}" for k in KINDS]
     raise NotFoundError(
-        f"no run, session or workflow run {name!r} in the log (no stream "
-        f"{', '.join(looked[:-1])} or {looked[-1]}); `steward runs list`, "
-        "`steward sessions list` and `steward workflow list` show their ids"
+        f"no actor {name!r} in the log (no stream {', '.join(looked[:-1])} or "
+        f"{looked[-1]}); each kind's `list` command shows their ids"
     )
 
 

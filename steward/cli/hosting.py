@@ -23,7 +23,6 @@ from steward.actors.run_effects import run_stream
 from steward.actors.tools import ToolRegistry
 from steward.bus import EventLog, JetStreamEventLog
 from steward.cli.env import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_PIPE, EXIT_WAITING, Env
-from steward.config import DEFAULT_WORKSPACE
 from steward.errors import ConfigError, NoHostError
 from steward.host import Host
 from steward.hostlock import Holder, HostLock
@@ -59,14 +58,11 @@ def new_host(env: Env, log: EventLog, projector: Projector, **kw: Any) -> Host:
         timeout=env.settings.tools.timeout,
         session=True,  # offered to session turns only (their settings list them)
     )
-    workspace = Path(env.settings.tools.workspace)
-    if env.settings.tools.workspace == DEFAULT_WORKSPACE:
-        workspace.mkdir(parents=True, exist_ok=True)  # under .steward/
     return Host(
         log,
         provider=kw.pop("provider", None) or checked_provider(env),
         tools=tools,
-        workspace=workspace,
+        workspace=Path(env.settings.tools.workspace),
         llm_concurrency=env.settings.llm_max_concurrency,
         tool_timeout=env.settings.tools.timeout,
         projector=projector,
@@ -76,24 +72,22 @@ def new_host(env: Env, log: EventLog, projector: Projector, **kw: Any) -> Host:
     )
 
 
-async def host_of(env: Env, log: EventLog) -> str | None:
-    """Who hosts every actor of the log: the `serve` holding an embedded
-    log's host lock, or a `serve` or `worker` on a shared one (it answers
-    on NATS); ``None`` when nothing does, so a message to a session or a
-    workflow would wait for nothing."""
+async def why_unhosted(env: Env, log: EventLog, what: str) -> NoHostError | None:
+    """Why nothing would answer ``what`` on the log, or ``None`` when a
+    process hosts every actor of it: the `serve` holding an embedded log's
+    host lock, a `serve` or `worker` on a shared one (it answers on NATS)."""
     if isinstance(log, JetStreamEventLog):
-        return await log.host()
-    holder = HostLock(env.db).holder()
-    if holder is None or holder.scope is not None:  # a `run` hosts its run alone
-        return None
-    return str(holder)
-
-
-def nothing_hosts(env: Env, what: str) -> NoHostError:
-    """The error for ``what`` when nothing hosts the log."""
-    start = (
-        "`steward serve` or `steward worker`" if env.distributed else "`steward serve`"
-    )
+        if await log.host() is not None:
+            return None
+        start = "`steward serve` or `steward worker`"
+    else:
+        lock = HostLock(env.db)
+        holder = lock.holder()
+        if holder is not None and holder.scope is None:
+            return None
+        if holder is not None:  # a `run` that hosts its own run alone
+            return NoHostError(f"nothing would answer {what}: {lock.refusal()}")
+        start = "`steward serve`"
     return NoHostError(
         f"nothing hosts the log {env.log_url}, so nothing would answer {what}: "
         f"start {start} on it"

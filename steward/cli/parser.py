@@ -179,7 +179,8 @@ _STREAM = (
 EXIT_STATUSES = (
     "exit status: 0 the run completed, 1 it failed or was cancelled, 2 bad input, "
     "3 replay --verify found a mismatch, 4 the run waits for a person "
-    "(`steward runs approve|deny ID`), 130 interrupted (Ctrl-C)."
+    "(`steward runs approve|deny ID`), 5 no answer (nothing hosts the log, or "
+    "`sessions send` timed out), 130 interrupted (Ctrl-C)."
 )
 _REFUSED = (
     "Exit 1 when the run's state does not allow it: one line on standard error "

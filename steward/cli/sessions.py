@@ -13,7 +13,7 @@ from typing import Any
 from steward.actors.session import session_stream
 from steward.chats import answer, message, open_session
 from steward.cli.env import EXIT_NO_ANSWER, Env, opened
-from steward.cli.hosting import host_of, nothing_hosts
+from steward.cli.hosting import why_unhosted
 from steward.cli.output import columns, cut, json_line, listed
 from steward.errors import NotFoundError
 from steward.host import Host
@@ -217,7 +217,9 @@ async def cmd_sessions_send(env: Env, args: argparse.Namespace) -> int:
         if args.no_wait:
             env.out(sent.message_id)
             return 0
-        if await host_of(env, log) is None:  # a command is answered already
+        what = f"message {sent.message_id} (recorded: answered once one runs)"
+        no_host = await why_unhosted(env, log, what)
+        if no_host is not None:  # a command is answered already
             stop.set()
         try:
             waited = answer(log, stream, sent.message_id, stop, since)
@@ -231,9 +233,7 @@ async def cmd_sessions_send(env: Env, args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return EXIT_NO_ANSWER
-        if reply is None:
-            raise nothing_hosts(
-                env, f"message {sent.message_id} (recorded: answered once one runs)"
-            )
+        if reply is None and no_host is not None:
+            raise no_host
     env.out(reply or "")
     return 0

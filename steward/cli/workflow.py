@@ -33,7 +33,7 @@ from steward.cli.env import (
     shown,
     stream_records,
 )
-from steward.cli.hosting import checked_provider, host_of, new_host, nothing_hosts
+from steward.cli.hosting import checked_provider, new_host, why_unhosted
 from steward.cli.output import columns, cut, listed
 from steward.errors import NotAllowedError, StewardError
 from steward.host import Host
@@ -152,8 +152,8 @@ async def cmd_run(env: Env, args: argparse.Namespace) -> int:
             if lock is not None and lock.acquire():
                 host = new_host(env, log, projector, provider=provider)
                 await host.start()
-            elif await host_of(env, log) is None:
-                raise nothing_hosts(env, f"workflow run {workflow_id}")
+            elif no_host := await why_unhosted(env, log, f"workflow run {workflow_id}"):
+                raise no_host
             submitter = host or Host(log)
             first = replace(first, at=submitter.clock.now())
             if await submitter.submit(stream, first) is None:

@@ -7,7 +7,6 @@ variables; ``settings.run_settings(profile)`` gives what a run records.
 from steward.config.loader import DEFAULT_PATH, ENV_PREFIX, load_settings
 from steward.config.settings import (
     DEFAULT_SYSTEM_PROMPT,
-    DEFAULT_WORKSPACE,
     AgentProfile,
     LogConfig,
     MetricsConfig,
@@ -20,7 +19,6 @@ from steward.config.settings import (
 __all__ = [
     "DEFAULT_PATH",
     "DEFAULT_SYSTEM_PROMPT",
-    "DEFAULT_WORKSPACE",
     "ENV_PREFIX",
     "AgentProfile",
     "LogConfig",

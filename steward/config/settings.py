@@ -18,7 +18,6 @@ from steward.events.workflow import DEFAULT_MAX_STEPS
 
 __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
-    "DEFAULT_WORKSPACE",
     "AgentProfile",
     "LogConfig",
     "MetricsConfig",
@@ -121,17 +120,11 @@ class LogConfig(_Section, frozen=True, kw_only=True):
     its projections in its own file."""
 
 
-DEFAULT_WORKSPACE = ".steward/workspace"
-"""``[tools] workspace`` unless set: under ``.steward/``, so a run's files
-never land in the directory steward is started from (a checkout, say)."""
-
-
 class ToolsConfig(_Section, frozen=True, kw_only=True):
     """``[tools]``: the sandbox the built-in tools work in."""
 
-    workspace: str = DEFAULT_WORKSPACE
-    """Directory the ``files.*`` tools are confined to; the default one is
-    made when a host starts (a configured one must exist)."""
+    workspace: str = "."
+    """Directory the ``files.*`` tools are confined to."""
 
     output_limit: Positive = 16384
     """Characters of a tool's output kept; the rest is cut and marked truncated."""

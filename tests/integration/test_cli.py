@@ -82,15 +82,14 @@ def test_an_unknown_id_is_one_clear_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
 ) -> None:
     """A command that takes an actor of any kind names the streams it looked
-    for and the commands that list the ids there are."""
+    for, of every kind, and where the ids there are are listed."""
     asyncio.run(_create_log(tmp_path / "l.db"))
     code = steward("--db", str(tmp_path / "l.db"), *argv)
     err = capsys.readouterr().err
     assert code == 2
     assert err.strip() == (
-        "steward: no run, session or workflow run 'nope' in the log (no stream "
-        "run.nope, session.nope or workflow.nope); `steward runs list`, "
-        "`steward sessions list` and `steward workflow list` show their ids"
+        "steward: no actor 'nope' in the log (no stream run.nope, session.nope "
+        "or workflow.nope); each kind's `list` command shows their ids"
     )
 
 
@@ -131,7 +130,7 @@ def test_run_streams_steps_then_show_export_replay_and_fork(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A scripted run end to end through the commands an operator uses."""
-    monkeypatch.chdir(tmp_path)  # the workspace is under it, in .steward/
+    monkeypatch.chdir(tmp_path)  # the workspace is the working directory
     db = str(tmp_path / "l.db")
     script = write_script(
         tmp_path / "s.json",

@@ -23,7 +23,7 @@ def test_run_show_replay_export_and_rebuild_on_jetstream(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.chdir(tmp_path)  # the workspace is under it, in .steward/
+    monkeypatch.chdir(tmp_path)  # the workspace is the working directory
     script = tmp_path / "script.json"
     replies = [
         *PLAN,
@@ -58,9 +58,9 @@ def test_run_show_replay_export_and_rebuild_on_jetstream(
     assert cli.main([*base, "projections", "rebuild"]) == 0
     assert "projections rebuilt" in capsys.readouterr().out
     # the log lives on the server, not in a local file
-    assert not (tmp_path / ".steward" / "steward.db").exists()
-    assert (tmp_path / ".steward" / "workspace" / "a.txt").read_text() == "x"
+    assert not (tmp_path / ".steward").exists()
     assert {p.name for p in tmp_path.glob("*.db")} == {"projections.db"}
+    assert (tmp_path / "a.txt").read_text() == "x"
 
 
 def test_an_unreachable_server_is_one_clear_line(

@@ -105,7 +105,7 @@ def test_a_path_too_long_is_shown_to_the_model_and_the_run_completes(
     )
     ran = _steward(tmp_path, "--script", script, "run", "write notes", timeout=30)
     assert ran.returncode == 0, ran.stderr + ran.stdout
-    assert (tmp_path / ".steward" / "workspace" / "notes.md").read_text() == "ok"
+    assert (tmp_path / "notes.md").read_text() == "ok"
     (run_id,) = _run_ids(_steward(tmp_path, "runs", "list").stdout)
     prompts = _steward(tmp_path, "runs", "show", run_id, "--prompts").stdout
     assert (
@@ -170,16 +170,16 @@ def test_a_tool_that_requires_approval_waits_for_approve_or_deny(
         shown = _wait_for_end(tmp_path, denied)
         assert shown.split("\n", 1)[0].split()[2] == "completed", shown
         assert "A person denied the call to files.write: not on a Friday" in shown
-        assert not (tmp_path / ".steward" / "workspace" / "notes.md").exists()
+        assert not (tmp_path / "notes.md").exists()
 
         approved = _start(tmp_path, "write notes")
         _wait_until_waiting(tmp_path, approved)
-        assert not (tmp_path / ".steward" / "workspace" / "notes.md").exists()
+        assert not (tmp_path / "notes.md").exists()
         said = _steward(tmp_path, "runs", "approve", approved)
         assert said.returncode == 0, said.stderr
         shown = _wait_for_end(tmp_path, approved)
         assert shown.split("\n", 1)[0].split()[2] == "completed", shown
-        assert (tmp_path / ".steward" / "workspace" / "notes.md").read_text() == "hi"
+        assert (tmp_path / "notes.md").read_text() == "hi"
         assert "[tool_result files.write]\nwrote 2 bytes to notes.md" in shown
     except AssertionError as e:
         server.send_signal(signal.SIGTERM)

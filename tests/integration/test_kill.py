@@ -11,7 +11,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from support import steward_process
+from support import steward_process, stop_all
 
 from steward import events, replay
 from steward.actors.run_effects import run_stream
@@ -128,3 +128,60 @@ async def test_sigkill_mid_run_then_restart_completes_every_run(tmp_path: Path) 
             assert len(calls) == 7, stream
     finally:
         await log.close()
+
+
+async def test_a_scripted_run_left_on_ctrl_c_goes_on_under_serve(
+    tmp_path: Path,
+) -> None:
+    """`steward --script s run` stopped by Ctrl-C while its third call is in
+    flight; `steward --script s serve` makes that call with the script's
+    third reply (the script is not per_run), and the run completes with
+    three calls, not a script played from the top."""
+
+    def reply(delay: float = 0.0, **command: object) -> dict[str, object]:
+        return {"json": command, "delay": delay}
+
+    replies = [
+        reply(type="note", category="requirements", content="r"),
+        reply(type="note", category="plan", content="p"),
+        reply(1.0, type="finish", output="done"),
+    ]
+    (tmp_path / "s.json").write_text(json.dumps({"replies": replies}))
+    base = ["--db", str(tmp_path / "log.db"), "--script", str(tmp_path / "s.json")]
+    run = steward_process(tmp_path, *base, "run", "go")
+    try:
+        for _ in range(400):
+            await asyncio.sleep(0.025)
+            if len(await _calls(tmp_path / "log.db")) == 3:
+                break
+        run.send_signal(signal.SIGINT)
+        assert run.wait(20) == 130
+    finally:
+        if run.poll() is None:
+            run.kill()
+        run.communicate()
+    serve = steward_process(tmp_path, *base, "serve")
+    try:
+        for _ in range(400):
+            await asyncio.sleep(0.025)
+            if await _statuses_in(tmp_path / "log.db") == Counter(completed=1):
+                break
+    finally:
+        (err,) = stop_all([serve])
+    assert await _statuses_in(tmp_path / "log.db") == Counter(completed=1), err
+    assert len(await _calls(tmp_path / "log.db")) == 3
+
+
+async def _calls(db: Path) -> list[events.LlmRequested]:
+    async with await SqliteEventLog.open(db) as log:
+        return [
+            r.event
+            for s in await log.streams("run.")
+            for r in await log.read(s)
+            if isinstance(r.event, events.LlmRequested)
+        ]
+
+
+async def _statuses_in(db: Path) -> Counter[str]:
+    async with await SqliteEventLog.open(db) as log:
+        return await _statuses(log)

@@ -18,13 +18,14 @@ from workflow_files import EXAMPLE, SCRIPT
 from steward import cli
 from steward.bus import JetStreamEventLog, open_log
 from steward.cli.env import EXIT_NO_ANSWER
+from steward.hostlock import HostLock
 
 
 def _refused(capsys: pytest.CaptureFixture[str], code: int, start: str) -> None:
     err = capsys.readouterr().err.strip().splitlines()
     assert code == EXIT_NO_ANSWER, err
     assert len(err) == 1, err
-    assert "nothing hosts the log" in err[0] and start in err[0], err
+    assert "nothing" in err[0] and start in err[0], err
 
 
 def test_sessions_send_with_no_serve_says_so_at_once(
@@ -38,6 +39,20 @@ def test_sessions_send_with_no_serve_says_so_at_once(
     # a command is answered without a host
     assert cli.main([*db, "sessions", "send", "cli:x", "/model"]) == 0
     assert capsys.readouterr().out.startswith("model: ")
+
+
+def test_beside_a_run_that_hosts_only_itself_sessions_send_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "log.db"
+    assert cli.main(["--db", str(db), "runs", "start", "x", "--wait", "0"]) == 0
+    lock = HostLock(db)
+    assert lock.acquire(scope="r1")  # as `steward run` does
+    try:
+        code = cli.main(["--db", str(db), "sessions", "send", "cli:x", "hello"])
+    finally:
+        lock.release()
+    _refused(capsys, code, "which hosts only its run r1")
 
 
 def test_on_nats_with_no_host_chat_sessions_and_workflows_say_so(

@@ -114,8 +114,7 @@ async def test_runs_beside_a_serve_are_carried_out_once(tmp_path: Path) -> None:
         assert status.startswith("run ") and status.endswith(" completed"), out
         assert output == "done"
         assert "ToolResulted      ok: appended 5 bytes to out.txt" in out
-    out = tmp_path / ".steward" / "workspace" / "out.txt"
-    assert out.read_text() == "line\n" * RUNS
+    assert (tmp_path / "out.txt").read_text() == "line\n" * RUNS
     streams = await _runs(tmp_path / "log.db")
     assert len(streams) == RUNS
     for stream, records in streams.items():
@@ -160,7 +159,7 @@ async def test_a_fork_beside_a_serve_is_carried_out_once(tmp_path: Path) -> None
     assert out.strip().splitlines()[-2].endswith(" completed"), out
     # the fork goes on with its script where its copy ends: its next reply
     # is the finish, so only the original appended its line
-    assert (tmp_path / ".steward" / "workspace" / "out.txt").read_text() == "line\n"
+    assert (tmp_path / "out.txt").read_text() == "line\n"
     for stream, records in (await _runs(tmp_path / "log.db")).items():
         assert replay.rebuild(records).status == "completed", stream
         assert replay.verify(records) is None, stream

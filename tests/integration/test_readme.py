@@ -221,7 +221,7 @@ def test_using_it_in_order_against_one_serve(tmp_path: Path) -> None:
         _, err = server.communicate(timeout=30)
     assert server.returncode == 0 and "Traceback" not in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == [".steward", "steward"]
-    assert (tmp_path / ".steward" / "workspace" / "notes.txt").exists()
+    assert (tmp_path / ".steward" / "notes.txt").exists()
 
 
 def test_make_demo_writes_only_under_steward(tmp_path: Path) -> None:

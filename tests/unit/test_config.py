@@ -61,9 +61,7 @@ def test_other_section_defaults() -> None:
     """[log], [tools], models, agents and concurrency have the documented defaults."""
     s = Settings()
     assert s.log == LogConfig(url=".steward/steward.db", synchronous="NORMAL")
-    assert s.tools == ToolsConfig(
-        workspace=".steward/workspace", output_limit=16384, timeout=30.0
-    )
+    assert s.tools == ToolsConfig(workspace=".", output_limit=16384, timeout=30.0)
     assert s.models == {"default": ModelConfig()}
     assert s.models["default"].provider == "scripted"
     assert s.models["default"].timeout == 60.0

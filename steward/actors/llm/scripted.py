@@ -23,8 +23,10 @@ a run's call never gets a reply before the one after its model calls so far
 (`RequestInfo.iteration`, from the log): a run resumed by another process
 (after Ctrl-C), a fork, or a run whose calls several workers make goes on
 where it was instead of starting over (replies a retry used in another
-process are not counted).
-Without it, all runs share one cursor that each process starts at the top.
+process are not counted). Without it, all runs share one cursor, which a
+process moves past a run's calls so far when the run first asks it: exact
+for one run, while the calls of runs sharing the list (subagents) before
+the process started are not counted.
 """
 
 from __future__ import annotations
@@ -330,6 +332,7 @@ class ScriptedProvider:
             self._subagent = tuple(_as_reply(r) for r in subagent_replies)
         self._per_run = per_run
         self._cursors: dict[tuple[str, str], int] = {}
+        self._runs: set[str] = set()  # the runs asked for a reply so far
         self._calls = 0
         self.label = label
         self._hint = hint
@@ -416,9 +419,11 @@ class ScriptedProvider:
             queue, replies, what = "subagent_replies", self._subagent, "subagent reply"
         cursor = (queue, info.run_id if self._per_run else "")
         used = self._cursors.get(cursor, 0)
-        if self._per_run:  # the run's calls before this one had theirs, here
-            # or in another process (a resumed run, a fork, another worker)
+        if self._per_run or info.run_id not in self._runs:
+            # the run's calls before this one had their replies, here or in
+            # another process (a resumed run, a fork, another worker)
             used = max(used, info.iteration - 1)
+        self._runs.add(info.run_id)
         if used >= len(replies):
             raise self._exhausted(what, used, info)
         self._cursors[cursor] = used + 1
