@@ -84,8 +84,8 @@ from steward.bus.base import Append
 from steward.clock import Clock, SystemClock
 from steward.errors import ConcurrencyError, StewardError, describe
 from steward.events import Event, Recorded
-from steward.projections.metrics import COUNTED
-from steward.projections.metrics import HOST as METRICS
+from steward.metrics import COUNTED
+from steward.metrics import HOST as METRICS
 
 log = logging.getLogger("steward.host")
 

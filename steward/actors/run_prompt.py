@@ -8,15 +8,30 @@ the newest entries of its transcript within the entry and token limits.
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import msgspec
 
 from steward.actors.prompt import Prompt, PromptCache
 from steward.events.run import ChatMessage, RunSettings, ToolSpec
 
-if TYPE_CHECKING:  # the run decider imports this module to build its prompts
-    from steward.actors.run import Run
+
+class PromptState(Protocol):
+    """What a prompt is built from: the fields of the run's state
+    (`steward.actors.run.Run`) it reads. A protocol, so this module needs
+    nothing of the decider that imports it."""
+
+    @property
+    def settings(self) -> RunSettings: ...
+    @property
+    def conversation(self) -> tuple[ChatMessage, ...]: ...
+    @property
+    def transcript(self) -> tuple[ChatMessage, ...]: ...
+    @property
+    def transcript_totals(self) -> tuple[int, ...]: ...
+    @property
+    def offered(self) -> tuple[ToolSpec, ...]: ...
+
 
 JSON_PROTOCOL = """\
 Reply with exactly one JSON object per message, one of:
@@ -63,7 +78,7 @@ def native_tools(settings: RunSettings) -> tuple[ToolSpec, ...]:
     return (*(t for t in settings.tools if t.name != FINISH_TOOL.name), FINISH_TOOL)
 
 
-def build_prompt(state: Run, cache: PromptCache | None = None) -> Prompt:
+def build_prompt(state: PromptState, cache: PromptCache | None = None) -> Prompt:
     """The prompt for the run's next model call: a pure function of its state.
 
     ``cache``, when given, keeps each run's system prompt (with its tool
@@ -102,7 +117,7 @@ def _system(settings: RunSettings, cache: PromptCache | None) -> str:
     return system
 
 
-def _window(state: Run) -> tuple[ChatMessage, ...]:
+def _window(state: PromptState) -> tuple[ChatMessage, ...]:
     """The newest transcript entries within the entry and token limits.
 
     Tokens are estimated as characters / 4. The newest entry is always kept, so

@@ -26,6 +26,7 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
+from steward.actors.tools import files
 from steward.cli.env import (
     EXIT_INPUT,
     EXIT_NO_ANSWER,
@@ -40,6 +41,9 @@ from steward.errors import NoHostError, NotAllowedError, StewardError
 
 __all__ = ["build_parser", "main"]
 
+APPROVABLE = tuple(t.name for t in files.TOOLS)
+"""The tools ``[tools] require_approval`` may name: the built-in files tools."""
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
@@ -49,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        settings = load_settings(args.config, unknown=_warn)
+        settings = load_settings(args.config, unknown=_warn, tools=APPROVABLE)
         env = env_of(settings, args)
         fn: Callable[[Env, argparse.Namespace], Coroutine[Any, Any, int]] = args.fn
         code = _run(fn(env, args))

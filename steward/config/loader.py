@@ -16,8 +16,9 @@ does with a warning):
   matches a table of the file case-insensitively, or creates a lower-case one;
 - ``STEWARD_LLM_MAX_CONCURRENCY`` for the top-level key.
 
-``[tools] require_approval`` may only name built-in tools (``files.read``,
-``files.list``, ``files.write``); another name is an error listing them.
+``[tools] require_approval`` may only name the tools ``load_settings`` is
+told of (the command line: the built-in ``files.read``, ``files.list``,
+``files.write``); another name is an error listing them.
 
 Values are converted to the field's type: integers and floats as written,
 booleans from ``true``/``false``/``1``/``0``, lists as comma-separated names,
@@ -31,13 +32,12 @@ import os
 import re
 import tomllib
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import msgspec
 
-from steward.actors.tools import files
 from steward.config.settings import AgentProfile, ModelConfig, Settings
 from steward.errors import ConfigError
 
@@ -60,6 +60,7 @@ def load_settings(
     env: Mapping[str, str] | None = None,
     *,
     unknown: Callable[[str], None] | None = None,
+    tools: Collection[str] | None = None,
 ) -> Settings:
     """Settings from ``path`` (default: ``./steward.toml`` if present) and ``env``.
 
@@ -71,6 +72,8 @@ def load_settings(
         unknown: called once, with one line naming each ``STEWARD_*``
             variable that names no setting and what it should be, when there
             are any; they are left out. ``None``: the first is an error.
+        tools: the tools ``[tools] require_approval`` may name (the command
+            line gives the built-in ones); ``None`` checks no name.
 
     Raises:
         ConfigError: the file is unreadable or not TOML, a value is invalid,
@@ -87,7 +90,8 @@ def load_settings(
     if ignored and unknown is not None:
         unknown(_ignoring(ignored))
     settings = _build(data, source)
-    _check_approval(settings, source, environ)
+    if tools is not None:
+        _check_approval(settings, source, environ, tools)
     models = data.get("models")
     if not (isinstance(models, dict) and "default" in models):
         keyed = _keyed_default(environ)
@@ -117,10 +121,10 @@ _APPROVAL_VARIABLE = f"{ENV_PREFIX}TOOLS_REQUIRE_APPROVAL"
 
 
 def _check_approval(
-    settings: Settings, source: str, environ: Mapping[str, str]
+    settings: Settings, source: str, environ: Mapping[str, str], tools: Collection[str]
 ) -> None:
-    """Refuse a ``[tools] require_approval`` name that is no built-in tool."""
-    known = sorted(t.name for t in files.TOOLS)
+    """Refuse a ``[tools] require_approval`` name that is not in ``tools``."""
+    known = sorted(tools)
     for var in environ:  # the part after the prefix in any case, as _resolve reads it
         if var.startswith(ENV_PREFIX) and var.upper() == _APPROVAL_VARIABLE:
             source = f"environment variable {var}"

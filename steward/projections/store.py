@@ -36,7 +36,7 @@ from steward.bus import EventLog
 from steward.events import Recorded
 from steward.projections.projection import PENDING_SCHEMA, Projection, done, want
 from steward.projections.runs import RUNS
-from steward.projections.sessions import SESSIONS
+from steward.projections.sessions import SESSIONS, search
 from steward.projections.workflows import WORKFLOWS
 
 __all__ = ["PROJECTIONS", "Projector", "register", "schema_version"]
@@ -214,6 +214,13 @@ class Projector:
         """``fn(connection)``, in the projector's thread, between batches."""
         async with self._lock:
             return await asyncio.to_thread(fn, self._conn)
+
+    async def search_memory(
+        self, session_id: str, query: str, limit: int
+    ) -> list[tuple[str, str, float]]:
+        """Session ``session_id``'s archival memory best matching ``query``
+        (`steward.projections.sessions.search`)."""
+        return await self.read(lambda conn: search(conn, session_id, query, limit))
 
     async def query(
         self, sql: str, params: Sequence[Any] = ()

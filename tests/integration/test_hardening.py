@@ -22,7 +22,7 @@ from steward.actors.tools import ToolRegistry, tool
 from steward.bus import EventLog, JetStreamEventLog, SqliteEventLog
 from steward.config import Settings
 from steward.host import Host
-from steward.projections.metrics import HOST as METRICS
+from steward.metrics import HOST as METRICS
 
 LONE = "\ud800"
 

@@ -42,7 +42,7 @@ from steward.events import Recorded
 from steward.events.run import LATEST_REVISION
 from steward.events.workflow import NodeDef, WorkflowDef
 from steward.host import Host
-from steward.projections.metrics import HOST as METRICS
+from steward.metrics import HOST as METRICS
 
 SESSION = "cli:a"
 STREAM = session_stream(SESSION)
@@ -538,10 +538,8 @@ async def test_a_child_that_cannot_be_decided_leaves_its_parent_committed(
             raise RuntimeError("the run's decider is broken")
         return decide(input, state, cache)
 
-    monkeypatch.setattr(
-        "steward.actors.kind.KINDS",
-        {**kind_module.KINDS, "run": replace(kind_module.KINDS["run"], step=broken)},
-    )
+    broken_run = replace(kind_module.KINDS["run"], step=broken)
+    monkeypatch.setitem(kind_module.KINDS, "run", broken_run)
     host = await hosts(start=False)
     turn = await first_turn(host, clock)
     assert (await log.read(STREAM))[-1] == turn

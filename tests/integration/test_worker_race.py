@@ -24,7 +24,7 @@ from steward.actors.run_effects import run_stream
 from steward.actors.tools import ToolRegistry
 from steward.bus import JetStreamEventLog
 from steward.host import Host
-from steward.projections.metrics import HOST as METRICS
+from steward.metrics import HOST as METRICS
 from steward.projections.store import Projector
 
 SETTINGS = events.RunSettings(tools=ToolRegistry.with_builtins().specs())

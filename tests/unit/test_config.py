@@ -8,6 +8,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from steward.cli import APPROVABLE
 from steward.config import (
     DEFAULT_SYSTEM_PROMPT,
     AgentProfile,
@@ -514,7 +515,7 @@ def test_require_approval_of_an_unknown_tool_names_file_key_and_tools(
         match=rf"^{re.escape(str(path))}: tools\.require_approval\[1\]: no tool "
         r"'shell'; known tools: files\.list, files\.read, files\.write$",
     ):
-        load_settings(path, env={})
+        load_settings(path, env={}, tools=APPROVABLE)
 
 
 def test_require_approval_of_an_unknown_tool_names_the_variable() -> None:
@@ -525,7 +526,7 @@ def test_require_approval_of_an_unknown_tool_names_the_variable() -> None:
         match=r"^environment variable STEWARD_TOOLS_REQUIRE_APPROVAL: "
         r"tools\.require_approval\[0\]: no tool 'files\.remove'; known tools: ",
     ):
-        load_settings(None, env=env)
+        load_settings(None, env=env, tools=APPROVABLE)
 
 
 def test_run_settings_record_the_configured_profiles(tmp_path: Path) -> None:

@@ -270,18 +270,21 @@ async def test_per_run_scripts_restart_for_each_run(tmp_path: Path) -> None:
 
 async def test_a_per_run_script_resumes_a_run_where_it_was(tmp_path: Path) -> None:
     """A process that has not played a run yet (it resumes one after Ctrl-C,
-    or a fork) starts it after the run's model calls so far, per run or on
-    the shared cursor; one that played the run's earlier calls keeps its
-    own count (a retry took a reply of its own)."""
+    or a fork) starts it after the run's model calls so far, per run or, in
+    a script file, on the shared cursor; one that played the run's earlier
+    calls keeps its own count (a retry took a reply of its own)."""
     path = tmp_path / "p.json"
     path.write_text(json.dumps({"per_run": True, "replies": ["a", "b", "c"]}))
     resumed = ScriptedProvider.from_file(path)
     assert (await ask(resumed, info(3, "r1"))).text == "c"
     assert (await ask(resumed, info(1, "r2"))).text == "a"
-    shared = ScriptedProvider(["a", "b", "c", "d"])
+    path.write_text(json.dumps({"replies": ["a", "b", "c", "d"]}))
+    shared = ScriptedProvider.from_file(path)
     assert (await ask(shared, info(2, "r1"))).text == "b"
     assert (await ask(shared, info(2, "r1"))).text == "c"  # a retry
     assert (await ask(shared, info(3, "r1"))).text == "d"
+    given = ScriptedProvider(["a", "b"])  # in code: the replies from here on
+    assert (await ask(given, info(3, "r1"))).text == "a"
 
 
 # -- invalid scripts ----------------------------------------------------------

@@ -35,7 +35,7 @@ from steward.bus import Commit
 from steward.clock import Clock
 from steward.errors import ProviderError, describe
 from steward.events import Event, Recorded
-from steward.projections.metrics import HOST as METRICS
+from steward.metrics import HOST as METRICS
 
 __all__ = ["DeltaListener", "EffectPort", "ModelCalls"]
 

@@ -24,9 +24,10 @@ a run's call never gets a reply before the one after its model calls so far
 (after Ctrl-C), a fork, or a run whose calls several workers make goes on
 where it was instead of starting over (replies a retry used in another
 process are not counted). Without it, all runs share one cursor, which a
-process moves past a run's calls so far when the run first asks it: exact
-for one run, while the calls of runs sharing the list (subagents) before
-the process started are not counted.
+process playing a script file moves past a run's calls so far when the run
+first asks it: exact for one run, while the calls of runs sharing the list
+(subagents) before the process started are not counted. (A list handed to
+the provider in code is the replies from there on.)
 """
 
 from __future__ import annotations
@@ -333,6 +334,7 @@ class ScriptedProvider:
         self._per_run = per_run
         self._cursors: dict[tuple[str, str], int] = {}
         self._runs: set[str] = set()  # the runs asked for a reply so far
+        self._file = False  # a script file, which every process plays whole
         self._calls = 0
         self.label = label
         self._hint = hint
@@ -347,13 +349,15 @@ class ScriptedProvider:
     ) -> ScriptedProvider:
         """A provider playing the script at ``path``; ``ScriptError`` if invalid."""
         script = load_script(path)
-        return cls(
+        provider = cls(
             script.replies,
             subagent_replies=script.subagent_replies,
             per_run=script.per_run,
             label=str(path),
             sleep=sleep,
         )
+        provider._file = True
+        return provider
 
     @property
     def used(self) -> int:
@@ -419,7 +423,7 @@ class ScriptedProvider:
             queue, replies, what = "subagent_replies", self._subagent, "subagent reply"
         cursor = (queue, info.run_id if self._per_run else "")
         used = self._cursors.get(cursor, 0)
-        if self._per_run or info.run_id not in self._runs:
+        if self._per_run or (self._file and info.run_id not in self._runs):
             # the run's calls before this one had their replies, here or in
             # another process (a resumed run, a fork, another worker)
             used = max(used, info.iteration - 1)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import errno
 import inspect
 import pathlib
-import sqlite3
 import typing
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, Protocol, TypeVar
@@ -50,10 +49,14 @@ class Actors(Protocol):
 
 
 class ReadModels(Protocol):
-    """The projections, to a tool that reads them (``memory.search``):
-    ``read(fn)`` is ``fn(connection)``, run where the connection lives."""
+    """The projections, to a tool that reads them (``memory.search``)."""
 
-    async def read(self, fn: Callable[[sqlite3.Connection], R]) -> R: ...
+    async def search_memory(
+        self, session_id: str, query: str, limit: int
+    ) -> list[tuple[str, str, float]]:
+        """(source, text, rank) of session ``session_id``'s memory items and
+        messages that best match ``query``, best first."""
+        ...
 
 
 class ToolContext(msgspec.Struct, frozen=True, kw_only=True):

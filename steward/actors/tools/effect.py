@@ -12,7 +12,7 @@ from steward.actors.tools.base import ToolContext
 from steward.actors.tools.registry import ToolRegistry
 from steward.clock import Clock
 from steward.events.run import ToolRequested, ToolResulted
-from steward.projections.metrics import HOST as METRICS
+from steward.metrics import HOST as METRICS
 
 __all__ = ["call_tool"]
 

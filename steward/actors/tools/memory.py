@@ -26,7 +26,6 @@ from steward.actors.tools.session import Args as _Args
 from steward.actors.tools.session import session_of
 from steward.errors import ToolError
 from steward.events.session import CoreMemorySet
-from steward.projections.sessions import search as search_views
 
 __all__ = ["TOOLS", "core_get", "core_set", "search"]
 
@@ -61,9 +60,7 @@ async def search(args: SearchArgs, *, ctx: ToolContext) -> Any:
     session_id, _ = await session_of(ctx, "memory")
     if ctx.reads is None:
         raise ToolError("this host keeps no projections to search")
-    hits = await ctx.reads.read(
-        lambda conn: search_views(conn, session_id, args.query, args.limit)
-    )
+    hits = await ctx.reads.search_memory(session_id, args.query, args.limit)
     return [{"source": source, "text": text} for source, text, _ in hits]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import nats.errors
 
@@ -22,8 +22,46 @@ from steward.bus.jetstream.inbox import (
 )
 from steward.errors import LogReadError
 
-if TYPE_CHECKING:
-    from steward.bus.jetstream.log import JetStreamEventLog
+
+class Link(Protocol):
+    """What a follower uses of the log it follows (`JetStreamEventLog`
+    provides it): the stream, the connection and its inbox, the API, and
+    the routing of what arrives on the inbox to the follower."""
+
+    stream: str
+
+    @property
+    def where(self) -> str:
+        """The servers, for messages."""
+        ...
+
+    @property
+    def heartbeat(self) -> float: ...
+    @property
+    def closing(self) -> bool: ...
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+    @property
+    def inbox(self) -> str:
+        """The prefix of the subjects replies reach this connection on."""
+        ...
+
+    @property
+    def connection(self) -> Any: ...
+    def new_token(self) -> str:
+        """A fresh inbox suffix."""
+        ...
+
+    async def api(self, subject: str, body: Any) -> dict[str, Any]:
+        """A JetStream API request's answer (``$JS.API.<subject>``)."""
+        ...
+
+    def route(self, follower: Follower, consumer: str, token: str) -> None:
+        """Send deliveries of ``consumer`` and replies on ``token`` to ``follower``."""
+        ...
+
+    def unroute(self, consumer: str | None, token: str | None) -> None: ...
+
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +80,7 @@ class Follower:
     heartbeat intervals.
     """
 
-    def __init__(self, log: JetStreamEventLog, seq: int) -> None:
+    def __init__(self, log: Link, seq: int) -> None:
         self.log = log
         self.start = seq  # the stream sequence the next consumer starts at
         self.seq = 0  # the stream sequence of the message `next` returned
@@ -84,7 +122,7 @@ class Follower:
                     await self.pull()
                     return msg
                 await self.control(msg)
-            if log._closing:
+            if log.closing:
                 return None
             if self.consumer is None and not await self.create():
                 continue
@@ -93,8 +131,8 @@ class Follower:
                 continue
             # A plain timer rather than `asyncio.timeout`, whose set-up on
             # every wait costs more than the rest of the wait.
-            self.waiter = waiter = log._loop.create_future()
-            silent = log._loop.call_later(2.5 * log._heartbeat, _expire, waiter)
+            self.waiter = waiter = log.loop.create_future()
+            silent = log.loop.call_later(2.5 * log.heartbeat, _expire, waiter)
             try:
                 await waiter
             except TimeoutError:
@@ -105,7 +143,7 @@ class Follower:
 
     async def control(self, msg: Msg) -> None:
         """Act on a status message: a heartbeat, an expired pull, a lost consumer."""
-        if msg.subject != self.log._inbox + (self.token or ""):
+        if msg.subject != self.log.inbox + (self.token or ""):
             return  # about a consumer already replaced
         status = msg.status
         if status == "100":
@@ -126,7 +164,7 @@ class Follower:
     async def create(self) -> bool:
         """Start a consumer at ``start``; False (after a pause) when it failed."""
         log = self.log
-        token = log._token()
+        token = log.new_token()
         config = {
             "deliver_policy": "by_start_sequence",
             "opt_start_seq": self.start,
@@ -134,28 +172,28 @@ class Follower:
             "replay_policy": "instant",
             "mem_storage": True,
             "num_replicas": 1,
-            "inactive_threshold": nanos(max(60.0, 10 * log._heartbeat)),
+            "inactive_threshold": nanos(max(60.0, 10 * log.heartbeat)),
         }
         try:
-            info = await log._api(
+            info = await log.api(
                 f"CONSUMER.CREATE.{log.stream}",
                 {"stream_name": log.stream, "config": config},
             )
         except Closed:
             return False
         except (Unavailable, ApiFailure) as e:
-            if log._closing:
+            if log.closing:
                 return False
             if isinstance(e, ApiFailure) and e.error.err_code == STREAM_NOT_FOUND:
                 raise LogReadError(
                     f"cannot subscribe to the JetStream stream {log.stream} at "
-                    f"{log._where}: it does not exist (was it deleted?)"
+                    f"{log.where}: it does not exist (was it deleted?)"
                 ) from e
             self.failures += 1
             logger.warning(
                 "cannot follow the JetStream stream %s at %s: %s; retrying",
                 log.stream,
-                log._where,
+                log.where,
                 e,
             )
             await asyncio.sleep(min(0.05 * 2**self.failures, 2.0))
@@ -164,8 +202,7 @@ class Follower:
         self.token = token
         self.delivered = 0
         self.outstanding = 0
-        log._consumers[self.consumer] = self
-        log._routes[token] = self
+        log.route(self, self.consumer, token)
         return True
 
     async def pull(self) -> None:
@@ -173,19 +210,19 @@ class Follower:
         if self.consumer is None or self.outstanding > PULL_BATCH // 2:
             return
         log = self.log
-        expires = max(30.0, 4 * log._heartbeat)
+        expires = max(30.0, 4 * log.heartbeat)
         request = {
             "batch": PULL_BATCH,
             "max_bytes": PULL_MAX_BYTES,
             "expires": nanos(expires),
-            "idle_heartbeat": nanos(log._heartbeat),
+            "idle_heartbeat": nanos(log.heartbeat),
         }
         self.outstanding += PULL_BATCH
         try:
-            await log._nc.publish(
+            await log.connection.publish(
                 f"{API}.CONSUMER.MSG.NEXT.{log.stream}.{self.consumer}",
                 encode_json(request),
-                reply=log._inbox + (self.token or ""),
+                reply=log.inbox + (self.token or ""),
             )
         except nats.errors.Error:
             pass  # no heartbeat will come: the watchdog starts over
@@ -209,18 +246,16 @@ class Follower:
         log = self.log
         consumer, token = self.consumer, self.token
         self.consumer = self.token = None
-        if token is not None:
-            log._routes.pop(token, None)
+        log.unroute(consumer, token)
         if consumer is None:
             return
-        log._consumers.pop(consumer, None)
         try:
             # Nobody waits for the answer; an unreachable server removes the
             # consumer itself once it has been inactive long enough.
-            await log._nc.publish(
+            await log.connection.publish(
                 f"{API}.CONSUMER.DELETE.{log.stream}.{consumer}",
                 b"",
-                reply=log._inbox + "gone",
+                reply=log.inbox + "gone",
             )
         except nats.errors.Error:
             pass

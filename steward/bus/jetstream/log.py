@@ -164,7 +164,7 @@ class JetStreamEventLog:
         self._loop = asyncio.get_running_loop()
         self._subject_prefix = prefix + "."
         self._direct = f"{API}.DIRECT.GET.{stream}"
-        self._inbox = nc.new_inbox() + "."
+        self._inbox: str = nc.new_inbox() + "."
         self._tokens = itertools.count(1)
         self._routes: dict[str, asyncio.Future[Msg] | Batch | Follower] = {}
         self._consumers: dict[str, Follower] = {}
@@ -437,6 +437,44 @@ class JetStreamEventLog:
     @property
     def _where(self) -> str:
         return ", ".join(self.servers)
+
+    # -- what a follower uses (`follower.Link`) ---------------------------------
+
+    @property
+    def where(self) -> str:
+        return self._where
+
+    @property
+    def heartbeat(self) -> float:
+        return self._heartbeat
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
+
+    @property
+    def inbox(self) -> str:
+        return self._inbox
+
+    def new_token(self) -> str:
+        return self._token()
+
+    async def api(self, subject: str, body: Any) -> dict[str, Any]:
+        return await self._api(subject, body)
+
+    def route(self, follower: Follower, consumer: str, token: str) -> None:
+        self._consumers[consumer] = follower
+        self._routes[token] = follower
+
+    def unroute(self, consumer: str | None, token: str | None) -> None:
+        if token is not None:
+            self._routes.pop(token, None)
+        if consumer is not None:
+            self._consumers.pop(consumer, None)
 
     # -- the inbox -------------------------------------------------------------
 
