@@ -22,7 +22,7 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from steward.events import Event
-from steward.events.run import LlmFailed, LlmResponded, ToolResulted
+from steward.events.protocol import LlmFailed, LlmResponded, ToolResulted
 
 __all__ = [
     "COUNTED",

@@ -42,7 +42,7 @@ from steward.actors.tools.git import git as run_git
 from steward.actors.workflow_graph import inputs_named, problems
 from steward.config import Settings
 from steward.errors import ConfigError, StewardError, ToolError, WorkflowFileError
-from steward.events.run import ToolSpec
+from steward.events.protocol import ToolSpec
 from steward.events.workflow import (
     WORKFLOW_REVISION,
     EdgeDef,

@@ -15,7 +15,7 @@ import msgspec
 
 from steward.actors.prompt import Prompt
 from steward.events import Event
-from steward.events.run import EffectClaimed, LlmRequested, ToolRequested
+from steward.events.protocol import EffectClaimed, LlmRequested, ToolRequested
 
 __all__ = [
     "ArmTimer",

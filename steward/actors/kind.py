@@ -37,7 +37,7 @@ from steward.events import UNION, Event, Recorded
 from steward.events import run as run_events
 from steward.events import session as session_events
 from steward.events import workflow as workflow_events
-from steward.events.run import LlmRequested
+from steward.events.protocol import LlmRequested
 
 __all__ = ["KINDS", "Kind", "Step", "kind_of", "register"]
 

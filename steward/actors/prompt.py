@@ -13,7 +13,8 @@ from typing import Literal, cast
 
 import msgspec
 
-from steward.events.run import ChatMessage, RunSettings, ToolSpec
+from steward.events.protocol import ChatMessage, ToolSpec
+from steward.events.run import RunSettings
 
 
 class Prompt(msgspec.Struct, frozen=True, kw_only=True, gc=False):

@@ -36,7 +36,7 @@ from steward.actors.prompt import Prompt, prompt_hash
 from steward.actors.session_context import build_context
 from steward.actors.session_memory import memory_block, write, writer_prompt
 from steward.events.base import Event
-from steward.events.run import (
+from steward.events.protocol import (
     ChatMessage,
     EffectClaimed,
     LlmAttemptFailed,

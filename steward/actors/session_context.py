@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 
 import msgspec
 
-from steward.events.run import ChatMessage, ToolSpec
+from steward.events.protocol import ChatMessage, ToolSpec
 from steward.events.session import Elsewhere, SessionSettings
 
 __all__ = ["Context", "TokenCounter", "budget_of", "build_context", "estimate"]

@@ -22,13 +22,8 @@ from steward.actors.session import (
 from steward.actors.session_context import build_context
 from steward.actors.session_memory import writer_prompt
 from steward.events import Event, Recorded
-from steward.events.run import (
-    ChatMessage,
-    LlmRequested,
-    RunCreated,
-    SubagentFinished,
-    WakeDue,
-)
+from steward.events.protocol import ChatMessage, LlmRequested, SubagentFinished, WakeDue
+from steward.events.run import RunCreated
 from steward.events.session import (
     DebounceArmed,
     ScheduleCreated,

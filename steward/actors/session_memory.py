@@ -29,7 +29,7 @@ from msgspec.structs import replace
 
 from steward.actors.prompt import Prompt
 from steward.events.codec import encodable_value
-from steward.events.run import ChatMessage
+from steward.events.protocol import ChatMessage
 from steward.events.session import MemoryItem, MemoryOp, RejectedOp
 
 __all__ = [

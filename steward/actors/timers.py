@@ -14,7 +14,7 @@ import heapq
 from collections.abc import Callable
 
 from steward.clock import Clock
-from steward.events.run import WakeDue
+from steward.events.protocol import WakeDue
 
 __all__ = ["Timers", "sleep_or"]
 

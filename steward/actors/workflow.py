@@ -52,7 +52,7 @@ from steward.actors.workflow_graph import (
     routing_decision,
 )
 from steward.events.base import Event
-from steward.events.run import (
+from steward.events.protocol import (
     EffectClaimed,
     SubagentFinished,
     SubagentResult,

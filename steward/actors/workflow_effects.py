@@ -11,12 +11,8 @@ from steward.actors.workflow import Workflow, phase_of, reports
 from steward.actors.workflow_graph import node_of, render_prompt, upstream_text
 from steward.errors import StewardError
 from steward.events import Event, Recorded
-from steward.events.run import (
-    CancelRequested,
-    RunCreated,
-    RunSettings,
-    SubagentFinished,
-)
+from steward.events.protocol import CancelRequested, SubagentFinished
+from steward.events.run import RunCreated, RunSettings
 from steward.events.workflow import (
     PhaseStarted,
     WorkflowCancelled,

@@ -12,7 +12,8 @@ from typing import Annotated, Literal
 import msgspec
 
 from steward.errors import ConfigError
-from steward.events.run import LATEST_REVISION, RunSettings, ToolSpec
+from steward.events.protocol import ToolSpec
+from steward.events.run import LATEST_REVISION, RunSettings
 from steward.events.session import ModelBudget, SessionSettings
 from steward.events.workflow import DEFAULT_MAX_STEPS
 

@@ -8,12 +8,11 @@ import msgspec
 
 from steward.errors import LogReadError
 from steward.events.base import UPCASTERS, Event, Recorded
-from steward.events.run import RunEvent
 from steward.events.union import UNION
 
-AnyEvent = RunEvent
-"""The built-in events, for type checking; the log decodes into `UNION`,
-which also holds the events of every kind registered at run time."""
+AnyEvent = Event
+"""A decoded event, for type checking: one of `UNION`'s types, the events of
+every kind (the codec names none)."""
 
 _mp_encoder = msgspec.msgpack.Encoder()
 _json_encoder = msgspec.json.Encoder()
@@ -129,7 +128,7 @@ def recorded_to_json(r: Recorded) -> bytes:
             at=r.at,
             correlation_id=r.correlation_id,
             causation_id=r.causation_id,
-            event=r.event,  # type: ignore[arg-type]
+            event=r.event,
         )
     )
 

@@ -13,6 +13,24 @@ from typing import Any, Literal
 import msgspec
 
 from steward.events.base import Event
+from steward.events.protocol import (
+    CancelRequested,
+    ChatMessage,
+    EffectClaimed,
+    LlmAttemptFailed,
+    LlmFailed,
+    LlmRequested,
+    LlmResponded,
+    LlmStreamRecorded,
+    SubagentFinished,
+    SubagentResult,
+    ToolCall,
+    ToolRequested,
+    ToolResulted,
+    ToolSpec,
+    Usage,
+    WakeDue,
+)
 
 __all__ = [
     "EVENT_TYPES",
@@ -62,37 +80,6 @@ __all__ = [
 
 RunStatus = Literal["pending", "running", "waiting", "completed", "failed", "cancelled"]
 TERMINAL: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
-
-
-class ToolSpec(msgspec.Struct, frozen=True, kw_only=True, gc=False):
-    """A tool as the model sees it, recorded once when a run starts."""
-
-    name: str
-    description: str = ""
-    parameters: dict[str, Any] = {}
-    requires_approval: bool = False
-    max_retries: int | None = None
-
-
-class ToolCall(msgspec.Struct, frozen=True, kw_only=True, gc=False):
-    """A native tool call the model asked for."""
-
-    id: str
-    name: str
-    args: dict[str, Any] = {}
-
-
-class ChatMessage(msgspec.Struct, frozen=True, kw_only=True, gc=False, cache_hash=True):
-    """One message of a conversation or of a run's transcript.
-
-    ``tool_calls`` is set on an assistant message that asked for native tool
-    calls; ``tool_call_id`` on the ``tool`` message that answers one.
-    """
-
-    role: Literal["user", "assistant", "system", "tool"]
-    content: str
-    tool_calls: tuple[ToolCall, ...] = ()
-    tool_call_id: str | None = None
 
 
 class RunSettings(
@@ -155,13 +142,6 @@ LATEST_REVISION = 4
 """The revision new runs are created with; see `RunSettings.revision`."""
 
 
-class Usage(msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=True):
-    """Tokens one model call used."""
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-
-
 class SubagentSpec(
     msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=True
 ):
@@ -171,18 +151,6 @@ class SubagentSpec(
     input_text: str
     profile: str | None = None
     allowed_tools: tuple[str, ...] | None = None
-
-
-class SubagentResult(
-    msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=True
-):
-    """What a finished child run handed back to its parent."""
-
-    run_id: str
-    status: str
-    output: str
-    metadata: dict[str, Any] = {}
-    """The result's structured part (a finish's ``metadata``)."""
 
 
 # -- inputs -------------------------------------------------------------------
@@ -225,117 +193,6 @@ class RunTaken(Event, frozen=True, kw_only=True):
     at: float = 0.0
 
 
-class LlmResponded(Event, frozen=True, kw_only=True):
-    """The model answered request ``request_id``."""
-
-    request_id: str
-    text: str
-    tool_calls: tuple[ToolCall, ...] = ()
-    usage: Usage = Usage()
-    cost_usd: float = 0.0
-    """What the call cost at the model's configured prices (0 when unpriced)."""
-    attempts: int = 1
-    """Attempts it took; each failed one is an `LlmAttemptFailed` before this."""
-    at: float = 0.0
-
-
-class LlmAttemptFailed(Event, frozen=True, kw_only=True):
-    """One attempt at model call ``request_id`` failed; it is tried again.
-
-    Recorded so a timeline shows why a step took long: the failure, the
-    status, and the ``delay`` before the next attempt (which honours the
-    server's ``retry_after``).
-    """
-
-    request_id: str
-    attempt: int
-    kind: str
-    message: str
-    status: int | None = None
-    retry_after: float | None = None
-    delay: float = 0.0
-    at: float = 0.0
-
-
-class EffectClaimed(Event, frozen=True, kw_only=True):
-    """Worker ``worker`` takes effect ``request_id`` (a model or tool call).
-
-    With several workers on one log, the log is the lock: the decider accepts
-    one claim per request, or a new one once the old claim's ``until`` has
-    passed (its worker died), so exactly one live worker runs each effect.
-    """
-
-    request_id: str
-    worker: str
-    until: float
-    at: float = 0.0
-
-
-class LlmStreamRecorded(Event, frozen=True, kw_only=True):
-    """Every normalized stream event of one attempt, when recording is on.
-
-    ``events`` are in arrival order, each with ``seq`` (1, 2, ... without
-    gaps) and its ``kind`` (system, assistant, tool_use, tool_result, usage,
-    result); off by default (``[models.<name>] record_stream``), as the reply
-    itself is recorded once in `LlmResponded`.
-    """
-
-    request_id: str
-    attempt: int
-    events: tuple[dict[str, Any], ...]
-    complete: bool
-    """Whether the stream reached its terminal ``result``."""
-    at: float = 0.0
-
-
-class LlmFailed(Event, frozen=True, kw_only=True):
-    """The model call ``request_id`` failed for good (after its retries).
-
-    ``usage`` and ``cost_usd`` are those of a reply that came but could not be
-    recorded (too large for the log, say): a call paid for is always counted.
-    """
-
-    request_id: str
-    kind: str
-    message: str
-    usage: Usage = Usage()
-    cost_usd: float = 0.0
-    at: float = 0.0
-
-
-class ToolResulted(Event, frozen=True, kw_only=True):
-    """Tool call ``request_id`` finished, well or badly."""
-
-    request_id: str
-    ok: bool
-    output: str = ""
-    error: str | None = None
-    retryable: bool = True
-    truncated: bool = False
-    at: float = 0.0
-
-
-class WakeDue(Event, frozen=True, kw_only=True):
-    """Timer ``timer_id`` came due."""
-
-    timer_id: str
-    at: float = 0.0
-
-
-class SubagentFinished(Event, frozen=True, kw_only=True):
-    """A child run reached a terminal state."""
-
-    result: SubagentResult
-    at: float = 0.0
-
-
-class CancelRequested(Event, frozen=True, kw_only=True):
-    """Someone asked the run to stop."""
-
-    reason: str = "cancelled by operator"
-    at: float = 0.0
-
-
 class ApprovalDecided(Event, frozen=True, kw_only=True):
     """A person approved or denied a tool call that needed approval."""
 
@@ -350,29 +207,6 @@ class ApprovalDecided(Event, frozen=True, kw_only=True):
 
 class RunStarted(Event, frozen=True, kw_only=True):
     """The run moved from pending to running."""
-
-
-class LlmRequested(Event, frozen=True, kw_only=True):
-    """Ask the model; the prompt is rebuilt from state, only its hash is kept."""
-
-    request_id: str
-    iteration: int
-    prompt_hash: str
-    """``steward.actors.prompt.prompt_hash`` of the prompt: ``m1:`` and a hash
-    of the hashes of its parts; logs written before that prefix hold a hash
-    of the whole encoded prompt, which replay still checks."""
-    priority: Literal["interactive", "subagent"] = "interactive"
-
-
-class ToolRequested(Event, frozen=True, kw_only=True):
-    """Run tool ``name`` with ``args``; ``attempt`` counts from 1."""
-
-    request_id: str
-    name: str
-    args: dict[str, Any] = {}
-    attempt: int = 1
-    call_id: str | None = None
-    timeout: float | None = None
 
 
 class BudgetExceeded(Event, frozen=True, kw_only=True):

@@ -13,17 +13,17 @@ from __future__ import annotations
 import msgspec
 
 from steward.events.base import Event
-from steward.events.run import (
+from steward.events.protocol import (
     EffectClaimed,
     LlmAttemptFailed,
     LlmFailed,
     LlmRequested,
     LlmResponded,
     LlmStreamRecorded,
-    RunSettings,
     SubagentFinished,
     WakeDue,
 )
+from steward.events.run import RunSettings
 
 __all__ = [  # EVENT_TYPES and INPUT_TYPES are read from the module (as the run's)
     "CommandAnswered",

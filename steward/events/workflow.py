@@ -19,13 +19,13 @@ from typing import Any, Literal
 import msgspec
 
 from steward.events.base import Event
-from steward.events.run import (
+from steward.events.protocol import (
     EffectClaimed,
-    RunSettings,
     SubagentFinished,
     ToolRequested,
     ToolResulted,
 )
+from steward.events.run import RunSettings
 
 __all__ = [  # EVENT_TYPES and INPUT_TYPES are read from the module (as the run's)
     "Artifact",

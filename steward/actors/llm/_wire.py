@@ -48,7 +48,7 @@ from steward.actors.llm.retry import retry_after_from_headers
 from steward.actors.prompt import Prompt
 from steward.config import ModelConfig
 from steward.errors import ProviderError
-from steward.events.run import ToolCall, Usage
+from steward.events.protocol import ToolCall, Usage
 
 _DETAIL_LIMIT = 300  # characters of a server's error message kept in ours
 

@@ -32,7 +32,7 @@ from steward.actors.llm.base import (
     UsageEvent,
 )
 from steward.actors.prompt import Prompt
-from steward.events.run import ToolCall, Usage
+from steward.events.protocol import ToolCall, Usage
 
 __all__ = ["API_KEY_ENV", "DEFAULT_MAX_TOKENS", "AnthropicProvider", "to_request"]
 

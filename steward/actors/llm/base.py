@@ -18,7 +18,7 @@ import msgspec
 
 from steward.actors.prompt import Prompt
 from steward.errors import ProviderError
-from steward.events.run import ToolCall, Usage
+from steward.events.protocol import ToolCall, Usage
 
 __all__ = [
     "AssistantDelta",

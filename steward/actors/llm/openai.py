@@ -36,7 +36,7 @@ from steward.actors.llm.base import (
 )
 from steward.actors.prompt import Prompt
 from steward.errors import ProviderError
-from steward.events.run import ToolCall, Usage
+from steward.events.protocol import ToolCall, Usage
 
 __all__ = ["API_KEY_ENV", "KEYLESS", "OpenAIProvider", "to_request"]
 

@@ -20,7 +20,7 @@ from steward.actors.llm.retry import cost_usd
 from steward.actors.prompt import Prompt
 from steward.config import ModelConfig, Settings
 from steward.errors import ProviderError
-from steward.events.run import Usage
+from steward.events.protocol import Usage
 
 __all__ = [
     "PROVIDERS",

@@ -12,7 +12,7 @@ from datetime import UTC
 from email.utils import parsedate_to_datetime
 
 from steward.config import ModelConfig
-from steward.events.run import Usage
+from steward.events.protocol import Usage
 
 __all__ = [
     "DEFAULT_BASE_DELAY",

@@ -55,7 +55,7 @@ from steward.actors.llm.base import (
 )
 from steward.actors.prompt import Prompt
 from steward.errors import ProviderError, ScriptError
-from steward.events.run import ToolCall, Usage
+from steward.events.protocol import ToolCall, Usage
 
 __all__ = [
     "Reply",

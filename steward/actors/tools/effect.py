@@ -11,7 +11,7 @@ from __future__ import annotations
 from steward.actors.tools.base import ToolContext
 from steward.actors.tools.registry import ToolRegistry
 from steward.clock import Clock
-from steward.events.run import ToolRequested, ToolResulted
+from steward.events.protocol import ToolRequested, ToolResulted
 from steward.metrics import HOST as METRICS
 
 __all__ = ["call_tool"]

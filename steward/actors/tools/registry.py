@@ -27,7 +27,7 @@ from steward.actors.tools.base import (
     tool,
 )
 from steward.errors import ToolError, describe
-from steward.events.run import ToolSpec
+from steward.events.protocol import ToolSpec
 
 __all__ = [
     "DEFAULT_OUTPUT_LIMIT",
