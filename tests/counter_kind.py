@@ -1,8 +1,9 @@
 """A small actor kind for tests: a counter that is full at three.
 
-Shared by the tests of the kind table, replay and the command line. Its event
-types are named ``Counter*``: the union the log decodes into keeps every type
-registered in a test process, and a tag (the type's name) is one type's only.
+Shared by the tests of the kind table, replay and the command line, which
+add it to the table for one test (`support.use_kind`). Its event types are
+named ``Counter*``: in the union the log decodes into, a tag (the type's
+name) is one type's only.
 """
 
 from __future__ import annotations

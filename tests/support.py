@@ -8,7 +8,13 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pytest
+
+    from steward.actors.kind import Kind
+    from steward.projections.projection import Projection
 
 
 def act(**command: Any) -> str:
@@ -80,3 +86,23 @@ def children_started(records: list[Any]) -> tuple[list[str], list[str]]:
         wanted = [k for k in wanted if k not in asked.answers]
         wanted += [w.key for w in asked.wants if w.key.startswith("spawn:")]
     return created, wanted
+
+
+def use_kind(
+    monkeypatch: pytest.MonkeyPatch,
+    actor: Kind[Any],
+    projection: Projection | None = None,
+) -> None:
+    """Add kind ``actor`` (and its read models, if given) to the kind table,
+    the event union and the projections for one test, through
+    ``monkeypatch``: each is as it was once the test ends, passed or failed."""
+    from steward.actors import kind
+    from steward.events import UNION
+    from steward.projections import store
+
+    for attr, value in vars(UNION).items():  # its types and their decoders
+        monkeypatch.setattr(UNION, attr, value)
+    UNION.add(actor.events)
+    monkeypatch.setitem(kind.KINDS, actor.name, actor)
+    if projection is not None:
+        monkeypatch.setitem(store.PROJECTIONS, projection.kind, projection)

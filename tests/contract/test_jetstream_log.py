@@ -148,7 +148,7 @@ async def test_reading_one_stream_reads_only_its_messages(
         *(log.append(f"run.other.{i}", [note(i)] * 3, 0) for i in range(200))
     )
     await log.append("run.wanted", [note(1), note(2)], 1)
-    stats = log._nc.stats
+    stats = log.connection.stats
     before = stats["in_msgs"]
     got = await log.read("run.wanted")
     delivered = stats["in_msgs"] - before
@@ -235,7 +235,7 @@ async def test_an_append_whose_acknowledgement_is_lost_is_stored_once(
 ) -> None:
     """A commit stored but not acknowledged is published again and found: once."""
     log = await open_js(request_timeout=0.2)
-    deliver = log._nc.inbox_deliver
+    deliver = log.connection.inbox_deliver
     dropped: list[bytes] = []
 
     def lose_first_ack(msg: Any) -> None:
@@ -244,7 +244,7 @@ async def test_an_append_whose_acknowledgement_is_lost_is_stored_once(
             return
         deliver(msg)
 
-    log._nc.inbox_deliver = lose_first_ack
+    log.connection.inbox_deliver = lose_first_ack
     commit = await log.append("run.r1", [note(1), note(2)], 0)
     assert dropped, "no acknowledgement was lost; the test proves nothing"
     assert (commit.first_version, commit.last_version) == (1, 2)

@@ -63,13 +63,14 @@ from steward.host import Host
 from steward.workflows import created, worktree
 
 HERE = Path(__file__).resolve().parent
+# Run as a script, tests/ is not on the path as pytest puts it there
+# (pyproject's ``pythonpath``); the reply helper is the tests' own.
+if str(HERE.parent) not in sys.path:
+    sys.path.insert(0, str(HERE.parent))
+from support import act  # noqa: E402
+
 KEEP_DB = {"subagents"}
 """Scenarios whose SQLite log file is committed too (``NAME.db``)."""
-
-
-def act(**command: Any) -> str:
-    """A JSON-protocol reply."""
-    return json.dumps(command)
 
 
 # -- tools beside the built-ins ---------------------------------------------------

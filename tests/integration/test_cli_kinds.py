@@ -6,12 +6,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from counter_kind import COUNTER, Counter, CounterAdd, CounterAdded, decide
-from support import PLAN, act
+from support import PLAN, act, use_kind
 
 from steward import cli
 from steward.actors import kind
@@ -20,16 +19,13 @@ from steward.events import Event
 
 
 @pytest.fixture
-def counter_log(tmp_path: Path) -> Iterator[str]:
+def counter_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """A SQLite log holding stream ``counter.c1``: two steps of the counter
     kind, registered for the test."""
-    kind.register(COUNTER)
+    use_kind(monkeypatch, COUNTER)
     db = tmp_path / "log.db"
     asyncio.run(_write(db, "counter.c1", [CounterAdd(n=1), CounterAdd(n=2)]))
-    try:
-        yield str(db)
-    finally:
-        del kind.KINDS["counter"]
+    return str(db)
 
 
 async def _write(db: Path, stream: str, inputs: list[Event]) -> None:
@@ -78,7 +74,9 @@ def test_replay_rebuilds_and_verifies_a_stream_of_any_kind(
 
 
 def test_replay_verify_catches_a_changed_decider_of_any_kind(
-    counter_log: str, capsys: pytest.CaptureFixture[str]
+    counter_log: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A counter decider changed after its log was written makes `replay
     --verify` exit 3, naming the step."""
@@ -88,7 +86,9 @@ def test_replay_verify_catches_a_changed_decider_of_any_kind(
             return [CounterAdded(total=state.total + 4)]
         return decide(input, state)
 
-    kind.KINDS["counter"] = dataclasses.replace(COUNTER, decide=doubled)
+    monkeypatch.setitem(
+        kind.KINDS, "counter", dataclasses.replace(COUNTER, decide=doubled)
+    )
     code = cli.main(["--db", counter_log, "replay", "counter.c1", "--verify"])
     out = capsys.readouterr().out
     assert code == 3

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +15,12 @@ from counter_kind import COUNTER, CounterAdd, CounterAdded
 from counter_kind import Counter as Count
 from counter_kind import decide as counter_decide
 from prometheus_client.parser import text_string_to_metric_families
-from support import PLAN, act
+from support import PLAN, act, use_kind
 
 from steward import events, replay
 from steward import host as host_module
-from steward.actors import kind
 from steward.actors import run as run_actor
+from steward.actors.kind import kind_of
 from steward.actors.llm import ScriptedProvider
 from steward.actors.run import Run
 from steward.actors.run_effects import run_stream
@@ -45,12 +44,12 @@ def created(run_id: str = "r1", **settings: Any) -> events.RunCreated:
 async def wait_status(
     host: Host, run_id: str, *statuses: str, timeout: float = 10.0
 ) -> Run:
-    """Poll the run's state until it reaches one of ``statuses``."""
+    """Poll the run's state, as its log records it, until it reaches one of
+    ``statuses``."""
     stream = run_stream(run_id)
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
-        host._cache.pop(stream, None)
-        state, _ = await host.state(stream)
+        state = kind_of(stream).fold(r.event for r in await host.log.read(stream))
         if state.status in statuses:
             return state
         if asyncio.get_running_loop().time() > deadline:
@@ -539,7 +538,7 @@ async def test_each_model_request_reaches_the_provider_once(
     try:
         await host.submit(run_stream("once"), created("once"))
         await wait_status(host, "once", "completed")
-        await asyncio.sleep(0.05)  # the dispatcher reaches the last commits
+        assert await host.settle()  # the dispatcher has routed the last commits
     finally:
         await host.stop()
     requested = [
@@ -600,7 +599,7 @@ async def test_a_host_scoped_to_a_run_does_no_other_runs_work(make_host, log) ->
     host = await make_host(provider, scope="mine")
     await host.submit(run_stream("mine"), created("mine", planning_gate=False))
     assert (await wait_status(host, "mine", "completed")).output == "mine done"
-    await asyncio.sleep(0.1)  # time a wrong take or call would have had
+    assert await host.settle()  # a wrong take or call would be made and recorded
     assert provider.used == 1
     left = replay.rebuild(await log.read(run_stream("left")))
     assert (left.status, left.llm_pending) == ("running", "left/llm/1")
@@ -620,9 +619,9 @@ async def test_a_request_answered_in_its_own_commit_is_not_asked(
         asked.append(info.request_id)
         return act(type="finish", output="from the copy")
 
-    await make_host(ScriptedProvider(reply))
+    host = await make_host(ScriptedProvider(reply))
     await _written_elsewhere(copy, log, await open_log_handle())
-    await asyncio.sleep(0.1)  # time a second call would have had
+    assert await host.settle()  # a second call would be made and answered
     assert asked == ["copied/llm/2"]
 
 
@@ -669,9 +668,9 @@ async def test_a_tool_call_answered_in_its_own_commit_is_not_made(
         events.LlmResponded(request_id="copied/llm/1", text=write),
         events.ToolResulted(request_id="copied/tool/1", ok=True, output="done"),
     )
-    await make_host([act(type="finish", output="from the copy")])
+    host = await make_host([act(type="finish", output="from the copy")])
     await _written_elsewhere(copy, log, await open_log_handle())
-    await asyncio.sleep(0.1)  # time a repeated call would have had
+    assert await host.settle()  # a repeated call would be made and answered
     assert not (tmp_path / "workspace" / "out.txt").exists()
 
 
@@ -721,16 +720,12 @@ def _touch(input: events.Event, state: Count) -> list[events.Event] | None:
 
 
 @pytest.fixture
-def touch() -> Iterator[None]:
+def touch(monkeypatch: pytest.MonkeyPatch) -> None:
     """A counter kind that opens with `CounterAdd`, registered for the test."""
     opened = dataclasses.replace(
         COUNTER, name="touch", decide=_touch, opens=(CounterAdd,)
     )
-    kind.register(opened)
-    try:
-        yield
-    finally:
-        del kind.KINDS["touch"]
+    use_kind(monkeypatch, opened)
 
 
 async def test_an_opening_input_refused_on_a_guess_is_decided_on_the_log(

@@ -303,12 +303,15 @@ async def test_a_turn_started_by_the_reply_before_it_starts_its_run_with_it(
         return found[n - 1] if len(found) >= n else None
 
     await until(lambda: recorded(events.TurnStarted, 1))
-    assert await host.submit(STREAM, message(clock, 2, "second")) is not None
+    routed: list[int] = []  # the positions the host's dispatcher has routed
+    host.listen(lambda rec: routed.append(rec.position))
+    second = await host.submit(STREAM, message(clock, 2, "second"))
+    assert second is not None
 
-    async def routed() -> bool:
-        return host._routed >= await log.head()
+    async def armed() -> bool:
+        return bool(routed) and routed[-1] >= second.last_position
 
-    await until(routed)  # its debounce timer is armed
+    await until(armed)  # routed: its debounce timer is armed
     clock.advance(DEBOUNCE + 0.1)
     await until(lambda: recorded(events.WakeDue, 2))  # the turn is in flight
     assert await recorded(events.TurnStarted, 2) is None

@@ -152,12 +152,11 @@ async def answered(setup: Setup, reply: dict[str, Any]) -> str:
 
 
 async def wait_done(host: Host, run_id: str, timeout: float = 10.0) -> Any:
-    """Poll the run's state until it is over."""
+    """Poll the run's state, as its log records it, until it is over."""
     stream = run_stream(run_id)
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
-        host._cache.pop(stream, None)
-        state, _ = await host.state(stream)
+        state = kind_of(stream).fold(r.event for r in await host.log.read(stream))
         if state.status in events.TERMINAL:
             return state
         if asyncio.get_running_loop().time() > deadline:

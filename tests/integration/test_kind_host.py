@@ -8,13 +8,12 @@ the kind table here, and runs on both logs (the ``log`` fixture).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
-from support import act
+from support import act, use_kind
 
 from steward import events, replay
 from steward.actors import kind
@@ -22,7 +21,6 @@ from steward.actors.effects import ArmTimer, Create, Effect, Pending, Want
 from steward.actors.llm import ScriptedProvider
 from steward.clock import FakeClock
 from steward.events import Event, Recorded
-from steward.projections import store
 from steward.projections.projection import Projection
 from steward.projections.store import Projector
 
@@ -206,13 +204,9 @@ TALLIES = Projection(
 
 
 @pytest.fixture(autouse=True)
-def tally_kind() -> Iterator[None]:
-    kind.register(TALLY)
-    store.register(TALLIES)
-    try:
-        yield
-    finally:
-        del kind.KINDS["tally"], store.PROJECTIONS["tally"]
+def tally_kind(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tally kind and its read models, in the tables for each test."""
+    use_kind(monkeypatch, TALLY, TALLIES)
 
 
 async def until(

@@ -164,7 +164,7 @@ async def _play(
                 s: state.status for s, state in live.items()
             }
             await asyncio.sleep(0.01)
-        await asyncio.sleep(0.05)  # let any straggling effect try (and be refused)
+        assert await host.settle()  # any straggling effect tries (and is refused)
         live = {s: (await host.state(s))[0] for s in await log.streams("run.")}
         for stream, state in live.items():
             records = await log.read(stream)

@@ -66,9 +66,10 @@ async def test_a_schedule_fires_under_the_next_host_as_a_subagent(
     assert 0 < due - clock.now() <= HOUR
     await first.stop()
 
-    await make_host(model)  # arms the schedule's timer from the pending projection
+    # The next host arms the schedule's timer from the pending projection.
+    second = await make_host(model)
     clock.advance(due - clock.now() - 1)  # a second short of the hour: nothing
-    await asyncio.sleep(0.05)
+    assert await second.settle()  # a timer due would have fired and been recorded
     assert await recorded(log, events.ScheduleFired) == []
     clock.advance(1)
     [fired] = await until(log, events.ScheduleFired)

@@ -131,7 +131,7 @@ async def _play(db: Path, defn: WorkflowDef, plays: list[Any]) -> None:
                 cancelled = await host.submit(stream, cancel) is not None
             assert asyncio.get_running_loop().time() < deadline, state
             await asyncio.sleep(0.01)
-        await asyncio.sleep(0.05)  # let a straggling effect try (and be refused)
+        assert await host.settle()  # a straggling effect tries (and is refused)
         for name in [stream, *await log.streams("run.")]:
             records = await log.read(name)
             assert [r.version for r in records] == list(range(1, len(records) + 1))

@@ -14,10 +14,10 @@ folding the input and all of its decisions.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import msgspec
+from support import act
 
 from steward.actors import run as run_actor
 from steward.actors.prompt import Prompt, PromptCache, prompt_hash
@@ -45,11 +45,6 @@ READ = ToolSpec(
 )
 WRITE = ToolSpec(name="files.write", description="Write a file")
 DELETE = ToolSpec(name="files.delete", requires_approval=True)
-
-
-def act(**command: Any) -> str:
-    """A JSON-protocol reply, e.g. ``act(type="note", category="plan", ...)``."""
-    return json.dumps(command)
 
 
 REQUIREMENTS = act(type="note", category="requirements", content="what is asked")

@@ -4,19 +4,26 @@ keep no module state, and answer the same whatever they were asked before."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib
+import importlib.util
 import sys
 import types
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import hypothesis
 import msgspec
-from helpers_run import DELETE, READ, act, created, settings
+from counter_kind import COUNTER
+from helpers_run import DELETE, READ, created, settings
 from hypothesis import strategies as st
+from support import act
 
 import steward
+from steward.actors import kind
 from steward.actors import run as run_actor
+from steward.actors.kind import Kind
 from steward.actors.prompt import PromptCache
 from steward.events import (
     ApprovalDecided,
@@ -34,28 +41,6 @@ from steward.events import (
     WakeDue,
 )
 
-DECIDERS = [
-    "steward/actors/run.py",
-    "steward/actors/commands.py",
-    "steward/actors/prompt.py",
-    "steward/actors/run_prompt.py",
-    "steward/actors/session.py",
-    "steward/actors/session_context.py",
-    "steward/actors/session_effects.py",
-    "steward/actors/session_memory.py",
-    "steward/actors/run_effects.py",
-    "steward/actors/guards.py",
-    "steward/actors/workflow.py",
-    "steward/actors/workflow_graph.py",
-    "steward/actors/workflow_effects.py",
-    "steward/isotime.py",
-    "steward/events/__init__.py",
-    "steward/events/base.py",
-    "steward/events/run.py",
-    "steward/events/session.py",
-    "steward/events/workflow.py",
-    "steward/events/codec.py",
-]
 FORBIDDEN = {
     "asyncio",
     "aiosqlite",
@@ -75,23 +60,117 @@ FORBIDDEN = {
 ROOT = Path(steward.__file__).parent.parent
 
 
-def _imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(), filename=str(path))
-    names: set[str] = set()
-    for node in ast.walk(tree):
+def _forbidden(name: str) -> bool:
+    return any(name == bad or name.startswith(bad + ".") for bad in FORBIDDEN)
+
+
+def _source(module: str) -> Path | None:
+    """The file of ``module`` if it is a project's own Python source (not
+    built in, of the standard library or an installed package)."""
+    if module.partition(".")[0] in sys.stdlib_module_names:
+        return None
+    try:
+        spec = importlib.util.find_spec(module)
+    except ModuleNotFoundError:
+        return None
+    origin = None if spec is None else spec.origin
+    if origin is None or not origin.endswith(".py") or "site-packages" in origin:
+        return None
+    return Path(origin)
+
+
+def _modules_of(value: object) -> Iterator[str]:
+    """The modules defining what a kind holds: its functions, its event
+    types, the type of its initial state (inside tuples, sets and nested
+    dataclasses too)."""
+    if isinstance(value, str | int | float | bool | None):
+        return
+    if isinstance(value, tuple | list | set | frozenset):
+        for item in value:
+            yield from _modules_of(item)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for field in dataclasses.fields(value):
+            yield from _modules_of(getattr(value, field.name))
+    elif isinstance(value, type) or callable(value):
+        yield getattr(value, "__module__", type(value).__module__)
+    else:
+        yield type(value).__module__
+
+
+def _imported_modules(module: str, path: Path) -> Iterator[str]:
+    """The modules ``module`` (at ``path``) imports: of ``from p import x``,
+    ``p.x`` where that is a module, else ``p``."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module)
-    return names
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = "." * node.level + (node.module or "")
+            base = importlib.util.resolve_name(base, package)
+            for alias in node.names:
+                name = f"{base}.{alias.name}"
+                yield name if _is_module(name) else base
+
+
+def _is_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def decider_modules(kinds: Iterable[Kind[Any]]) -> dict[str, Path]:
+    """Every module a kind's pure parts run in, by name: those defining its
+    decider, reactor and events (whatever `Kind` holds), and the steward
+    modules they import, transitively. A forbidden import is reported by the
+    module that makes it, not followed."""
+    todo = [name for k in kinds for name in _modules_of(k)]
+    found: dict[str, Path] = {}
+    while todo:
+        name = todo.pop()
+        path = _source(name)
+        if name in found or path is None:
+            continue
+        found[name] = path
+        todo += (
+            imported
+            for imported in _imported_modules(name, path)
+            if imported.partition(".")[0] == "steward" and not _forbidden(imported)
+        )
+    return found
+
+
+DECIDERS = {
+    name: path.relative_to(ROOT).as_posix()
+    for name, path in sorted(decider_modules(kind.KINDS.values()).items())
+}
+"""Each decider module's name and path (from the repository root): derived
+from the kind table, so a new kind is checked without a line here."""
+
+
+def test_the_decider_modules_are_found_from_the_kind_table() -> None:
+    """Each kind's own modules are checked, and the steward modules they
+    import, transitively: a decider's helper is checked like the decider."""
+    for actor in kind.KINDS.values():
+        for part in (actor.decide, actor.evolve, *actor.events):
+            assert part.__module__ in DECIDERS, (actor.name, part)
+    found = decider_modules([COUNTER])  # a kind not in the table
+    assert "counter_kind" in found  # its decide's module (tests/counter_kind.py)
+    assert "steward.actors.kind" in found  # imported by counter_kind
+    imported = {
+        i for name, path in found.items() for i in _imported_modules(name, path)
+    }
+    followed = {i for i in imported if i.startswith("steward.") and not _forbidden(i)}
+    assert followed <= found.keys()  # and what those import, and so on
+    assert "msgspec" not in found  # not steward's: not followed
 
 
 def test_deciders_import_nothing_impure() -> None:
     """A decider module importing I/O, time, randomness or the shell fails here."""
     problems = []
-    for rel in DECIDERS:
-        for name in _imports(ROOT / rel):
-            if any(name == bad or name.startswith(bad + ".") for bad in FORBIDDEN):
+    for module, rel in DECIDERS.items():
+        for name in sorted(set(_imported_modules(module, ROOT / rel))):
+            if _forbidden(name):
                 problems.append(f"{rel} imports {name}")
     assert not problems, (
         "deciders must stay pure (DESIGN §2): "
@@ -212,9 +291,8 @@ def module_state(
     return problems
 
 
-def _structs(rel: str) -> frozenset[str]:
-    """The names of the msgspec Structs the module at ``rel`` defines."""
-    name = rel.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+def _structs(name: str) -> frozenset[str]:
+    """The names of the msgspec Structs the module ``name`` defines."""
     module = importlib.import_module(name)
     return frozenset(
         attr
@@ -230,8 +308,8 @@ def test_deciders_keep_no_module_state() -> None:
     class level) in a decider module fails here, naming its line and the fix."""
     problems = [
         problem
-        for rel in DECIDERS
-        for problem in module_state(rel, (ROOT / rel).read_text(), _structs(rel))
+        for name, rel in DECIDERS.items()
+        for problem in module_state(rel, (ROOT / rel).read_text(), _structs(name))
     ]
     assert not problems, "deciders keep no module state (DESIGN §2):\n" + "\n".join(
         problems

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from helpers_run import RUN, act, asks, kinds, started
+from helpers_run import RUN, asks, kinds, started
+from support import act
 
 from steward import replay
 from steward.events import (

@@ -18,7 +18,6 @@ from helpers_run import (
     REQUIREMENTS,
     RUN,
     Story,
-    act,
     asks,
     created,
     kinds,
@@ -29,6 +28,7 @@ from helpers_run import (
 )
 from hypothesis import strategies as st
 from msgspec.structs import replace
+from support import act
 
 from steward import replay
 from steward.actors import prompt as prompt_module
