@@ -26,8 +26,13 @@ __all__ = [
     "Effect",
     "ModelCall",
     "Pending",
+    "Claims",
     "Want",
+    "claim_on",
     "claim_takes",
+    "claimable",
+    "claimed",
+    "unclaimed",
 ]
 
 
@@ -113,8 +118,39 @@ class Pending(msgspec.Struct, frozen=True, kw_only=True):
     ended: bool = False
 
 
+Claims = tuple[tuple[str, str, float], ...]
+"""The (request, worker, until) claims on an actor's effects in flight,
+which every kind that makes model or tool calls keeps in its state (a
+worker's `EffectClaimed`, until its answer)."""
+
+
 def claim_takes(held: tuple[str, float] | None, claim: EffectClaimed) -> bool:
     """Whether ``claim`` may take its effect, given the (worker, until) of
     the claim ``held`` on it: none is held, its own worker renews it, or its
     time has passed (that worker died)."""
     return held is None or held[0] == claim.worker or held[1] <= claim.at
+
+
+def claim_on(claims: Claims, request_id: str) -> tuple[str, float] | None:
+    """The (worker, until) of the claim on effect ``request_id``, if any."""
+    return next(((w, u) for r, w, u in claims if r == request_id), None)
+
+
+def claimable(claims: Claims, claim: EffectClaimed) -> bool:
+    """Whether ``claim`` may take its effect, given the ``claims`` held."""
+    return claim_takes(claim_on(claims, claim.request_id), claim)
+
+
+def claimed(claims: Claims, claim: EffectClaimed) -> Claims:
+    """``claims`` with ``claim`` in place of any earlier one on its effect."""
+    return (
+        *unclaimed(claims, claim.request_id),
+        (claim.request_id, claim.worker, claim.until),
+    )
+
+
+def unclaimed(claims: Claims, request_id: str) -> Claims:
+    """``claims`` less the one on ``request_id`` (answered)."""
+    if not claims:
+        return claims
+    return tuple([c for c in claims if c[0] != request_id])

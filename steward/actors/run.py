@@ -31,7 +31,7 @@ from steward.actors.commands import (
     text_field,
     timestamp,
 )
-from steward.actors.effects import claim_takes
+from steward.actors.effects import Claims, claimable, claimed, unclaimed
 from steward.actors.prompt import Prompt, PromptCache, prompt_hash
 from steward.actors.run_prompt import (
     FINISH_TOOL,
@@ -140,7 +140,7 @@ class Run(msgspec.Struct, kw_only=True, gc=False):
     budget_hold: str | None = None
     """The `BudgetExceeded` request the run waits on, if it does."""
     budget_lifted: bool = False
-    claims: tuple[tuple[str, str, float], ...] = ()
+    claims: Claims = ()
     """(request id, worker, until) of effects a worker has claimed."""
     reason: str | None = None
 
@@ -204,7 +204,7 @@ def _llm_responded(s: Run, event: LlmResponded) -> None:
     )
     s.llm_pending = None
     if s.claims:
-        s.claims = _unclaimed(s, event.request_id)
+        s.claims = unclaimed(s.claims, event.request_id)
     s.stall += 1
     if event.tool_calls:
         s.rounds += 1
@@ -240,7 +240,7 @@ def _tool_resulted(s: Run, event: ToolResulted) -> None:
         return
     s.calls = _without(s.calls, done)
     if s.claims:
-        s.claims = _unclaimed(s, event.request_id)
+        s.claims = unclaimed(s.claims, event.request_id)
     if event.ok:
         _say(s, _tool_message(s, done, event.output))
         return
@@ -300,17 +300,14 @@ def _run_started(s: Run, event: RunStarted) -> None:
 
 def _llm_failed(s: Run, event: LlmFailed) -> None:
     s.llm_pending = None
-    s.claims = _unclaimed(s, event.request_id)
+    s.claims = unclaimed(s.claims, event.request_id)
     s.input_tokens += event.usage.input_tokens
     s.output_tokens += event.usage.output_tokens
     s.cost_usd += event.cost_usd
 
 
 def _effect_claimed(s: Run, event: EffectClaimed) -> None:
-    s.claims = (
-        *_unclaimed(s, event.request_id),
-        (event.request_id, event.worker, event.until),
-    )
+    s.claims = claimed(s.claims, event)
 
 
 def _approval_requested(s: Run, event: ApprovalRequested) -> None:
@@ -499,7 +496,7 @@ def _react(input: Event, state: Run) -> list[Event] | None:
             return []  # recorded for people; changes nothing
         case EffectClaimed(request_id=rid), "running" | "waiting" if (
             rid == state.llm_pending or _find(state.calls, rid) is not None
-        ) and _claimable(state, input):
+        ) and claimable(state.claims, input):
             return []
         case LlmFailed(request_id=rid), "running" if rid == state.llm_pending:
             return [
@@ -845,18 +842,6 @@ def _loop_limit(rounds: int) -> str:
         f"tool-call loop limit reached: the model asked for tools in {rounds} "
         f"rounds, the most a run makes (max_tool_call_rounds)"
     )
-
-
-def _claimable(state: Run, claim: EffectClaimed) -> bool:
-    """Whether ``claim`` may take its effect: unclaimed, expired, or renewed."""
-    held = next(((w, u) for r, w, u in state.claims if r == claim.request_id), None)
-    return claim_takes(held, claim)
-
-
-def _unclaimed(state: Run, request_id: str) -> tuple[tuple[str, str, float], ...]:
-    if not state.claims:
-        return state.claims
-    return tuple([c for c in state.claims if c[0] != request_id])
 
 
 def _spent_budget(state: Run) -> list[Event] | None:

@@ -31,7 +31,8 @@ from croniter import croniter  # pure computation over a base time we pass in
 from msgspec import Struct
 from msgspec.structs import replace
 
-from steward.actors.effects import claim_takes
+from steward.actors import effects
+from steward.actors.effects import Claims, claimable, claimed, unclaimed
 from steward.actors.prompt import Prompt, prompt_hash
 from steward.actors.session_context import build_context
 from steward.actors.session_memory import memory_block, write, writer_prompt
@@ -164,7 +165,7 @@ class Session(Struct, frozen=True, kw_only=True):
     """The memory writer's call in flight (its request id)."""
     writes: int = 0
     """The memory writer calls asked for so far."""
-    claims: tuple[tuple[str, str, float], ...] = ()
+    claims: Claims = ()
     """The (request, worker, until) claims on the session's own model calls
     in flight (the memory writer's, a direct chat's)."""
     elsewhere: tuple[Elsewhere, ...] = ()
@@ -433,7 +434,7 @@ def evolve(state: Session, event: Event) -> Session:
                 state,
                 turn=None,
                 messages=(*state.messages, answer),
-                claims=_unclaimed(state, f"{run_id}/llm"),
+                claims=unclaimed(state.claims, f"{run_id}/llm"),
             )
         case SegmentStarted(segment=segment, at=at):
             return replace(
@@ -469,9 +470,8 @@ def evolve(state: Session, event: Event) -> Session:
                 writes=state.writes + 1,
                 writer_segment=state.segment,
             )
-        case EffectClaimed(request_id=request_id, worker=worker, until=until):
-            claims = _unclaimed(state, request_id)
-            return replace(state, claims=(*claims, (request_id, worker, until)))
+        case EffectClaimed():
+            return replace(state, claims=claimed(state.claims, event))
         case MemoryWritten(applied=applied, items=items, summary=summary):
             adds = sum(1 for op in applied if op.op == "add")
             if state.revision >= 1 and state.writer_segment != state.segment:
@@ -483,11 +483,14 @@ def evolve(state: Session, event: Event) -> Session:
                 summary=summary or state.summary,
                 writer=None,
                 writing=(),
-                claims=_unclaimed(state, event.request_id),
+                claims=unclaimed(state.claims, event.request_id),
             )
         case MemoryWriteFailed(request_id=request_id):
             return replace(
-                state, writer=None, writing=(), claims=_unclaimed(state, request_id)
+                state,
+                writer=None,
+                writing=(),
+                claims=unclaimed(state.claims, request_id),
             )
         case SubagentStarted(run_id=run_id, name=name):
             return replace(
@@ -637,7 +640,7 @@ def decide(input: Event, state: Session) -> list[Event] | None:
         case EffectClaimed(request_id=rid) if rid in (
             state.writer,
             direct_call(state),
-        ) and claim_takes(claim_on(state, rid), input):
+        ) and claimable(state.claims, input):
             return []
         case _:
             return None
@@ -704,12 +707,7 @@ def _older_half(state: Session) -> int:
 
 def claim_on(state: Session, request_id: str) -> tuple[str, float] | None:
     """The (worker, until) of the claim on model call ``request_id``, if any."""
-    return next(((w, u) for r, w, u in state.claims if r == request_id), None)
-
-
-def _unclaimed(state: Session, request_id: str) -> tuple[tuple[str, str, float], ...]:
-    """The claims less the one on ``request_id`` (answered)."""
-    return tuple(c for c in state.claims if c[0] != request_id)
+    return effects.claim_on(state.claims, request_id)
 
 
 def _subagent(

@@ -42,7 +42,8 @@ from typing import Any, Literal
 from msgspec import Struct
 from msgspec.structs import replace
 
-from steward.actors.effects import claim_takes
+from steward.actors import effects
+from steward.actors.effects import Claims, claimable, claimed
 from steward.actors.workflow_graph import (
     choose,
     guard_context,
@@ -172,7 +173,7 @@ class Workflow(Struct, frozen=True, kw_only=True):
     tool_name: str | None = None
     tools: int = 0
     """Git tool calls asked for, for their ids."""
-    claims: tuple[tuple[str, str, float], ...] = ()
+    claims: Claims = ()
     """(request id, worker, until) of the tool call a worker has claimed."""
 
 
@@ -225,9 +226,8 @@ def evolve(state: Workflow, event: Event) -> Workflow:
             if ok:
                 return replace(after, workspace=state.worktree.path)
             return replace(after, worktree_error=error or "the git tool failed")
-        case EffectClaimed(request_id=rid, worker=worker, until=until):
-            claims = tuple(c for c in state.claims if c[0] != rid)
-            return replace(state, claims=(*claims, (rid, worker, until)))
+        case EffectClaimed():
+            return replace(state, claims=claimed(state.claims, event))
         case WorkflowStarted() | WorkflowResumed():
             return replace(state, status="running")
         case WorkflowPaused():
@@ -321,7 +321,7 @@ def _decide(input: Event, state: Workflow) -> list[Event] | None:
                 return _cleanup(after)
             return []
         case EffectClaimed(request_id=rid), _ if rid == state.tool:
-            return [] if claim_takes(claim_on(state, rid), input) else None
+            return [] if claimable(state.claims, input) else None
         case SubagentFinished(result=result, at=at), _ if _in_flight(state, result):
             outcome = _outcome(state, result, at)
             after = evolve(state, outcome)
@@ -548,7 +548,7 @@ def awaits(state: Workflow, request_id: str) -> bool:
 
 def claim_on(state: Workflow, request_id: str) -> tuple[str, float] | None:
     """The (worker, until) of the claim on tool call ``request_id``, if any."""
-    return next(((w, u) for r, w, u in state.claims if r == request_id), None)
+    return effects.claim_on(state.claims, request_id)
 
 
 def _skip_pending(state: Workflow, only: tuple[str, ...] | None) -> list[Event]:
