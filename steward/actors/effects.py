@@ -28,10 +28,13 @@ __all__ = [
     "Pending",
     "Claims",
     "Want",
+    "cancel_key",
     "claim_on",
     "claim_takes",
     "claimable",
     "claimed",
+    "notify_key",
+    "spawn_key",
     "unclaimed",
 ]
 
@@ -116,6 +119,22 @@ class Pending(msgspec.Struct, frozen=True, kw_only=True):
     wants: tuple[Want, ...] = ()
     answers: tuple[str, ...] = ()
     ended: bool = False
+
+
+def spawn_key(child: str) -> str:
+    """The key of creating child ``child`` (its `Create`, its pending want),
+    answered when the child is created or its result is in."""
+    return f"spawn:{child}"
+
+
+def notify_key(child: str) -> str:
+    """The key of delivering child ``child``'s result to its ``reply_to``."""
+    return f"notify:{child}"
+
+
+def cancel_key(child: str) -> str:
+    """The key of delivering a cancel to child ``child``."""
+    return f"cancel:{child}"
 
 
 Claims = tuple[tuple[str, str, float], ...]

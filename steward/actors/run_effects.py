@@ -17,6 +17,9 @@ from steward.actors.effects import (
     Deliver,
     Effect,
     ModelCall,
+    cancel_key,
+    notify_key,
+    spawn_key,
 )
 from steward.actors.prompt import (
     HASH_PREFIX,
@@ -105,7 +108,7 @@ def effects(rec: Recorded, at: Run, latest: Run) -> list[Effect]:
             assert at.created is not None
             return [
                 Create(
-                    key=f"spawn:{spec.run_id}",
+                    key=spawn_key(spec.run_id),
                     stream=run_stream(spec.run_id),
                     input=child_created(at.created, spec, 0.0),
                     stamp=True,
@@ -139,7 +142,7 @@ def _answer(rec: Recorded, state: Run) -> list[Effect]:
         metadata=state.metadata,
     )
     finished = SubagentFinished(result=result, at=rec.at)
-    return [Deliver(key=f"notify:{state.run_id}", stream=reply_to, input=finished)]
+    return [Deliver(key=notify_key(state.run_id), stream=reply_to, input=finished)]
 
 
 def _cancel_children(rec: Recorded) -> list[Effect]:
@@ -147,7 +150,7 @@ def _cancel_children(rec: Recorded) -> list[Effect]:
         return []
     cancel = CancelRequested(reason="parent run was cancelled", at=rec.at)
     return [
-        Deliver(key=f"cancel:{child}", stream=run_stream(child), input=cancel)
+        Deliver(key=cancel_key(child), stream=run_stream(child), input=cancel)
         for child in rec.event.children
     ]
 

@@ -8,7 +8,16 @@ from __future__ import annotations
 
 from msgspec.structs import replace
 
-from steward.actors.effects import ArmTimer, Create, Effect, ModelCall, Pending, Want
+from steward.actors.effects import (
+    ArmTimer,
+    Create,
+    Effect,
+    ModelCall,
+    Pending,
+    Want,
+    notify_key,
+    spawn_key,
+)
 from steward.actors.prompt import Prompt, PromptCache
 from steward.actors.run_effects import run_stream
 from steward.actors.session import (
@@ -73,7 +82,7 @@ def effects(rec: Recorded, at: Session, latest: Session) -> list[Effect]:
         ):
             return [
                 Create(
-                    key=f"spawn:{run_id}",
+                    key=spawn_key(run_id),
                     stream=run_stream(run_id),
                     input=subagent_run(at, rec.event, rec.stream),
                     stamp=True,
@@ -82,7 +91,7 @@ def effects(rec: Recorded, at: Session, latest: Session) -> list[Effect]:
         case TurnStarted(run_id=run_id, direct=False) if latest.turn == run_id:
             return [
                 Create(
-                    key=f"spawn:{run_id}",
+                    key=spawn_key(run_id),
                     stream=run_stream(run_id),
                     input=turn_run(at, rec.event, rec.stream),
                     stamp=True,
@@ -177,11 +186,11 @@ def pending(event: Event) -> Pending:
         case WakeDue(timer_id=timer_id):
             return Pending(answers=(timer_id,))
         case SubagentStarted(run_id=run_id) | TurnStarted(run_id=run_id, direct=False):
-            return Pending(wants=(Want(key=f"spawn:{run_id}", kind="create"),))
+            return Pending(wants=(Want(key=spawn_key(run_id), kind="create"),))
         case SubagentFinished(result=result):
             # a finished run needs no creating (a fork copies its result)
             return Pending(
-                answers=(f"notify:{result.run_id}", f"spawn:{result.run_id}")
+                answers=(notify_key(result.run_id), spawn_key(result.run_id))
             )
         case _:
             return Pending()

@@ -5,7 +5,16 @@ phase in flight when the workflow is cancelled."""
 
 from __future__ import annotations
 
-from steward.actors.effects import Create, Deliver, Effect, Pending, Want
+from steward.actors.effects import (
+    Create,
+    Deliver,
+    Effect,
+    Pending,
+    Want,
+    cancel_key,
+    notify_key,
+    spawn_key,
+)
 from steward.actors.run_effects import run_stream
 from steward.actors.workflow import Workflow, phase_of, reports
 from steward.actors.workflow_graph import node_of, render_prompt, upstream_text
@@ -57,7 +66,7 @@ def effects(rec: Recorded, at: Workflow, latest: Workflow) -> list[Effect]:
         case PhaseStarted(run_id=run_id) as started if _in_flight(latest, run_id):
             return [
                 Create(
-                    key=f"spawn:{run_id}",
+                    key=spawn_key(run_id),
                     stream=run_stream(run_id),
                     input=phase_run(at, started, rec.stream),
                     stamp=True,
@@ -69,7 +78,7 @@ def effects(rec: Recorded, at: Workflow, latest: Workflow) -> list[Effect]:
             why = f"its workflow {at.workflow_id} was cancelled"
             return [
                 Deliver(
-                    key=f"cancel:{phase}",
+                    key=cancel_key(phase),
                     stream=run_stream(phase),
                     input=CancelRequested(reason=why),
                     stamp=True,
@@ -114,14 +123,14 @@ def pending(event: Event) -> Pending:
     """What a workflow's event asks of a host that a crash must not lose."""
     match event:
         case PhaseStarted(run_id=run_id):
-            return Pending(wants=(Want(key=f"spawn:{run_id}", kind="create"),))
+            return Pending(wants=(Want(key=spawn_key(run_id), kind="create"),))
         case WorkflowCancelled(phase_run_id=str(run_id)):
             # answered when that run ends (the runs projection), or by its result
-            return Pending(wants=(Want(key=f"cancel:{run_id}", kind="deliver"),))
+            return Pending(wants=(Want(key=cancel_key(run_id), kind="deliver"),))
         case SubagentFinished(result=result):
             run_id = result.run_id  # a finished run needs no creating (a fork)
             return Pending(
-                answers=(f"notify:{run_id}", f"cancel:{run_id}", f"spawn:{run_id}")
+                answers=(notify_key(run_id), cancel_key(run_id), spawn_key(run_id))
             )
         case WorkflowCompleted() | WorkflowFailed():
             return Pending(ended=True)

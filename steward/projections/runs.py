@@ -23,6 +23,7 @@ from typing import Any
 import msgspec
 
 from steward import events
+from steward.actors.effects import cancel_key, notify_key, spawn_key
 from steward.events import Recorded
 from steward.projections.projection import Projection, done, want
 from steward.projections.summary import summary
@@ -89,7 +90,7 @@ def _apply(conn: sqlite3.Connection, rec: Recorded) -> None:
                     rec.at,
                 ),
             )
-            done(conn, f"spawn:{run_id}")  # the parent's (or creator's) ask
+            done(conn, spawn_key(run_id))  # the parent's (or creator's) ask
             if event.queued:
                 want(conn, f"take:{run_id}", rec, "take")
         case events.RunTaken():
@@ -145,12 +146,12 @@ def _apply(conn: sqlite3.Connection, rec: Recorded) -> None:
             )
         case events.SubagentsSpawned(children=children):
             for child in children:
-                want(conn, f"spawn:{child.run_id}", rec, "spawn")
+                want(conn, spawn_key(child.run_id), rec, "spawn")
             _status(conn, run_id, rec, "waiting")
         case events.SubagentFinished(result=result):
-            done(conn, f"notify:{result.run_id}")
+            done(conn, notify_key(result.run_id))
             # a finished child needs no creating (a fork copies its result)
-            done(conn, f"spawn:{result.run_id}")
+            done(conn, spawn_key(result.run_id))
         case events.RunSlept():
             want(conn, event.timer_id, rec, "timer", due_at=event.wake_at)
             _status(
@@ -174,7 +175,7 @@ def _apply(conn: sqlite3.Connection, rec: Recorded) -> None:
                 "('take','llm','tool','approval','timer','spawn')",
                 (rec.stream,),
             )
-            done(conn, f"cancel:{run_id}")
+            done(conn, cancel_key(run_id))
             if isinstance(event, events.RunCompleted):
                 conn.execute(
                     "UPDATE runs SET output_text=? WHERE id=?", (event.output, run_id)
@@ -188,10 +189,10 @@ def _apply(conn: sqlite3.Connection, rec: Recorded) -> None:
                 "SELECT parent_run_id, reply_to FROM runs WHERE id=?", (run_id,)
             ).fetchone()
             if row and (row[0] or row[1]):
-                want(conn, f"notify:{run_id}", rec, "deliver")
+                want(conn, notify_key(run_id), rec, "deliver")
             if isinstance(event, events.RunCancelled):
                 for child_id in event.children:
-                    want(conn, f"cancel:{child_id}", rec, "deliver")
+                    want(conn, cancel_key(child_id), rec, "deliver")
         case _:
             pass
     conn.execute(
