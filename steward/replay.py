@@ -105,9 +105,15 @@ def verify(
     return None
 
 
-def remap(event: Event, old: str, new: str) -> Event:
-    """``event`` with ids derived from actor ``old`` rewritten for ``new``
-    (a run's, a session's, a workflow run's)."""
+def remap(
+    event: Event,
+    old: str,
+    new: str,
+    fields: tuple[str, ...] = ("request_id", "timer_id"),
+) -> Event:
+    """``event`` with the ids in ``fields`` (those its kind derives from its
+    actor's id, `Kind.derived`) that derive from actor ``old`` rewritten for
+    ``new``; and a child result's (`SubagentResult.run_id`)."""
 
     def swap(value: str) -> str:
         if value == old or value.startswith((f"{old}/", f"{old}-", f"{old}:")):
@@ -115,7 +121,7 @@ def remap(event: Event, old: str, new: str) -> Event:
         return value
 
     changes: dict[str, object] = {}
-    for name in ("run_id", "request_id", "timer_id", "workflow_id", "session_id"):
+    for name in fields:
         value = getattr(event, name, None)
         if isinstance(value, str):
             changes[name] = swap(value)
@@ -146,7 +152,7 @@ def fork_events(
     state = kind.initial
     copy: list[Event] = []
     for step in steps:
-        event = remap(step[0].event, old, new)
+        event = remap(step[0].event, old, new, kind.derived)
         if adapt is not None:
             event = adapt(event, old)
         decided = kind.decide(event, state)

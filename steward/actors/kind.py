@@ -125,6 +125,12 @@ class Kind(Generic[S]):
     effects are lost when a host dies before carrying them out. The run
     kind's is kept by its own projection (`steward.projections.runs`)."""
 
+    derived: tuple[str, ...] = ("request_id", "timer_id")
+    """The event fields that hold ids the kind derives from its actor's id
+    (``<id>/llm/1``, ``<id>-t2``): a fork renames them for its own
+    (`steward.replay.remap`). The shared vocabulary's request and timer ids
+    by default; a kind adds its own (``run_id``, ``session_id``, ...)."""
+
     def __post_init__(self) -> None:
         if not self.starts <= self.routed:
             names = sorted(t.__name__ for t in self.starts - self.routed)
@@ -181,6 +187,7 @@ RUN: Kind[run_actor.Run] = Kind(
     correlation=run_effects.correlation,
     workspace=run_effects.workspace,
     detach=run_effects.detach,
+    derived=("run_id", "request_id", "timer_id"),
 )
 
 SESSION: Kind[session_actor.Session] = Kind(
@@ -200,6 +207,7 @@ SESSION: Kind[session_actor.Session] = Kind(
     correlation=session_effects.correlation,
     detach=session_effects.detach,
     pending=session_effects.pending,
+    derived=("session_id", "run_id", "request_id", "timer_id"),
 )
 
 WORKFLOW: Kind[workflow_actor.Workflow] = Kind(
@@ -218,6 +226,7 @@ WORKFLOW: Kind[workflow_actor.Workflow] = Kind(
     correlation=workflow_effects.correlation,
     detach=workflow_effects.detach,
     pending=workflow_effects.pending,
+    derived=("workflow_id", "run_id", "request_id", "timer_id"),
 )
 
 KINDS: dict[str, Kind[Any]] = {
