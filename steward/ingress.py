@@ -1,4 +1,5 @@
-"""Ingress and egress over NATS: services talk to chat sessions and hear back.
+"""Ingress over NATS: services talk to chat sessions (`steward.egress`
+publishes what they hear back).
 
 **Ingress.** A service publishes an `InboundMessage` (JSON, or msgpack with the
 header ``Content-Type: application/msgpack``) on ``steward.inbound.<channel>``.
@@ -19,13 +20,6 @@ A message with a ``message_id`` is taken at most once: the session refuses
 an id among its newest (`steward.actors.session.SEEN_MESSAGES`), and the
 reply says ``"duplicate": true``.
 
-**Egress.** `Egress` listens to the host and publishes, in log order, one JSON
-update per recorded event of a run on ``steward.runs.<run_id>.updates``;
-what a session tells its chat (a turn's reply, a command's answer, a
-refusal, a subagent's answer) on ``steward.outbound.<channel>``; and, for a
-run recorded with a channel that answers no one (no parent, no session),
-its messages and its end there too.
-
 The schema of `InboundMessage` is exported to
 ``docs/inbound-message.v1.schema.json``; regenerate it with
 ``python -m steward.ingress > docs/inbound-message.v1.schema.json``.
@@ -33,24 +27,19 @@ The schema of `InboundMessage` is exported to
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-from typing import Annotated, Any, Literal, NamedTuple
+from typing import Annotated, Any, Literal
 
 import msgspec
 import nats.js.api
 import nats.js.errors
 
 from steward import events
-from steward.actors.llm import RequestInfo
-from steward.actors.run_effects import run_id_of
-from steward.bus.jetstream.subjects import escape_token
 from steward.chats import message, open_session
 from steward.config.settings import Settings
 from steward.errors import StewardError
 from steward.host import Host
-from steward.projections.summary import summary
 
 __all__ = [
     "DEADLETTER_STREAM",
@@ -58,15 +47,11 @@ __all__ = [
     "ERROR_CODES",
     "INBOUND_SUBJECT",
     "QUEUE_GROUP",
-    "Egress",
     "InboundMessage",
     "Ingress",
     "deadletter_subject",
-    "deltas_subject",
     "inbound_schema",
     "inbound_schema_json",
-    "outbound_subject",
-    "updates_subject",
 ]
 
 log = logging.getLogger("steward.ingress")
@@ -176,14 +161,6 @@ async def keep_deadletters(js: Any, *, replicas: int = 1) -> None:
             num_replicas=replicas,
         )
     )
-
-
-def outbound_subject(channel: str) -> str:
-    return f"steward.outbound.{channel}"
-
-
-def updates_subject(run_id: str) -> str:
-    return f"steward.runs.{escape_token(run_id)}.updates"
 
 
 class _Rejected(StewardError):
@@ -400,203 +377,6 @@ class Ingress:
                 await self.nc.publish(msg.reply, _json.encode(error))
             except Exception:
                 log.exception("error reply to inbound on %s failed", channel)
-
-
-_OUTBOUND: dict[type[events.Event], str] = {
-    events.MessageSent: "message",
-    events.RunCompleted: "completed",
-    events.RunFailed: "failed",
-    events.RunCancelled: "cancelled",
-}
-
-
-def _outbound_text(event: events.Event) -> str:
-    match event:
-        case events.MessageSent(text=text):
-            return text
-        case events.RunCompleted(output=output):
-            return output
-        case events.RunFailed(reason=reason) | events.RunCancelled(reason=reason):
-            return reason
-        case _:
-            return ""
-
-
-class _Delta(NamedTuple):
-    run_id: str
-    data: bytes
-
-
-def deltas_subject(run_id: str) -> str:
-    """Where a run's model text streams live (not stored)."""
-    return f"steward.runs.{escape_token(run_id)}.deltas"
-
-
-def _told(event: events.Event) -> tuple[str, str, dict[str, str]] | None:
-    """What a session's event tells its chat: (type, text, ids), or ``None``."""
-    match event:
-        case events.ReplySent(run_id=run_id, text=text, status=status):
-            return "reply", text, {"run_id": run_id, "status": status}
-        case events.CommandAnswered(message_id=mid, reply=reply):
-            return "command", reply, {"message_id": mid}
-        case events.MessageRefused(message_id=mid, reply=reply):
-            return "refused", reply, {"message_id": mid}
-        case events.SubagentAnswered(run_id=run_id, text=text, name=name) if (
-            not event.silent
-        ):
-            return "subagent", text, {"run_id": run_id, "name": name}
-        case _:
-            return None
-
-
-class Egress:
-    """Publishes run updates and channel replies as the host records them.
-
-    Every event of a run stream goes to ``steward.runs.<run_id>.updates`` as
-    ``{"run_id", "version", "type", "summary"}``. What a session tells its
-    chat goes to ``steward.outbound.<channel>`` as ``{"session_id",
-    "channel", "chat_id", "type", "text", ...}`` with type ``reply`` (and
-    ``run_id``, ``status``), ``command`` or ``refused`` (and the
-    ``message_id`` answered), or ``subagent`` (and ``run_id``, ``name``);
-    a fork of a chat (`steward fork`) is no one's, and tells it nothing.
-    A top-level run started on a channel that answers no one publishes its
-    ``MessageSent`` and its end there as ``{"run_id", "channel", "type",
-    "text"}`` with type ``message``, ``completed``, ``failed`` or
-    ``cancelled``. A session's turns and subagents, and a run's subagents,
-    speak to whom they answer, not to the user: they publish updates only.
-
-    Args:
-        nc: a connected nats-py client; the caller owns and closes it.
-        host: the host whose recorded events are published.
-    """
-
-    def __init__(self, nc: Any, host: Host) -> None:
-        self.nc = nc
-        self.host = host
-        self._queue: asyncio.Queue[events.Recorded | _Delta | None] = asyncio.Queue()
-        self._task: asyncio.Task[None] | None = None
-        # run id → channel (None: a run with no channel, or a subagent)
-        self._channels: dict[str, str | None] = {}
-
-    def start(self) -> None:
-        """Listen to the host; publishing happens on one task, in log order."""
-        if self._task is None:
-            self._task = asyncio.create_task(self._publish_all())
-            self.host.listen(self.on_event)
-            self.host.listen_deltas(self.on_delta)
-
-    def on_delta(self, info: RequestInfo, text: str) -> None:
-        """The host's delta listener: model text as it streams, not kept anywhere.
-
-        Published on ``steward.runs.<run_id>.deltas`` (core NATS, so nobody
-        listening means nobody gets it; the log records the whole reply).
-        """
-        if self._task is not None:
-            self._queue.put_nowait(
-                _Delta(
-                    info.run_id,
-                    _json.encode({"request_id": info.request_id, "text": text}),
-                )
-            )
-
-    def on_event(self, rec: events.Recorded) -> None:
-        """The host listener: queue ``rec`` for publishing (never blocks)."""
-        if self._task is not None and rec.stream.startswith(("run.", "session.")):
-            self._queue.put_nowait(rec)
-
-    async def close(self) -> None:
-        """Publish what is queued, then flush the connection."""
-        task, self._task = self._task, None
-        if task is None:
-            return
-        self._queue.put_nowait(None)
-        await task
-        try:
-            await self.nc.flush()
-        except Exception:
-            log.exception("flushing egress failed")
-
-    async def _publish_all(self) -> None:
-        while (rec := await self._queue.get()) is not None:
-            try:
-                if isinstance(rec, _Delta):
-                    await self.nc.publish(deltas_subject(rec.run_id), rec.data)
-                else:
-                    await self._publish(rec)
-            except Exception:
-                log.exception("publishing to the outbound subjects failed")
-
-    async def _publish(self, rec: events.Recorded) -> None:
-        if rec.stream.startswith("session."):
-            await self._tell(rec)
-            return
-        run_id = run_id_of(rec.stream)
-        event = rec.event
-        update = {
-            "run_id": run_id,
-            "version": rec.version,
-            "type": events.type_name(event),
-            "summary": summary(event),
-        }
-        await self.nc.publish(updates_subject(run_id), _json.encode(update))
-        kind = _OUTBOUND.get(type(event))
-        if isinstance(event, events.RunCreated):
-            self._channels[run_id] = _user_channel(event)
-        if kind is None:
-            return
-        channel = await self._channel_of(rec.stream)
-        if channel is None:
-            return
-        message = {
-            "run_id": run_id,
-            "channel": channel,
-            "type": kind,
-            "text": _outbound_text(event),
-        }
-        await self.nc.publish(outbound_subject(channel), _json.encode(message))
-        if kind != "message":
-            self._channels.pop(run_id, None)
-
-    async def _channel_of(self, stream: str) -> str | None:
-        run_id = run_id_of(stream)
-        if run_id not in self._channels:
-            # a run created before this egress started: ask its state
-            state, _ = await self.host.state(stream)
-            created = state.created
-            self._channels[run_id] = None if created is None else _user_channel(created)
-        return self._channels[run_id]
-
-    async def _tell(self, rec: events.Recorded) -> None:
-        told = _told(rec.event)
-        if told is None or await self._is_fork(rec.stream):
-            return
-        kind, text, ids = told
-        session_id = rec.stream.partition(".")[2]
-        channel, _, chat_id = session_id.partition(":")
-        message = {
-            "session_id": session_id,
-            "channel": channel,
-            "chat_id": chat_id,
-            "type": kind,
-            "text": text,
-            **ids,
-        }
-        await self.nc.publish(outbound_subject(channel), _json.encode(message))
-
-    async def _is_fork(self, stream: str) -> bool:
-        """Whether session ``stream`` is a fork (`steward fork`), whose chat
-        is no one's: it tells the channel nothing. The host has the state
-        cached (it committed what is told, or routed it)."""
-        state, _ = await self.host.state(stream)
-        return state.forked_from is not None
-
-
-def _user_channel(created: events.RunCreated) -> str | None:
-    """The channel a run speaks to the user on: its own, unless it answers
-    a parent run or a session (``reply_to``)."""
-    if created.parent_run_id is not None or created.reply_to is not None:
-        return None
-    return created.channel_id
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ __all__ = [
     "Effect",
     "ModelCall",
     "Pending",
+    "Told",
     "Claims",
     "Want",
     "cancel_key",
@@ -107,6 +108,15 @@ class Want(msgspec.Struct, frozen=True, kw_only=True):
     key: str
     kind: str
     due_at: float | None = None
+
+
+class Told(msgspec.Struct, frozen=True, kw_only=True):
+    """What an actor's committed event tells the people on a channel:
+    ``message`` is published on the channel's outbound subject (its
+    ``type``, ``text`` and the ids that say whose it is)."""
+
+    channel: str
+    message: dict[str, str]
 
 
 class Pending(msgspec.Struct, frozen=True, kw_only=True):

@@ -27,7 +27,7 @@ from steward.actors import run as run_actor
 from steward.actors import run_effects, session_effects, workflow_effects
 from steward.actors import session as session_actor
 from steward.actors import workflow as workflow_actor
-from steward.actors.effects import Effect, ModelCall, Pending
+from steward.actors.effects import Effect, ModelCall, Pending, Told
 from steward.actors.prompt import (
     Prompt,
     PromptCache,
@@ -125,6 +125,13 @@ class Kind(Generic[S]):
     effects are lost when a host dies before carrying them out. The run
     kind's is kept by its own projection (`steward.projections.runs`)."""
 
+    tells: Callable[[Event, S], Told | None] | None = None
+    """What a committed event tells a channel, given the actor's state (at
+    or after the event: what it reads is fixed when the actor opens), or
+    ``None``; the egress publishes it."""
+    updates: bool = False
+    """Whether every event of the kind's streams is published as an update
+    (``steward.<kind>s.<id>.updates``) by the egress."""
     derived: tuple[str, ...] = ("request_id", "timer_id")
     """The event fields that hold ids the kind derives from its actor's id
     (``<id>/llm/1``, ``<id>-t2``): a fork renames them for its own
@@ -187,6 +194,8 @@ RUN: Kind[run_actor.Run] = Kind(
     correlation=run_effects.correlation,
     workspace=run_effects.workspace,
     detach=run_effects.detach,
+    tells=run_effects.tells,
+    updates=True,
     derived=("run_id", "request_id", "timer_id"),
 )
 
@@ -207,6 +216,7 @@ SESSION: Kind[session_actor.Session] = Kind(
     correlation=session_effects.correlation,
     detach=session_effects.detach,
     pending=session_effects.pending,
+    tells=session_effects.tells,
     derived=("session_id", "run_id", "request_id", "timer_id"),
 )
 

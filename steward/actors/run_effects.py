@@ -17,6 +17,7 @@ from steward.actors.effects import (
     Deliver,
     Effect,
     ModelCall,
+    Told,
     cancel_key,
     notify_key,
     spawn_key,
@@ -35,6 +36,7 @@ from steward.events.run import (
     TERMINAL,
     CancelRequested,
     LlmRequested,
+    MessageSent,
     RunCancelled,
     RunCompleted,
     RunCreated,
@@ -57,6 +59,7 @@ __all__ = [
     "run_id_of",
     "run_stream",
     "same_decisions",
+    "tells",
     "workspace",
 ]
 
@@ -221,3 +224,40 @@ def detach(event: Event, origin: str) -> Event:
     if isinstance(event, RunCreated):
         return replace(event, parent_run_id=None, root_run_id=None, reply_to=None)
     return event
+
+
+_TOLD: dict[type[Event], str] = {
+    MessageSent: "message",
+    RunCompleted: "completed",
+    RunFailed: "failed",
+    RunCancelled: "cancelled",
+}
+"""The run events a channel is told, by the ``type`` they are told as."""
+
+
+def tells(event: Event, state: Run) -> Told | None:
+    """What a run tells the user on its channel: its messages and its end,
+    for a top-level run started on a channel (a run answering a parent or
+    a session, through ``reply_to``, speaks to them, not to the user)."""
+    told = _TOLD.get(type(event))
+    created = state.created
+    if told is None or created is None or created.channel_id is None:
+        return None
+    if created.parent_run_id is not None or created.reply_to is not None:
+        return None
+    match event:
+        case MessageSent(text=text):
+            pass
+        case RunCompleted(output=text):
+            pass
+        case RunFailed(reason=text) | RunCancelled(reason=text):
+            pass
+        case _:
+            text = ""
+    message = {
+        "run_id": state.run_id,
+        "channel": created.channel_id,
+        "type": told,
+        "text": text,
+    }
+    return Told(channel=created.channel_id, message=message)

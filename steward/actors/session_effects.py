@@ -14,6 +14,7 @@ from steward.actors.effects import (
     Effect,
     ModelCall,
     Pending,
+    Told,
     Want,
     notify_key,
     spawn_key,
@@ -34,10 +35,14 @@ from steward.events import Event, Recorded
 from steward.events.protocol import ChatMessage, LlmRequested, SubagentFinished, WakeDue
 from steward.events.run import RunCreated
 from steward.events.session import (
+    CommandAnswered,
     DebounceArmed,
+    MessageRefused,
+    ReplySent,
     ScheduleCreated,
     ScheduleFired,
     SessionOpened,
+    SubagentAnswered,
     SubagentStarted,
     TurnStarted,
 )
@@ -52,6 +57,7 @@ __all__ = [
     "pending",
     "subagent_run",
     "turn_run",
+    "tells",
 ]
 
 ROUTED: frozenset[type[Event]] = frozenset(
@@ -239,3 +245,31 @@ def model_call(
 def awaits(state: Session, request_id: str) -> bool:
     """Whether the session still waits for model call ``request_id``."""
     return request_id in (state.writer, direct_call(state))
+
+
+def tells(event: Event, state: Session) -> Told | None:
+    """What a session's event tells its chat: a turn's reply, a command's
+    answer, a refusal, a subagent's answer that is not silent; a fork of a
+    chat (`steward fork`) is no one's, and tells it nothing."""
+    match event:
+        case ReplySent(run_id=run_id, text=text, status=status):
+            told, ids = "reply", {"run_id": run_id, "status": status}
+        case CommandAnswered(message_id=mid, reply=text):
+            told, ids = "command", {"message_id": mid}
+        case MessageRefused(message_id=mid, reply=text):
+            told, ids = "refused", {"message_id": mid}
+        case SubagentAnswered(run_id=run_id, text=text, name=name, silent=False):
+            told, ids = "subagent", {"run_id": run_id, "name": name}
+        case _:
+            return None
+    if state.forked_from is not None:
+        return None
+    message = {
+        "session_id": state.session_id,
+        "channel": state.channel,
+        "chat_id": state.chat_id,
+        "type": told,
+        "text": text,
+        **ids,
+    }
+    return Told(channel=state.channel, message=message)

@@ -24,10 +24,11 @@ from steward.actors.llm import Provider
 from steward.bus import EventLog, JetStreamEventLog
 from steward.cli.env import Env, ensure_place, opened, progress
 from steward.cli.hosting import checked_provider, new_host
+from steward.egress import Egress
 from steward.errors import ConfigError, StewardError
 from steward.host import Host
 from steward.hostlock import HostLock
-from steward.ingress import Egress, Ingress
+from steward.ingress import Ingress
 from steward.projections.metrics import endpoint_registry
 
 SHUTDOWN_SECONDS = 60.0

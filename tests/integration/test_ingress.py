@@ -34,10 +34,10 @@ from steward.bus import SqliteEventLog
 from steward.chats import answer
 from steward.clock import FakeClock
 from steward.config.settings import AgentProfile, RunConfig, SessionConfig, Settings
+from steward.egress import Egress
 from steward.host import Host
 from steward.ingress import (
     DEADLETTER_STREAM,
-    Egress,
     Ingress,
     inbound_schema_json,
 )
