@@ -32,7 +32,7 @@ log = logging.getLogger("steward.egress")
 _json = msgspec.json.Encoder()
 
 
-def updates_subject(actor_id: str, kind: str = "run") -> str:
+def updates_subject(actor_id: str, kind: str) -> str:
     """Where the updates of an actor of ``kind`` go (`Kind.updates`)."""
     return f"steward.{kind}s.{escape_token(actor_id)}.updates"
 

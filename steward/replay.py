@@ -47,10 +47,21 @@ def commits(records: Sequence[Recorded]) -> list[list[Recorded]]:
     return steps
 
 
-def rebuild(records: Sequence[Recorded], until: int | None = None) -> Any:
+def rebuild(
+    records: Sequence[Recorded],
+    until: int | None = None,
+    kind: Kind[Any] | None = None,
+) -> Any:
     """The actor's state after its events up to version ``until`` (all by
-    default), folded by the stream's kind (the run kind's for no records)."""
-    kind = _kind(records) or kind_of("run.")
+    default), folded by the stream's kind (``kind`` when given: for a stream
+    that may have no records yet).
+
+    Raises:
+        ValueError: no records, and no ``kind`` to say what state begins.
+    """
+    kind = kind or _kind(records)
+    if kind is None:
+        raise ValueError("no records to rebuild, and no kind to begin from")
     return kind.fold(r.event for r in records if until is None or r.version <= until)
 
 

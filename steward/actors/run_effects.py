@@ -226,34 +226,26 @@ def detach(event: Event, origin: str) -> Event:
     return event
 
 
-_TOLD: dict[type[Event], str] = {
-    MessageSent: "message",
-    RunCompleted: "completed",
-    RunFailed: "failed",
-    RunCancelled: "cancelled",
-}
-"""The run events a channel is told, by the ``type`` they are told as."""
-
-
 def tells(event: Event, state: Run) -> Told | None:
     """What a run tells the user on its channel: its messages and its end,
     for a top-level run started on a channel (a run answering a parent or
     a session, through ``reply_to``, speaks to them, not to the user)."""
-    told = _TOLD.get(type(event))
+    match event:
+        case MessageSent(text=text):
+            told = "message"
+        case RunCompleted(output=text):
+            told = "completed"
+        case RunFailed(reason=text):
+            told = "failed"
+        case RunCancelled(reason=text):
+            told = "cancelled"
+        case _:
+            return None
     created = state.created
-    if told is None or created is None or created.channel_id is None:
+    if created is None or created.channel_id is None:
         return None
     if created.parent_run_id is not None or created.reply_to is not None:
         return None
-    match event:
-        case MessageSent(text=text):
-            pass
-        case RunCompleted(output=text):
-            pass
-        case RunFailed(reason=text) | RunCancelled(reason=text):
-            pass
-        case _:
-            text = ""
     message = {
         "run_id": state.run_id,
         "channel": created.channel_id,

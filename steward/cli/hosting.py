@@ -18,6 +18,7 @@ from msgspec.structs import replace
 
 from steward import events, replay
 from steward.actors import run as run_actor
+from steward.actors.kind import RUN
 from steward.actors.llm import ModelRouter, Provider, RequestInfo
 from steward.actors.run_effects import run_stream
 from steward.actors.tools import ToolRegistry
@@ -308,7 +309,7 @@ _TAKE_OVER_EVERY = 0.5
 
 async def _stopped(log: EventLog, root: str) -> bool:
     """Whether run ``root`` ended, or it or a subagent waits for a person."""
-    state = replay.rebuild(await log.read(run_stream(root)))
+    state = replay.rebuild(await log.read(run_stream(root)), kind=RUN)
     return (
         state.status in events.TERMINAL
         or await _waiting_for_person(log, state) is not None
@@ -343,7 +344,7 @@ async def _ending(
     """Say how run ``watch.root`` stands now that its command returns; the
     exit status."""
     root = watch.root
-    state = replay.rebuild(await log.read(run_stream(root)))
+    state = replay.rebuild(await log.read(run_stream(root)), kind=RUN)
     if watch.pipe_closed:  # stdout is gone: say on stderr how the run stands
         if state.status not in events.TERMINAL:
             print(
@@ -394,7 +395,7 @@ async def _waiting_for_person(
         return state, need
     for child in state.children:
         found = await _waiting_for_person(
-            log, replay.rebuild(await log.read(run_stream(child)))
+            log, replay.rebuild(await log.read(run_stream(child)), kind=RUN)
         )
         if found is not None:
             return found

@@ -134,3 +134,34 @@ def test_the_check_sees_an_upward_import_and_a_cycle(
         test_no_import_runs_upward()
     with pytest.raises(AssertionError, match="an import cycle"):
         test_no_import_cycle()
+
+
+GENERIC = (
+    "host.py",
+    "replay.py",
+    "events/codec.py",
+    "projections/store.py",
+    "egress.py",
+)
+"""The modules that serve every kind through the kind table, and name none."""
+
+
+def test_the_generic_modules_name_no_kind() -> None:
+    from steward.actors.kind import KINDS
+
+    marks = [
+        *(f'"{name}.' for name in KINDS),
+        *(f"'{name}." for name in KINDS),
+        "run_stream(",
+        "run_id_of(",
+    ]
+    found = [
+        f"{module}:{n}: {line.strip()}"
+        for module in GENERIC
+        for n, line in enumerate((ROOT / module).read_text().splitlines(), start=1)
+        if any(mark in line for mark in marks)
+    ]
+    assert not found, (
+        "a module that serves every kind names one (ask the kind table "
+        "instead):\n  " + "\n  ".join(found)
+    )
