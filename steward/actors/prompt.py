@@ -50,9 +50,7 @@ class PromptCache:
     (dicts, which cannot be hashed) by identity, since a run's transcript
     holds the same objects from call to call; head hashers (a BLAKE2b fed
     the digest of a prompt's settings, copied by each call) by the identity
-    of their system prompt and tools; each hashed prompt's messages and
-    their joined digests, by the identity of its last message, where the
-    next prompt of the same run is cut from; and the system prompt rendered
+    of their system prompt and tools; and the system prompt rendered
     for a run's settings, by the text and protocol it is made of and the
     identity of its tools (shared by the runs one session or profile
     starts). Identity memos hold their objects, so an id is never reused
@@ -67,7 +65,6 @@ class PromptCache:
         self._heads: dict[
             tuple[object, ...], tuple[str, tuple[ToolSpec, ...], hashlib.blake2b]
         ] = {}
-        self._follows: dict[int, tuple[tuple[ChatMessage, ...], bytes]] = {}
         self._held = 0
         self._systems: dict[tuple[str, str, int], tuple[tuple[ToolSpec, ...], str]]
         self._systems = {}
@@ -104,7 +101,6 @@ class PromptCache:
         ):
             self._messages.clear()
             self._unhashable.clear()
-            self._follows.clear()  # holds messages too: forgotten with them
             self._held = len(encoded)
         if hashable:
             self._messages[message] = digest
@@ -129,51 +125,6 @@ class PromptCache:
                 digests[i] = self.message_digest(messages[i])
                 new -= 1
         return b"".join(cast("list[bytes]", digests))  # no None is left
-
-    def follow_on(self, messages: tuple[ChatMessage, ...]) -> bytes | None:
-        """The joined digests of ``messages`` cut from those of the prompt
-        hashed before it in the same run, or None when no such prompt is kept.
-
-        A run's next prompt is usually its last one with one to three messages
-        added at the end (a reply, a tool result) and, once the window is full,
-        its oldest transcript messages dropped from after the first few (the
-        conversation stays). Found by the identity of the message before the
-        new ones; the messages kept are checked against that prompt's by
-        comparing pointers in C, so no message's digest is looked up again (a
-        lookup per window message, with the messages out of the CPU's caches
-        by the next step, was most of what a lone step's hash cost).
-        """
-        n = len(messages)
-        for new in range(1, min(n, 4)):
-            old = n - new  # messages the earlier prompt must hold
-            kept = self._follows.get(id(messages[old - 1]))
-            if kept is None:
-                continue
-            before, joined = kept
-            if before[-1] is not messages[old - 1] or len(before) < old:
-                continue
-            drop = len(before) - old
-            if drop == 0:
-                if messages[:old] != before:
-                    continue
-                cut = joined
-            else:
-                # the messages both begin with (the conversation), then the
-                # rest of the earlier prompt's after the dropped ones
-                same, limit = 0, min(old, 8)
-                while same < limit and messages[same] is before[same]:
-                    same += 1
-                if messages[same:old] != before[same + drop :]:
-                    continue
-                cut = joined[: 16 * same] + joined[16 * (same + drop) :]
-            return cut + b"".join([self.message_digest(m) for m in messages[old:]])
-        return None
-
-    def keep_follow(self, messages: tuple[ChatMessage, ...], joined: bytes) -> None:
-        """Remember a hashed prompt's ``messages`` and their joined digests."""
-        if len(self._follows) >= _KEPT_FOLLOWS:
-            self._follows.clear()
-        self._follows[id(messages[-1])] = (messages, joined)
 
     def head_hasher(self, prompt: Prompt) -> hashlib.blake2b:
         """A BLAKE2b that has hashed the digest of the prompt's settings
@@ -209,7 +160,6 @@ def _system_key(settings: RunSettings) -> tuple[str, str, int]:
 
 
 _KEPT_MESSAGES = 100_000
-_KEPT_FOLLOWS = 4096
 _KEPT_HEADS = 1024
 _KEPT_SYSTEMS = 1024
 
@@ -226,14 +176,8 @@ def prompt_hash(prompt: Prompt, cache: PromptCache | None = None) -> str:
     """
     if cache is None:
         cache = PromptCache()
-    messages = prompt.messages
-    joined = cache.follow_on(messages)
-    if joined is None:
-        joined = cache.joined(messages)
-    if messages:
-        cache.keep_follow(messages, joined)
     whole = cache.head_hasher(prompt).copy()
-    whole.update(joined)
+    whole.update(cache.joined(prompt.messages))
     return HASH_PREFIX + whole.hexdigest()
 
 

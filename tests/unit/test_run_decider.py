@@ -1538,8 +1538,8 @@ def test_prompt_hash_of_a_growing_sliding_window_is_the_hash_afresh(
 ):
     """Prompts made as a run makes them (the conversation, then the newest
     transcript messages within a limit; one to four added a step, equal
-    texts repeating, some with tool calls) hash as afresh, though each is
-    cut from the one before (`_follow_on`)."""
+    texts repeating, some with tool calls) hash as afresh, though each
+    reuses the digests the cache kept of the one before."""
     prefix = tuple(
         ChatMessage(role="user", content=f"ask {n}") for n in range(conversation)
     )
@@ -1558,17 +1558,16 @@ def test_prompt_hash_of_a_growing_sliding_window_is_the_hash_afresh(
         assert prompt_hash(prompt, cache) == _hash_afresh(prompt)
 
 
-def test_the_hash_memos_keep_no_prompt_past_their_byte_budget():
-    """Past the memos' byte budget the remembered prompts (which hold their
-    messages) are forgotten with the digests; hashes stay the same."""
+def test_the_hash_memos_keep_no_message_past_their_byte_budget():
+    """Past the memos' byte budget the digested messages are forgotten;
+    hashes stay the same."""
     cache = PromptCache(memo_bytes=200)
-    small = _prompt()
+    small = _prompt(messages=(ChatMessage(role="user", content="hi"),))
     assert prompt_hash(small, cache) == _hash_afresh(small)
-    assert cache._follows  # remembered while within the budget
+    assert small.messages[0] in cache._messages  # within the budget
     big = _prompt(messages=(ChatMessage(role="user", content="x" * 500),))
     assert prompt_hash(big, cache) == _hash_afresh(big)
-    kept = [entry[0] for entry in cache._follows.values()]
-    assert kept == [big.messages]  # the earlier prompt is forgotten
+    assert list(cache._messages) == [big.messages[0]]  # the earlier forgotten
 
 
 def test_first_kind_hashes_still_verify():
