@@ -1003,6 +1003,7 @@ class Host:
         ctx = ToolContext(
             workspace=self.workspace if own is None else Path(own),
             run_id=rec.stream.partition(".")[2],
+            stream=rec.stream,
             request_id=rid,
             actors=self,
             reads=self.projector,

@@ -225,13 +225,15 @@ async def _tool_results(path: Path, stream: str) -> list[ToolResulted]:
 def test_the_memory_tools_outside_a_session_say_so(tmp_path: Path) -> None:
     async def call() -> str:
         async with await SqliteEventLog.open(tmp_path / "log.db") as log:
-            ctx = ToolContext(workspace=tmp_path, run_id="r1", actors=Host(log))
+            ctx = ToolContext(
+                workspace=tmp_path, run_id="r1", stream="run.r1", actors=Host(log)
+            )
             registry = ToolRegistry.with_builtins(session=True)
             outcome = await registry.call("memory.core_get", {}, ctx=ctx)
             assert not outcome.ok
             return outcome.error or ""
 
-    assert "run r1 belongs to no chat session" in asyncio.run(call())
+    assert "run.r1 belongs to no chat session" in asyncio.run(call())
 
 
 def test_a_message_carries_what_its_sender_said_in_other_chats(

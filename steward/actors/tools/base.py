@@ -65,7 +65,9 @@ class ToolContext(msgspec.Struct, frozen=True, kw_only=True):
     workspace: pathlib.Path
     """The directory the run's files tools are confined to."""
     run_id: str
-    """The run that asked for the call."""
+    """The id of the actor that asked for the call (a run's, mostly)."""
+    stream: str = ""
+    """The stream of the actor that asked for the call (``KIND.ID``)."""
     request_id: str = ""
     """The tool call's request id."""
     actors: Actors | None = None

@@ -19,7 +19,6 @@ from typing import Annotated, Any
 
 import msgspec
 
-from steward.actors.run_effects import run_stream
 from steward.actors.session import (
     Session,
     next_firing,
@@ -95,16 +94,16 @@ async def session_of(ctx: ToolContext, tools: str) -> tuple[str, Session]:
     names the tools for the error when there is none."""
     if ctx.actors is None:
         raise ToolError(f"the {tools} tools need a host; none runs this call")
-    run, _ = await ctx.actors.state(run_stream(ctx.run_id))
-    created = getattr(run, "created", None)
+    caller, _ = await ctx.actors.state(ctx.stream)
+    created = getattr(caller, "created", None)
     session_id = getattr(created, "context_id", None)
     if session_id:
         state, version = await ctx.actors.state(session_stream(session_id))
         if version and isinstance(state, Session):
             return session_id, state
     raise ToolError(
-        f"run {ctx.run_id} belongs to no chat session: the {tools} tools work "
-        "in a session's turns"
+        f"{ctx.stream or ctx.run_id} belongs to no chat session: the {tools} "
+        "tools work in a session's turns"
     )
 
 
