@@ -181,10 +181,12 @@ def subagent_run(state: Session, started: SubagentStarted, stream: str) -> RunCr
 def pending(event: Event) -> Pending:
     """What a session's event asks of a host that a crash must not lose."""
     match event:
-        case (
-            DebounceArmed(timer_id=timer_id, due=due)
-            | ScheduleFired(timer_id=timer_id, due=due)
-        ):
+        case DebounceArmed(timer_id=timer_id, due=due):
+            # it supersedes the debounce timer before it, whose firing is
+            # refused and so never recorded: that one is answered here
+            want = Want(key=timer_id, kind="timer", due_at=due)
+            return Pending(wants=(want,), answers=_before(timer_id))
+        case ScheduleFired(timer_id=timer_id, due=due):
             return Pending(wants=(Want(key=timer_id, kind="timer", due_at=due),))
         case ScheduleCreated(schedule=schedule):
             want = Want(key=schedule.timer_id, kind="timer", due_at=schedule.due)
@@ -200,6 +202,13 @@ def pending(event: Event) -> Pending:
             )
         case _:
             return Pending()
+
+
+def _before(timer_id: str) -> tuple[str, ...]:
+    """The debounce timer armed before ``timer_id`` (``<session>/debounce/<n>``),
+    if any."""
+    prefix, _, n = timer_id.rpartition("/")
+    return (f"{prefix}/{int(n) - 1}",) if n.isdigit() and int(n) > 1 else ()
 
 
 def correlation(state: Session, input: Event) -> str | None:

@@ -1,0 +1,634 @@
+"""The kind contract: every kind in the table keeps DESIGN §2's promises.
+
+Parametrized over every kind in `steward.actors.kind.KINDS`, as the log
+contract suite is over both logs, with the committed golden logs
+(``tests/golden/*.jsonl``) as each kind's sample streams: a kind with no
+stream in any golden log fails here, so a new kind comes with one. On each
+of its streams a kind must
+
+1. fold as ``evolve`` does, event by event (and neither changes its state);
+2. decide without changing the state it is given, the recorded decisions;
+3. decide the same on equal states, whatever it was asked before;
+4. refuse an opening input on a stream that has begun;
+5. ask for no effect that has no pending entry, and answer every pending
+   entry it asks for (the pending projection a host resumes from);
+6. rename, when forked, every id derived from its actor's id.
+
+Each check is a plain function of a kind and a sample, so the tests at the
+end can show it fails for a broken copy of a kind.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import itertools
+from collections.abc import Callable, Iterator, Mapping
+from functools import cache
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import msgspec
+import pytest
+from counter_kind import COUNTER
+
+from steward import events, replay
+from steward.actors import kind as kind_table
+from steward.actors.effects import ArmTimer, Create, Deliver, Pending, Want
+from steward.actors.kind import Kind
+from steward.actors.prompt import PromptCache
+from steward.errors import StewardError
+from steward.events import Event, Recorded
+from steward.events.protocol import (
+    LlmFailed,
+    LlmRequested,
+    LlmResponded,
+    ToolRequested,
+    ToolResulted,
+)
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+
+
+class Sample(NamedTuple):
+    """One stream of one golden log: a kind's sample."""
+
+    log: str
+    stream: str
+    records: tuple[Recorded, ...]
+
+    @property
+    def actor(self) -> str:
+        """The actor's id: the stream's name after its kind."""
+        return self.stream.partition(".")[2]
+
+    def at(self, version: int) -> str:
+        return f"{self.log}.jsonl, {self.stream} at version {version}"
+
+
+def kinds() -> list[Kind[Any]]:
+    """Every kind in the table (a mapping by name, or a tuple of kinds)."""
+    table: Any = kind_table.KINDS
+    return list(table.values() if isinstance(table, Mapping) else table)
+
+
+@cache
+def golden_samples() -> tuple[Sample, ...]:
+    """Every stream of every golden log, decoded as an export is read."""
+    samples = []
+    for path in sorted(GOLDEN.glob("*.jsonl")):
+        streams: dict[str, list[Recorded]] = {}
+        for line in path.read_bytes().splitlines():
+            rec = events.recorded_from_json(line)
+            streams.setdefault(rec.stream, []).append(rec)
+        samples += [Sample(path.stem, s, tuple(r)) for s, r in streams.items()]
+    return tuple(samples)
+
+
+def samples_of(actor: Kind[Any]) -> list[Sample]:
+    """The golden streams of kind ``actor`` (those named ``<kind>.…``)."""
+    found = [s for s in golden_samples() if s.stream.partition(".")[0] == actor.name]
+    assert found, (
+        f"kind {actor.name!r} has no stream in any golden log under {GOLDEN}: "
+        "the kind contract suite checks a kind on its golden streams; record a "
+        "scenario of it (tests/golden/make_golden.py, see README.md there)"
+    )
+    return found
+
+
+def sample(log: str, stream: str) -> Sample:
+    """Golden log ``log``'s stream ``stream``."""
+    return next(s for s in golden_samples() if (s.log, s.stream) == (log, stream))
+
+
+def steps(actor: Kind[Any], sample: Sample) -> Iterator[tuple[Recorded, Any, Any]]:
+    """Each step of ``sample``: its input's record, the state before it and
+    the recorded decisions (a tuple)."""
+    state = actor.initial
+    for step in replay.commits(sample.records):
+        head = step[0]
+        assert actor.is_input(head.event), (
+            f"{sample.at(head.version)}: {type(head.event).__name__} opens a "
+            "step but is no input of the kind (Kind.inputs)"
+        )
+        yield head, state, tuple(r.event for r in step[1:])
+        state = actor.fold((r.event for r in step), state)
+
+
+# -- 1. fold equals evolve --------------------------------------------------------
+
+
+def check_fold_is_evolve(actor: Kind[Any], sample: Sample) -> None:
+    """``fold`` of every prefix equals ``evolve`` applied event by event from
+    ``initial``, and from the state before (``fold(events, state)``); neither
+    changes the state it is given."""
+    state, prefix = actor.initial, []
+    for rec in sample.records:
+        before = copy.deepcopy(state)
+        after = actor.evolve(state, rec.event)
+        assert state == before, (
+            f"{sample.at(rec.version)}: evolve changed the state it was given "
+            f"({type(rec.event).__name__}); apply the event to a copy"
+        )
+        prefix.append(rec.event)
+        folded = actor.fold(prefix)
+        assert folded == after, (
+            f"{sample.at(rec.version)}: fold of the first {len(prefix)} events is "
+            "not what evolve gives event by event; a fast fold (fold_events) "
+            "must give what evolve does"
+        )
+        assert actor.fold([rec.event], state) == after, (
+            f"{sample.at(rec.version)}: fold from the state before "
+            f"{type(rec.event).__name__} is not evolve's"
+        )
+        assert state == before, f"{sample.at(rec.version)}: fold changed its state"
+        state = after
+
+
+# -- 2. decide leaves its state alone and decides what was recorded ----------------
+
+
+def check_decide_leaves_state(actor: Kind[Any], sample: Sample) -> None:
+    """For each recorded input, ``decide`` and ``decide_and_fold`` (the host's
+    path, with a `PromptCache` kept over the stream as a host keeps one)
+    leave the state before alone (deep-equal to a copy taken first), agree
+    with each other and with ``fold``, and give the recorded decisions."""
+    prompts = PromptCache()
+    for head, state, recorded in steps(actor, sample):
+        where, name = sample.at(head.version), type(head.event).__name__
+        before = copy.deepcopy(state)
+        decided = actor.decide(head.event, state)
+        assert state == before, (
+            f"{where}: decide({name}) changed the state it was given; a decider "
+            "never writes to a state its caller holds (DESIGN §2)"
+        )
+        assert decided is not None, f"{where}: the decider refuses recorded {name}"
+        step = actor.decide_and_fold(head.event, state, prompts)
+        assert state == before, f"{where}: decide_and_fold({name}) changed its state"
+        assert step is not None, f"{where}: decide_and_fold refuses recorded {name}"
+        assert list(step[0]) == list(decided), (
+            f"{where}: decide_and_fold decides otherwise than decide on {name}"
+        )
+        assert step[1] == actor.fold([head.event, *decided], state), (
+            f"{where}: decide_and_fold's state after {name} is not fold's"
+        )
+        again, after = tuple(decided), step[1]
+        assert again == recorded or (
+            actor.same_decisions is not None
+            and actor.same_decisions(recorded, again, after)
+        ), f"{where}: {name} decided\n  {again}\nbut recorded\n  {recorded}"
+    mismatch = replay.verify(sample.records, actor.decide)
+    assert mismatch is None, f"{sample.at(mismatch.version)}: {mismatch.problem}"
+
+
+# -- 3. decide is deterministic --------------------------------------------------------
+
+
+def check_decide_is_deterministic(actor: Kind[Any], sample: Sample) -> None:
+    """Deciding an input on the state folded from the log, and on two copies
+    of it, gives equal decisions; so does deciding every step again in
+    reverse order (an answer may not depend on what was asked before)."""
+    answers = []
+    for head, state, _ in steps(actor, sample):
+        where = sample.at(head.version)
+        first = actor.decide(head.event, state)
+        one, two = copy.deepcopy(state), copy.deepcopy(state)
+        assert actor.decide(head.event, one) == first, (
+            f"{where}: decide gives another answer on a copy of the state"
+        )
+        assert actor.decide(head.event, two) == first, (
+            f"{where}: decide gives another answer when asked again"
+        )
+        answers.append((head, state, first))
+    for head, state, first in reversed(answers):
+        assert actor.decide(head.event, copy.deepcopy(state)) == first, (
+            f"{sample.at(head.version)}: decide answers otherwise after later "
+            "inputs were decided: its answer depends on what it was asked "
+            "before (module state, an identity-keyed memo?)"
+        )
+
+
+# -- 4. an opening input is refused on a begun stream ------------------------------
+
+
+def check_opening_refused(actor: Kind[Any], sample: Sample) -> None:
+    """The stream's first event is an opening input of the kind, and
+    ``decide`` refuses it (``None``) on the state after each step, the whole
+    stream's included: a host that opens an actor twice records nothing."""
+    opening = sample.records[0].event
+    name = type(opening).__name__
+    assert isinstance(opening, actor.opens), (
+        f"{sample.at(1)}: the stream opens with {name}, which is not in the "
+        f"kind's opens ({', '.join(t.__name__ for t in actor.opens) or 'none'})"
+    )
+    state = actor.initial
+    for step in replay.commits(sample.records):
+        state = actor.fold((r.event for r in step), state)
+        where = sample.at(step[-1].version)
+        assert actor.decide(opening, state) is None, (
+            f"{where}: decide accepts the opening {name} again on a stream that "
+            "has begun; refuse it (return None)"
+        )
+        assert actor.decide_and_fold(opening, state) is None, (
+            f"{where}: decide_and_fold accepts the opening {name} again"
+        )
+
+
+# -- 5. every effect has a pending entry its answer clears ----------------------------
+
+EFFECTS_WITHOUT_WANT: dict[tuple[str, str, str], str] = {
+    (log, "workflow.wf-cancel", key): (
+        "a WorkflowCancelled of a workflow created before revision 2 names no "
+        "phase run (phase_run_id came with revision 2), and pending sees the "
+        "event alone: the cancel of these old runs is delivered live only"
+    )
+    for log, key in [
+        ("workflow", "cancel:wf-cancel-design-1"),
+        ("workflow_revision_1", "cancel:wf-cancel:design:1"),
+    ]
+}
+"""Effects (by golden log, stream and key) that their event's pending does
+not want, and why that is legitimate."""
+
+OPEN_AT_END: dict[tuple[str, str, str], str] = {}
+"""Wants (by golden log, stream and key) that no event of their stream
+answers by its end, and why."""
+
+
+def effect_key(effect: object) -> str | None:
+    """The pending key of an effect a kind's ``effects`` asks for (model and
+    tool calls are the shared vocabulary's, wanted by their requests)."""
+    match effect:
+        case Create(key=key) | Deliver(key=key):
+            return key
+        case ArmTimer(timer_id=timer_id):
+            return timer_id
+        case _:
+            return None
+
+
+def pending_of(actor: Kind[Any], event: Event) -> Pending:
+    """What ``event`` changes in the pending work: its kind's ``pending``,
+    and, for a stream of any kind, model and tool calls wanted by their
+    requests and answered by their answers (as the pending projection keeps
+    them, `steward.projections.store`)."""
+    assert actor.pending is not None
+    own = actor.pending(event)
+    match event:
+        case LlmRequested(request_id=rid) | ToolRequested(request_id=rid):
+            return msgspec.structs.replace(
+                own, wants=(*own.wants, Want(key=rid, kind="request"))
+            )
+        case (
+            LlmResponded(request_id=rid)
+            | LlmFailed(request_id=rid)
+            | ToolResulted(request_id=rid)
+        ):
+            return msgspec.structs.replace(own, answers=(*own.answers, rid))
+        case _:
+            return own
+
+
+def check_effects_pending(
+    actor: Kind[Any],
+    sample: Sample,
+    open_at_end: Mapping[tuple[str, str, str], str] = OPEN_AT_END,
+) -> None:
+    """A kind with ``effects`` has a ``pending``; every keyed effect (a
+    creation, a delivery, a timer) of a recorded event is wanted by that
+    event's pending entry, so it survives a crash; and every want is
+    answered by a later event of the stream (or the stream ends), but for
+    those ``open_at_end`` lists."""
+    if actor.effects is None:
+        return
+    assert actor.pending is not None, (
+        f"kind {actor.name} asks the host for effects but has no pending: the "
+        "pending projection cannot tell what it waits for, and a host that dies "
+        "before carrying an effect out loses it; give the kind a Kind.pending"
+    )
+    latest = actor.fold(r.event for r in sample.records)
+    state = actor.initial
+    open_: dict[str, int] = {}
+    for rec in sample.records:
+        state = actor.evolve(state, rec.event)
+        asked = pending_of(actor, rec.event)
+        wanted = {w.key for w in asked.wants}
+        for effect in actor.effects(rec, state, latest):
+            key = effect_key(effect)
+            if key is None or (sample.log, sample.stream, key) in EFFECTS_WITHOUT_WANT:
+                continue
+            assert key in wanted, (
+                f"{sample.at(rec.version)}: {type(rec.event).__name__} asks for "
+                f"{type(effect).__name__} {key!r}, which its pending does not "
+                f"want (it wants {sorted(wanted)}): a host that dies first "
+                "never carries it out"
+            )
+        if asked.ended:
+            open_.clear()
+        for key in asked.answers:
+            open_.pop(key, None)
+        open_.update((w.key, rec.version) for w in asked.wants)
+    expected = {k for (log, s, k) in open_at_end if (log, s) == sample[:2]}
+    unanswered = {k: v for k, v in open_.items() if k not in expected}
+    assert not unanswered, (
+        f"{sample.log}.jsonl, {sample.stream}: pending wants no later event "
+        f"answers (key: version wanted): {unanswered}; a host re-routes them "
+        "on every start, forever; answer each in pending (its answer event's "
+        "answers) or list it in OPEN_AT_END with the reason"
+    )
+    assert expected <= set(open_), (
+        f"{sample.stream}: OPEN_AT_END lists {sorted(expected - set(open_))}, "
+        "now answered: take them out"
+    )
+
+
+# -- 6. fork renames every derived id -----------------------------------------------
+
+FORK = "forked:copy"
+"""The id the forks here are given: it contains no golden actor's id."""
+
+NAMES_ANOTHER_ACTOR: dict[tuple[str, str], str] = {
+    ("SessionOpened", "forked_from"): "a forked session names the one it came "
+    "from (session_effects.detach), so neither shows the other's messages",
+}
+"""Fields (event type, path) of a fork's events that may hold the origin's
+id, and why. (A forked run's ``reply_to``, ``parent_run_id`` and
+``root_run_id`` would: run_effects.detach clears them.)"""
+
+UNFORKABLE: dict[tuple[str, str], str] = {
+    ("workflow_worktree", "workflow.wf-tree"): "a workflow run in a git "
+    "worktree cannot be forked: the worktree and its branch are its own "
+    "(workflow_effects.detach raises)",
+}
+"""Golden streams whose fork is refused, and why."""
+
+
+def strings(value: object, path: str = "") -> Iterator[tuple[str, str]]:
+    """Every string in ``value`` (an event as builtins), with its path."""
+    match value:
+        case str():
+            yield path, value
+        case dict():
+            for key, item in value.items():
+                yield from strings(item, f"{path}.{key}" if path else str(key))
+        case list() | tuple():
+            for n, item in enumerate(value):
+                yield from strings(item, f"{path}[{n}]")
+        case _:
+            pass
+
+
+def derived_from(value: str, old: str) -> bool:
+    """Whether ``value`` is actor ``old``'s id or holds an id derived from it."""
+    return value == old or any(f"{old}{sep}" in value for sep in "/-:")
+
+
+def check_fork_renames(actor: Kind[Any], sample: Sample) -> None:
+    """Forking the stream's first ``n`` steps as `FORK`, for every ``n``,
+    gives events in which no string field still holds the old actor's id
+    or one derived from it (``old/…``, ``old-…``, ``old:…``), but for the
+    fields `NAMES_ANOTHER_ACTOR` lists."""
+    old, cut = sample.actor, replay.commits(sample.records)
+    assert old and old not in FORK, f"{sample.stream}: choose another FORK"
+    if (sample.log, sample.stream) in UNFORKABLE:
+        with pytest.raises(StewardError):
+            replay.fork_events(cut, old, FORK, actor.detach)
+        return
+    for n in range(1, len(cut) + 1):
+        try:
+            forked = replay.fork_events(cut[:n], old, FORK, actor.detach)
+        except StewardError as e:
+            raise AssertionError(f"{sample.at(cut[n - 1][0].version)}: {e}") from e
+        left = [
+            f"{type(event).__name__}.{path} = {value!r}"
+            for event in forked
+            for path, value in strings(msgspec.to_builtins(event))
+            if derived_from(value, old)
+            and (type(event).__name__, path.split("[")[0]) not in NAMES_ANOTHER_ACTOR
+        ]
+        assert not left, (
+            f"{sample.at(cut[n - 1][-1].version)}: forked at step {n}, these "
+            f"still name {old!r}, not the fork {FORK!r}:\n  "
+            + "\n  ".join(left)
+            + "\nname the field in the kind's derived (Kind.derived), or rename "
+            "it in its detach; or list it in NAMES_ANOTHER_ACTOR with the reason"
+        )
+
+
+# -- the suite ------------------------------------------------------------------------
+
+CHECKS: dict[str, Callable[[Kind[Any], Sample], None]] = {
+    "fold": check_fold_is_evolve,
+    "decide_pure": check_decide_leaves_state,
+    "decide_deterministic": check_decide_is_deterministic,
+    "opening": check_opening_refused,
+    "pending": check_effects_pending,
+    "fork": check_fork_renames,
+}
+
+KNOWN: dict[tuple[str, str], str] = {
+    ("pending", "run"): "the run kind asks for effects but has no Kind.pending: "
+    "its pending work is kept by its own projection (steward.projections.runs, "
+    "whose SQL restates run_effects); issue 28 asks that every kind with effects "
+    "say what it waits for",
+}
+"""(check, kind) pairs that fail on the current code, and why."""
+
+
+def cases() -> list[Any]:
+    return [
+        pytest.param(
+            check,
+            actor.name,
+            id=f"{actor.name}-{check}",
+            marks=[
+                pytest.mark.xfail(
+                    raises=AssertionError, strict=True, reason=KNOWN[check, actor.name]
+                )
+            ]
+            if (check, actor.name) in KNOWN
+            else [],
+        )
+        for actor in kinds()
+        for check in CHECKS
+    ]
+
+
+@pytest.mark.parametrize(("check", "name"), cases())
+def test_kind_keeps_the_contract(check: str, name: str) -> None:
+    """Kind ``name`` passes contract check ``check`` on every golden stream of it."""
+    actor = next(k for k in kinds() if k.name == name)
+    for each in samples_of(actor):
+        CHECKS[check](actor, each)
+
+
+@pytest.mark.parametrize("name", [k.name for k in kinds()])
+def test_every_kind_has_a_golden_stream(name: str) -> None:
+    """Each kind in the table has a stream in some golden log to be checked on."""
+    assert samples_of(next(k for k in kinds() if k.name == name))
+
+
+def test_the_listed_exceptions_are_golden_streams() -> None:
+    """Every exception the checks list names a stream of a golden log."""
+    known = {(s.log, s.stream) for s in golden_samples()}
+    listed = {k[:2] for k in [*EFFECTS_WITHOUT_WANT, *OPEN_AT_END]} | set(UNFORKABLE)
+    assert listed <= known, sorted(listed - known)
+
+
+def test_a_superseded_timer_leaves_no_pending_entry() -> None:
+    """A debounce timer a later message superseded leaves nothing pending."""
+    each = sample("session", "session.cli:golden")
+    check_effects_pending(session_kind(), each, open_at_end={})
+
+
+# -- the suite fails for a kind that breaks a rule ------------------------------------
+
+
+def broken(actor: Kind[Any], **changes: Any) -> Kind[Any]:
+    """A copy of ``actor`` with ``changes``."""
+    if dataclasses.is_dataclass(actor):
+        return dataclasses.replace(actor, **changes)
+    return msgspec.structs.replace(actor, **changes)
+
+
+def fresh(actor: Kind[Any]) -> Any:
+    """A copy of ``actor``'s initial state, for a broken kind that writes to
+    the states it is given (the kind's own is shared by every test)."""
+    return copy.deepcopy(actor.initial)
+
+
+RUN_SAMPLE = ("json_protocol", "run.json-protocol")
+SESSION_SAMPLE = ("session_subagents", "session.cli:subs")
+
+
+def run_kind() -> Kind[Any]:
+    return kind_table.kind_of("run.x")
+
+
+def session_kind() -> Kind[Any]:
+    return kind_table.kind_of("session.x")
+
+
+def test_a_kind_without_a_golden_stream_is_named() -> None:
+    """A kind no golden log holds a stream of fails, naming the kind."""
+    with pytest.raises(AssertionError, match="kind 'counter' has no stream"):
+        samples_of(COUNTER)
+
+
+def test_a_fold_that_is_not_evolve_fails() -> None:
+    """A fast fold that drops an event is caught."""
+    actor, each = run_kind(), sample(*RUN_SAMPLE)
+    check_fold_is_evolve(actor, each)
+    assert actor.fold_events is not None
+    fold_events = actor.fold_events
+    lossy = broken(actor, fold_events=lambda es, s: fold_events(list(es)[:-1], s))
+    with pytest.raises(AssertionError, match="not what evolve gives"):
+        check_fold_is_evolve(lossy, each)
+
+
+def test_an_evolve_that_writes_to_its_state_fails() -> None:
+    """An evolve that changes the state it is given is caught."""
+    actor, each = run_kind(), sample(*RUN_SAMPLE)
+
+    def evolve(state: Any, event: Event) -> Any:
+        state.iteration += 1
+        return actor.evolve(state, event)
+
+    with pytest.raises(AssertionError, match="evolve changed the state"):
+        check_fold_is_evolve(broken(actor, evolve=evolve, initial=fresh(actor)), each)
+
+
+def test_a_decide_that_writes_to_its_state_fails() -> None:
+    """A decide that changes the state it is given is caught, a dict inside
+    it included."""
+    actor, each = run_kind(), sample(*RUN_SAMPLE)
+    check_decide_leaves_state(actor, each)
+
+    def decide(input: Event, state: Any) -> Any:
+        state.metadata["seen"] = state.metadata.get("seen", 0) + 1
+        return actor.decide(input, state)
+
+    with pytest.raises(AssertionError, match="decide.*changed the state"):
+        check_decide_leaves_state(
+            broken(actor, decide=decide, initial=fresh(actor)), each
+        )
+
+
+def test_a_decide_that_decides_otherwise_fails() -> None:
+    """A decide whose answer is not the recorded one is caught."""
+    actor, each = session_kind(), sample(*SESSION_SAMPLE)
+    decide = actor.decide
+    forgetful = broken(actor, decide=lambda i, s: (decide(i, s) or [])[:-1])
+    with pytest.raises(AssertionError, match="decide"):
+        check_decide_leaves_state(forgetful, each)
+
+
+def test_a_decide_that_remembers_fails() -> None:
+    """A decide whose answer depends on how often it was asked is caught."""
+    actor, each = session_kind(), sample(*SESSION_SAMPLE)
+    check_decide_is_deterministic(actor, each)
+    calls, decide = itertools.count(), actor.decide
+
+    def flaky(input: Event, state: Any) -> Any:
+        decided = decide(input, state)
+        return decided[:-1] if decided and next(calls) % 2 else decided
+
+    with pytest.raises(AssertionError, match="another answer"):
+        check_decide_is_deterministic(broken(actor, decide=flaky), each)
+
+
+def test_an_opening_taken_twice_fails() -> None:
+    """A decider that accepts its opening input on a begun stream is caught."""
+    actor, each = session_kind(), sample(*SESSION_SAMPLE)
+    check_opening_refused(actor, each)
+    decide = actor.decide
+
+    def reopens(input: Event, state: Any) -> Any:
+        return [] if isinstance(input, actor.opens) else decide(input, state)
+
+    with pytest.raises(AssertionError, match="accepts the opening SessionOpened"):
+        check_opening_refused(broken(actor, decide=reopens), each)
+
+
+def test_a_want_never_answered_fails() -> None:
+    """A pending that answers nothing leaves its wants open, and is caught."""
+    actor, each = session_kind(), sample(*SESSION_SAMPLE)
+    check_effects_pending(actor, each)
+    assert actor.pending is not None
+    pending = actor.pending
+    deaf = broken(actor, pending=lambda e: Pending(wants=pending(e).wants))
+    with pytest.raises(AssertionError, match="pending wants no later event answers"):
+        check_effects_pending(deaf, each)
+
+
+def test_an_effect_without_a_want_fails() -> None:
+    """An effect no pending entry wants (a timer a crash loses) is caught."""
+    actor, each = session_kind(), sample(*SESSION_SAMPLE)
+    with pytest.raises(AssertionError, match="which its pending does not want"):
+        check_effects_pending(broken(actor, pending=lambda e: Pending()), each)
+
+
+def test_a_kind_with_effects_and_no_pending_fails() -> None:
+    """A kind that asks for effects but says nothing of what it waits for is
+    caught."""
+    actor, each = session_kind(), sample(*SESSION_SAMPLE)
+    with pytest.raises(AssertionError, match="has no pending"):
+        check_effects_pending(broken(actor, pending=None), each)
+
+
+def test_a_fork_that_keeps_a_derived_id_fails() -> None:
+    """A fork whose first input still holds an id derived from its origin is
+    caught, naming the field."""
+    actor, each = run_kind(), sample(*RUN_SAMPLE)
+    check_fork_renames(actor, each)
+    detach = actor.detach
+    assert detach is not None
+
+    def leaky(event: Event, origin: str) -> Event:
+        event = detach(event, origin)
+        if isinstance(event, events.RunCreated):
+            return msgspec.structs.replace(event, context_id=f"{origin}/ctx")
+        return event
+
+    with pytest.raises(AssertionError, match=r"RunCreated\.context_id"):
+        check_fork_renames(broken(actor, detach=leaky), each)
