@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import json
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,13 +55,9 @@ CHANNELS = {"web": "default", "ops": "helper", "orphan": "missing"}
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[NatsServer]:
-    running = NatsServer(tmp_path / "nats")
-    running.start()
-    try:
-        yield running
-    finally:
-        running.stop()
+def server(nats: NatsServer) -> NatsServer:
+    """A nats-server of the test's own (conftest's ``nats``)."""
+    return nats
 
 
 @dataclass
