@@ -145,9 +145,9 @@ class Egress:
             }
             subject = updates_subject(actor_id, name)
             await self.nc.publish(subject, _json.encode(update))
-        if kind.tells is None:
+        if kind.tells is None or type(rec.event) not in kind.told:
             return
-        state, _ = await self.host.state(rec.stream)  # cached: just committed
+        state, _ = await self.host.state(rec.stream)
         told = kind.tells(rec.event, state)
         if told is not None:
             await self.nc.publish(

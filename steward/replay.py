@@ -120,7 +120,7 @@ def remap(
     event: Event,
     old: str,
     new: str,
-    fields: tuple[str, ...] = ("request_id", "timer_id"),
+    fields: tuple[str, ...],
 ) -> Event:
     """``event`` with the ids in ``fields`` (those its kind derives from its
     actor's id, `Kind.derived`) that derive from actor ``old`` rewritten for

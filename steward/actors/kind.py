@@ -129,6 +129,9 @@ class Kind(Generic[S]):
     """What a committed event tells a channel, given the actor's state (at
     or after the event: what it reads is fixed when the actor opens), or
     ``None``; the egress publishes it."""
+    told: frozenset[type[Event]] = frozenset()
+    """The event types `tells` may tell of; the egress reads the actor's
+    state for those only."""
     updates: bool = False
     """Whether every event of the kind's streams is published as an update
     (``steward.<kind>s.<id>.updates``) by the egress."""
@@ -195,6 +198,7 @@ RUN: Kind[run_actor.Run] = Kind(
     workspace=run_effects.workspace,
     detach=run_effects.detach,
     tells=run_effects.tells,
+    told=run_effects.TOLD,
     updates=True,
     derived=("run_id", "request_id", "timer_id"),
 )
@@ -217,6 +221,7 @@ SESSION: Kind[session_actor.Session] = Kind(
     detach=session_effects.detach,
     pending=session_effects.pending,
     tells=session_effects.tells,
+    told=session_effects.TOLD,
     derived=("session_id", "run_id", "request_id", "timer_id"),
 )
 

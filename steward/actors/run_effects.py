@@ -19,6 +19,7 @@ from steward.actors.effects import (
     ModelCall,
     Told,
     cancel_key,
+    claim_on,
     notify_key,
     spawn_key,
 )
@@ -50,6 +51,7 @@ from steward.events.run import (
 
 __all__ = [
     "ROUTED",
+    "TOLD",
     "awaits",
     "claim",
     "correlation",
@@ -167,10 +169,7 @@ def awaits(state: Run, request_id: str) -> bool:
 
 def claim(state: Run, request_id: str) -> tuple[str, float] | None:
     """The (worker, until) of the claim on effect ``request_id``, if any."""
-    for request, worker, until in state.claims:
-        if request == request_id:
-            return worker, until
-    return None
+    return claim_on(state.claims, request_id)
 
 
 def model_call(
@@ -224,6 +223,12 @@ def detach(event: Event, origin: str) -> Event:
     if isinstance(event, RunCreated):
         return replace(event, parent_run_id=None, root_run_id=None, reply_to=None)
     return event
+
+
+TOLD: frozenset[type[Event]] = frozenset(
+    {MessageSent, RunCompleted, RunFailed, RunCancelled}
+)
+"""The run events `tells` may tell a channel of."""
 
 
 def tells(event: Event, state: Run) -> Told | None:

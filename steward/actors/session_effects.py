@@ -49,6 +49,7 @@ from steward.events.session import (
 
 __all__ = [
     "ROUTED",
+    "TOLD",
     "awaits",
     "correlation",
     "detach",
@@ -254,6 +255,12 @@ def model_call(
 def awaits(state: Session, request_id: str) -> bool:
     """Whether the session still waits for model call ``request_id``."""
     return request_id in (state.writer, direct_call(state))
+
+
+TOLD: frozenset[type[Event]] = frozenset(
+    {ReplySent, CommandAnswered, MessageRefused, SubagentAnswered}
+)
+"""The session events `tells` may tell its chat of."""
 
 
 def tells(event: Event, state: Session) -> Told | None:

@@ -65,8 +65,14 @@ def register(projection: Projection) -> None:
     PROJECTIONS[projection.kind] = projection
 
 
+PENDING_LOGIC = 2
+"""What the pending rows mean, beside their schema: a file written under
+another (from 2, a debounce timer's row is answered by the next one armed)
+is rebuilt from the log."""
+
+
 def _schema() -> str:
-    parts = [CHECKPOINT_SCHEMA, PENDING_SCHEMA]
+    parts = [CHECKPOINT_SCHEMA, PENDING_SCHEMA, f"-- pending logic {PENDING_LOGIC}"]
     parts += [PROJECTIONS[name].schema for name in sorted(PROJECTIONS)]
     return "".join(parts)
 

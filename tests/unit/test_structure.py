@@ -152,7 +152,7 @@ def test_the_generic_modules_name_no_kind() -> None:
     marks = [
         *(f'"{name}.' for name in KINDS),
         *(f"'{name}." for name in KINDS),
-        "run_stream(",
+        *(f"{name}_stream(" for name in KINDS),
         "run_id_of(",
     ]
     found = [

@@ -308,6 +308,10 @@ class ScriptedProvider:
         label: names the script in errors (the file path for a file).
         hint: added to the "no reply left" error, to say how to fix it.
         sleep: awaited with a reply's ``delay`` (a fake clock's in tests).
+        whole: the replies are a whole script (a file) that every process
+            plays from its top, so the shared cursor moves past a run's
+            model calls so far when the run first asks; without it they are
+            the replies from here on.
     """
 
     name = "scripted"
@@ -321,6 +325,7 @@ class ScriptedProvider:
         label: str = "<in-memory>",
         hint: str = "",
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        whole: bool = False,
     ) -> None:
         self._fn: ReplyFn | None = None
         self._replies: tuple[Reply, ...] = ()
@@ -334,7 +339,7 @@ class ScriptedProvider:
         self._per_run = per_run
         self._cursors: dict[tuple[str, str], int] = {}
         self._runs: set[str] = set()  # the runs asked for a reply so far
-        self._file = False  # a script file, which every process plays whole
+        self._whole = whole
         self._calls = 0
         self.label = label
         self._hint = hint
@@ -349,15 +354,14 @@ class ScriptedProvider:
     ) -> ScriptedProvider:
         """A provider playing the script at ``path``; ``ScriptError`` if invalid."""
         script = load_script(path)
-        provider = cls(
+        return cls(
             script.replies,
             subagent_replies=script.subagent_replies,
             per_run=script.per_run,
             label=str(path),
             sleep=sleep,
+            whole=True,
         )
-        provider._file = True
-        return provider
 
     @property
     def used(self) -> int:
@@ -423,7 +427,7 @@ class ScriptedProvider:
             queue, replies, what = "subagent_replies", self._subagent, "subagent reply"
         cursor = (queue, info.run_id if self._per_run else "")
         used = self._cursors.get(cursor, 0)
-        if self._per_run or (self._file and info.run_id not in self._runs):
+        if self._per_run or (self._whole and info.run_id not in self._runs):
             # the run's calls before this one had their replies, here or in
             # another process (a resumed run, a fork, another worker)
             used = max(used, info.iteration - 1)

@@ -94,7 +94,7 @@ async def session_of(ctx: ToolContext, tools: str) -> tuple[str, Session]:
     names the tools for the error when there is none."""
     if ctx.actors is None:
         raise ToolError(f"the {tools} tools need a host; none runs this call")
-    caller, _ = await ctx.actors.state(ctx.stream)
+    caller, _ = await ctx.actors.state(ctx.stream) if ctx.stream else (None, 0)
     created = getattr(caller, "created", None)
     session_id = getattr(created, "context_id", None)
     if session_id:
