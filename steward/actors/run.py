@@ -40,19 +40,28 @@ from steward.actors.run_prompt import (
     native_tools,
 )
 from steward.events.base import Event
-from steward.events.run import (
-    ApprovalDecided,
-    ApprovalRequested,
-    BudgetExceeded,
+from steward.events.protocol import (
     CancelRequested,
     ChatMessage,
-    DecisionRecorded,
     EffectClaimed,
     LlmAttemptFailed,
     LlmFailed,
     LlmRequested,
     LlmResponded,
     LlmStreamRecorded,
+    SubagentFinished,
+    SubagentResult,
+    ToolCall,
+    ToolRequested,
+    ToolResulted,
+    ToolSpec,
+    WakeDue,
+)
+from steward.events.run import (
+    ApprovalDecided,
+    ApprovalRequested,
+    BudgetExceeded,
+    DecisionRecorded,
     MessageSent,
     NoteRecorded,
     OutputUpdated,
@@ -65,16 +74,9 @@ from steward.events.run import (
     RunSlept,
     RunStarted,
     RunTaken,
-    SubagentFinished,
-    SubagentResult,
     SubagentSpec,
     SubagentsSpawned,
     SystemNoteAdded,
-    ToolCall,
-    ToolRequested,
-    ToolResulted,
-    ToolSpec,
-    WakeDue,
 )
 
 replace = msgspec.structs.replace

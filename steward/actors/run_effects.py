@@ -33,10 +33,14 @@ from steward.actors.prompt import (
 from steward.actors.run import Run, child_created
 from steward.actors.run_prompt import build_prompt
 from steward.events import Event, Recorded
-from steward.events.run import (
-    TERMINAL,
+from steward.events.protocol import (
     CancelRequested,
     LlmRequested,
+    SubagentFinished,
+    SubagentResult,
+)
+from steward.events.run import (
+    TERMINAL,
     MessageSent,
     RunCancelled,
     RunCompleted,
@@ -44,8 +48,6 @@ from steward.events.run import (
     RunFailed,
     RunSlept,
     RunTaken,
-    SubagentFinished,
-    SubagentResult,
     SubagentsSpawned,
 )
 

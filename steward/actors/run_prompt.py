@@ -13,7 +13,8 @@ from typing import Protocol
 import msgspec
 
 from steward.actors.prompt import Prompt, PromptCache
-from steward.events.run import ChatMessage, RunSettings, ToolSpec
+from steward.events.protocol import ChatMessage, ToolSpec
+from steward.events.run import RunSettings
 
 
 class PromptState(Protocol):
