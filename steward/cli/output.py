@@ -11,6 +11,7 @@ from typing import Literal
 import msgspec
 
 from steward.cli.env import Env, shown
+from steward.projections.store import Projector
 
 Format = Literal["text", "json"]
 """What ``-o/--output`` chooses: lines for a person, or JSON lines."""
@@ -59,6 +60,22 @@ def columns(
 def json_line(value: object) -> str:
     """``value`` as one line of compact JSON."""
     return _json.encode(value).decode()
+
+
+async def total_of(
+    projector: Projector,
+    table: str,
+    shown: int,
+    limit: int,
+    where: str = "",
+    params: Sequence[object] = (),
+) -> int:
+    """How many rows a list that showed ``shown`` of ``table`` stands for:
+    those, unless ``limit`` cut it, then all that ``where`` selects."""
+    if shown < limit:
+        return shown
+    counted = await projector.query(f"SELECT count(*) FROM {table} {where}", params)
+    return int(counted[0][0])
 
 
 def listed(

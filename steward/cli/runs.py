@@ -27,7 +27,7 @@ from steward.cli.env import (
     stream_records,
 )
 from steward.cli.hosting import checked_provider, see_run
-from steward.cli.output import columns, cut, json_line, listed
+from steward.cli.output import columns, cut, json_line, listed, total_of
 from steward.cli.workflow import workflow_lines, workflow_view
 from steward.errors import NotAllowedError
 from steward.host import Host
@@ -110,12 +110,7 @@ async def cmd_runs_list(env: Env, args: argparse.Namespace) -> int:
             "ORDER BY created_at DESC, id LIMIT ?",
             [*params, args.limit],
         )
-        total = len(rows)
-        if total == args.limit:
-            counted = await projector.query(
-                f"SELECT count(*) FROM runs {where}", params
-            )
-            total = counted[0][0]
+        total = await total_of(projector, "runs", len(rows), args.limit, where, params)
     if not rows and args.output == "text":
         env.out("no runs yet" if not args.status else f"no {args.status} runs")
         return 0

@@ -14,7 +14,7 @@ from steward.actors.session import session_stream
 from steward.chats import answer, message, open_session
 from steward.cli.env import EXIT_NO_ANSWER, Env, opened
 from steward.cli.hosting import why_unhosted
-from steward.cli.output import columns, cut, json_line, listed
+from steward.cli.output import columns, cut, json_line, listed, total_of
 from steward.errors import NotFoundError
 from steward.host import Host
 from steward.isotime import iso_time
@@ -33,9 +33,7 @@ async def cmd_sessions_list(env: Env, args: argparse.Namespace) -> int:
             "ORDER BY updated_at DESC, session_id LIMIT ?",
             [args.limit],
         )
-        total = len(rows)
-        if total == args.limit:
-            total = (await projector.query("SELECT count(*) FROM sessions"))[0][0]
+        total = await total_of(projector, "sessions", len(rows), args.limit)
     if not rows and args.output == "text":
         env.out("no sessions yet")
         return 0

@@ -34,7 +34,7 @@ from steward.cli.env import (
     stream_records,
 )
 from steward.cli.hosting import checked_provider, new_host, why_unhosted
-from steward.cli.output import columns, cut, listed
+from steward.cli.output import columns, cut, listed, total_of
 from steward.errors import NotAllowedError, StewardError
 from steward.host import Host
 from steward.hostlock import HostLock
@@ -71,12 +71,9 @@ async def cmd_list(env: Env, args: argparse.Namespace) -> int:
             "ORDER BY updated_at DESC, workflow_id LIMIT ?",
             [*params, args.limit],
         )
-        total = len(rows)
-        if total == args.limit:
-            counted = await projector.query(
-                f"SELECT count(*) FROM workflow_runs {where}", params
-            )
-            total = counted[0][0]
+        total = await total_of(
+            projector, "workflow_runs", len(rows), args.limit, where, params
+        )
     if not rows and args.output == "text":
         env.out("no workflow runs yet" if not args.status else f"no {args.status} ones")
         return 0
