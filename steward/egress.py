@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from steward import events
-from steward.actors.kind import KINDS, kind_of
+from steward.actors.kind import Kind
 from steward.actors.llm import RequestInfo
 from steward.bus.jetstream.subjects import escape_token
 from steward.host import Host
@@ -39,6 +39,13 @@ def updates_subject(actor_id: str, kind: str) -> str:
 
 def outbound_subject(channel: str) -> str:
     return f"steward.outbound.{channel}"
+
+
+class _Told(NamedTuple):
+    """A committed event of a kind that publishes updates or tells of it."""
+
+    rec: events.Recorded
+    kind: Kind[Any]
 
 
 class _Delta(NamedTuple):
@@ -77,7 +84,7 @@ class Egress:
     def __init__(self, nc: Any, host: Host) -> None:
         self.nc = nc
         self.host = host
-        self._queue: asyncio.Queue[events.Recorded | _Delta | None] = asyncio.Queue()
+        self._queue: asyncio.Queue[_Told | _Delta | None] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -105,9 +112,9 @@ class Egress:
         """The host listener: queue ``rec`` for publishing (never blocks)."""
         if self._task is None:
             return
-        kind = KINDS.get(rec.stream.partition(".")[0])
+        kind = self.host.kinds.get(rec.stream.partition(".")[0])
         if kind is not None and (kind.updates or kind.tells is not None):
-            self._queue.put_nowait(rec)
+            self._queue.put_nowait(_Told(rec, kind))
 
     async def close(self) -> None:
         """Publish what is queued, then flush the connection."""
@@ -122,19 +129,18 @@ class Egress:
             log.exception("flushing egress failed")
 
     async def _publish_all(self) -> None:
-        while (rec := await self._queue.get()) is not None:
+        while (item := await self._queue.get()) is not None:
             try:
-                if isinstance(rec, _Delta):
-                    await self.nc.publish(deltas_subject(rec.run_id), rec.data)
+                if isinstance(item, _Delta):
+                    await self.nc.publish(deltas_subject(item.run_id), item.data)
                 else:
-                    await self._publish(rec)
+                    await self._publish(item.rec, item.kind)
             except Exception:
                 log.exception("publishing to the outbound subjects failed")
 
-    async def _publish(self, rec: events.Recorded) -> None:
+    async def _publish(self, rec: events.Recorded, kind: Kind[Any]) -> None:
         """Publish ``rec`` as its kind says: an update of its stream, and
         what it tells a channel."""
-        kind = kind_of(rec.stream)
         if kind.updates:
             name, _, actor_id = rec.stream.partition(".")
             update = {

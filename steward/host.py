@@ -1,7 +1,7 @@
 """The actor host: the imperative shell around the pure deciders.
 
 The host owns every piece of I/O and names no actor kind: a stream's kind
-(`steward.actors.kind.kind_of`, from the first part of its name) gives its
+(from the first part of its name, in the `Kinds` table the host serves) gives its
 decider and says what its committed decisions ask for. For an input the host
 loads (or takes from its cache) the actor's state, asks the kind to decide,
 and appends ``[input, *decisions]`` as one commit at the expected version; on
@@ -69,7 +69,7 @@ from steward.actors.effects import (
     Deliver,
     Effect,
 )
-from steward.actors.kind import KINDS, Kind, kind_of
+from steward.actors.kind import Kind, Kinds
 from steward.actors.llm import (
     Provider,
     RequestInfo,
@@ -84,6 +84,7 @@ from steward.bus.base import Append
 from steward.clock import Clock, SystemClock
 from steward.errors import ConcurrencyError, StewardError, describe
 from steward.events import Event, Recorded
+from steward.kinds import KINDS
 from steward.metrics import COUNTED
 from steward.metrics import HOST as METRICS
 
@@ -161,8 +162,11 @@ class Host:
         worker_id: str | None = None,
         claim_seconds: float = 300.0,
         scope: str | None = None,
+        kinds: Kinds = KINDS,
     ) -> None:
         self.log = log
+        self.kinds = kinds
+        """The actor kinds this host serves (its log decodes their events)."""
         self.provider = provider
         self.tools = tools
         self.workspace = Path(workspace)
@@ -270,7 +274,7 @@ class Host:
     async def _decide_and_commit(
         self, stream: str, input: Event, causation_id: str | None
     ) -> Commit | None:
-        kind = kind_of(stream)
+        kind = self.kinds.of(stream)
         # An input that begins a stream this host knows nothing of is decided
         # on the initial state, without a read: the append at version 0
         # fails if the stream has events after all (a restarted effect's).
@@ -314,7 +318,7 @@ class Host:
         version: int,
     ) -> Commit | None:
         """Decide ``input`` on ``state`` (at ``version``) and append the step."""
-        kind = kind_of(stream)
+        kind = self.kinds.of(stream)
         decided = kind.decide_and_fold(input, state, self._prompt_cache)
         if decided is None:
             METRICS.refusals += 1
@@ -468,7 +472,7 @@ class Host:
         if not isinstance(effect, Create):
             return None
         stream = effect.stream
-        kind = kind_of(stream)
+        kind = self.kinds.of(stream)
         if stream in self._mailboxes or not self._opens_unseen(
             kind, stream, effect.input
         ):
@@ -511,7 +515,7 @@ class Host:
                 f"stream {stream}: the log keeps returning version {version}, "
                 f"older than the committed {self._known.get(stream, version)}"
             )
-        state = kind_of(stream).fold(r.event for r in recorded)
+        state = self.kinds.of(stream).fold(r.event for r in recorded)
         self._keep(stream, state, version)
         return state, version
 
@@ -549,7 +553,7 @@ class Host:
         if cached is not None:
             return cached
         recorded = await self.log.read(stream)
-        kind = kind_of(stream)
+        kind = self.kinds.of(stream)
         return kind.fold(r.event for r in recorded if r.version <= version)
 
     # -- lifecycle ----------------------------------------------------------------
@@ -658,10 +662,10 @@ class Host:
             await close()
 
     async def _dispatch(self) -> None:
-        # the event types any kind routes (kinds are registered before a host
-        # starts), and the model and tool requests of every kind
+        # the event types any kind routes, and the model and tool requests
+        # of every kind
         requests = {events.LlmRequested, events.ToolRequested}
-        routed = frozenset().union(requests, *(k.routed for k in KINDS.values()))
+        routed = self.kinds.routed | requests
         known = self._known
         inflight = self._inflight
         async for rec in self.log.subscribe(self.position):
@@ -710,7 +714,7 @@ class Host:
         if type(event) is events.ToolRequested:
             self._start(rec, CallTool(request=event))
             return
-        kind = kind_of(rec.stream)
+        kind = self.kinds.of(rec.stream)
         if kind.effects is None:
             return
         if self._starting and rec.id in self._starting:
@@ -778,7 +782,7 @@ class Host:
     async def _create(self, create: Create, cause: str) -> None:
         """Start actor ``create.stream``, unless it has started already (an
         opening input is not read for: its kind refuses it on a begun stream)."""
-        opening = isinstance(create.input, kind_of(create.stream).opens)
+        opening = isinstance(create.input, self.kinds.of(create.stream).opens)
         if not opening and (await self.state(create.stream))[1] > 0:
             return
         input = self._stamped(create.input, create.stamp)
@@ -798,7 +802,7 @@ class Host:
         return (
             cached is not None
             and cached[1] > rec.version
-            and not _awaits(kind_of(rec.stream), cached[0], request_id)
+            and not _awaits(self.kinds.of(rec.stream), cached[0], request_id)
         )
 
     async def _call_model(self, rec: Recorded, request: events.LlmRequested) -> None:
@@ -828,7 +832,7 @@ class Host:
     ) -> Commit | None:
         """Ask the model ``request`` and submit its answer; the answer's commit."""
         kept = self._prompts.pop(request.request_id, None)
-        kind = kind_of(rec.stream)
+        kind = self.kinds.of(rec.stream)
         rid = request.request_id
         # the cached state taken without a coroutine, as it nearly always is
         state = self._cached_at(rec.stream, rec.version)
@@ -921,7 +925,7 @@ class Host:
         # and step back without a commit that could only conflict.
         await asyncio.sleep(random.uniform(0, 0.005))
         state, _ = await self.state(rec.stream)
-        kind = kind_of(rec.stream)
+        kind = self.kinds.of(rec.stream)
         held = None if kind.claim is None else kind.claim(state, request_id)
         if (
             held is not None
@@ -994,11 +998,11 @@ class Host:
     async def _call_tool(self, rec: Recorded, request: events.ToolRequested) -> None:
         state, _ = await self.state(rec.stream)
         rid = request.request_id
-        if not _awaits(kind_of(rec.stream), state, rid):
+        if not _awaits(self.kinds.of(rec.stream), state, rid):
             return  # answered already (read back from the log, as a fork's copy)
         if not await self.claim(rec, rid):
             return  # another worker runs it, or it is answered already
-        kind = kind_of(rec.stream)
+        kind = self.kinds.of(rec.stream)
         own = None if kind.workspace is None else kind.workspace(state)
         ctx = ToolContext(
             workspace=self.workspace if own is None else Path(own),

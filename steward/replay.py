@@ -13,9 +13,10 @@ from typing import Any
 
 import msgspec
 
-from steward.actors.kind import Kind, kind_of
+from steward.actors.kind import Kind, Kinds
 from steward.errors import StewardError
 from steward.events import Event, Recorded
+from steward.kinds import KINDS
 
 Decide = Callable[[Event, Any], list[Event] | None]
 
@@ -30,14 +31,14 @@ class Mismatch(msgspec.Struct, frozen=True, kw_only=True):
     problem: str
 
 
-def _kind(records: Sequence[Recorded]) -> Kind[Any] | None:
-    return kind_of(records[0].stream) if records else None
+def _kind(records: Sequence[Recorded], kinds: Kinds) -> Kind[Any] | None:
+    return kinds.of(records[0].stream) if records else None
 
 
-def commits(records: Sequence[Recorded]) -> list[list[Recorded]]:
+def commits(records: Sequence[Recorded], kinds: Kinds = KINDS) -> list[list[Recorded]]:
     """Split a stream's records into steps: each input with the decisions
-    after it (which events are inputs, the stream's kind says)."""
-    kind = _kind(records)
+    after it (which events are inputs, the stream's kind in ``kinds`` says)."""
+    kind = _kind(records, kinds)
     steps: list[list[Recorded]] = []
     for rec in records:
         if not steps or (kind is not None and kind.is_input(rec.event)):
@@ -51,35 +52,35 @@ def rebuild(
     records: Sequence[Recorded],
     until: int | None = None,
     kind: Kind[Any] | None = None,
+    kinds: Kinds = KINDS,
 ) -> Any:
     """The actor's state after its events up to version ``until`` (all by
-    default), folded by the stream's kind (``kind`` when given: for a stream
-    that may have no records yet).
+    default), folded by the stream's kind in ``kinds`` (``kind`` when given:
+    for a stream that may have no records yet).
 
     Raises:
         ValueError: no records, and no ``kind`` to say what state begins.
     """
-    kind = kind or _kind(records)
+    kind = kind or _kind(records, kinds)
     if kind is None:
         raise ValueError("no records to rebuild, and no kind to begin from")
     return kind.fold(r.event for r in records if until is None or r.version <= until)
 
 
 def verify(
-    records: Sequence[Recorded], decide: Decide | None = None
+    records: Sequence[Recorded], decide: Decide | None = None, kinds: Kinds = KINDS
 ) -> Mismatch | None:
     """Re-decide every recorded input; the first disagreement, or ``None``.
 
-    ``decide`` defaults to the decider of the stream's kind as the kind table
-    holds it now, looked up at the call.
+    ``decide`` defaults to the decider of the stream's kind in ``kinds``.
     """
-    kind = _kind(records)
+    kind = _kind(records, kinds)
     if kind is None:
         return None
     if decide is None:
         decide = kind.decide
     state = kind.initial
-    for step in commits(records):
+    for step in commits(records, kinds):
         head = step[0]
         recorded = tuple(r.event for r in step[1:])
         if not kind.is_input(head.event):
@@ -147,10 +148,12 @@ def fork_events(
     old: str,
     new: str,
     adapt: Callable[[Event, str], Event] | None = None,
+    kinds: Kinds = KINDS,
 ) -> list[Event]:
     """The events that start a fork of ``steps`` (a stream's first steps) as
     actor ``new``: each input with ids of ``old`` rewritten (`remap`, then
-    ``adapt(input, old)`` if given), re-decided by the stream's kind, so
+    ``adapt(input, old)`` if given), re-decided by the stream's kind in
+    ``kinds``, so
     that what the decisions derive from the actor's id names the fork. One
     commit's worth.
 
@@ -159,7 +162,7 @@ def fork_events(
     """
     if not steps:
         return []
-    kind = kind_of(steps[0][0].stream)
+    kind = kinds.of(steps[0][0].stream)
     state = kind.initial
     copy: list[Event] = []
     for step in steps:

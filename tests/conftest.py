@@ -10,11 +10,13 @@ from typing import Any
 import pytest
 from nats_server import NatsServer
 
+from steward.actors.kind import Kinds
 from steward.actors.llm import ScriptedProvider
 from steward.actors.tools import ToolRegistry
 from steward.bus import EventLog, JetStreamEventLog, SqliteEventLog
 from steward.clock import FakeClock
 from steward.host import Host
+from steward.kinds import KINDS
 from steward.projections.store import Projector
 
 
@@ -48,9 +50,17 @@ def nats(tmp_path: Path) -> Iterator[NatsServer]:
 _streams = itertools.count(1)
 
 
+@pytest.fixture
+def kinds() -> Kinds:
+    """The actor kinds the test's log, hosts and projections serve:
+    steward's; a module that runs a kind of its own overrides this fixture
+    (``support.with_kinds``)."""
+    return KINDS
+
+
 @pytest.fixture(params=["sqlite", "jetstream"])
 async def open_log_handle(
-    request: pytest.FixtureRequest, tmp_path: Path
+    request: pytest.FixtureRequest, tmp_path: Path, kinds: Kinds
 ) -> AsyncIterator[Callable[[], Awaitable[EventLog]]]:
     """Opens handles on one fresh log of each backend, as processes would.
 
@@ -63,7 +73,7 @@ async def open_log_handle(
     if request.param == "sqlite":
 
         async def open_one() -> EventLog:
-            return await SqliteEventLog.open(tmp_path / "log.db")
+            return await SqliteEventLog.open(tmp_path / "log.db", union=kinds.union)
 
     else:
         server: NatsServer = request.getfixturevalue("nats_server")
@@ -71,7 +81,7 @@ async def open_log_handle(
 
         async def open_one() -> EventLog:
             return await JetStreamEventLog.open(
-                server.url, stream=f"HOST_{n}", prefix=f"host.t{n}"
+                server.url, stream=f"HOST_{n}", prefix=f"host.t{n}", union=kinds.union
             )
 
     async def track() -> EventLog:
@@ -97,7 +107,7 @@ HostFactory = Callable[..., Any]
 
 @pytest.fixture
 async def make_host(
-    tmp_path: Path, log: EventLog, clock: FakeClock
+    tmp_path: Path, log: EventLog, clock: FakeClock, kinds: Kinds
 ) -> AsyncIterator[HostFactory]:
     """Build started hosts over the test's log; all are stopped at the end."""
     made: list[tuple[Host, Projector]] = []
@@ -105,9 +115,10 @@ async def make_host(
     workspace.mkdir()
 
     async def make(provider: Any, tools: ToolRegistry | None = None, **kw: Any) -> Host:
-        projector = await Projector.open(tmp_path / "log.db")
+        projector = await Projector.open(tmp_path / "log.db", kinds)
         host = Host(
             log,
+            kinds=kinds,
             provider=provider
             if not isinstance(provider, list)
             else ScriptedProvider(provider),

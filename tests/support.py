@@ -11,10 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    import pytest
-
-    from steward.actors.kind import Kind
-    from steward.projections.projection import Projection
+    from steward.actors.kind import Kind, Kinds
 
 
 def act(**command: Any) -> str:
@@ -71,7 +68,7 @@ def children_started(records: list[Any]) -> tuple[list[str], list[str]]:
     the record and the latest), and the ``spawn:`` keys a host that starts
     later finds pending (its kind's `pending`, folded)."""
     from steward.actors.effects import Create
-    from steward.actors.kind import kind_of
+    from steward.kinds import kind_of
 
     kind = kind_of(records[0].stream)
     latest = kind.fold(r.event for r in records)
@@ -88,21 +85,11 @@ def children_started(records: list[Any]) -> tuple[list[str], list[str]]:
     return created, wanted
 
 
-def use_kind(
-    monkeypatch: pytest.MonkeyPatch,
-    actor: Kind[Any],
-    projection: Projection | None = None,
-) -> None:
-    """Add kind ``actor`` (and its read models, if given) to the kind table,
-    the event union and the projections for one test, through
-    ``monkeypatch``: each is as it was once the test ends, passed or failed."""
-    from steward.actors import kind
-    from steward.events import UNION
-    from steward.projections import store
+def with_kinds(*actors: Kind[Any]) -> Kinds:
+    """steward's kind table with ``actors`` added (or in place of those of
+    their names): what a test hands the host, the log (``union``), the
+    projector, replay and the command line it runs a kind of its own on.
+    Nothing of steward's is changed."""
+    from steward.kinds import KINDS
 
-    for attr, value in vars(UNION).items():  # its types and their decoders
-        monkeypatch.setattr(UNION, attr, value)
-    UNION.add(actor.events)
-    monkeypatch.setitem(kind.KINDS, actor.name, actor)
-    if projection is not None:
-        monkeypatch.setitem(store.PROJECTIONS, projection.kind, projection)
+    return KINDS.replaced(*actors)

@@ -1,17 +1,16 @@
-"""Actor kinds: each kind is a value, and one table maps stream names to them.
+"""Actor kinds: each kind is a value, and a table of them (`Kinds`) maps
+stream names to them.
 
 An actor's stream is named ``<kind>.<id>`` (``run.r1``); its kind is the first
 segment. A `Kind` bundles what everything outside the actor needs of it: its
 pure decider (``initial``, ``evolve``, ``decide``), which of its events are
-inputs (a step of its stream is an input and the decisions after it), and
-every event type it records (the log decodes into their union,
-`steward.events.UNION`). `KINDS` is the table;
-`kind_of` finds a stream's kind, with an error naming the kinds there are.
-
-Replay reads the table (`steward.replay`): rebuild, verify and the split into
-steps work for any kind. The host does too: it decides and folds through a
-stream's kind, and carries out the effects (`steward.actors.effects`) that
-the kind's ``effects`` says a committed decision asks for.
+inputs (a step of its stream is an input and the decisions after it), every
+event type it records, what its committed decisions ask of the host, and its
+read models. A `Kinds` table is given to each part that serves actors (the
+host, the projector, replay, the egress, and the log, which decodes into the
+union of the table's events); steward's own is `steward.kinds.KINDS`, the
+one place that names them. Nothing here is module state: a test runs a kind
+of its own by building a table with it.
 
 A kind's functions are pure (DESIGN §2): ``decide`` and ``evolve`` never
 change the state they are given, and ``fold`` applies events to a copy.
@@ -19,29 +18,38 @@ change the state they are given, and ``fold`` applies events to a copy.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
-from steward.actors import run as run_actor
-from steward.actors import run_effects, session_effects, workflow_effects
-from steward.actors import session as session_actor
-from steward.actors import workflow as workflow_actor
 from steward.actors.effects import Effect, ModelCall, Pending, Told
 from steward.actors.prompt import (
     Prompt,
     PromptCache,
 )
 from steward.errors import NotFoundError
-from steward.events import UNION, Event, Recorded
-from steward.events import run as run_events
-from steward.events import session as session_events
-from steward.events import workflow as workflow_events
+from steward.events import Event, EventUnion, Recorded
 from steward.events.protocol import LlmRequested
 
-__all__ = ["KINDS", "Kind", "Step", "kind_of", "register"]
+__all__ = ["Kind", "Kinds", "ReadModels", "Step"]
 
 S = TypeVar("S")
+
+
+class ReadModels(Protocol):
+    """What the projector needs of a kind's read models
+    (`steward.projections.projection.Projection` is one)."""
+
+    @property
+    def tables(self) -> tuple[str, ...]: ...
+    @property
+    def schema(self) -> str: ...
+    @property
+    def keeps_pending(self) -> bool: ...
+    @property
+    def watches(self) -> frozenset[type[Event]]: ...
+    @property
+    def apply(self) -> Callable[[Any, Recorded], None]: ...
 
 
 Step = tuple[list[Event], S, Prompt | None]
@@ -135,6 +143,9 @@ class Kind(Generic[S]):
     updates: bool = False
     """Whether every event of the kind's streams is published as an update
     (``steward.<kind>s.<id>.updates``) by the egress."""
+    projection: ReadModels | None = None
+    """The kind's read models (`steward.projections.projection.Projection`),
+    which the projector keeps, if it has any."""
     derived: tuple[str, ...] = ("request_id", "timer_id")
     """The event fields that hold ids the kind derives from its actor's id
     (``<id>/llm/1``, ``<id>-t2``): a fork renames them for its own
@@ -147,6 +158,9 @@ class Kind(Generic[S]):
             raise ValueError(
                 f"kind {self.name}: {', '.join(names)} in starts but not in routed"
             )
+
+    def __repr__(self) -> str:
+        return f"Kind({self.name!r})"
 
     def fold(self, events: Iterable[Event], state: S | None = None) -> S:
         """The state after ``events``, from ``state`` (default: ``initial``)."""
@@ -177,96 +191,61 @@ class Kind(Generic[S]):
         return None if self.correlation is None else self.correlation(state, input)
 
 
-RUN: Kind[run_actor.Run] = Kind(
-    name="run",
-    initial=run_actor.initial,
-    evolve=run_actor.evolve,
-    decide=run_actor.decide,
-    inputs=run_events.INPUT_TYPES,
-    events=run_events.EVENT_TYPES,
-    opens=(run_events.RunCreated,),
-    fold_events=run_actor.fold,
-    step=run_actor.decide_and_fold,
-    same_decisions=run_effects.same_decisions,
-    routed=run_effects.ROUTED,
-    effects=run_effects.effects,
-    starts=frozenset({run_events.SubagentsSpawned}),
-    awaits=run_effects.awaits,
-    claim=run_effects.claim,
-    model_call=run_effects.model_call,
-    correlation=run_effects.correlation,
-    workspace=run_effects.workspace,
-    detach=run_effects.detach,
-    tells=run_effects.tells,
-    told=run_effects.TOLD,
-    updates=True,
-    derived=("run_id", "request_id", "timer_id"),
-)
+class Kinds:
+    """The actor kinds a host, projector or replay serves, by name: a value
+    built once and never changed (Temporal's ``Worker(workflows=[...])``).
+    steward's own are `steward.kinds.KINDS`; a test or an extension builds
+    a table of its own (``Kinds(*KINDS, mine)``) and hands it to the parts
+    it runs, its log included (``union``)."""
 
-SESSION: Kind[session_actor.Session] = Kind(
-    name="session",
-    initial=session_actor.initial,
-    evolve=session_actor.evolve,
-    decide=session_actor.decide,
-    inputs=session_events.INPUT_TYPES,
-    events=session_events.EVENT_TYPES,
-    opens=(session_events.SessionOpened,),
-    routed=session_effects.ROUTED,
-    effects=session_effects.effects,
-    starts=frozenset({session_events.TurnStarted, session_events.SubagentStarted}),
-    awaits=session_effects.awaits,
-    claim=session_actor.claim_on,
-    model_call=session_effects.model_call,
-    correlation=session_effects.correlation,
-    detach=session_effects.detach,
-    pending=session_effects.pending,
-    tells=session_effects.tells,
-    told=session_effects.TOLD,
-    derived=("session_id", "run_id", "request_id", "timer_id"),
-)
-
-WORKFLOW: Kind[workflow_actor.Workflow] = Kind(
-    name="workflow",
-    initial=workflow_actor.initial,
-    evolve=workflow_actor.evolve,
-    decide=workflow_actor.decide,
-    inputs=workflow_events.INPUT_TYPES,
-    events=workflow_events.EVENT_TYPES,
-    opens=(workflow_events.WorkflowCreated,),
-    routed=workflow_effects.ROUTED,
-    effects=workflow_effects.effects,
-    starts=frozenset({workflow_events.PhaseStarted}),
-    awaits=workflow_actor.awaits,
-    claim=workflow_actor.claim_on,
-    correlation=workflow_effects.correlation,
-    detach=workflow_effects.detach,
-    pending=workflow_effects.pending,
-    derived=("workflow_id", "run_id", "request_id", "timer_id"),
-)
-
-KINDS: dict[str, Kind[Any]] = {
-    RUN.name: RUN,
-    SESSION.name: SESSION,
-    WORKFLOW.name: WORKFLOW,
-}
-"""Every actor kind by name: the only place that names them."""
-
-
-def register(kind: Kind[Any]) -> None:
-    """Add ``kind`` to the table (a kind of an extension, or of a test), and
-    its events to the union the log decodes into."""
-    if kind.name in KINDS and KINDS[kind.name] is not kind:
-        raise ValueError(f"there is an actor kind {kind.name!r} already")
-    UNION.add(kind.events)
-    KINDS[kind.name] = kind
-
-
-def kind_of(stream: str) -> Kind[Any]:
-    """The kind of the actor whose stream is ``stream``."""
-    kind = KINDS.get(stream.partition(".")[0])  # on every commit: no other call
-    if kind is None:
-        raise NotFoundError(
-            f"stream {stream!r} is of no actor kind steward has (its name starts "
-            f"with one of: {', '.join(sorted(f'{k}.' for k in KINDS))})"
+    def __init__(self, *kinds: Kind[Any]) -> None:
+        self._by_name: dict[str, Kind[Any]] = {}
+        for kind in kinds:
+            if kind.name in self._by_name:
+                raise ValueError(f"there are two actor kinds named {kind.name!r}")
+            self._by_name[kind.name] = kind
+        self.union = EventUnion(tuple(t for kind in kinds for t in kind.events))
+        """The union the log decodes these kinds' events into (it raises
+        for two event types of one name: the tag)."""
+        self.routed: frozenset[type[Event]] = frozenset().union(
+            *(kind.routed for kind in kinds)
         )
-    return kind
+        """The event types some kind's ``effects`` may answer."""
+
+    def __iter__(self) -> Iterator[Kind[Any]]:
+        return iter(self._by_name.values())
+
+    def __len__(self) -> int:
+        return len(self._by_name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._by_name
+
+    def __getitem__(self, name: str) -> Kind[Any]:
+        return self._by_name[name]
+
+    def __repr__(self) -> str:
+        return f"Kinds({', '.join(self._by_name)})"
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._by_name)
+
+    def get(self, name: str) -> Kind[Any] | None:
+        return self._by_name.get(name)
+
+    def of(self, stream: str) -> Kind[Any]:
+        """The kind of the actor whose stream is ``stream``."""
+        kind = self._by_name.get(stream.partition(".")[0])
+        if kind is None:
+            raise NotFoundError(
+                f"stream {stream!r} is of no actor kind steward has (its name "
+                "starts with one of: "
+                f"{', '.join(sorted(f'{k}.' for k in self._by_name))})"
+            )
+        return kind
+
+    def replaced(self, *kinds: Kind[Any]) -> Kinds:
+        """This table with ``kinds`` added, or in place of those of their
+        names."""
+        return Kinds(*{**self._by_name, **{k.name: k for k in kinds}}.values())

@@ -17,7 +17,7 @@ import msgspec
 
 from steward.bus.base import envelopes
 from steward.errors import LogReadError
-from steward.events import UNION, AnyEvent, Recorded, decode
+from steward.events import UNION, AnyEvent, EventUnion, Recorded, decode
 
 __all__ = ["Row", "decode_page"]
 
@@ -30,12 +30,15 @@ the msgpack of its events: a list, or the lone event of a commit of one
 _decode_parts = msgspec.msgpack.Decoder(list[msgspec.Raw]).decode
 
 
-def decode_page(rows: Sequence[Row], *, listed: bool = False) -> list[Recorded]:
+def decode_page(
+    rows: Sequence[Row], *, listed: bool = False, union: EventUnion = UNION
+) -> list[Recorded]:
     """The events of ``rows``, in order, as envelopes; old shapes upcast.
 
     Args:
         rows: commits in position (or version) order.
         listed: every row's ``data`` is a list, even of one event.
+        union: the event types the events decode into.
 
     Raises:
         LogReadError: an event is unreadable; the message names its stream,
@@ -48,7 +51,7 @@ def decode_page(rows: Sequence[Row], *, listed: bool = False) -> list[Recorded]:
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _current_envelopes(rows, listed)
+        return _current_envelopes(rows, listed, union)
     except msgspec.DecodeError:
         pass  # an old shape to upcast, or bytes that are no event
     finally:
@@ -56,21 +59,23 @@ def decode_page(rows: Sequence[Row], *, listed: bool = False) -> list[Recorded]:
             gc.enable()
     page: list[Recorded] = []
     for position, stream, version, count, at, correlation, causation, data in rows:
-        events = _upcast_events(data, listed or count != 1, stream, version, position)
+        events = _upcast_events(
+            data, listed or count != 1, stream, version, position, union
+        )
         page += envelopes(stream, version, position, at, events, correlation, causation)
     return page
 
 
-def _current_envelopes(rows: Sequence[Row], listed: bool) -> list[Recorded]:
+def _current_envelopes(
+    rows: Sequence[Row], listed: bool, union: EventUnion
+) -> list[Recorded]:
     """A `Recorded` for each event of each row, in its current shape: one call
     of the C decoder per row. Every replay runs this loop, so it is written out
     rather than through `steward.bus.base.envelopes` (a fifth less time per
     event, measured)."""
     page: list[Recorded] = []
     add = page.append
-    # the decoders of the event union as it is now (a kind registered later
-    # is decoded from its next read on)
-    decode_one, decode_many = UNION.msgpack.decode, UNION.msgpack_list.decode
+    decode_one, decode_many = union.msgpack.decode, union.msgpack_list.decode
     for position, stream, version, count, at, correlation, causation, data in rows:
         events = decode_many(data) if listed or count != 1 else (decode_one(data),)
         for event in events:
@@ -91,7 +96,12 @@ def _current_envelopes(rows: Sequence[Row], listed: bool) -> list[Recorded]:
 
 
 def _upcast_events(
-    data: bytes | msgspec.Raw, is_list: bool, stream: str, version: int, position: int
+    data: bytes | msgspec.Raw,
+    is_list: bool,
+    stream: str,
+    version: int,
+    position: int,
+    union: EventUnion,
 ) -> list[AnyEvent]:
     """A commit's events one by one through the codec, which knows the upcasters."""
     try:
@@ -101,7 +111,7 @@ def _upcast_events(
     events = []
     for i, part in enumerate(parts):
         try:
-            events.append(decode(bytes(part)))
+            events.append(decode(bytes(part), union))
         except Exception as e:
             raise _unreadable(stream, version + i, position + i, e) from e
     return events

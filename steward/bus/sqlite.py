@@ -74,7 +74,7 @@ import msgspec
 from steward.bus.base import Append, Commit, check_append, envelopes
 from steward.bus.pages import decode_page
 from steward.errors import ConcurrencyError, LogReadError, LogWriteError, NotALogError
-from steward.events import Event, Recorded, encode_blob
+from steward.events import UNION, Event, EventUnion, Recorded, encode_blob
 
 __all__ = ["SqliteEventLog", "Synchronous", "check_file"]
 
@@ -304,6 +304,8 @@ class SqliteEventLog:
         one, transactions run on the executor's thread.
         """
         self.path = path
+        self.union = UNION
+        """The event types the log decodes into."""
         self._writer = writer
         self._executor = executor
         self._checkpointer = checkpointer
@@ -356,6 +358,7 @@ class SqliteEventLog:
         clock: Callable[[], float] = time.time,
         poll_interval: float = 0.05,
         busy_timeout: float = 5.0,
+        union: EventUnion = UNION,
     ) -> SqliteEventLog:
         """Open (creating it, its schema and its parent directories) a log file.
 
@@ -370,6 +373,8 @@ class SqliteEventLog:
                 idle, for commits made by other processes.
             busy_timeout: seconds a write waits for another process holding
                 the file's write lock before it fails.
+            union: the event types the log holds (default: those of
+                steward's kinds; `steward.actors.kind.Kinds.union`).
 
         Raises:
             NotALogError: the file is another program's SQLite database (it
@@ -425,7 +430,7 @@ class SqliteEventLog:
                 "directory is writable, the file is a steward SQLite log, and "
                 "no other process keeps it locked"
             ) from e
-        return cls(
+        log = cls(
             file,
             writer,
             executor,
@@ -436,6 +441,8 @@ class SqliteEventLog:
             checkpointer=checkpointer,
             busy_ms=busy_ms,
         )
+        log.union = union
+        return log
 
     # -- writing ---------------------------------------------------------------
 
@@ -877,7 +884,7 @@ class SqliteEventLog:
     async def read(self, stream: str, from_version: int = 1) -> list[Recorded]:
         """The events of ``stream`` from ``from_version`` on, in version order."""
         rows = await self._fetch(_READ_STREAM, {"stream": stream, "from": from_version})
-        records = decode_page(rows)
+        records = decode_page(rows, union=self.union)
         # the first commit may begin before from_version; its versions follow
         # one another, so how many to drop is a difference
         skip = from_version - records[0].version if records else 0
@@ -895,7 +902,7 @@ class SqliteEventLog:
             # Positions are dense, so nothing up to `upto` means nothing after
             # it either, unless a gap was made outside steward: look past it.
             rows = await self._fetch(_READ_NEXT, (after,))
-        records = decode_page(rows)
+        records = decode_page(rows, union=self.union)
         # the first commit may begin at or before `after`; its positions
         # follow one another, so how many to drop is a difference
         skip = max(after + 1 - records[0].position, 0) if records else 0

@@ -24,8 +24,10 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import replace
 from typing import Any
 
+from steward.actors.kind import Kinds
 from steward.actors.tools import files
 from steward.cli.env import (
     EXIT_INPUT,
@@ -38,6 +40,7 @@ from steward.cli.env import (
 from steward.cli.parser import build_parser
 from steward.config import load_settings
 from steward.errors import NoHostError, NotAllowedError, StewardError
+from steward.kinds import KINDS
 
 __all__ = ["build_parser", "main"]
 
@@ -45,7 +48,9 @@ APPROVABLE = tuple(t.name for t in files.TOOLS)
 """The tools ``[tools] require_approval`` may name: the built-in files tools."""
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, kinds: Kinds = KINDS) -> int:
+    """Run the command ``argv`` (default: the process's arguments) over the
+    actor kinds ``kinds``; its exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -54,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         settings = load_settings(args.config, unknown=_warn, tools=APPROVABLE)
-        env = env_of(settings, args)
+        env = replace(env_of(settings, args), kinds=kinds)
         fn: Callable[[Env, argparse.Namespace], Coroutine[Any, Any, int]] = args.fn
         code = _run(fn(env, args))
         sys.stdout.flush()  # a reader that went away shows here, not at exit

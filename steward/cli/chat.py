@@ -73,7 +73,7 @@ async def cmd_chat(env: Env, args: argparse.Namespace) -> int:
                 await host.start()
             elif (no_host := await why_unhosted(env, log, "this chat")) is not None:
                 raise no_host
-            submitter = host or Host(log)
+            submitter = host or Host(log, kinds=env.kinds)
             stream = await open_session(env.settings, submitter, session_id)
             state = (await submitter.state(stream))[0]
             streamed = _Streamed(stream, state.settings.run.protocol == "json")

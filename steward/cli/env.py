@@ -13,12 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from steward import events
-from steward.actors.kind import KINDS, kind_of
+from steward.actors.kind import Kinds
 from steward.actors.run_effects import run_id_of, run_stream
 from steward.bus import EventLog, log_file, open_log
 from steward.bus.sqlite import check_file
 from steward.config import LogConfig, Settings
 from steward.errors import ConfigError, NotFoundError, StewardError
+from steward.kinds import KINDS
 from steward.projections.store import Projector
 
 EXIT_FAILED = 1
@@ -49,6 +50,8 @@ class Env:
     out: Callable[[str], None]
     log_url: str = ""
     """The event log: the ``db`` file, or a ``nats://`` URL."""
+    kinds: Kinds = KINDS
+    """The actor kinds the commands serve (the log decodes their events)."""
 
     def __post_init__(self) -> None:
         self.log_url = self.log_url or str(self.db)
@@ -150,10 +153,14 @@ async def opened(
         raise NotFoundError(f"no log at {env.db}; --log names another")
     ensure_place(env.db)
     if env.distributed:
-        log = await open_log(env.log_url)
+        log = await open_log(env.log_url, union=env.kinds.union)
     else:
-        log = await open_log(str(env.db), synchronous=env.settings.log.synchronous)
-    projector = await Projector.open(env.db)
+        log = await open_log(
+            str(env.db),
+            synchronous=env.settings.log.synchronous,
+            union=env.kinds.union,
+        )
+    projector = await Projector.open(env.db, env.kinds)
     try:
         yield log, projector
     finally:
@@ -161,25 +168,19 @@ async def opened(
         await log.close()
 
 
-def stream_named(name: str) -> str:
-    """The stream a command's ID argument names: ``KIND.ID`` (a name with a
-    dot) is that stream, of a kind in the table; any other name is a run's id."""
-    if "." not in name:
-        return run_stream(name)
-    kind_of(name)  # an unknown kind is one line naming the kinds there are
-    return name
-
-
-def run_named(name: str, refusal: str) -> str:
+def run_named(name: str, refusal: str, kinds: Kinds = KINDS) -> str:
     """The id of the run ``name`` names: its id, or its stream (``run.ID``).
-    A stream of another kind is refused, ``refusal`` saying why."""
-    stream = stream_named(name)
-    if not is_run(stream):
+    A stream of another kind of ``kinds`` is refused, ``refusal`` saying
+    why; one of no kind is refused naming the kinds there are."""
+    if "." not in name:
+        return name
+    kind = kinds.of(name)
+    if not is_run(name):
         raise StewardError(
-            f"{refusal}: {name} is a {kind_of(stream).name} stream; `steward "
+            f"{refusal}: {name} is a {kind.name} stream; `steward "
             f"replay {name}` shows its state"
         )
-    return run_id_of(stream)
+    return run_id_of(name)
 
 
 def is_run(stream: str) -> bool:
@@ -199,8 +200,9 @@ async def stream_records(log: EventLog, stream: str) -> list[events.Recorded]:
     raise NotFoundError(f"no stream {stream!r} in the log")
 
 
-async def resolved(log: EventLog, name: str) -> str:
-    """The stream in ``log`` that a command's ID argument names.
+async def resolved(log: EventLog, name: str, kinds: Kinds = KINDS) -> str:
+    """The stream in ``log`` that a command's ID argument names, of a kind
+    in ``kinds``.
 
     ``KIND.ID`` naming a stream the log holds is that stream. Any other name
     is an actor's id as the list commands print it (``r1f6...``,
@@ -209,9 +211,9 @@ async def resolved(log: EventLog, name: str) -> str:
     too, each naming what it looked for or found.
     """
     prefix, dot, _ = name.partition(".")
-    if dot and prefix in KINDS and await log.version(name):
+    if dot and prefix in kinds and await log.version(name):
         return name
-    found = [s for s in (f"{k}.{name}" for k in KINDS) if await log.version(s)]
+    found = [s for s in (f"{k}.{name}" for k in kinds.names) if await log.version(s)]
     if len(found) == 1:
         return found[0]
     if found:
@@ -219,11 +221,11 @@ async def resolved(log: EventLog, name: str) -> str:
             f"{name!r} names {len(found)} streams, {' and '.join(found)}; "
             "give the one you mean in full"
         )
-    if dot and prefix in KINDS:
+    if dot and prefix in kinds:
         raise NotFoundError(f"no stream {name!r} in the log")
     if dot:
-        kind_of(name)  # of no kind: one line naming the kinds there are
-    looked = [f"{k}.{name}" for k in KINDS]
+        kinds.of(name)  # of no kind: one line naming the kinds there are
+    looked = [f"{k}.{name}" for k in kinds.names]
     raise NotFoundError(
         f"no actor {name!r} in the log (no stream {', '.join(looked[:-1])} or "
         f"{looked[-1]}); each kind's `list` command shows their ids"

@@ -15,7 +15,6 @@ import msgspec
 
 from steward import events, replay
 from steward.actors import run as run_actor
-from steward.actors.kind import kind_of
 from steward.actors.run_effects import run_id_of
 from steward.cli.env import (
     EXIT_MISMATCH,
@@ -32,14 +31,14 @@ from steward.errors import StewardError
 
 async def cmd_replay(env: Env, args: argparse.Namespace) -> int:
     async with opened(env, create=False) as (log, _):
-        stream = await resolved(log, args.id)
+        stream = await resolved(log, args.id, env.kinds)
         records = await log.read(stream)
-    state = replay.rebuild(records)
-    mismatch = replay.verify(records) if args.verify else None
+    state = replay.rebuild(records, kinds=env.kinds)
+    mismatch = replay.verify(records, kinds=env.kinds) if args.verify else None
     if args.output == "json":
         view = {
             "stream": stream,
-            "kind": kind_of(stream).name,
+            "kind": env.kinds.of(stream).name,
             "events": len(records),
             "state": msgspec.to_builtins(state),
         }
@@ -76,7 +75,7 @@ STATE_WIDTH = 200
 def _state(env: Env, stream: str, count: int, state: object) -> None:
     """The state of an actor of any kind: a line per field, each value as
     compact JSON, a long one cut (and a last line saying so)."""
-    env.out(f"{stream}: kind {kind_of(stream).name}, {count} events")
+    env.out(f"{stream}: kind {env.kinds.of(stream).name}, {count} events")
     fields = msgspec.to_builtins(state)
     if not isinstance(fields, dict):
         fields = {"state": fields}
@@ -113,19 +112,19 @@ def report(env: Env, mismatch: replay.Mismatch | None) -> int:
 
 async def cmd_fork(env: Env, args: argparse.Namespace) -> int:
     async with opened(env, create=False) as (log, projector):  # the actor's log
-        stream = await resolved(log, args.id)
-        kind = kind_of(stream)
+        stream = await resolved(log, args.id, env.kinds)
+        kind = env.kinds.of(stream)
         old = stream.partition(".")[2]
         new = _FORKED.sub("", old) + "-fork" + secrets.token_hex(3)
         records = await log.read(stream)
-        kept = _fork_steps(replay.commits(records), args.at)
+        kept = _fork_steps(replay.commits(records, env.kinds), args.at)
         runs = is_run(stream)
         provider = checked_provider(env) if runs and not args.no_run else None
         # Every input re-decided, and all of them recorded in one commit: a
         # host beside this process (a serve) sees the copy whole and carries
         # out only what its last step asks for. The fork is an actor of its
         # own, answering no one.
-        copy = replay.fork_events(kept, old, new, kind.detach)
+        copy = replay.fork_events(kept, old, new, kind.detach, env.kinds)
         correlation = kind.correlation_of(kind.initial, copy[0]) or new
         await log.append(f"{kind.name}.{new}", copy, 0, correlation_id=correlation)
         if not runs:
@@ -189,7 +188,7 @@ def _near(versions: list[int], at: int) -> str:
 
 async def cmd_export(env: Env, args: argparse.Namespace) -> int:
     async with opened(env, create=False) as (log, _):
-        records = await log.read(await resolved(log, args.id))
+        records = await log.read(await resolved(log, args.id, env.kinds))
     lines = b"".join(events.recorded_to_json(r) + b"\n" for r in records)
     if args.output and args.output != "-":
         Path(args.output).write_bytes(lines)

@@ -18,7 +18,6 @@ from msgspec.structs import replace
 
 from steward import events, replay
 from steward.actors import run as run_actor
-from steward.actors.kind import RUN
 from steward.actors.llm import ModelRouter, Provider, RequestInfo
 from steward.actors.run_effects import run_stream
 from steward.actors.tools import ToolRegistry
@@ -27,6 +26,7 @@ from steward.cli.env import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_PIPE, EXIT_WAITI
 from steward.errors import ConfigError, NoHostError
 from steward.host import Host
 from steward.hostlock import Holder, HostLock
+from steward.kinds import RUN
 from steward.projections.store import Projector
 
 
@@ -69,6 +69,7 @@ def new_host(env: Env, log: EventLog, projector: Projector, **kw: Any) -> Host:
         projector=projector,
         worker_id=_worker_id() if env.distributed else None,
         claim_seconds=env.settings.log.claim_seconds,
+        kinds=env.kinds,
         **kw,
     )
 
@@ -230,7 +231,7 @@ async def see_run(
             watch.printed = await log.head()
             if created is not None:
                 queued = replace(created, queued=True)
-                await Host(log).submit(run_stream(root), queued)
+                await Host(log, kinds=env.kinds).submit(run_stream(root), queued)
                 created = None
             stopped = await _follow_log(log, watch, interrupted, lock)
             if stopped is not None:

@@ -14,7 +14,7 @@ from msgspec.structs import replace
 
 from steward import events, replay
 from steward.actors import run as run_actor
-from steward.actors.kind import kind_of
+from steward.actors.kind import Kind
 from steward.actors.run_effects import run_id_of, run_stream
 from steward.actors.tools import ToolRegistry
 from steward.bus import EventLog
@@ -70,7 +70,7 @@ async def cmd_start(env: Env, args: argparse.Namespace) -> int:
     created = replace(new_run(env, args.text, args.profile), queued=True)
     stream = run_stream(created.run_id)
     async with opened(env) as (log, projector):
-        host = Host(log, projector=projector)
+        host = Host(log, projector=projector, kinds=env.kinds)
         await host.submit(stream, created)
         env.out(created.run_id)
         if args.wait > 0 and not await _taken(log, stream, args.wait):
@@ -154,19 +154,22 @@ INPUT_WIDTH = 60
 
 async def cmd_runs_show(env: Env, args: argparse.Namespace) -> int:
     async with opened(env, create=False) as (log, projector):
-        stream = await resolved(log, args.id)
+        stream = await resolved(log, args.id, env.kinds)
         records = await log.read(stream)
         lines: Callable[[dict[str, Any]], list[str]]
         if is_run(stream):
             await projector.catch_up(log)
             view = await _run_view(projector, run_id_of(stream))
             lines = _run_lines
-        elif kind_of(stream).name == "workflow":
+        elif env.kinds.of(stream).name == "workflow":
             view, lines = workflow_view(records), workflow_lines
         else:
-            view, lines = _actor_view(stream, records), _actor_lines
+            view, lines = (
+                _actor_view(env.kinds.of(stream), stream, records),
+                _actor_lines,
+            )
     if args.prompts:
-        view["prompts"] = _prompts(records)
+        view["prompts"] = _prompts(env.kinds.of(stream), records)
     if args.output == "json":
         env.out(json_line(view))
         return 0
@@ -248,11 +251,13 @@ def _run_lines(run: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _actor_view(stream: str, records: list[events.Recorded]) -> dict[str, Any]:
+def _actor_view(
+    kind: Kind[Any], stream: str, records: list[events.Recorded]
+) -> dict[str, Any]:
     """The events of an actor of another kind, from the log."""
     return {
         "stream": stream,
-        "kind": kind_of(stream).name,
+        "kind": kind.name,
         "events": [
             {
                 "version": rec.version,
@@ -282,13 +287,12 @@ DETAIL_WIDTH = 120
 (``-o json``: all)."""
 
 
-def _prompts(records: list[events.Recorded]) -> list[dict[str, Any]]:
+def _prompts(kind: Kind[Any], records: list[events.Recorded]) -> list[dict[str, Any]]:
     """The prompt of each model call the actor asked for, as it was sent."""
-    kind = kind_of(records[0].stream)
     prompts = []
     for rec in records:
         if isinstance(rec.event, events.LlmRequested) and kind.model_call:
-            state = replay.rebuild(records, rec.version)
+            state = replay.rebuild(records, rec.version, kind)
             prompt = kind.model_call(state, rec.event, None, None).prompt
             prompts.append(
                 {
@@ -308,11 +312,11 @@ async def _operator_input(
 ) -> int:
     """Record the input ``make`` gives for the run ``name`` names; a run
     whose state does not allow it is refused (`NotAllowedError`, exit 1)."""
-    run_id = run_named(name, RUNS_ONLY)
+    run_id = run_named(name, RUNS_ONLY, env.kinds)
     stream = run_stream(run_id)
     async with opened(env) as (log, projector):
         await stream_records(log, stream)
-        host = Host(log, projector=projector)
+        host = Host(log, projector=projector, kinds=env.kinds)
         state, _ = await host.state(stream)
         commit = await host.submit(stream, make(state))
         state, _ = await host.state(stream)

@@ -205,7 +205,8 @@ async def cmd_sessions_send(env: Env, args: argparse.Namespace) -> int:
     stop = asyncio.Event()
     async with opened(env) as (log, projector):
         await projector.catch_up(log)
-        submitter = Host(log)  # records only: a serve (or chat) answers
+        # records only: a serve (or chat) answers
+        submitter = Host(log, kinds=env.kinds)
         stream = await open_session(env.settings, submitter, args.id)
         sent = await message(
             env.settings, submitter, projector, args.id, args.text, args.sender

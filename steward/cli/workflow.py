@@ -20,7 +20,6 @@ from typing import Any
 from msgspec.structs import replace
 
 from steward import events
-from steward.actors.kind import kind_of
 from steward.actors.tools import ToolRegistry
 from steward.actors.workflow import Workflow, workflow_stream
 from steward.actors.workflow_graph import auto_loops
@@ -39,6 +38,7 @@ from steward.errors import NotAllowedError, StewardError
 from steward.host import Host
 from steward.hostlock import HostLock
 from steward.isotime import iso_time
+from steward.kinds import kind_of
 from steward.workflows import created, load_definition, worktree
 
 TERMINAL = ("completed", "failed", "cancelled")
@@ -151,7 +151,7 @@ async def cmd_run(env: Env, args: argparse.Namespace) -> int:
                 await host.start()
             elif no_host := await why_unhosted(env, log, f"workflow run {workflow_id}"):
                 raise no_host
-            submitter = host or Host(log)
+            submitter = host or Host(log, kinds=env.kinds)
             first = replace(first, at=submitter.clock.now())
             if await submitter.submit(stream, first) is None:
                 raise StewardError(f"workflow run {workflow_id} was refused")
@@ -244,7 +244,7 @@ async def _operator(env: Env, name: str, input: events.Event, verb: str) -> int:
     stream = name if name.startswith("workflow.") else workflow_stream(name)
     async with opened(env, create=False) as (log, projector):
         await stream_records(log, stream)
-        host = Host(log, projector=projector)
+        host = Host(log, projector=projector, kinds=env.kinds)
         commit = await host.submit(stream, replace(input, at=host.clock.now()))
         state, _ = await host.state(stream)
     workflow_id = stream.removeprefix("workflow.")

@@ -8,7 +8,7 @@ import msgspec
 
 from steward.errors import LogReadError
 from steward.events.base import UPCASTERS, Event, Recorded
-from steward.events.union import UNION
+from steward.events.union import UNION, EventUnion
 
 AnyEvent = Event
 """A decoded event, for type checking: one of `UNION`'s types, the events of
@@ -62,30 +62,31 @@ def encodable_value(value: Any) -> Any:
     return value
 
 
-def decode(data: bytes) -> AnyEvent:
-    """Decode stored bytes, upcasting an old shape when its tag asks for it."""
+def decode(data: bytes, union: EventUnion = UNION) -> AnyEvent:
+    """Decode stored bytes into one of ``union``'s types, upcasting an old
+    shape when its tag asks for it."""
     try:
-        event: AnyEvent = UNION.msgpack.decode(data)
+        event: AnyEvent = union.msgpack.decode(data)
         return event
     except msgspec.ValidationError as e:
-        upcast: AnyEvent | None = _upcast(_raw_decoder.decode(data))
+        upcast: AnyEvent | None = _upcast(_raw_decoder.decode(data), union)
         if upcast is None:
             raise LogReadError(f"cannot decode stored event: {e}") from e
         return upcast
 
 
-def _upcast(old: dict[str, Any]) -> Any:
+def _upcast(old: dict[str, Any], union: EventUnion) -> Any:
     """The event an old shape ``old`` upcasts to, if its tag has an upcaster."""
     upcast = UPCASTERS.get(str(old.get("type")))
-    return None if upcast is None else msgspec.convert(upcast(old), UNION.union)
+    return None if upcast is None else msgspec.convert(upcast(old), union.union)
 
 
 def to_json(event: Event) -> bytes:
     return _json_encoder.encode(event)
 
 
-def from_json(data: bytes | str) -> AnyEvent:
-    event: AnyEvent = UNION.json.decode(data)
+def from_json(data: bytes | str, union: EventUnion = UNION) -> AnyEvent:
+    event: AnyEvent = union.json.decode(data)
     return event
 
 
@@ -136,14 +137,14 @@ def recorded_to_json(r: Recorded) -> bytes:
 _raw_line_decoder = msgspec.json.Decoder(dict[str, Any])
 
 
-def recorded_from_json(line: bytes | str) -> Recorded:
+def recorded_from_json(line: bytes | str, union: EventUnion = UNION) -> Recorded:
     """A recorded event from one exported JSON line, upcasting an old event
     shape as `decode` does (an exported or golden log replays as the log)."""
     j = _line_decoder.decode(line)
     try:
-        event: Event = UNION.json.decode(j.event)
+        event: Event = union.json.decode(j.event)
     except msgspec.ValidationError:
-        event = _upcast(_raw_line_decoder.decode(j.event))
+        event = _upcast(_raw_line_decoder.decode(j.event), union)
         if event is None:
             raise
     return Recorded(

@@ -1,11 +1,9 @@
-"""The union of every event type the log can hold, and its decoders.
+"""The union of the event types a log holds, and its decoders.
 
-Each actor kind records its own event types; the union of all of them is
-what a stored event decodes into (a tagged union: the tag is the type's
-name). It starts with the run actor's types and grows when the kind table
-registers a kind (`steward.actors.kind.register`), which rebuilds the
-decoders once. Readers take the decoders from `UNION` when they start a read
-(not per event), so a kind registered later is decoded from then on.
+Each actor kind records its own event types; the union of a table's kinds'
+is what a stored event decodes into (a tagged union: the tag is the type's
+name; `steward.actors.kind.Kinds.union`). `UNION` is that of steward's own
+kinds, which a log decodes into unless it is given another.
 """
 
 from __future__ import annotations
@@ -26,30 +24,20 @@ class EventUnion:
     """Event types by tag, and the decoders of their union."""
 
     def __init__(self, types: tuple[type[Event], ...]) -> None:
-        self.types: tuple[type[Event], ...] = ()
-        self.add(types)
-
-    def add(self, types: tuple[type[Event], ...]) -> None:
-        """Add ``types`` (those not here yet) and rebuild the decoders.
+        """The union of ``types`` (each once).
 
         Raises:
-            ValueError: another type of the same name (the tag) is here.
+            ValueError: two types have one name (the tag).
         """
-        names = {t.__name__: t for t in self.types}
-        new = []
+        names: dict[str, type[Event]] = {}
         for t in types:
-            known = names.get(t.__name__)
-            if known is None:
-                names[t.__name__] = t
-                new.append(t)
-            elif known is not t:
+            known = names.setdefault(t.__name__, t)
+            if known is not t:
                 raise ValueError(
                     f"event type {t.__name__} of {t.__module__} has the name (the "
                     f"tag) of {known.__module__}.{known.__name__}; rename one"
                 )
-        if not new and self.types:
-            return
-        self.types = (*self.types, *new)
+        self.types: tuple[type[Event], ...] = tuple(names.values())
         union: Any = typing.Union[self.types]  # noqa: UP007 (built at run time)
         self.msgpack = msgspec.msgpack.Decoder(union)
         self.msgpack_list = msgspec.msgpack.Decoder(list[union])
@@ -62,11 +50,11 @@ STEWARD_TYPES: tuple[type[Event], ...] = (
     *session.EVENT_TYPES,
     *workflow.EVENT_TYPES,
 )
-"""The event types of steward's own kinds."""
+"""The event types of steward's own kinds (`steward.kinds.KINDS`; a test
+holds the two equal)."""
 
 UNION = EventUnion(STEWARD_TYPES)
-"""The union the log decodes into: the events of steward's kinds and of every
-kind registered since (`steward.actors.kind.register`)."""
+"""The union a log decodes into unless given another: steward's kinds'."""
 
 
 def field_defaults(types: tuple[type[Event], ...] = STEWARD_TYPES) -> dict[str, str]:

@@ -5,11 +5,11 @@ checkpoint (the last position applied), so after a crash catch-up resumes
 exactly where the last committed batch ended. Handlers use only what the
 events carry (never the current time), so ``rebuild`` gives identical tables.
 
-A projection is a set of handlers per actor kind (`PROJECTIONS`, a
-`steward.projections.projection.Projection` per kind name; the run kind's is
-`steward.projections.runs.RUNS`, the session kind's
-`steward.projections.sessions.SESSIONS`, the workflow kind's
-`steward.projections.workflows.WORKFLOWS`). Besides them the projector keeps the
+A projection is a set of handlers per actor kind (its
+`steward.actors.kind.Kind.projection`, a
+`steward.projections.projection.Projection`), for the kinds of the table the
+projector serves (`steward.kinds.KINDS` unless given another). Besides them
+the projector keeps the
 ``pending`` table for every kind (what a host routes again on start): the
 model and tool calls each stream requested and has no answer to, and what
 its kind's ``pending`` function says its events ask for and answer (timers,
@@ -31,15 +31,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from steward import events
-from steward.actors.kind import KINDS
+from steward.actors.kind import Kinds, ReadModels
 from steward.bus import EventLog
 from steward.events import Recorded
-from steward.projections.projection import PENDING_SCHEMA, Projection, done, want
-from steward.projections.runs import RUNS
-from steward.projections.sessions import SESSIONS, search
-from steward.projections.workflows import WORKFLOWS
+from steward.kinds import KINDS
+from steward.projections.projection import PENDING_SCHEMA, done, want
+from steward.projections.sessions import search
 
-__all__ = ["PROJECTIONS", "Projector", "register", "schema_version"]
+__all__ = ["Projector", "schema_version"]
 
 R = TypeVar("R")
 
@@ -49,48 +48,42 @@ CREATE TABLE IF NOT EXISTS projection_checkpoint (
 );
 """
 
-PROJECTIONS: dict[str, Projection] = {
-    RUNS.kind: RUNS,
-    SESSIONS.kind: SESSIONS,
-    WORKFLOWS.kind: WORKFLOWS,
-}
-"""The read models of each actor kind, by kind name."""
-
-
-def register(projection: Projection) -> None:
-    """Add the read models of a kind (of an extension, or of a test)."""
-    known = PROJECTIONS.get(projection.kind)
-    if known is not None and known is not projection:
-        raise ValueError(f"kind {projection.kind!r} has a projection already")
-    PROJECTIONS[projection.kind] = projection
-
-
 PENDING_LOGIC = 2
 """What the pending rows mean, beside their schema: a file written under
 another (from 2, a debounce timer's row is answered by the next one armed)
 is rebuilt from the log."""
 
 
-def _schema() -> str:
+def _projections(kinds: Kinds) -> dict[str, ReadModels]:
+    """The read models of each kind of ``kinds`` that has some, by name."""
+    return {k.name: k.projection for k in kinds if k.projection is not None}
+
+
+def _schema(kinds: Kinds) -> str:
     parts = [CHECKPOINT_SCHEMA, PENDING_SCHEMA, f"-- pending logic {PENDING_LOGIC}"]
-    parts += [PROJECTIONS[name].schema for name in sorted(PROJECTIONS)]
+    projections = _projections(kinds)
+    parts += [projections[name].schema for name in sorted(projections)]
     return "".join(parts)
 
 
-def _tables() -> tuple[str, ...]:
-    owned = (t for p in PROJECTIONS.values() for t in p.tables)
+def _tables(kinds: Kinds) -> tuple[str, ...]:
+    owned = (t for p in _projections(kinds).values() for t in p.tables)
     return ("projection_checkpoint", "pending", *owned)
 
 
-def schema_version() -> int:
+def schema_version(kinds: Kinds = KINDS) -> int:
     """The ``user_version`` of a projection file of today's schemas."""
-    return zlib.crc32(_schema().encode()) & 0x7FFFFFFF
+    return zlib.crc32(_schema(kinds).encode()) & 0x7FFFFFFF
 
 
 class Projector:
     """Keeps the read models current; see the module docstring."""
 
-    def __init__(self, conn: sqlite3.Connection, position: int) -> None:
+    def __init__(
+        self, conn: sqlite3.Connection, position: int, kinds: Kinds = KINDS
+    ) -> None:
+        self.kinds = kinds
+        self._projections = _projections(kinds)
         self._conn = conn
         self.position = position
         self._lock = asyncio.Lock()
@@ -99,7 +92,11 @@ class Projector:
         self._task: asyncio.Task[None] | None = None
 
     @classmethod
-    async def open(cls, path: str | Path) -> Projector:
+    async def open(cls, path: str | Path, kinds: Kinds = KINDS) -> Projector:
+        """Open (creating it) the projection file at ``path`` for the read
+        models of ``kinds``."""
+        version = schema_version(kinds)
+
         def connect() -> tuple[sqlite3.Connection, int]:
             conn = sqlite3.connect(
                 str(path), isolation_level=None, check_same_thread=False
@@ -107,19 +104,19 @@ class Projector:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA busy_timeout=10000")
             conn.execute("PRAGMA synchronous=NORMAL")
-            (version,) = conn.execute("PRAGMA user_version").fetchone()
-            if version != schema_version():
-                for table in _tables():
+            (found,) = conn.execute("PRAGMA user_version").fetchone()
+            if found != version:
+                for table in _tables(kinds):
                     conn.execute(f"DROP TABLE IF EXISTS {table}")
-                conn.execute(f"PRAGMA user_version = {schema_version()}")
-            conn.executescript(_schema())
+                conn.execute(f"PRAGMA user_version = {version}")
+            conn.executescript(_schema(kinds))
             row = conn.execute(
                 "SELECT position FROM projection_checkpoint WHERE name='main'"
             ).fetchone()
             return conn, row[0] if row else 0
 
         conn, position = await asyncio.to_thread(connect)
-        return cls(conn, position)
+        return cls(conn, position, kinds)
 
     # -- feeding ------------------------------------------------------------------
 
@@ -177,7 +174,7 @@ class Projector:
             done = row[0] if row else 0
             todo = [rec for rec in batch if rec.position > done]
             for rec in todo:
-                _handle(conn, rec)
+                self._handle(conn, rec)
             if todo:
                 done = todo[-1].position
                 conn.execute(
@@ -202,9 +199,33 @@ class Projector:
         return self.position
 
     def _reset(self) -> None:
-        for table in _tables():
+        for table in _tables(self.kinds):
             self._conn.execute(f"DROP TABLE IF EXISTS {table}")
-        self._conn.executescript(_schema())
+        self._conn.executescript(_schema(self.kinds))
+
+    def _handle(self, conn: sqlite3.Connection, rec: Recorded) -> None:
+        """Apply ``rec`` to its kind's read models and to ``pending``."""
+        name = rec.stream.partition(".")[0]
+        for other, projection in self._projections.items():
+            if projection.watches and other != name:
+                if type(rec.event) in projection.watches:
+                    projection.apply(conn, rec)
+        kind = self.kinds.get(name)
+        if kind is None:
+            return
+        if kind.projection is not None:
+            kind.projection.apply(conn, rec)
+            if kind.projection.keeps_pending:
+                return
+        _requests(conn, rec)
+        if kind.pending is not None:
+            asked = kind.pending(rec.event)
+            if asked.ended:
+                conn.execute("DELETE FROM pending WHERE stream=?", (rec.stream,))
+            for key in asked.answers:
+                done(conn, key)
+            for effect in asked.wants:
+                want(conn, effect.key, rec, effect.kind, effect.due_at)
 
     # -- reading ------------------------------------------------------------------
 
@@ -249,29 +270,6 @@ class Projector:
 
 
 # -- handlers -------------------------------------------------------------------
-
-
-def _handle(conn: sqlite3.Connection, rec: Recorded) -> None:
-    """Apply ``rec`` to its kind's read models and to ``pending``."""
-    name = rec.stream.partition(".")[0]
-    for other in PROJECTIONS.values():
-        if other.watches and other.kind != name and type(rec.event) in other.watches:
-            other.apply(conn, rec)
-    projection = PROJECTIONS.get(name)
-    if projection is not None:
-        projection.apply(conn, rec)
-        if projection.keeps_pending:
-            return
-    _requests(conn, rec)
-    kind = KINDS.get(name)
-    if kind is not None and kind.pending is not None:
-        asked = kind.pending(rec.event)
-        if asked.ended:
-            conn.execute("DELETE FROM pending WHERE stream=?", (rec.stream,))
-        for key in asked.answers:
-            done(conn, key)
-        for effect in asked.wants:
-            want(conn, effect.key, rec, effect.kind, effect.due_at)
 
 
 def _requests(conn: sqlite3.Connection, rec: Recorded) -> None:

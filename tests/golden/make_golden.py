@@ -49,7 +49,6 @@ import msgspec
 
 from steward import events, replay
 from steward.actors import run as run_actor
-from steward.actors.kind import kind_of
 from steward.actors.llm import ModelRouter, Reply, RequestInfo, ScriptedProvider
 from steward.actors.llm.scripted import ReplyError
 from steward.actors.prompt import Prompt
@@ -60,6 +59,7 @@ from steward.clock import FakeClock
 from steward.config import ModelConfig, Settings
 from steward.events.workflow import EdgeDef, GitDef, NodeDef, WorkflowDef
 from steward.host import Host
+from steward.kinds import kind_of
 from steward.workflows import created, worktree
 
 HERE = Path(__file__).resolve().parent

@@ -19,10 +19,10 @@ import pytest
 
 from steward import events, replay
 from steward.actors.effects import Create
-from steward.actors.kind import KINDS, kind_of
 from steward.bus import SqliteEventLog
 from steward.config import DEFAULT_SYSTEM_PROMPT
 from steward.events import Recorded
+from steward.kinds import KINDS, kind_of
 
 GOLDEN = Path(__file__).resolve().parent
 
@@ -395,7 +395,7 @@ def test_a_revision_3_workflow_reads_no_decision_as_missing_and_is_bounded() -> 
 
 def test_every_event_type_has_a_golden_log() -> None:
     """Each event type of every kind steward has appears in some golden log."""
-    union = {t.__name__ for k in KINDS.values() for t in k.events}
+    union = {t.__name__ for k in KINDS for t in k.events}
     seen = {events.type_name(r.event) for name in NAMES for r in load(name)}
     missing = sorted(union - seen)
     assert not missing, (

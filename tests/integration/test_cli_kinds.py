@@ -10,19 +10,26 @@ from pathlib import Path
 
 import pytest
 from counter_kind import COUNTER, Counter, CounterAdd, CounterAdded, decide
-from support import PLAN, act, use_kind
+from support import PLAN, act, with_kinds
 
 from steward import cli
-from steward.actors import kind
+from steward.actors.kind import Kinds
 from steward.bus import SqliteEventLog
 from steward.events import Event
 
+WITH_COUNTER = with_kinds(COUNTER)
+"""steward's kinds and the counter: what the commands here serve."""
+
+
+def steward(argv: list[str], kinds: Kinds = WITH_COUNTER) -> int:
+    """``steward ARGV`` over ``kinds``."""
+    return cli.main(argv, kinds=kinds)
+
 
 @pytest.fixture
-def counter_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+def counter_log(tmp_path: Path) -> str:
     """A SQLite log holding stream ``counter.c1``: two steps of the counter
-    kind, registered for the test."""
-    use_kind(monkeypatch, COUNTER)
+    kind."""
     db = tmp_path / "log.db"
     asyncio.run(_write(db, "counter.c1", [CounterAdd(n=1), CounterAdd(n=2)]))
     return str(db)
@@ -31,7 +38,7 @@ def counter_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 async def _write(db: Path, stream: str, inputs: list[Event]) -> None:
     """Commit each input with its decisions, as a host would."""
     state = COUNTER.initial
-    async with await SqliteEventLog.open(db) as log:
+    async with await SqliteEventLog.open(db, union=WITH_COUNTER.union) as log:
         version = 0
         for input in inputs:
             decided = COUNTER.decide(input, state)
@@ -46,7 +53,7 @@ def test_events_export_takes_a_stream_of_any_kind(
     counter_log: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`events export counter.c1` prints that stream's events as JSON lines."""
-    assert cli.main(["--db", counter_log, "events", "export", "counter.c1"]) == 0
+    assert steward(["--db", counter_log, "events", "export", "counter.c1"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     exported = [json.loads(line) for line in lines]
     assert [(e["stream"], e["version"], e["event"]["type"]) for e in exported] == [
@@ -63,7 +70,7 @@ def test_replay_rebuilds_and_verifies_a_stream_of_any_kind(
 ) -> None:
     """`replay counter.c1 --verify` prints the kind, the event count and the
     state folded by the kind's decider, then verifies it."""
-    code = cli.main(["--db", counter_log, "replay", "counter.c1", "--verify"])
+    code = steward(["--db", counter_log, "replay", "counter.c1", "--verify"])
     assert capsys.readouterr().out.splitlines() == [
         "counter.c1: kind counter, 5 events",
         "total: 3",
@@ -86,10 +93,8 @@ def test_replay_verify_catches_a_changed_decider_of_any_kind(
             return [CounterAdded(total=state.total + 4)]
         return decide(input, state)
 
-    monkeypatch.setitem(
-        kind.KINDS, "counter", dataclasses.replace(COUNTER, decide=doubled)
-    )
-    code = cli.main(["--db", counter_log, "replay", "counter.c1", "--verify"])
+    changed = with_kinds(dataclasses.replace(COUNTER, decide=doubled))
+    code = steward(["--db", counter_log, "replay", "counter.c1", "--verify"], changed)
     out = capsys.readouterr().out
     assert code == 3
     assert "verify: MISMATCH at version 3: the decider now decides differently" in out
@@ -100,7 +105,7 @@ def test_runs_show_takes_a_stream_of_any_kind(
 ) -> None:
     """`runs show counter.c1` lists its events: version, type, time, and
     their fields as the summary."""
-    assert cli.main(["--db", counter_log, "runs", "show", "counter.c1"]) == 0
+    assert steward(["--db", counter_log, "runs", "show", "counter.c1"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "counter.c1  kind counter  5 events"
     steps = [line.split() for line in lines[2:]]
@@ -118,11 +123,11 @@ def test_fork_copies_a_stream_of_any_kind(
 ) -> None:
     """`fork counter.c1 --at 2` copies the first step into a counter of its
     own, which replays to the state there and verifies."""
-    assert cli.main(["--db", counter_log, "fork", "counter.c1", "--at", "2"]) == 0
+    assert steward(["--db", counter_log, "fork", "counter.c1", "--at", "2"]) == 0
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith("forked counter.c1 at version 2 as counter.c1-fork")
     forked = first.split()[-1]
-    code = cli.main(["--db", counter_log, "replay", forked, "--verify"])
+    code = steward(["--db", counter_log, "replay", forked, "--verify"])
     assert capsys.readouterr().out.splitlines() == [
         f"{forked}: kind counter, 2 events",
         "total: 1",
@@ -170,7 +175,7 @@ def test_a_stream_the_command_cannot_take_is_one_clear_line(
     """An unknown kind names the kinds there are; a missing stream, a fork
     inside a step and `runs cancel` of a non-run stream say why, in one line,
     exit 2."""
-    code = cli.main(["--db", counter_log, *argv])
+    code = steward(["--db", counter_log, *argv])
     err = capsys.readouterr().err
     assert (code, err.strip()) == (2, expected)
 
@@ -184,10 +189,10 @@ def test_a_run_stream_name_is_the_run(
     script = tmp_path / "s.json"
     replies = [*PLAN, act(type="finish", output="done")]
     script.write_text(json.dumps({"replies": [{"text": r} for r in replies]}))
-    assert cli.main(["--db", db, "--script", str(script), "run", "-q", "x"]) == 0
+    assert steward(["--db", db, "--script", str(script), "run", "-q", "x"]) == 0
     run_id = capsys.readouterr().out.split()[1]  # "run ID completed"
     for argv in (["replay", "--verify"], ["events", "export"], ["runs", "show"]):
-        assert cli.main(["--db", db, *argv, run_id]) == 0
+        assert steward(["--db", db, *argv, run_id]) == 0
         by_id = capsys.readouterr().out
-        assert cli.main(["--db", db, *argv, f"run.{run_id}"]) == 0
+        assert steward(["--db", db, *argv, f"run.{run_id}"]) == 0
         assert capsys.readouterr().out == by_id

@@ -15,12 +15,12 @@ from counter_kind import COUNTER, CounterAdd, CounterAdded
 from counter_kind import Counter as Count
 from counter_kind import decide as counter_decide
 from prometheus_client.parser import text_string_to_metric_families
-from support import PLAN, act, use_kind
+from support import PLAN, act, with_kinds
 
 from steward import events, replay
 from steward import host as host_module
 from steward.actors import run as run_actor
-from steward.actors.kind import kind_of
+from steward.actors.kind import Kinds
 from steward.actors.llm import ScriptedProvider
 from steward.actors.run import Run
 from steward.actors.run_effects import run_stream
@@ -28,6 +28,7 @@ from steward.actors.tools import ToolRegistry, tool
 from steward.bus import EventLog
 from steward.clock import FakeClock
 from steward.host import Host
+from steward.kinds import kind_of
 from steward.projections.store import Projector
 
 TOOLS = ToolRegistry.with_builtins().specs()
@@ -719,20 +720,18 @@ def _touch(input: events.Event, state: Count) -> list[events.Event] | None:
     return counter_decide(input, state)
 
 
-@pytest.fixture
-def touch(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A counter kind that opens with `CounterAdd`, registered for the test."""
-    opened = dataclasses.replace(
-        COUNTER, name="touch", decide=_touch, opens=(CounterAdd,)
-    )
-    use_kind(monkeypatch, opened)
+TOUCH = with_kinds(
+    dataclasses.replace(COUNTER, name="touch", decide=_touch, opens=(CounterAdd,))
+)
+"""steward's kinds and a counter that opens with `CounterAdd`."""
 
 
+@pytest.mark.parametrize("kinds", [TOUCH])  # the log's, too (its fixture's)
 async def test_an_opening_input_refused_on_a_guess_is_decided_on_the_log(
-    log, touch: None
+    log, kinds: Kinds
 ) -> None:
-    await Host(log).submit("touch.t", CounterAdd(n=2))
-    late = Host(log)  # knows nothing of touch.t: guesses it empty, and is refused
+    await Host(log, kinds=kinds).submit("touch.t", CounterAdd(n=2))
+    late = Host(log, kinds=kinds)  # knows nothing of touch.t: guesses it empty
     commit = await late.submit("touch.t", CounterAdd(n=0))
     assert commit is not None  # decided again on the counter at 2
     assert [type(r.event) for r in await log.read("touch.t")][-1] is CounterAdded

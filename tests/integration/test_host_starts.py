@@ -27,9 +27,9 @@ import pytest
 from support import act
 
 from steward import events, replay
-from steward.actors import kind as kind_module
 from steward.actors import run as run_actor
 from steward.actors import session as session_actor
+from steward.actors.kind import Kinds
 from steward.actors.llm import Reply, RequestInfo, ScriptedProvider
 from steward.actors.prompt import Prompt
 from steward.actors.run_effects import run_stream
@@ -42,6 +42,7 @@ from steward.events import Recorded
 from steward.events.run import LATEST_REVISION
 from steward.events.workflow import NodeDef, WorkflowDef
 from steward.host import Host
+from steward.kinds import KINDS
 from steward.metrics import HOST as METRICS
 
 SESSION = "cli:a"
@@ -106,9 +107,11 @@ async def hosts(
         start: bool = True,
         scope: str | None = None,
         sleep: Any = asyncio.sleep,
+        kinds: Kinds = KINDS,
     ) -> Host:
         host = Host(
             log,
+            kinds=kinds,
             provider=ScriptedProvider(replies, sleep=sleep),
             tools=ToolRegistry.with_builtins(),
             workspace=tmp_path,
@@ -541,9 +544,8 @@ async def test_a_child_that_cannot_be_decided_leaves_its_parent_committed(
             raise RuntimeError("the run's decider is broken")
         return decide(input, state, cache)
 
-    broken_run = replace(kind_module.KINDS["run"], step=broken)
-    monkeypatch.setitem(kind_module.KINDS, "run", broken_run)
-    host = await hosts(start=False)
+    broken_run = replace(KINDS["run"], step=broken)
+    host = await hosts(start=False, kinds=KINDS.replaced(broken_run))
     turn = await first_turn(host, clock)
     assert (await log.read(STREAM))[-1] == turn
     assert await log.read(run_stream(turn.event.run_id)) == []

@@ -25,7 +25,6 @@ from nats_server import NatsServer
 from support import SPAWN_SCOUT, act
 
 from steward import events, replay
-from steward.actors.kind import kind_of
 from steward.actors.llm import ScriptedProvider
 from steward.actors.run_effects import run_stream
 from steward.actors.session import session_stream
@@ -41,6 +40,7 @@ from steward.ingress import (
     Ingress,
     inbound_schema_json,
 )
+from steward.kinds import kind_of
 
 SCHEMA = Path(__file__).parents[2] / "docs" / "inbound-message.v1.schema.json"
 DEBOUNCE = 60.0

@@ -2,22 +2,24 @@
 
 The tally actor counts; at three it writes a file with a tool, sleeps on a
 timer, then starts a child run whose result comes back to it through the
-child's ``reply_to``. Nothing under ``steward/`` knows it: it is registered in
-the kind table here, and runs on both logs (the ``log`` fixture).
+child's ``reply_to``. Nothing under ``steward/`` knows it: the table of kinds
+the test's log, hosts and projections serve holds it (the ``kinds`` fixture),
+and it runs on both logs (the ``log`` fixture).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
-from support import act, use_kind
+from support import act, with_kinds
 
 from steward import events, replay
-from steward.actors import kind
 from steward.actors.effects import ArmTimer, Create, Effect, Pending, Want
+from steward.actors.kind import Kind, Kinds
 from steward.actors.llm import ScriptedProvider
 from steward.clock import FakeClock
 from steward.events import Event, Recorded
@@ -149,7 +151,7 @@ def pending(event: Event) -> Pending:
             return Pending()
 
 
-TALLY: kind.Kind[Tally] = kind.Kind(
+TALLY: Kind[Tally] = Kind(
     name="tally",
     initial=Tally(),
     evolve=evolve,
@@ -203,10 +205,14 @@ TALLIES = Projection(
 )
 
 
-@pytest.fixture(autouse=True)
-def tally_kind(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The tally kind and its read models, in the tables for each test."""
-    use_kind(monkeypatch, TALLY, TALLIES)
+KINDS = with_kinds(dataclasses.replace(TALLY, projection=TALLIES))
+"""steward's kinds and the tally, with its read models."""
+
+
+@pytest.fixture
+def kinds() -> Kinds:
+    """What the test's log, hosts and projections serve."""
+    return KINDS
 
 
 async def until(
@@ -217,7 +223,7 @@ async def until(
     import asyncio
 
     for _ in range(1_000):
-        state = replay.rebuild(await log.read(stream))
+        state = replay.rebuild(await log.read(stream), kinds=KINDS)
         if done(state):
             return state
         if clock is not None:
@@ -242,13 +248,14 @@ async def test_a_kind_of_a_test_runs_through_host_replay_fork_and_rebuild(
     assert (tmp_path / "workspace" / "t1.txt").read_text() == "3"
     records = await log.read("tally.t1")
     child = await log.read("run.t1-child")
-    assert replay.verify(records) is None and replay.verify(child) is None
+    assert replay.verify(records, kinds=KINDS) is None
+    assert replay.verify(child) is None
     assert replay.rebuild(child).status == "completed"
     names = [type(r.event).__name__ for r in records]
     assert names[-2:] == ["SubagentFinished", "TallyDone"]
 
     # fork at the child's request: the copy starts a child of its own
-    steps = replay.commits(records)
+    steps = replay.commits(records, KINDS)
     asked = next(
         i for i, s in enumerate(steps) if isinstance(s[-1].event, TallyChildAsked)
     )
@@ -259,15 +266,15 @@ async def test_a_kind_of_a_test_runs_through_host_replay_fork_and_rebuild(
             return msgspec.structs.replace(event, tally_id="t2")
         return event
 
-    copy = replay.fork_events(steps[: asked + 1], "t1", "t2", renamed)
+    copy = replay.fork_events(steps[: asked + 1], "t1", "t2", renamed, KINDS)
     await log.append("tally.t2", copy, 0, correlation_id="t2")
     forked = await until(log, "tally.t2", lambda s: s.output is not None)
     assert forked.output == "hi" and forked.child is None
     assert replay.rebuild(await log.read("run.t2-child")).status == "completed"
-    assert replay.verify(await log.read("tally.t2")) is None
+    assert replay.verify(await log.read("tally.t2"), kinds=KINDS) is None
 
     # the projections rebuild from a log that holds another kind's streams
-    projector = await Projector.open(tmp_path / "rebuilt.db")
+    projector = await Projector.open(tmp_path / "rebuilt.db", KINDS)
     try:
         await projector.rebuild(log)
         runs = await projector.query("SELECT * FROM runs ORDER BY id")

@@ -25,7 +25,6 @@ from hypothesis import strategies as st
 from support import PLAN, act
 
 from steward import cli, events, replay
-from steward.actors import kind
 from steward.actors import run as run_actor
 from steward.actors.llm import Reply, ReplyError, ScriptedProvider
 from steward.actors.run_effects import run_stream
@@ -33,6 +32,7 @@ from steward.actors.tools import ToolRegistry, tool
 from steward.bus import SqliteEventLog
 from steward.config import load_settings
 from steward.host import Host
+from steward.kinds import KINDS
 
 TERMINAL = {"completed", "failed", "cancelled"}
 
@@ -266,9 +266,9 @@ def test_a_changed_decider_is_reported_at_the_first_diverging_version(
             for d in decided
         ]
 
-    changed_run = dataclasses.replace(kind.KINDS["run"], decide=changed)
-    monkeypatch.setitem(kind.KINDS, "run", changed_run)
-    assert cli.main(["--db", str(db), "replay", "p1", "--verify"]) == 3
+    changed_run = dataclasses.replace(KINDS["run"], decide=changed)
+    argv = ["--db", str(db), "replay", "p1", "--verify"]
+    assert cli.main(argv, kinds=KINDS.replaced(changed_run)) == 3
     out = capsys.readouterr().out
     # Reported at the input of the commit that recorded the third request.
     (step,) = [c for c in replay.commits(recorded) if third in c]

@@ -24,7 +24,6 @@ from workflow_files import EXAMPLE, SCRIPT
 
 from steward import cli, events, replay
 from steward.actors import workflow as wf
-from steward.actors.kind import kind_of
 from steward.actors.llm import Reply, ReplyError, RequestInfo, ScriptedProvider
 from steward.actors.prompt import Prompt
 from steward.actors.tools import ToolRegistry
@@ -33,6 +32,7 @@ from steward.bus import SqliteEventLog
 from steward.events.run import LATEST_REVISION, RunSettings
 from steward.events.workflow import EdgeDef, NodeDef, WorkflowDef
 from steward.host import Host
+from steward.kinds import kind_of
 from steward.projections.store import Projector
 from steward.projections.workflows import WORKFLOWS
 

@@ -1,6 +1,6 @@
 """The kind contract: every kind in the table keeps DESIGN §2's promises.
 
-Parametrized over every kind in `steward.actors.kind.KINDS`, as the log
+Parametrized over every kind in `steward.kinds.KINDS`, as the log
 contract suite is over both logs, with the committed golden logs
 (``tests/golden/*.jsonl``) as each kind's sample streams: a kind with no
 stream in any golden log fails here, so a new kind comes with one. On each
@@ -33,7 +33,6 @@ import pytest
 from counter_kind import COUNTER
 
 from steward import events, replay
-from steward.actors import kind as kind_table
 from steward.actors.effects import ArmTimer, Create, Deliver, Pending, Want
 from steward.actors.kind import Kind
 from steward.actors.prompt import PromptCache
@@ -46,6 +45,7 @@ from steward.events.protocol import (
     ToolRequested,
     ToolResulted,
 )
+from steward.kinds import KINDS
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 
@@ -67,9 +67,8 @@ class Sample(NamedTuple):
 
 
 def kinds() -> list[Kind[Any]]:
-    """Every kind in the table (a mapping by name, or a tuple of kinds)."""
-    table: Any = kind_table.KINDS
-    return list(table.values() if isinstance(table, Mapping) else table)
+    """Every kind in steward's table."""
+    return list(KINDS)
 
 
 @cache
@@ -502,11 +501,11 @@ SESSION_SAMPLE = ("session_subagents", "session.cli:subs")
 
 
 def run_kind() -> Kind[Any]:
-    return kind_table.kind_of("run.x")
+    return KINDS["run"]
 
 
 def session_kind() -> Kind[Any]:
-    return kind_table.kind_of("session.x")
+    return KINDS["session"]
 
 
 def test_a_kind_without_a_golden_stream_is_named() -> None:

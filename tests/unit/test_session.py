@@ -14,7 +14,6 @@ from msgspec.structs import replace
 
 from steward.actors import session as s
 from steward.actors.effects import ArmTimer, Create
-from steward.actors.kind import KINDS
 from steward.actors.session_context import budget_of, build_context, estimate
 from steward.actors.session_effects import effects, turn_run
 from steward.events import (
@@ -44,6 +43,7 @@ from steward.events import (
     TurnStarted,
     WakeDue,
 )
+from steward.kinds import KINDS
 
 SETTINGS = SessionSettings(
     debounce_seconds=1.5,

@@ -8,7 +8,6 @@ from msgspec.structs import replace
 from test_session import SETTINGS, Chat
 
 from steward.actors import session as s
-from steward.actors.kind import KINDS
 from steward.actors.prompt import prompt_hash
 from steward.actors.session_effects import effects, model_call, pending
 from steward.config import Settings
@@ -24,6 +23,7 @@ from steward.events import (
     ToolSpec,
     TurnStarted,
 )
+from steward.kinds import KINDS
 
 TOOLS = (ToolSpec(name="files.read", description="read a file"),)
 DIRECT = replace(SETTINGS, direct=True, run=replace(SETTINGS.run, tools=TOOLS))

@@ -22,7 +22,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"events"}),
     frozenset({"config", "bus", "metrics"}),
     frozenset({"actors"}),
-    frozenset({"projections", "replay", "hostlock"}),
+    frozenset({"projections", "kinds", "replay", "hostlock"}),
     frozenset({"host", "chats", "workflows", "ingress", "egress"}),
     frozenset({"cli", "__main__", "steward"}),
 )
@@ -147,12 +147,12 @@ GENERIC = (
 
 
 def test_the_generic_modules_name_no_kind() -> None:
-    from steward.actors.kind import KINDS
+    from steward.kinds import KINDS
 
     marks = [
-        *(f'"{name}.' for name in KINDS),
-        *(f"'{name}." for name in KINDS),
-        *(f"{name}_stream(" for name in KINDS),
+        *(f'"{name}.' for name in KINDS.names),
+        *(f"'{name}." for name in KINDS.names),
+        *(f"{name}_stream(" for name in KINDS.names),
         "run_id_of(",
     ]
     found = [

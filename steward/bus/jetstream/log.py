@@ -113,7 +113,7 @@ from steward.bus.jetstream.inbox import (
 from steward.bus.jetstream.subjects import escape_token, stream_of, subject_of
 from steward.bus.pages import Row, decode_page
 from steward.errors import ConcurrencyError, LogReadError, LogWriteError
-from steward.events import Event, Recorded
+from steward.events import UNION, Event, EventUnion, Recorded
 
 __all__ = ["POSITIONS_PER_COMMIT", "JetStreamEventLog"]
 
@@ -151,6 +151,8 @@ class JetStreamEventLog:
     ) -> None:
         """Wrap a connected client; use `JetStreamEventLog.open` instead."""
         self.stream = stream
+        self.union = UNION
+        """The event types the log decodes into."""
         self.prefix = prefix
         self.servers = servers
         self.replicas = 1
@@ -213,6 +215,7 @@ class JetStreamEventLog:
         read_timeout: float = 30.0,
         heartbeat: float = 2.0,
         clock: Callable[[], float] = time.time,
+        union: EventUnion = UNION,
     ) -> JetStreamEventLog:
         """Connect to NATS and open (creating it unless ``create`` is false) the stream.
 
@@ -239,6 +242,8 @@ class JetStreamEventLog:
             heartbeat: seconds between a subscription's heartbeats; after two
                 missed ones its consumer is recreated.
             clock: gives ``at`` for appends that do not pass one.
+            union: the event types the log holds (default: those of
+                steward's kinds; `steward.actors.kind.Kinds.union`).
 
         Raises:
             LogWriteError: NATS cannot be reached, JetStream is not enabled, or
@@ -355,6 +360,7 @@ class JetStreamEventLog:
             read_timeout=read_timeout,
             heartbeat=heartbeat,
         )
+        log.union = union
         holder.append(log)
         try:
             # What arrives is bounded by what this handle asked for: no limit
@@ -930,7 +936,7 @@ class JetStreamEventLog:
             fresh += max(0, position + count - max(position, after + 1))
             if limit is not None and fresh >= limit:
                 break
-        records = decode_page(rows, listed=True)
+        records = decode_page(rows, listed=True, union=self.union)
         if records and records[0].position <= after:
             records = [r for r in records if r.position > after]
         return records if limit is None else records[:limit]
@@ -1066,7 +1072,7 @@ class JetStreamEventLog:
                 if msg is None:
                     return
                 row = self._row(msg.subject, follower.seq, msg.data)
-                for record in decode_page([row], listed=True):
+                for record in decode_page([row], listed=True, union=self.union):
                     if record.position > from_position:
                         yield record
         finally:

@@ -1,0 +1,100 @@
+"""steward's actor kinds: the one place that names them.
+
+`KINDS` is the table every part that serves actors takes by default (the
+host, the projector, replay, the egress, the CLI); the log decodes into the
+union of its events (`steward.events.UNION` is that union, and a test holds
+the two equal). A kind is its package of events, decider, effects and read
+models, and one entry here.
+"""
+
+from __future__ import annotations
+
+from steward.actors import run as run_actor
+from steward.actors import run_effects, session_effects, workflow_effects
+from steward.actors import session as session_actor
+from steward.actors import workflow as workflow_actor
+from steward.actors.kind import Kind, Kinds
+from steward.events import run as run_events
+from steward.events import session as session_events
+from steward.events import workflow as workflow_events
+from steward.projections.runs import RUNS
+from steward.projections.sessions import SESSIONS
+from steward.projections.workflows import WORKFLOWS
+
+__all__ = ["KINDS", "RUN", "SESSION", "WORKFLOW", "kind_of"]
+
+RUN: Kind[run_actor.Run] = Kind(
+    name="run",
+    initial=run_actor.initial,
+    evolve=run_actor.evolve,
+    decide=run_actor.decide,
+    inputs=run_events.INPUT_TYPES,
+    events=run_events.EVENT_TYPES,
+    opens=(run_events.RunCreated,),
+    fold_events=run_actor.fold,
+    step=run_actor.decide_and_fold,
+    same_decisions=run_effects.same_decisions,
+    routed=run_effects.ROUTED,
+    effects=run_effects.effects,
+    starts=frozenset({run_events.SubagentsSpawned}),
+    awaits=run_effects.awaits,
+    claim=run_effects.claim,
+    model_call=run_effects.model_call,
+    correlation=run_effects.correlation,
+    workspace=run_effects.workspace,
+    detach=run_effects.detach,
+    tells=run_effects.tells,
+    told=run_effects.TOLD,
+    updates=True,
+    projection=RUNS,
+    derived=("run_id", "request_id", "timer_id"),
+)
+
+SESSION: Kind[session_actor.Session] = Kind(
+    name="session",
+    initial=session_actor.initial,
+    evolve=session_actor.evolve,
+    decide=session_actor.decide,
+    inputs=session_events.INPUT_TYPES,
+    events=session_events.EVENT_TYPES,
+    opens=(session_events.SessionOpened,),
+    routed=session_effects.ROUTED,
+    effects=session_effects.effects,
+    starts=frozenset({session_events.TurnStarted, session_events.SubagentStarted}),
+    awaits=session_effects.awaits,
+    claim=session_actor.claim_on,
+    model_call=session_effects.model_call,
+    correlation=session_effects.correlation,
+    detach=session_effects.detach,
+    pending=session_effects.pending,
+    tells=session_effects.tells,
+    told=session_effects.TOLD,
+    projection=SESSIONS,
+    derived=("session_id", "run_id", "request_id", "timer_id"),
+)
+
+WORKFLOW: Kind[workflow_actor.Workflow] = Kind(
+    name="workflow",
+    initial=workflow_actor.initial,
+    evolve=workflow_actor.evolve,
+    decide=workflow_actor.decide,
+    inputs=workflow_events.INPUT_TYPES,
+    events=workflow_events.EVENT_TYPES,
+    opens=(workflow_events.WorkflowCreated,),
+    routed=workflow_effects.ROUTED,
+    effects=workflow_effects.effects,
+    starts=frozenset({workflow_events.PhaseStarted}),
+    awaits=workflow_actor.awaits,
+    claim=workflow_actor.claim_on,
+    correlation=workflow_effects.correlation,
+    detach=workflow_effects.detach,
+    pending=workflow_effects.pending,
+    projection=WORKFLOWS,
+    derived=("workflow_id", "run_id", "request_id", "timer_id"),
+)
+
+KINDS = Kinds(RUN, SESSION, WORKFLOW)
+"""steward's actor kinds."""
+
+kind_of = KINDS.of
+"""The kind of the actor whose stream is the one given, of steward's kinds."""
