@@ -1,28 +1,48 @@
-"""A kind defined in this test runs through the host like the run kind.
+"""A fifth kind, defined in this test, runs through everything the run kind does.
 
-The tally actor counts; at three it writes a file with a tool, sleeps on a
-timer, then starts a child run whose result comes back to it through the
-child's ``reply_to``. Nothing under ``steward/`` knows it: the table of kinds
-the test's log, hosts and projections serve holds it (the ``kinds`` fixture),
-and it runs on both logs (the ``log`` fixture).
+The tally actor opens, counts, and at three writes a file with a tool, asks
+the model for a word, sleeps on a timer, then starts a child run whose
+result comes back to it through the child's ``reply_to``; it tells a
+channel when done, and every id it derives from its own is renamed by a
+fork. Nothing under ``steward/`` knows it: the table of kinds the test's
+log, hosts, projections and command lines serve holds it (the ``kinds``
+fixture, `support.with_kinds`), no module state is touched, and it runs on
+both logs (the ``log`` fixture), through the host, ``replay --verify``,
+``fork``, ``projections rebuild`` and the kind contract suite.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
 import msgspec
+import nats
 import pytest
+from nats_server import NatsServer
 from support import act, with_kinds
+from unit.test_kind_contract import CHECKS, Sample
 
-from steward import events, replay
-from steward.actors.effects import ArmTimer, Create, Effect, Pending, Want
+from steward import cli, events, replay
+from steward.actors.effects import (
+    ArmTimer,
+    Create,
+    Effect,
+    ModelCall,
+    Pending,
+    Told,
+    Want,
+)
 from steward.actors.kind import Kind, Kinds
 from steward.actors.llm import ScriptedProvider
+from steward.actors.prompt import Prompt, prompt_hash
+from steward.bus import SqliteEventLog
 from steward.clock import FakeClock
-from steward.events import Event, Recorded
+from steward.egress import Egress
+from steward.events import ChatMessage, Event, Recorded
 from steward.projections.projection import Projection
 from steward.projections.store import Projector
 
@@ -31,6 +51,8 @@ class Tally(msgspec.Struct, frozen=True):
     id: str = ""
     total: int = 0
     tool: str | None = None
+    asked: str | None = None
+    word: str = ""
     timer: str | None = None
     child: str | None = None
     output: str | None = None
@@ -72,6 +94,10 @@ def evolve(state: Tally, event: Event) -> Tally:
             return replace(state, tool=rid)
         case events.ToolResulted():
             return replace(state, tool=None)
+        case events.LlmRequested(request_id=rid):
+            return replace(state, asked=rid)
+        case events.LlmResponded(text=text):
+            return replace(state, asked=None, word=text)
         case TallySlept(timer_id=timer_id):
             return replace(state, timer=timer_id)
         case events.WakeDue():
@@ -98,7 +124,13 @@ def decide(input: Event, state: Tally) -> list[Event] | None:
                 args={"path": f"{state.id}.txt", "content": str(total)},
             )
             return [TallyCounted(total=total), write]
-        case events.ToolResulted(request_id=rid, at=at) if rid == state.tool:
+        case events.ToolResulted(request_id=rid) if rid == state.tool:
+            prompt = prompt_hash(tally_prompt(state))
+            rid = f"{state.id}/llm/1"
+            return [
+                events.LlmRequested(request_id=rid, iteration=1, prompt_hash=prompt)
+            ]
+        case events.LlmResponded(request_id=rid, at=at) if rid == state.asked:
             return [TallySlept(timer_id=f"{state.id}/wake/1", due=at + 5)]
         case events.WakeDue(timer_id=tid) if tid == state.timer:
             return [TallyChildAsked(run_id=f"{state.id}-child")]
@@ -106,6 +138,28 @@ def decide(input: Event, state: Tally) -> list[Event] | None:
             return [TallyDone(output=r.output)]
         case _:
             return None
+
+
+def tally_prompt(state: Tally) -> Prompt:
+    """What the tally asks the model, from its state alone."""
+    text = f"a word for {state.total}"
+    return Prompt(
+        model="scripted", system="", messages=(ChatMessage(role="user", content=text),)
+    )
+
+
+def model_call(
+    state: Tally, request: events.LlmRequested, cache: Any, given: Prompt | None
+) -> ModelCall:
+    return ModelCall(prompt=given or tally_prompt(state), actor_id=state.id)
+
+
+def tells(event: Event, state: Tally) -> Told | None:
+    """A finished tally tells the ``tally`` channel its output."""
+    if isinstance(event, TallyDone):
+        message = {"type": "done", "tally_id": state.id, "text": event.output}
+        return Told(channel="tally", message=message)
+    return None
 
 
 def effects(rec: Recorded, at: Tally, latest: Tally) -> list[Effect]:
@@ -160,6 +214,7 @@ TALLY: Kind[Tally] = Kind(
         TallyOpened,
         TallyAdd,
         events.ToolResulted,
+        events.LlmResponded,
         events.WakeDue,
         events.SubagentFinished,
     ),
@@ -172,13 +227,20 @@ TALLY: Kind[Tally] = Kind(
         TallyDone,
         events.ToolRequested,
         events.ToolResulted,
+        events.LlmRequested,
+        events.LlmResponded,
         events.WakeDue,
         events.SubagentFinished,
     ),
+    opens=(TallyOpened,),
     routed=frozenset({TallySlept, TallyChildAsked}),
     effects=effects,
-    awaits=lambda state, rid: state.tool == rid,
+    awaits=lambda state, rid: rid in (state.tool, state.asked),
+    model_call=model_call,
     pending=pending,
+    tells=tells,
+    told=frozenset({TallyDone}),
+    derived=("tally_id", "run_id", "request_id", "timer_id"),
 )
 
 
@@ -220,8 +282,6 @@ async def until(
 ) -> Any:
     """Poll ``stream``'s state (folded from the log) until ``done(state)``,
     moving the fake clock on by a few seconds a time if given."""
-    import asyncio
-
     for _ in range(1_000):
         state = replay.rebuild(await log.read(stream), kinds=KINDS)
         if done(state):
@@ -232,62 +292,107 @@ async def until(
     raise AssertionError(f"{stream} stayed {state}")
 
 
-async def test_a_kind_of_a_test_runs_through_host_replay_fork_and_rebuild(
-    make_host: Any, log: Any, clock: FakeClock, tmp_path: Path
+def cli_options(log: Any, tmp_path: Path) -> list[str]:
+    """The options that point a command line at the test's log."""
+    if isinstance(log, SqliteEventLog):
+        return ["--db", str(log.path)]
+    url = f"{log.servers[0]}?stream={log.stream}&prefix={log.prefix}"
+    return ["--log", url, "--db", str(tmp_path / "cli.db")]
+
+
+async def steward(argv: list[str], capsys: pytest.CaptureFixture[str]) -> list[str]:
+    """The lines ``steward ARGV`` prints over the test's kinds (exit 0)."""
+    code = await asyncio.to_thread(cli.main, argv, KINDS)
+    out = capsys.readouterr().out.splitlines()
+    assert code == 0, out
+    return out
+
+
+async def test_a_fifth_kind_runs_through_host_cli_replay_fork_and_rebuild(
+    make_host: Any,
+    log: Any,
+    clock: FakeClock,
+    tmp_path: Path,
+    nats_server: NatsServer,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """Tool call, timer and child run, all through the kind table: the tally
-    ends with its child's answer, both streams verify, a fork at the child's
-    request gets a child of its own, and the projections rebuild alike."""
+    """Tool call, model call, timer and child run, all through the kind
+    table: the tally ends with its child's answer and tells its channel;
+    ``replay --verify`` takes both streams, a ``fork`` at the child's
+    request renames every id the tally derives and gets a child of its own,
+    ``projections rebuild`` gives the same tables, and the tally keeps the
+    kind contract on what it recorded."""
     model = ScriptedProvider([act(type="send_message", message="hi")], per_run=True)
     host = await make_host(model)
-    await host.submit("tally.t1", TallyOpened(tally_id="t1"))
-    for n in (1, 2):
-        await host.submit("tally.t1", TallyAdd(n=n))
-    state = await until(log, "tally.t1", lambda s: s.output is not None, clock)
+    nc = await nats.connect(nats_server.url)
+    heard = await nc.subscribe("steward.outbound.tally")
+    egress = Egress(nc, host)
+    egress.start()
+    try:
+        await nc.flush()
+        await host.submit("tally.t1", TallyOpened(tally_id="t1"))
+        for n in (1, 2):
+            await host.submit("tally.t1", TallyAdd(n=n))
+        state = await until(log, "tally.t1", lambda s: s.output is not None, clock)
+        told = await heard.next_msg(timeout=10)
+    finally:
+        await egress.close()
+        await nc.close()
+    assert json.loads(told.data) == {"type": "done", "tally_id": "t1", "text": "hi"}
     assert state.output == "hi" and state.total == 3
+    assert state.word == act(type="send_message", message="hi")  # the model's
     assert (tmp_path / "workspace" / "t1.txt").read_text() == "3"
     records = await log.read("tally.t1")
-    child = await log.read("run.t1-child")
-    assert replay.verify(records, kinds=KINDS) is None
-    assert replay.verify(child) is None
-    assert replay.rebuild(child).status == "completed"
     names = [type(r.event).__name__ for r in records]
     assert names[-2:] == ["SubagentFinished", "TallyDone"]
 
+    options = cli_options(log, tmp_path)
+    out = await steward([*options, "replay", "tally.t1", "--verify"], capsys)
+    assert out[0] == f"tally.t1: kind tally, {len(records)} events"
+    assert out[-1] == "verify: ok"
+    out = await steward([*options, "replay", "run.t1-child", "--verify"], capsys)
+    assert out[0].endswith("status completed") and out[-1] == "verify: ok"
+
     # fork at the child's request: the copy starts a child of its own
-    steps = replay.commits(records, KINDS)
-    asked = next(
-        i for i, s in enumerate(steps) if isinstance(s[-1].event, TallyChildAsked)
-    )
-
-    def renamed(event: Event, origin: str) -> Event:
-        # the tally's own id is in its first input
-        if isinstance(event, TallyOpened):
-            return msgspec.structs.replace(event, tally_id="t2")
-        return event
-
-    copy = replay.fork_events(steps[: asked + 1], "t1", "t2", renamed, KINDS)
-    await log.append("tally.t2", copy, 0, correlation_id="t2")
-    forked = await until(log, "tally.t2", lambda s: s.output is not None)
-    assert forked.output == "hi" and forked.child is None
-    assert replay.rebuild(await log.read("run.t2-child")).status == "completed"
-    assert replay.verify(await log.read("tally.t2"), kinds=KINDS) is None
+    asked = next(r.version for r in records if isinstance(r.event, TallyChildAsked))
+    out = await steward([*options, "fork", "tally.t1", "--at", str(asked)], capsys)
+    fork = out[0].split()[-1]  # "forked tally.t1 at version N as tally.t1-forkXXXXXX"
+    forked = await until(log, fork, lambda s: s.output is not None)
+    new = fork.partition(".")[2]
+    assert forked.id == new and forked.output == "hi" and forked.child is None
+    copy = [r.event for r in await log.read(fork)]
+    derived = [getattr(e, f, "") for e in copy for f in TALLY.derived]
+    assert [i for i in derived if i and not i.startswith(new)] == []  # renamed
+    assert f"{new}/llm/1" in derived and f"{new}-child" in derived
+    child = await log.read(f"run.{new}-child")
+    assert replay.rebuild(child).status == "completed"
+    out = await steward([*options, "replay", fork, "--verify"], capsys)
+    assert out[-1] == "verify: ok"
 
     # the projections rebuild from a log that holds another kind's streams
-    projector = await Projector.open(tmp_path / "rebuilt.db", KINDS)
-    try:
-        await projector.rebuild(log)
-        runs = await projector.query("SELECT * FROM runs ORDER BY id")
-        tallies = await projector.query("SELECT * FROM tallies ORDER BY id")
-        await projector.rebuild(log)
-        assert await projector.query("SELECT * FROM runs ORDER BY id") == runs
-        assert await projector.query("SELECT * FROM tallies ORDER BY id") == tallies
-        left = await projector.query("SELECT key FROM pending")
-    finally:
-        await projector.close()
-    assert {row[0] for row in runs} == {"t1-child", "t2-child"}
-    assert tallies == [("t1", 3, "hi"), ("t2", 3, "hi")]
-    assert left == []  # every effect answered
+    async def tables() -> list[list[tuple[Any, ...]]]:
+        projector = await Projector.open(options[-1], KINDS)
+        try:
+            return [
+                await projector.query(f"SELECT * FROM {table} ORDER BY 1")
+                for table in ("runs", "tallies", "pending")
+            ]
+        finally:
+            await projector.close()
+
+    await steward([*options, "projections", "rebuild"], capsys)
+    runs, tallies, pending = await tables()
+    await steward([*options, "projections", "rebuild"], capsys)
+    assert await tables() == [runs, tallies, pending]
+    assert {row[0] for row in runs} == {"t1-child", f"{new}-child"}
+    assert tallies == [("t1", 3, "hi"), (new, 3, "hi")]
+    assert pending == []  # every effect answered
+
+    # the kind contract suite, on what the tally recorded
+    for stream in ("tally.t1", fork):
+        sample = Sample("this test", stream, tuple(await log.read(stream)))
+        for check in CHECKS.values():
+            check(KINDS["tally"], sample)
 
 
 async def test_a_pending_tool_call_of_another_kind_survives_a_restart(
@@ -335,10 +440,14 @@ async def test_a_timer_and_a_child_of_another_kind_survive_a_restart(
         rid = f"{tally_id}/tool/1"
         return events.ToolResulted(request_id=rid, ok=True, output="", at=clock.now())
 
-    slept = tally_steps("t8", TallyAdd(n=3), written("t8"))
+    def answered(tally_id: str) -> Event:
+        rid = f"{tally_id}/llm/1"
+        return events.LlmResponded(request_id=rid, text="w", at=clock.now())
+
+    slept = tally_steps("t8", TallyAdd(n=3), written("t8"), answered("t8"))
     await log.append("tally.t8", slept, 0, correlation_id="t8")
     woke = events.WakeDue(timer_id="t7/wake/1")
-    asked = tally_steps("t7", TallyAdd(n=3), written("t7"), woke)
+    asked = tally_steps("t7", TallyAdd(n=3), written("t7"), answered("t7"), woke)
     await log.append("tally.t7", asked, 0, correlation_id="t7")
     model = ScriptedProvider([act(type="send_message", message="hi")], per_run=True)
     await make_host(model)
@@ -365,8 +474,9 @@ async def test_a_reply_its_host_died_before_delivering_reaches_the_next_host(
     assert await log.read("tally.t6") == []  # the answer was refused: no tally yet
     await first.stop()
     written = events.ToolResulted(request_id="t6/tool/1", ok=True, output="ok")
+    answered = events.LlmResponded(request_id="t6/llm/1", text="w")
     woke = events.WakeDue(timer_id="t6/wake/1")
-    steps = tally_steps("t6", TallyAdd(n=3), written, woke)
+    steps = tally_steps("t6", TallyAdd(n=3), written, answered, woke)
     await log.append("tally.t6", steps, 0, correlation_id="t6")
     await make_host(model)
     t6 = await until(log, "tally.t6", lambda s: s.output is not None)

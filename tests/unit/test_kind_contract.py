@@ -34,7 +34,7 @@ from counter_kind import COUNTER
 
 from steward import events, replay
 from steward.actors.effects import ArmTimer, Create, Deliver, Pending, Want
-from steward.actors.kind import Kind
+from steward.actors.kind import Kind, Kinds
 from steward.actors.prompt import PromptCache
 from steward.errors import StewardError
 from steward.events import Event, Recorded
@@ -104,7 +104,7 @@ def steps(actor: Kind[Any], sample: Sample) -> Iterator[tuple[Recorded, Any, Any
     """Each step of ``sample``: its input's record, the state before it and
     the recorded decisions (a tuple)."""
     state = actor.initial
-    for step in replay.commits(sample.records):
+    for step in replay.commits(sample.records, Kinds(actor)):
         head = step[0]
         assert actor.is_input(head.event), (
             f"{sample.at(head.version)}: {type(head.event).__name__} opens a "
@@ -176,7 +176,7 @@ def check_decide_leaves_state(actor: Kind[Any], sample: Sample) -> None:
             actor.same_decisions is not None
             and actor.same_decisions(recorded, again, after)
         ), f"{where}: {name} decided\n  {again}\nbut recorded\n  {recorded}"
-    mismatch = replay.verify(sample.records, actor.decide)
+    mismatch = replay.verify(sample.records, actor.decide, Kinds(actor))
     assert mismatch is None, f"{sample.at(mismatch.version)}: {mismatch.problem}"
 
 
@@ -221,7 +221,7 @@ def check_opening_refused(actor: Kind[Any], sample: Sample) -> None:
         f"kind's opens ({', '.join(t.__name__ for t in actor.opens) or 'none'})"
     )
     state = actor.initial
-    for step in replay.commits(sample.records):
+    for step in replay.commits(sample.records, Kinds(actor)):
         state = actor.fold((r.event for r in step), state)
         where = sample.at(step[-1].version)
         assert actor.decide(opening, state) is None, (
@@ -387,15 +387,15 @@ def check_fork_renames(actor: Kind[Any], sample: Sample) -> None:
     gives events in which no string field still holds the old actor's id
     or one derived from it (``old/…``, ``old-…``, ``old:…``), but for the
     fields `NAMES_ANOTHER_ACTOR` lists."""
-    old, cut = sample.actor, replay.commits(sample.records)
+    old, cut = sample.actor, replay.commits(sample.records, Kinds(actor))
     assert old and old not in FORK, f"{sample.stream}: choose another FORK"
     if (sample.log, sample.stream) in UNFORKABLE:
         with pytest.raises(StewardError):
-            replay.fork_events(cut, old, FORK, actor.detach)
+            replay.fork_events(cut, old, FORK, actor.detach, Kinds(actor))
         return
     for n in range(1, len(cut) + 1):
         try:
-            forked = replay.fork_events(cut[:n], old, FORK, actor.detach)
+            forked = replay.fork_events(cut[:n], old, FORK, actor.detach, Kinds(actor))
         except StewardError as e:
             raise AssertionError(f"{sample.at(cut[n - 1][0].version)}: {e}") from e
         left = [
