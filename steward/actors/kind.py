@@ -93,13 +93,6 @@ class Kind(Generic[S]):
     effects: Callable[[Recorded, S, S], list[Effect]] | None = None
     """What committed event ``rec`` asks of the host, given the state at it
     and the newest state (`steward.actors.effects`)."""
-    starts: frozenset[type[Event]] = frozenset()
-    """The decisions whose effects start other actors (`Create`): the host
-    appends those actors' opening steps after the decision, with it
-    (`EventLog.append_then`). Their effects are made before the commit, so
-    they must not read the record's ``position`` or ``at``; each must be
-    ``routed`` too (the dispatcher skips them, or creates what did not
-    start)."""
     awaits: Callable[[S, str], bool] | None = None
     """Whether the actor still waits for the result of an effect (by request
     id): the host skips a call whose answer is in already."""
@@ -140,13 +133,6 @@ class Kind(Generic[S]):
     (``<id>/llm/1``, ``<id>-t2``): a fork renames them for its own
     (`steward.replay.remap`). The shared vocabulary's request and timer ids
     by default; a kind adds its own (``run_id``, ``session_id``, ...)."""
-
-    def __post_init__(self) -> None:
-        if not self.starts <= self.routed:
-            names = sorted(t.__name__ for t in self.starts - self.routed)
-            raise ValueError(
-                f"kind {self.name}: {', '.join(names)} in starts but not in routed"
-            )
 
     def fold(self, events: Iterable[Event], state: S | None = None) -> S:
         """The state after ``events``, from ``state`` (default: ``initial``)."""
@@ -190,7 +176,6 @@ RUN: Kind[run_actor.Run] = Kind(
     same_decisions=run_effects.same_decisions,
     routed=run_effects.ROUTED,
     effects=run_effects.effects,
-    starts=frozenset({run_events.SubagentsSpawned}),
     awaits=run_effects.awaits,
     claim=run_effects.claim,
     model_call=run_effects.model_call,
@@ -213,7 +198,6 @@ SESSION: Kind[session_actor.Session] = Kind(
     opens=(session_events.SessionOpened,),
     routed=session_effects.ROUTED,
     effects=session_effects.effects,
-    starts=frozenset({session_events.TurnStarted, session_events.SubagentStarted}),
     awaits=session_effects.awaits,
     claim=session_actor.claim_on,
     model_call=session_effects.model_call,
@@ -235,7 +219,6 @@ WORKFLOW: Kind[workflow_actor.Workflow] = Kind(
     opens=(workflow_events.WorkflowCreated,),
     routed=workflow_effects.ROUTED,
     effects=workflow_effects.effects,
-    starts=frozenset({workflow_events.PhaseStarted}),
     awaits=workflow_actor.awaits,
     claim=workflow_actor.claim_on,
     correlation=workflow_effects.correlation,
