@@ -10,11 +10,12 @@ Targets:
 - the session's own cost per message, from its arrival to its run's start,
   excluding the debounce wait, <= 2x a run step on the same machine: CPU
   time of committing the message and the timer's `WakeDue`, which starts
-  the turn and, in the same commit, its run (`RunCreated` with its context,
-  decided into the run's first model request), against the runtime's CPU
-  per step; each measured right after the other, the median of the pairs'
-  ratios. The timers and the dispatcher are not run: the benchmark gives
-  the `WakeDue` itself.
+  the turn, and of routing the turn as the dispatcher does, which commits
+  its run (`RunCreated` with its context, decided into the run's first
+  model request), against the runtime's CPU per step; each measured right
+  after the other, the median of the pairs' ratios. The timers and the
+  dispatcher are not run: the benchmark gives the `WakeDue` and routes the
+  turn itself.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import time
 from pathlib import Path
 from statistics import median, quantiles
 
-from benchmarks.common import REPEATS, Figure
+from benchmarks.common import REPEATS, Figure, route
 from benchmarks.runtime_bench import STEPS
 from benchmarks.runtime_bench import _measure as run_steps
 from steward import events
@@ -166,12 +167,14 @@ async def _per_message_us(tmp: Path, messages: bool = True) -> float:
         taken = await host.submit(stream, message)
         assert taken is not None
         # the timer its `DebounceArmed` asks for is due: the turn starts, and
-        # its run with it (`Kind.starts`)
+        # routing it starts its run
         armed = taken.records[-1].event
         assert isinstance(armed, events.DebounceArmed)
         commit = await host.submit(stream, events.WakeDue(timer_id=armed.timer_id))
         assert commit is not None
-        runs.append(commit.records[-1].event)
+        turn = commit.records[-1]
+        await route(host, turn)
+        runs.append(turn.event)
     seconds = time.process_time() - started
     for turn in runs:
         assert isinstance(turn, events.TurnStarted)

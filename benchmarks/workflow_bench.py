@@ -5,11 +5,11 @@ overhead stays invisible next to its phases. Measured as the CPU time of
 what a transition takes once a phase's run has answered: committing its
 `SubagentFinished` to the workflow (the workflow decides the phase's
 outcome, its routing decision, the transition, the target's requeue and its
-start, with the upstream hand-off), and in the same commit the next
-phase's run (`Kind.starts`: the `PhaseStarted` effect builds its prompt and
-context, and the run decides its `RunCreated` into its start and first
-model request, prompt hashed). The model is not called: the phase runs' own
-steps are a run step each, measured by `runtime_bench`.
+start, with the upstream hand-off), and routing its `PhaseStarted` as the
+dispatcher does: the effect builds the next phase's prompt and context, and
+its run decides its `RunCreated` into its start and first model request,
+prompt hashed, in a commit of its own. The model is not called: the phase
+runs' own steps are a run step each, measured by `runtime_bench`.
 
 The workflow loops over two nodes (``a -> b -> a``, auto edges), each phase
 handed the other's report of 2,000 characters, for `TRANSITIONS` steps.
@@ -22,11 +22,11 @@ import time
 from pathlib import Path
 from statistics import median
 
-from benchmarks.common import REPEATS, Figure
+from benchmarks.common import REPEATS, Figure, route
 from steward import events
 from steward.actors.run_effects import run_stream
 from steward.actors.workflow import Workflow, phase_of, workflow_stream
-from steward.bus import SqliteEventLog
+from steward.bus import Commit, SqliteEventLog
 from steward.config import Settings
 from steward.host import Host
 
@@ -53,8 +53,9 @@ async def _per_transition_us(path: Path) -> float:
     host = Host(log)  # not started: the phases' answers are given here
     stream = workflow_stream("bench")
     created = events.WorkflowCreated(workflow_id="bench", definition=_definition())
-    commit = await host.submit(stream, created)  # its first phase starts with it
+    commit = await host.submit(stream, created)
     assert commit is not None
+    await _start_phase(host, commit)
     state: Workflow = (await host.state(stream))[0]
     phases = []
     started = time.process_time()
@@ -64,9 +65,9 @@ async def _per_transition_us(path: Path) -> float:
         assert run_id is not None
         phases.append(run_id)
         result = events.SubagentResult(run_id=run_id, status="completed", output=REPORT)
-        # the transition, and the next phase's run started in the same commit
         commit = await host.submit(stream, events.SubagentFinished(result=result))
         assert commit is not None, n
+        await _start_phase(host, commit)
         state = (await host.state(stream))[0]
     seconds = time.process_time() - started
     for run_id in phases:
@@ -74,6 +75,12 @@ async def _per_transition_us(path: Path) -> float:
             raise RuntimeError(f"phase run {run_id} did not start")
     await log.close()
     return seconds / TRANSITIONS * 1e6
+
+
+async def _start_phase(host: Host, commit: Commit) -> None:
+    """Start the phase run that ``commit`` decided, as the dispatcher does."""
+    [phase] = [r for r in commit.records if isinstance(r.event, events.PhaseStarted)]
+    await route(host, phase)
 
 
 async def run() -> list[Figure]:

@@ -23,13 +23,9 @@ refuses a result whose request is no longer pending. One shortcut: the task
 that commits a model's answer makes the next model call that commit asks for
 (a run's model loop is one task), and the dispatcher skips a request already
 in flight; after a restart the pending projection routes it as any other.
-Another: the actors a decision starts (`Kind.starts`: a session's turn run, a
-subagent, a workflow's phase) are decided on their initial states and
-appended after it (`EventLog.append_then`: with it in one SQLite
-transaction, one after the other on JetStream). The dispatcher leaves that
-record until the append is answered, then skips it; a child that had begun
-after all, or one a JetStream host died before appending, is created by the
-dispatcher as before.
+The actors a decision starts (a session's turn run, a subagent, a workflow's
+phase) have no such shortcut: the dispatcher creates each as it routes the
+committed decision, in a commit of its own.
 
 An effect never leaves a run stuck: a provider that fails to set up, an
 answer the log will not take (too large, say) after a few tries, an
@@ -80,7 +76,6 @@ from steward.actors.timers import Timers, sleep_or
 from steward.actors.tools import ToolContext, ToolRegistry
 from steward.actors.tools.effect import call_tool
 from steward.bus import Commit, EventLog
-from steward.bus.base import Append
 from steward.clock import Clock, SystemClock
 from steward.errors import ConcurrencyError, StewardError, describe
 from steward.events import Event, Recorded
@@ -112,10 +107,6 @@ _KNOWN_VERSIONS = 100_000
 """Streams whose newest committed version a host remembers, forgetting those
 written longest ago: a stream idle for that many others' commits has no read
 in flight that could overlap its last commit."""
-_CARRIED = 10_000
-"""Events whose actors started in their commit that a host remembers until
-its dispatcher skips them; a dispatcher that lags by more routes the rest
-again (their creations refused, the actors having begun)."""
 
 Listener = Callable[[Recorded], None]
 
@@ -131,16 +122,6 @@ class _Item:
     input: Event
     causation_id: str | None
     done: asyncio.Future[Commit | None]
-
-
-@dataclass(frozen=True, slots=True)
-class _Start:
-    """An actor a decision starts, decided to be appended after it."""
-
-    source: str  # the deciding event's id (the append's causation id)
-    append: Append
-    after: Any  # the started actor's state after its opening step
-    prompt: Prompt | None
 
 
 class Host:
@@ -207,12 +188,6 @@ class Host:
         # (its own commits, and what the dispatcher saw): a read that returns
         # less started before that commit and must not become the state.
         self._known: dict[str, int] = {}
-        # Events whose effects (actors they start) were carried out in their
-        # own commit, until the dispatcher, which then skips them, sees them.
-        self._carried: set[str] = set()
-        # Events whose commit is starting actors now, with the record of one
-        # the dispatcher met meanwhile (it waits for that commit's outcome).
-        self._starting: dict[str, Recorded | None] = {}
         self._mailboxes: dict[str, _Mailbox] = {}
         self._inflight: set[str] = set()
         self._draining = False
@@ -327,25 +302,6 @@ class Host:
         decisions, after, prompt = decided
         batch = [input, *decisions]
         correlation_id = kind.correlation_of(state, input)
-        if kind.starts and not kind.starts.isdisjoint(map(type, decisions)):
-            first = Append(
-                stream=stream,
-                events=batch,
-                expected_version=version,
-                correlation_id=correlation_id,
-                causation_id=causation_id,
-            )
-            try:
-                starts = self._starts(kind, first, state, after)
-            except Exception:  # the children's code: the parent commits alone
-                log.exception(
-                    "stream %s: the actors %s starts are left to the dispatcher",
-                    stream,
-                    _brief(input),
-                )
-                starts = []
-            if starts:
-                return await self._commit_starting(first, starts, after, prompt)
         commit = await self.log.append(
             stream,
             batch,
@@ -355,51 +311,6 @@ class Host:
         )
         self._recorded(commit, batch, after, prompt)
         return commit
-
-    async def _commit_starting(
-        self, first: Append, starts: list[_Start], after: Any, prompt: Prompt | None
-    ) -> Commit:
-        """Append ``first`` and the actors it starts after it. Meanwhile the
-        dispatcher leaves the deciding events (`_starting`); then it skips
-        those whose actors all started, and routes the others as usual."""
-        sources = {start.source for start in starts}
-        for source in sources:
-            self._starting[source] = None
-        try:
-            commit, outcomes = await self.log.append_then(
-                first, [start.append for start in starts]
-            )
-        except BaseException:
-            for source in sources:
-                if (left := self._starting.pop(source, None)) is not None:
-                    self._reroute(left)  # another's commit at that version
-            raise
-        self._recorded(commit, first.events, after, prompt)
-        carried = set(sources)
-        for start, outcome in zip(starts, outcomes, strict=True):
-            if isinstance(outcome, Commit):
-                METRICS.effects["spawn"] += 1
-                self._recorded(outcome, start.append.events, start.after, start.prompt)
-            else:  # it had begun after all: the dispatcher's usual `Create`
-                carried.discard(start.source)
-                log.debug(
-                    "%s: left to the dispatcher (%s)", start.append.stream, outcome
-                )
-        for source in sources:
-            left = self._starting.pop(source, None)
-            if source not in carried:
-                if left is not None:
-                    self._reroute(left)
-            elif left is None and self._dispatcher is not None:
-                if len(self._carried) > _CARRIED:
-                    self._carried.clear()  # at worst, creations refused
-                self._carried.add(source)  # for the dispatcher to skip
-        return commit
-
-    def _reroute(self, rec: Recorded) -> None:
-        """Route ``rec``, which the dispatcher left while its commit started
-        actors, now that it is known which of them did not."""
-        self._spawn_effect(f"route:{rec.id}", partial(self._route, rec))
 
     def _recorded(
         self, commit: Commit, batch: Sequence[Event], after: Any, prompt: Prompt | None
@@ -424,38 +335,6 @@ class Host:
             self._own[stream] = version
         self._know(stream, version)
 
-    def _starts(
-        self, kind: Kind[Any], first: Append, state: Any, after: Any
-    ) -> list[_Start]:
-        """The actors the decisions of ``first`` start (`Kind.starts`), to
-        be appended after it (in the same transaction, where the log can):
-        one commit where the dispatcher would make two. Only streams this
-        host knows nothing of, their opening inputs decided on their kinds'
-        initial states; an event whose effects are not all such is left to
-        the dispatcher."""
-        if self.scope is not None and first.correlation_id != self.scope:
-            return []  # another run's: the serve's work, not this host's
-        assert kind.effects is not None
-        batch = first.events
-        starts: list[_Start] = []
-        for i, event in enumerate(batch):
-            if i == 0 or type(event) not in kind.starts:
-                continue
-            at = after if i == len(batch) - 1 else kind.fold(batch[: i + 1], state)
-            rec = Recorded(
-                stream=first.stream,
-                version=first.expected_version + 1 + i,
-                position=0,  # not known before the commit; effects never read it
-                at=self.clock.now(),
-                event=event,
-                correlation_id=first.correlation_id,
-                causation_id=first.causation_id,
-            )
-            found = [self._start_now(e, rec.id) for e in kind.effects(rec, at, after)]
-            if found and all(found):
-                starts += [start for start in found if start is not None]
-        return starts
-
     def _opens_unseen(self, kind: Kind[Any], stream: str, input: Event) -> bool:
         """Whether ``input`` begins ``stream`` (`Kind.opens`) and this host
         knows nothing of the stream (no commit, cached state or routed
@@ -466,30 +345,6 @@ class Host:
             and stream not in self._known
             and stream not in self._cache
         )
-
-    def _start_now(self, effect: Effect, source: str) -> _Start | None:
-        """``effect`` as an actor to start in its cause's commit, if it is one."""
-        if not isinstance(effect, Create):
-            return None
-        stream = effect.stream
-        kind = self.kinds.of(stream)
-        if stream in self._mailboxes or not self._opens_unseen(
-            kind, stream, effect.input
-        ):
-            return None
-        input = self._stamped(effect.input, effect.stamp)
-        decided = kind.decide_and_fold(input, kind.initial, self._prompt_cache)
-        if decided is None:
-            return None
-        decisions, after, prompt = decided
-        append = Append(
-            stream=stream,
-            events=[input, *decisions],
-            expected_version=0,
-            correlation_id=kind.correlation_of(kind.initial, input),
-            causation_id=source,
-        )
-        return _Start(source, append, after, prompt)
 
     async def state(self, stream: str) -> tuple[Any, int]:
         """The current state and version of ``stream`` (cached).
@@ -717,12 +572,6 @@ class Host:
         kind = self.kinds.of(rec.stream)
         if kind.effects is None:
             return
-        if self._starting and rec.id in self._starting:
-            self._starting[rec.id] = rec  # left until its commit is known
-            return
-        if self._carried and rec.id in self._carried:
-            self._carried.discard(rec.id)
-            return  # its actors started in its commit
         at = self._cached_at(rec.stream, rec.version)
         if at is None:
             at = await self._state_at(rec.stream, rec.version)

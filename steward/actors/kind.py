@@ -101,13 +101,6 @@ class Kind(Generic[S]):
     effects: Callable[[Recorded, S, S], list[Effect]] | None = None
     """What committed event ``rec`` asks of the host, given the state at it
     and the newest state (`steward.actors.effects`)."""
-    starts: frozenset[type[Event]] = frozenset()
-    """The decisions whose effects start other actors (`Create`): the host
-    appends those actors' opening steps after the decision, with it
-    (`EventLog.append_then`). Their effects are made before the commit, so
-    they must not read the record's ``position`` or ``at``; each must be
-    ``routed`` too (the dispatcher skips them, or creates what did not
-    start)."""
     awaits: Callable[[S, str], bool] | None = None
     """Whether the actor still waits for the result of an effect (by request
     id): the host skips a call whose answer is in already."""
@@ -151,13 +144,6 @@ class Kind(Generic[S]):
     (``<id>/llm/1``, ``<id>-t2``): a fork renames them for its own
     (`steward.replay.remap`). The shared vocabulary's request and timer ids
     by default; a kind adds its own (``run_id``, ``session_id``, ...)."""
-
-    def __post_init__(self) -> None:
-        if not self.starts <= self.routed:
-            names = sorted(t.__name__ for t in self.starts - self.routed)
-            raise ValueError(
-                f"kind {self.name}: {', '.join(names)} in starts but not in routed"
-            )
 
     def __repr__(self) -> str:
         return f"Kind({self.name!r})"

@@ -22,16 +22,6 @@ class Commit(msgspec.Struct, frozen=True, kw_only=True):
     records: tuple[Recorded, ...] = ()
 
 
-class Append(msgspec.Struct, frozen=True, kw_only=True):
-    """One append of `EventLog.append_then`: `EventLog.append`'s arguments."""
-
-    stream: str
-    events: Sequence[Event]
-    expected_version: int
-    correlation_id: str | None = None
-    causation_id: str | None = None
-
-
 class EventLog(Protocol):
     """An append-only log of streams of events.
 
@@ -64,17 +54,6 @@ class EventLog(Protocol):
         causation_id: str | None = None,
         at: float | None = None,
     ) -> Commit: ...
-
-    async def append_then(
-        self, first: Append, then: Sequence[Append]
-    ) -> tuple[Commit, list[Commit | Exception]]:
-        """Append ``first`` as ``append`` does, raising as it does; then, only
-        if it was written, each of ``then``, after it. Each of ``then`` is
-        answered by its commit or by the error its ``append`` would raise,
-        and one that fails does not undo the others. A backend that can
-        commits them all in one transaction (`append_in_turn` is the one
-        after the other of a backend that cannot)."""
-        ...
 
     async def read(self, stream: str, from_version: int = 1) -> list[Recorded]: ...
 
@@ -116,30 +95,6 @@ def envelopes(
         )
         for i, event in enumerate(events)
     ]
-
-
-async def append_in_turn(
-    log: EventLog, first: Append, then: Sequence[Append]
-) -> tuple[Commit, list[Commit | Exception]]:
-    """`EventLog.append_then` as one ``append`` after the other."""
-
-    async def append(a: Append) -> Commit:
-        return await log.append(
-            a.stream,
-            a.events,
-            a.expected_version,
-            correlation_id=a.correlation_id,
-            causation_id=a.causation_id,
-        )
-
-    commit = await append(first)
-    outcomes: list[Commit | Exception] = []
-    for a in then:
-        try:
-            outcomes.append(await append(a))
-        except Exception as e:  # answered, not raised: the first is written
-            outcomes.append(e)
-    return commit, outcomes
 
 
 def check_append(stream: str, events: Sequence[Event], expected_version: int) -> None:

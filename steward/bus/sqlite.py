@@ -71,7 +71,7 @@ from typing import Any, Literal
 import aiosqlite
 import msgspec
 
-from steward.bus.base import Append, Commit, check_append, envelopes
+from steward.bus.base import Commit, check_append, envelopes
 from steward.bus.pages import decode_page
 from steward.errors import ConcurrencyError, LogReadError, LogWriteError, NotALogError
 from steward.events import UNION, Event, EventUnion, Recorded, encode_blob
@@ -216,7 +216,6 @@ class _Append:
         "causation_id",
         "at",
         "future",
-        "after",
     )
 
     def __init__(
@@ -229,7 +228,6 @@ class _Append:
         causation_id: str | None,
         at: float,
         future: asyncio.Future[Commit],
-        after: _Append | None = None,
     ) -> None:
         self.stream = stream
         self.events = evs
@@ -239,42 +237,6 @@ class _Append:
         self.causation_id = causation_id
         self.at = at
         self.future = future
-        self.after = after
-        """The append this one is written after, and only if that one is."""
-
-
-def _may_follow(request: _Append) -> bool:
-    """Whether ``request`` may be written in the writer's next batch: it
-    follows no append, one in that batch (`_plan` looks), or one of a batch
-    before that was written. One that was not is answered here."""
-    after = request.after
-    if after is None or not after.future.done():
-        return True
-    if after.future.cancelled() or after.future.exception() is not None:
-        request.future.set_exception(_unfollowed(request, after))
-        return False
-    request.after = None  # written already
-    return True
-
-
-def _unfollowed(request: _Append, after: _Append) -> LogWriteError:
-    """The answer of ``request``, not written as ``after`` (which it
-    follows) was not."""
-    return LogWriteError(
-        f"not appended to {request.stream}: the append it follows, to "
-        f"{after.stream}, was not written"
-    )
-
-
-def _answer(outcome: Commit | Exception | _Append) -> Commit | Exception:
-    """What an append of `SqliteEventLog.append_then` was answered."""
-    if not isinstance(outcome, _Append):
-        return outcome
-    error = outcome.future.exception()
-    if error is None:
-        return outcome.future.result()
-    assert isinstance(error, Exception)
-    return error
 
 
 class SqliteEventLog:
@@ -463,59 +425,6 @@ class SqliteEventLog:
             LogWriteError: the log is closed or SQLite failed the commit.
             ValueError: ``events`` is empty or the arguments are malformed.
         """
-        request = self._request(
-            stream, events, expected_version, correlation_id, causation_id, at
-        )
-        if self._may_commit_now():
-            if self._commit_on_loop([request]):
-                return request.future.result()
-        self._pending.append(request)
-        self._wakeup.set()
-        return await request.future
-
-    async def append_then(
-        self, first: Append, then: Sequence[Append]
-    ) -> tuple[Commit, list[Commit | Exception]]:
-        """Append ``first``, then each of ``then`` if it was written, in one
-        transaction: committed at once, or queued together for the writer
-        (which splits them only across a full batch; see
-        `EventLog.append_then`)."""
-        head = self._request_of(first)
-        outcomes: list[Commit | Exception | _Append] = []
-        for a in then:
-            try:
-                outcomes.append(self._request_of(a, after=head))
-            except Exception as e:  # cannot be encoded: never queued
-                outcomes.append(e)
-        requests = [head, *(o for o in outcomes if isinstance(o, _Append))]
-        if not (self._may_commit_now() and self._commit_on_loop(requests)):
-            self._pending.extend(requests)
-            self._wakeup.set()
-            await asyncio.gather(*(r.future for r in requests), return_exceptions=True)
-        answers = [_answer(o) for o in outcomes]  # each retrieved, whatever it is
-        return head.future.result(), answers
-
-    def _request_of(self, a: Append, after: _Append | None = None) -> _Append:
-        return self._request(
-            a.stream,
-            a.events,
-            a.expected_version,
-            a.correlation_id,
-            a.causation_id,
-            after=after,
-        )
-
-    def _request(
-        self,
-        stream: str,
-        events: Sequence[Event],
-        expected_version: int,
-        correlation_id: str | None,
-        causation_id: str | None,
-        at: float | None = None,
-        after: _Append | None = None,
-    ) -> _Append:
-        """An append checked and encoded, with the future it is answered by."""
         check_append(stream, events, expected_version)
         if self._closing:
             raise LogWriteError(
@@ -524,7 +433,8 @@ class SqliteEventLog:
         # Encoding here, in the caller's task, means an event that cannot be
         # encoded fails its own append and never reaches the shared batch.
         data = encode_blob(events[0] if len(events) == 1 else list(events))
-        return _Append(
+        future: asyncio.Future[Commit] = asyncio.get_running_loop().create_future()
+        request = _Append(
             stream,
             events,
             data,
@@ -532,9 +442,14 @@ class SqliteEventLog:
             correlation_id,
             causation_id,
             self._clock() if at is None else at,
-            asyncio.get_running_loop().create_future(),
-            after,
+            future,
         )
+        if self._may_commit_now():
+            if self._commit_on_loop([request]):
+                return future.result()
+        self._pending.append(request)
+        self._wakeup.set()
+        return await future
 
     def _may_commit_now(self) -> bool:
         """Whether an append may be committed at once, in its caller's task.
@@ -577,12 +492,10 @@ class SqliteEventLog:
                     batch = self._pending[:_MAX_BATCH]
                     del self._pending[:_MAX_BATCH]
                     # A caller that gave up before its turn came gets nothing
-                    # written, nor what follows an append not written; once a
-                    # batch has started, it is committed.
-                    batch = [r for r in batch if not r.future.done() and _may_follow(r)]
+                    # written; once a batch has started, it is committed.
+                    batch = [r for r in batch if not r.future.done()]
                     if batch:
-                        # one caller's (an append, or one append_then)
-                        self._alone = all(r.after is batch[0] for r in batch[1:])
+                        self._alone = len(batch) == 1
                         await self._commit(batch)
                     batch = []
                 if self._closing:
@@ -604,7 +517,7 @@ class SqliteEventLog:
 
     def _transaction(
         self, batch: list[_Append], guess: bool = True
-    ) -> tuple[bool, list[Commit | Exception]]:
+    ) -> tuple[bool, list[Commit | ConcurrencyError]]:
         """Commit ``batch``; (anything written, outcomes). With ``guess``,
         streams that appends expect to be new are taken to be (see
         `_known_state`); if one was not, the batch is planned again unguessed."""
@@ -626,9 +539,6 @@ class SqliteEventLog:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
             raise
-        for stream in guessed:
-            if versions[stream] == 0:  # not written: its guess is not known
-                del versions[stream]
         self._versions.update(versions)
         self._head = head
         return bool(rows), outcomes
@@ -640,11 +550,10 @@ class SqliteEventLog:
         and the streams guessed to be new.
 
         Read from the file only for what the writer does not know already,
-        and, with ``guess``, not for a stream that only one append of the
-        batch touches, expecting it new (an opening; an actor started with
-        its cause): it is taken to be at version 0, and the insert at
-        version 1 fails on ``UNIQUE (stream, version)`` if it is not. One
-        append only, so no other is planned on a guess that was not written.
+        and, with ``guess``, not for a stream whose first append in the batch
+        expects it new (an opening: a child's first input, say): it is taken
+        to be at version 0, and the insert at version 1 fails on ``UNIQUE
+        (stream, version)`` if it is not.
         """
         (data_version,) = conn.execute("PRAGMA data_version").fetchone()
         if data_version != self._data_version or len(self._versions) > _KNOWN_STREAMS:
@@ -665,9 +574,6 @@ class SqliteEventLog:
                     guessed.add(r.stream)
                 else:
                     unknown.append(r.stream)
-            elif r.stream in guessed:  # a second append: looked up after all
-                guessed.remove(r.stream)
-                unknown.append(r.stream)
         head = self._head
         if unknown or head is None:
             for name, value in conn.execute(_BATCH_STATE, (_json.encode(unknown),)):
@@ -733,7 +639,7 @@ class SqliteEventLog:
         self,
         batch: list[_Append],
         wrote: bool,
-        outcomes: list[Commit | Exception],
+        outcomes: list[Commit | ConcurrencyError],
     ) -> None:
         """Answer the appends of a committed batch and tell subscribers."""
         if wrote and self._checkpointer is not None:
@@ -758,15 +664,17 @@ class SqliteEventLog:
 
     async def _on_thread(
         self,
-        fn: Callable[[list[_Append]], tuple[bool, list[Commit | Exception]]],
+        fn: Callable[[list[_Append]], tuple[bool, list[Commit | ConcurrencyError]]],
         batch: list[_Append],
-    ) -> tuple[bool, list[Commit | Exception]]:
+    ) -> tuple[bool, list[Commit | ConcurrencyError]]:
         loop = asyncio.get_running_loop()
         # Shielded: once a transaction runs on the thread it ends there,
         # committed or rolled back, whatever happens to this task.
         return await asyncio.shield(loop.run_in_executor(self._executor, fn, batch))
 
-    def _waiting(self, batch: list[_Append]) -> tuple[bool, list[Commit | Exception]]:
+    def _waiting(
+        self, batch: list[_Append]
+    ) -> tuple[bool, list[Commit | ConcurrencyError]]:
         """On the thread: `_transaction`, waiting up to the busy timeout."""
         self._writer.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
         try:
@@ -774,7 +682,7 @@ class SqliteEventLog:
         finally:
             self._writer.execute("PRAGMA busy_timeout = 0")
 
-    def _count_frames(self, outcomes: list[Commit | Exception]) -> None:
+    def _count_frames(self, outcomes: list[Commit | ConcurrencyError]) -> None:
         """Start a background checkpoint once enough of the WAL is new."""
         # A commit writes a page per table and index it touches, plus one per
         # page its rows fill: about two pages and a little for each event.
@@ -800,7 +708,7 @@ class SqliteEventLog:
             # every commit meanwhile.
             pass
 
-    def _remember(self, outcomes: list[Commit | Exception]) -> None:
+    def _remember(self, outcomes: list[Commit | ConcurrencyError]) -> None:
         recent = self._recent
         for outcome in outcomes:
             if not isinstance(outcome, Commit):
@@ -824,19 +732,15 @@ class SqliteEventLog:
     @staticmethod
     def _plan(
         batch: list[_Append], versions: dict[str, int], position: int
-    ) -> tuple[list[tuple[Any, ...]], list[Commit | Exception], int]:
+    ) -> tuple[list[tuple[Any, ...]], list[Commit | ConcurrencyError], int]:
         """The rows a batch inserts, what each of its appends gets back, and
         the head after it; ``versions`` (of the batch's streams, before it)
         is brought up to date."""
         rows: list[tuple[Any, ...]] = []
-        outcomes: list[Commit | Exception] = []
-        written: set[_Append] = set()
+        outcomes: list[Commit | ConcurrencyError] = []
         for r in batch:
             stream = r.stream
             actual = versions.get(stream, 0)
-            if r.after is not None and r.after not in written:
-                outcomes.append(_unfollowed(r, r.after))
-                continue
             if actual != r.expected:
                 outcomes.append(ConcurrencyError(stream, r.expected, actual))
                 continue
@@ -865,7 +769,6 @@ class SqliteEventLog:
             )
             position += count
             versions[stream] = actual + count
-            written.add(r)
             outcomes.append(
                 Commit(
                     stream=stream,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import re
 import sqlite3
 import sys
@@ -19,7 +18,6 @@ import pytest
 from steward import events
 from steward.bus import Commit, SqliteEventLog, open_log
 from steward.bus import sqlite as sqlite_module
-from steward.bus.base import Append
 from steward.errors import (
     ConcurrencyError,
     ConfigError,
@@ -456,177 +454,14 @@ async def test_waiting_for_another_writer_does_not_block_the_loop(
         await log.close()
 
 
-# -- append_then ---------------------------------------------------------------
-
-
-def then_of(*streams: str) -> list[Append]:
-    """New streams, one event each, appended after a first."""
-    return [
-        Append(stream=s, events=[note(i)], expected_version=0)
-        for i, s in enumerate(streams, 10)
-    ]
-
-
-def consecutive(commits: list[Commit]) -> bool:
-    """Whether the commits follow one another with no position between."""
-    return all(
-        after.first_position == before.last_position + 1
-        for before, after in itertools.pairwise(commits)
-    )
-
-
-async def test_append_then_of_a_lone_writer_is_one_transaction(
-    log: SqliteEventLog,
-) -> None:
-    """An idle log commits ``first`` and every ``then`` at once, in the
-    caller's task, in one transaction."""
-    warm = await log.append("run.warm", [note(0)], 0)  # a batch of one: alone
-    assert log._alone
-    batches = log._batches
-    async with loop_turns() as turns:
-        await asyncio.sleep(0)
-        before = turns[0]
-        commit, outcomes = await log.append_then(
-            Append(stream="run.parent", events=[note(1), note(2)], expected_version=0),
-            [
-                *then_of("run.c1", "run.c2"),
-                Append(stream="run.parent", events=[note(3)], expected_version=2),
-            ],
-        )
-        assert turns[0] == before  # committed without a turn of the loop
-    assert log._batches - batches == 1
-    commits = [warm, commit, *(o for o in outcomes if isinstance(o, Commit))]
-    assert len(commits) == 5 and consecutive(commits)
-    assert [(c.stream, c.first_version) for c in commits[1:]] == [
-        ("run.parent", 1),
-        ("run.c1", 1),
-        ("run.c2", 1),
-        ("run.parent", 3),
-    ]
-    with raw(log.path) as conn:
-        rows = conn.execute(
-            "SELECT stream, version FROM commits ORDER BY position"
-        ).fetchall()
-    assert rows == [(c.stream, c.first_version) for c in commits]
-
-
-async def test_append_then_in_a_crowd_is_queued_together(
-    log: SqliteEventLog,
-) -> None:
-    """When appends are waiting, ``first`` and ``then`` are queued together
-    for the writer and share the crowd's transaction, in order."""
-    assert not log._alone
-    batches = log._batches
-    before, (commit, outcomes), after = await asyncio.gather(
-        log.append("run.before", [note(0)], 0),
-        log.append_then(
-            Append(stream="run.parent", events=[note(1)], expected_version=0),
-            then_of("run.c1", "run.c2"),
-        ),
-        log.append("run.after", [note(2)], 0),
-    )
-    assert log._batches - batches == 1
-    commits = [before, commit, *(o for o in outcomes if isinstance(o, Commit)), after]
-    assert [c.stream for c in commits] == [
-        "run.before",
-        "run.parent",
-        "run.c1",
-        "run.c2",
-        "run.after",
-    ]
-    assert consecutive(commits)
-
-
-async def test_append_then_refused_in_a_crowd_writes_none_of_then(
-    log: SqliteEventLog,
-) -> None:
-    """Queued for the writer, a refused ``first`` raises and none of
-    ``then`` is written, while the crowd's appends are."""
-    await log.append("run.parent", [note(0)], 0)
-    results = await asyncio.gather(
-        log.append("run.x", [note(1)], 0),
-        log.append_then(
-            Append(stream="run.parent", events=[note(1)], expected_version=0),
-            then_of("run.c1", "run.c2"),
-        ),
-        log.append("run.y", [note(2)], 0),
-        return_exceptions=True,
-    )
-    assert [type(r).__name__ for r in results] == [
-        "Commit",
-        "ConcurrencyError",
-        "Commit",
-    ]
-    assert await log.streams() == ["run.parent", "run.x", "run.y"]
-
-
-@pytest.mark.parametrize("refused", [False, True], ids=["written", "refused"])
-async def test_append_then_split_across_full_batches_follows_first(
-    log: SqliteEventLog, monkeypatch: pytest.MonkeyPatch, refused: bool
-) -> None:
-    """``then`` that a full batch pushes into the next is written there only
-    if ``first`` was, in order."""
-    monkeypatch.setattr(sqlite_module, "_MAX_BATCH", 2)
-    await log.append("run.parent", [note(0)], 0)
-    batches = log._batches
-    expected = 0 if refused else 1
-    results = await asyncio.gather(
-        log.append("run.x", [note(1)], 0),  # the log is not alone: all queue
-        log.append_then(
-            Append(stream="run.parent", events=[note(1)], expected_version=expected),
-            then_of("run.c1", "run.c2", "run.c3"),
-        ),
-        return_exceptions=True,
-    )
-    # [x] (alone, in its task), [first, c1], [c2, c3]; after a refused
-    # first, c2 and c3 are answered without a transaction
-    assert log._batches - batches == (2 if refused else 3)
-    assert isinstance(results[0], Commit)
-    if refused:
-        assert isinstance(results[1], ConcurrencyError)
-        assert await log.streams() == ["run.parent", "run.x"]
-        assert await log.version("run.parent") == 1
-        return
-    assert not isinstance(results[1], BaseException)
-    commit, outcomes = results[1]
-    commits = [results[0], commit, *(o for o in outcomes if isinstance(o, Commit))]
-    assert [c.stream for c in commits] == [
-        "run.x",
-        "run.parent",
-        "run.c1",
-        "run.c2",
-        "run.c3",
-    ]
-    assert consecutive(commits)
-
-
-async def test_append_then_cancelled_before_its_turn_writes_nothing(
-    log: SqliteEventLog,
-) -> None:
-    """An append_then whose caller gave up while it was queued stores none
-    of its appends."""
-    task = asyncio.create_task(
-        log.append_then(
-            Append(stream="run.parent", events=[note(1)], expected_version=0),
-            then_of("run.c1"),
-        )
-    )
-    await asyncio.sleep(0)  # queued; the writer has not run yet
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    await log.append("run.other", [note(2)], 0)
-    assert await log.streams() == ["run.other"]
-
-
 @pytest.mark.parametrize("mode", ["NORMAL", "FULL"])
 async def test_a_stream_another_writer_began_is_refused_as_a_conflict(
     path: Path, mode: Any
 ) -> None:
     """A stream this writer does not know, begun through another connection,
     is not taken to be new: an append expecting it to be gives
-    ConcurrencyError, never LogWriteError, alone, in a crowd, and as one of
-    ``then`` (``first`` written); and the writer carries on."""
+    ConcurrencyError, never LogWriteError, alone and in a crowd; and the
+    writer carries on."""
     mine = await SqliteEventLog.open(path, synchronous=mode)
     theirs = await SqliteEventLog.open(path, synchronous=mode)
     try:
@@ -653,26 +488,8 @@ async def test_a_stream_another_writer_began_is_refused_as_a_conflict(
             "Commit",
         ]
 
-        await theirs.append("run.t3", [note(8)], 0)
-        await mine.append("run.mine", [note(9)], 1)  # alone again
-        batches = mine._batches
-        commit, outcomes = await mine.append_then(
-            Append(stream="run.parent", events=[note(10)], expected_version=0),
-            [
-                *then_of("run.c1"),
-                Append(stream="run.t3", events=[note(11)], expected_version=0),
-                *then_of("run.c2"),
-            ],
-        )
-        assert mine._batches - batches == 1
-        c1, t3, c2 = outcomes
-        assert isinstance(t3, ConcurrencyError), t3
-        assert (t3.stream, t3.expected, t3.actual) == ("run.t3", 0, 1)
-        assert isinstance(c1, Commit) and isinstance(c2, Commit)
-        assert commit.last_position < c1.first_position < c2.first_position
-        assert [r.event for r in await mine.read("run.parent")] == [note(10)]
-
         # the writer carries on, from what the file holds
+        await theirs.append("run.t3", [note(8)], 0)
         later = await mine.append("run.t3", [note(12)], 1)
         assert later.first_version == 2
         assert later.first_position == await theirs.head()
@@ -701,12 +518,9 @@ async def test_a_stream_expected_new_is_inserted_without_a_lookup(
         await theirs.append("run.theirs", [note(1)], 0)
         await mine.append("run.mine", [note(2)], 1)  # and what theirs did
         mine._writer.set_trace_callback(statements.append)
-        await mine.append_then(
-            Append(stream="run.parent", events=[note(3)], expected_version=0),
-            then_of("run.child"),
-        )
+        await mine.append("run.child", [note(3)], 0)
         inserts = [s for s in statements if s.startswith("INSERT")]
-        assert len(inserts) == 2
+        assert len(inserts) == 1
         assert statements == [
             "BEGIN IMMEDIATE",
             "PRAGMA data_version",
@@ -742,30 +556,30 @@ async def test_a_stream_the_writer_forgot_is_refused_as_a_conflict(
     assert (await log.append("run.a", [note(3)], 1)).first_version == 2
 
 
-async def test_a_then_not_written_leaves_its_stream_as_it_was(path: Path) -> None:
-    """A ``then`` expecting a stream this writer does not know to be new, not
-    written because its ``first`` was refused, changes nothing the batch
-    knows of that stream: an append after it in the same batch, to that
-    stream at its true version, is written."""
+async def test_a_stream_expected_new_twice_in_a_batch_is_planned_on_the_file(
+    path: Path,
+) -> None:
+    """Two appends of one batch to a stream this writer does not know, begun
+    elsewhere, the first expecting it new: the guess fails the insert, and
+    the batch planned again on the file refuses the first and writes the
+    second, at the stream's true version."""
     theirs = await SqliteEventLog.open(path)
     mine = await SqliteEventLog.open(path)
     try:
-        await theirs.append("run.parent", [note(0), note(1)], 0)
-        await theirs.append("run.s", [note(2)], 0)
+        await theirs.append("run.s", [note(1)], 0)
         assert not mine._alone  # both are queued for one batch
+        batches = mine._batches
         refused, written = await asyncio.gather(
-            mine.append_then(
-                Append(stream="run.parent", events=[note(3)], expected_version=1),
-                [Append(stream="run.s", events=[note(4)], expected_version=0)],
-            ),
-            mine.append("run.s", [note(5)], 1),
+            mine.append("run.s", [note(2)], 0),
+            mine.append("run.s", [note(3)], 1),
             return_exceptions=True,
         )
+        assert mine._batches - batches == 1
         assert isinstance(refused, ConcurrencyError)
-        assert (refused.stream, refused.actual) == ("run.parent", 2)
+        assert (refused.stream, refused.actual) == ("run.s", 1)
         assert isinstance(written, Commit), written
         assert (written.stream, written.first_version) == ("run.s", 2)
-        assert [r.event for r in await theirs.read("run.s")] == [note(2), note(5)]
+        assert [r.event for r in await theirs.read("run.s")] == [note(1), note(3)]
     finally:
         await mine.close()
         await theirs.close()

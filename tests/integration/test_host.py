@@ -502,12 +502,6 @@ class _LateAcks:
             await asyncio.sleep(0)
         return commit
 
-    async def append_then(self, *args: Any, **kw: Any) -> Any:
-        answered = await self._log.append_then(*args, **kw)
-        for _ in range(5):
-            await asyncio.sleep(0)
-        return answered
-
 
 @pytest.mark.parametrize("acks", ["prompt", "late"])
 async def test_each_model_request_reaches_the_provider_once(

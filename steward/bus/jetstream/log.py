@@ -85,7 +85,7 @@ import nats.aio.client
 import nats.aio.msg
 import nats.errors
 
-from steward.bus.base import Append, Commit, append_in_turn, check_append, envelopes
+from steward.bus.base import Commit, check_append, envelopes
 from steward.bus.jetstream.client import InboxClient
 from steward.bus.jetstream.commits import (
     Outgoing,
@@ -940,13 +940,6 @@ class JetStreamEventLog:
         if records and records[0].position <= after:
             records = [r for r in records if r.position > after]
         return records if limit is None else records[:limit]
-
-    async def append_then(
-        self, first: Append, then: Sequence[Append]
-    ) -> tuple[Commit, list[Commit | Exception]]:
-        """Append ``first``, then each of ``then`` if it was written, one
-        message after the other: JetStream has no transaction over subjects."""
-        return await append_in_turn(self, first, then)
 
     async def read(self, stream: str, from_version: int = 1) -> list[Recorded]:
         """``stream``'s events from ``from_version`` on, reading only its messages."""
