@@ -48,10 +48,14 @@ async def test_a_cancel_its_host_died_before_delivering_reaches_the_phase(
     defn = WorkflowDef(key="k", version=1, nodes=(node,))
     opening = created(defn, Settings(), "w", {})
     assert opening.revision == WORKFLOW_REVISION >= 2
-    # the phase's model never answers: the clock that would wake it stands still
+    # the phase's model never answers: the clock that would wake it stands
+    # still; each host's script is its own, as each process's is
     slow = [Reply(text=act(type="finish", output="late"), delay=3600.0)]
-    model = ScriptedProvider(slow, per_run=True, sleep=clock.sleep)
-    first = await make_host(model)
+
+    def model() -> ScriptedProvider:
+        return ScriptedProvider(slow, per_run=True, sleep=clock.sleep)
+
+    first = await make_host(model())
     stream = workflow_stream("w")
     await first.submit(stream, opening)
     phase = run_stream("w:design:1")
@@ -67,7 +71,7 @@ async def test_a_cancel_its_host_died_before_delivering_reaches_the_phase(
         reason="not needed", phase_run_id="w:design:1"
     )
 
-    await make_host(model)  # projects the cancel, then routes what is pending
+    await make_host(model())  # projects the cancel, then routes what is pending
     ran = await _until(log, phase, lambda rs: "RunCancelled" in _types(rs))
     assert "CancelRequested" in _types(ran)
     done = await _until(log, stream, lambda rs: "PhaseFailed" in _types(rs))
