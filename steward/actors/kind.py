@@ -145,6 +145,15 @@ class Kind(Generic[S]):
     (`steward.replay.remap`). The shared vocabulary's request and timer ids
     by default; a kind adds its own (``run_id``, ``session_id``, ...)."""
 
+    def __post_init__(self) -> None:
+        kept = self.projection is not None and self.projection.keeps_pending
+        if self.effects is not None and self.pending is None and not kept:
+            raise ValueError(
+                f"kind {self.name} asks the host for effects but says nothing of "
+                "what it waits for: give it a pending function (or read models "
+                "that keep its pending rows), or a host that dies loses them"
+            )
+
     def __repr__(self) -> str:
         return f"Kind({self.name!r})"
 

@@ -221,4 +221,10 @@ def _status(
     )
 
 
-RUNS = Projection(kind="run", tables=("runs", "run_steps"), schema=SCHEMA, apply=_apply)
+RUNS = Projection(
+    kind="run",
+    tables=("runs", "run_steps"),
+    schema=SCHEMA,
+    apply=_apply,
+    keeps_pending=True,
+)

@@ -608,11 +608,14 @@ def test_an_effect_without_a_want_fails() -> None:
 
 
 def test_a_kind_with_effects_and_no_pending_fails() -> None:
-    """A kind that asks for effects but says nothing of what it waits for is
-    caught."""
-    actor, each = session_kind(), sample(*SESSION_SAMPLE)
+    """A kind that asks for effects but says nothing of what it waits for
+    cannot be built (unless its read models keep its pending rows, as the
+    run's do: the check below then fails for it, a known exception)."""
+    with pytest.raises(ValueError, match="says nothing of what it waits for"):
+        broken(session_kind(), pending=None)
+    each = sample(*RUN_SAMPLE)
     with pytest.raises(AssertionError, match="has no pending"):
-        check_effects_pending(broken(actor, pending=None), each)
+        check_effects_pending(run_kind(), each)
 
 
 def test_a_fork_that_keeps_a_derived_id_fails() -> None:

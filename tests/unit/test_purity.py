@@ -125,8 +125,13 @@ def decider_modules(kinds: Iterable[Kind[Any]]) -> dict[str, Path]:
     which the projector runs on SQLite), and the steward modules they
     import, transitively. A forbidden import is reported by the module that
     makes it, not followed."""
-    pure = (dataclasses.replace(k, projection=None) for k in kinds)
-    todo = [name for k in pure for name in _modules_of(k)]
+    todo = [
+        name
+        for k in kinds
+        for field in dataclasses.fields(k)
+        if field.name != "projection"
+        for name in _modules_of(getattr(k, field.name))
+    ]
     found: dict[str, Path] = {}
     while todo:
         name = todo.pop()
