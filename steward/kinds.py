@@ -45,6 +45,9 @@ RUN: Kind[run_actor.Run] = Kind(
     tells=run_effects.tells,
     told=run_effects.TOLD,
     updates=True,
+    show=run_effects.show,
+    forked=run_effects.forked,
+    carried=True,
     projection=RUNS,
     derived=("run_id", "request_id", "timer_id"),
 )
@@ -67,6 +70,7 @@ SESSION: Kind[session_actor.Session] = Kind(
     pending=session_effects.pending,
     tells=session_effects.tells,
     told=session_effects.TOLD,
+    forked=session_effects.forked,
     projection=SESSIONS,
     derived=("session_id", "run_id", "request_id", "timer_id"),
 )

@@ -139,6 +139,18 @@ class Kind(Generic[S]):
     projection: ReadModels | None = None
     """The kind's read models (`steward.projections.projection.Projection`),
     which the projector keeps, if it has any."""
+    show: Callable[[str, int, S], list[str]] | None = None
+    """The lines `steward replay` prints of an actor's state, given its
+    stream and how many events it has; ``None``: its kind and a line per
+    field of the state."""
+    forked: Callable[[str, str, int, S], list[str]] | None = None
+    """The lines `steward fork` prints of a fork, given the stream forked,
+    the fork's stream, the version forked at and the fork's state: the
+    first says it was forked (then, unless `carried`, that a serve carries
+    it out), the others what else to know; ``None``: the first only."""
+    carried: bool = False
+    """Whether `steward fork` carries a fork out itself until it ends, as
+    `steward run` does a run, rather than leaving it to a serve."""
     derived: tuple[str, ...] = ("request_id", "timer_id")
     """The event fields that hold ids the kind derives from its actor's id
     (``<id>/llm/1``, ``<id>-t2``): a fork renames them for its own

@@ -260,3 +260,22 @@ def tells(event: Event, state: Run) -> Told | None:
         "text": text,
     }
     return Told(channel=created.channel_id, message=message)
+
+
+def show(stream: str, count: int, state: Run) -> list[str]:
+    """What `steward replay` prints of a run's state."""
+    lines = [
+        f"run {run_id_of(stream)}: {count} events, status {state.status}",
+        f"iterations {state.iteration}, tool calls {state.tool_calls}, "
+        f"tokens in {state.input_tokens} out {state.output_tokens}",
+    ]
+    if state.output:
+        lines.append(f"output: {state.output}")
+    if state.reason:
+        lines.append(f"reason: {state.reason}")
+    return lines
+
+
+def forked(stream: str, fork: str, at: int, state: Run) -> list[str]:
+    """What `steward fork` prints of a run's fork (which it carries out)."""
+    return [f"forked {run_id_of(stream)} at version {at} as {run_id_of(fork)}"]

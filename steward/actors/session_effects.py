@@ -289,3 +289,16 @@ def tells(event: Event, state: Session) -> Told | None:
         **ids,
     }
     return Told(channel=state.channel, message=message)
+
+
+def forked(stream: str, fork: str, at: int, state: Session) -> list[str]:
+    """What `steward fork` prints of a session's fork: how to talk to it,
+    and the schedules it keeps."""
+    lines = [
+        f"forked {stream} at version {at} as {fork}",
+        f"talk to it: steward sessions send {state.session_id} TEXT",
+    ]
+    if state.schedules:
+        names = ", ".join(f"{s.name} ({s.cron})" for s in state.schedules)
+        lines.append(f"it keeps the schedules {names}, which a serve fires")
+    return lines

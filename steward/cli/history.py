@@ -14,12 +14,9 @@ from pathlib import Path
 import msgspec
 
 from steward import events, replay
-from steward.actors import run as run_actor
-from steward.actors.run_effects import run_id_of
 from steward.cli.env import (
     EXIT_MISMATCH,
     Env,
-    is_run,
     opened,
     progress,
     resolved,
@@ -46,25 +43,15 @@ async def cmd_replay(env: Env, args: argparse.Namespace) -> int:
             view["verify"] = _verified(mismatch)
         env.out(json_line(view))
         return 0 if mismatch is None else EXIT_MISMATCH
-    if is_run(stream):
-        _run_state(env, run_id_of(stream), len(records), state)
+    kind = env.kinds.of(stream)
+    if kind.show is not None:
+        for line in kind.show(stream, len(records), state):
+            env.out(line)
     else:
         _state(env, stream, len(records), state)
     if not args.verify:
         return 0
     return report(env, mismatch)
-
-
-def _run_state(env: Env, run_id: str, count: int, state: run_actor.Run) -> None:
-    env.out(f"run {run_id}: {count} events, status {state.status}")
-    env.out(
-        f"iterations {state.iteration}, tool calls {state.tool_calls}, "
-        f"tokens in {state.input_tokens} out {state.output_tokens}"
-    )
-    if state.output:
-        env.out(f"output: {state.output}")
-    if state.reason:
-        env.out(f"reason: {state.reason}")
 
 
 STATE_WIDTH = 200
@@ -118,26 +105,25 @@ async def cmd_fork(env: Env, args: argparse.Namespace) -> int:
         new = _FORKED.sub("", old) + "-fork" + secrets.token_hex(3)
         records = await log.read(stream)
         kept = _fork_steps(replay.commits(records, env.kinds), args.at)
-        runs = is_run(stream)
-        provider = checked_provider(env) if runs and not args.no_run else None
+        carry = kind.carried and not args.no_run
+        provider = checked_provider(env) if carry else None
         # Every input re-decided, and all of them recorded in one commit: a
         # host beside this process (a serve) sees the copy whole and carries
         # out only what its last step asks for. The fork is an actor of its
         # own, answering no one.
         copy = replay.fork_events(kept, old, new, kind.detach, env.kinds)
         correlation = kind.correlation_of(kind.initial, copy[0]) or new
-        await log.append(f"{kind.name}.{new}", copy, 0, correlation_id=correlation)
-        if not runs:
-            env.out(f"forked {stream} at version {args.at} as {kind.name}.{new}")
-            if not args.no_run:
-                env.out("a `steward serve` on this log carries out what it asks for")
-            if kind.name == "session":
-                env.out(f"talk to it: steward sessions send {new} TEXT")
-                if schedules := kind.fold(copy).schedules:
-                    names = ", ".join(f"{s.name} ({s.cron})" for s in schedules)
-                    env.out(f"it keeps the schedules {names}, which a serve fires")
-            return 0
-        env.out(f"forked {old} at version {args.at} as {new}")
+        fork = f"{kind.name}.{new}"
+        await log.append(fork, copy, 0, correlation_id=correlation)
+        if kind.forked is not None:
+            lines = kind.forked(stream, fork, args.at, kind.fold(copy))
+        else:
+            lines = [f"forked {stream} at version {args.at} as {fork}"]
+        env.out(lines[0])
+        if not kind.carried and not args.no_run:
+            env.out("a `steward serve` on this log carries out what it asks for")
+        for line in lines[1:]:
+            env.out(line)
         if provider is None:
             return 0
         return await see_run(env, log, projector, new, args.quiet, provider=provider)

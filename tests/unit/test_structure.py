@@ -142,6 +142,7 @@ GENERIC = (
     "events/codec.py",
     "projections/store.py",
     "egress.py",
+    "cli/history.py",
 )
 """The modules that serve every kind through the kind table, and name none."""
 
