@@ -306,7 +306,8 @@ class SqliteEventLog:
         self._data_version: int | None = None
         self._closing = False
         self._closed = False
-        self._batches = 0
+        self.batches = 0
+        """Write transactions committed (each holds one or more appends)."""
         self._writer_task = asyncio.create_task(
             self._write_loop(), name=f"steward-log-writer:{path}"
         )
@@ -644,7 +645,7 @@ class SqliteEventLog:
         """Answer the appends of a committed batch and tell subscribers."""
         if wrote and self._checkpointer is not None:
             self._count_frames(outcomes)
-        self._batches += 1
+        self.batches += 1
         for request, outcome in zip(batch, outcomes, strict=True):
             if request.future.done():
                 continue

@@ -317,7 +317,7 @@ async def test_appends_made_together_share_one_transaction(
     commits = await asyncio.gather(
         *(log.append(f"run.{i}", [note(i), note(i)], 0) for i in range(100))
     )
-    assert log._batches == 1
+    assert log.batches == 1
     assert [c.first_position for c in commits] == list(range(1, 200, 2))
 
 
@@ -350,11 +350,11 @@ async def test_appends_of_one_turn_share_a_transaction_after_a_lone_writer(
     (a lone writer before) takes two transactions: the first append's, in its
     own task, and one for all the others; then the log batches again."""
     await log.append("run.lone", [note(0)], 0)  # a batch of one: alone
-    batches = log._batches
+    batches = log.batches
     await asyncio.gather(*(log.append(f"run.{i}", [note(i)], 0) for i in range(50)))
-    assert log._batches - batches == 2
+    assert log.batches - batches == 2
     await asyncio.gather(*(log.append(f"run.{i}", [note(i)], 1) for i in range(50)))
-    assert log._batches - batches == 3
+    assert log.batches - batches == 3
 
 
 @pytest.mark.parametrize("mode", ["NORMAL", "FULL"])
