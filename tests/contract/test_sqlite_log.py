@@ -568,13 +568,13 @@ async def test_a_stream_expected_new_twice_in_a_batch_is_planned_on_the_file(
     try:
         await theirs.append("run.s", [note(1)], 0)
         assert not mine._alone  # both are queued for one batch
-        batches = mine._batches
+        batches = mine.batches
         refused, written = await asyncio.gather(
             mine.append("run.s", [note(2)], 0),
             mine.append("run.s", [note(3)], 1),
             return_exceptions=True,
         )
-        assert mine._batches - batches == 1
+        assert mine.batches - batches == 1
         assert isinstance(refused, ConcurrencyError)
         assert (refused.stream, refused.actual) == ("run.s", 1)
         assert isinstance(written, Commit), written
