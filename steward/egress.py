@@ -113,7 +113,9 @@ class Egress:
         if self._task is None:
             return
         kind = self.host.kinds.get(rec.stream.partition(".")[0])
-        if kind is not None and (kind.updates or kind.tells is not None):
+        if kind is not None and (
+            kind.surface.updates or kind.surface.tells is not None
+        ):
             self._queue.put_nowait(_Told(rec, kind))
 
     async def close(self) -> None:
@@ -141,7 +143,7 @@ class Egress:
     async def _publish(self, rec: events.Recorded, kind: Kind[Any]) -> None:
         """Publish ``rec`` as its kind says: an update of its stream, and
         what it tells a channel."""
-        if kind.updates:
+        if kind.surface.updates:
             name, _, actor_id = rec.stream.partition(".")
             update = {
                 f"{name}_id": actor_id,
@@ -151,10 +153,10 @@ class Egress:
             }
             subject = updates_subject(actor_id, name)
             await self.nc.publish(subject, _json.encode(update))
-        if kind.tells is None or type(rec.event) not in kind.told:
+        if kind.surface.tells is None or type(rec.event) not in kind.surface.told:
             return
         state, _ = await self.host.state(rec.stream)
-        told = kind.tells(rec.event, state)
+        told = kind.surface.tells(rec.event, state)
         if told is not None:
             await self.nc.publish(
                 outbound_subject(told.channel), _json.encode(told.message)

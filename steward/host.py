@@ -256,7 +256,7 @@ class Host:
         guess = self._opens_unseen(kind, stream, input)
         for _ in range(self._max_conflict_retries):
             if guess:
-                state, version = kind.initial, 0
+                state, version = kind.decider.initial, 0
             else:
                 state, version = self._cache.get(stream) or await self.state(stream)
             try:
@@ -341,7 +341,7 @@ class Host:
         record): then it is decided on the initial state, unread, and the
         append at version 0 checks."""
         return (
-            isinstance(input, kind.opens)
+            isinstance(input, kind.decider.opens)
             and stream not in self._known
             and stream not in self._cache
         )
@@ -570,13 +570,13 @@ class Host:
             self._start(rec, CallTool(request=event))
             return
         kind = self.kinds.of(rec.stream)
-        if kind.effects is None:
+        if kind.reactor.effects is None:
             return
         at = self._cached_at(rec.stream, rec.version)
         if at is None:
             at = await self._state_at(rec.stream, rec.version)
         latest, _ = await self.state(rec.stream)
-        for effect in kind.effects(rec, at, latest):
+        for effect in kind.reactor.effects(rec, at, latest):
             self._start(rec, effect)
 
     def _start(self, rec: Recorded, effect: Effect) -> None:
@@ -631,7 +631,7 @@ class Host:
     async def _create(self, create: Create, cause: str) -> None:
         """Start actor ``create.stream``, unless it has started already (an
         opening input is not read for: its kind refuses it on a begun stream)."""
-        opening = isinstance(create.input, self.kinds.of(create.stream).opens)
+        opening = isinstance(create.input, self.kinds.of(create.stream).decider.opens)
         if not opening and (await self.state(create.stream))[1] > 0:
             return
         input = self._stamped(create.input, create.stamp)
@@ -692,9 +692,9 @@ class Host:
             if not _awaits(kind, (await self.state(rec.stream))[0], rid):
                 return None
             state = await self._state_at(rec.stream, rec.version)
-        if not _awaits(kind, state, rid) or kind.model_call is None:
+        if not _awaits(kind, state, rid) or kind.reactor.model_call is None:
             return None  # answered already; nothing to do
-        call = kind.model_call(state, request, self._prompt_cache, kept)
+        call = kind.reactor.model_call(state, request, self._prompt_cache, kept)
         prompt = call.prompt
         info = RequestInfo(
             run_id=call.actor_id,
@@ -775,7 +775,11 @@ class Host:
         await asyncio.sleep(random.uniform(0, 0.005))
         state, _ = await self.state(rec.stream)
         kind = self.kinds.of(rec.stream)
-        held = None if kind.claim is None else kind.claim(state, request_id)
+        held = (
+            None
+            if kind.reactor.claim is None
+            else kind.reactor.claim(state, request_id)
+        )
         if (
             held is not None
             and held[0] != self.worker_id
@@ -852,7 +856,7 @@ class Host:
         if not await self.claim(rec, rid):
             return  # another worker runs it, or it is answered already
         kind = self.kinds.of(rec.stream)
-        own = None if kind.workspace is None else kind.workspace(state)
+        own = None if kind.reactor.workspace is None else kind.reactor.workspace(state)
         ctx = ToolContext(
             workspace=self.workspace if own is None else Path(own),
             run_id=rec.stream.partition(".")[2],
@@ -893,7 +897,9 @@ def _awaits(kind: Kind[Any], state: Any, request_id: str) -> bool:
     """Whether the actor at ``state`` still waits for effect ``request_id``
     (a kind that cannot say is taken to wait: its decider refuses a late
     answer)."""
-    return True if kind.awaits is None else kind.awaits(state, request_id)
+    return (
+        True if kind.reactor.awaits is None else kind.reactor.awaits(state, request_id)
+    )
 
 
 def _unrecordable(answer: Event, message: str) -> Event | None:

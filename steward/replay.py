@@ -78,8 +78,8 @@ def verify(
     if kind is None:
         return None
     if decide is None:
-        decide = kind.decide
-    state = kind.initial
+        decide = kind.decider.decide
+    state = kind.decider.initial
     for step in commits(records, kinds):
         head = step[0]
         recorded = tuple(r.event for r in step[1:])
@@ -103,8 +103,8 @@ def verify(
         after = kind.fold((r.event for r in step), state)
         again = tuple(decided)
         if again != recorded and not (
-            kind.same_decisions is not None
-            and kind.same_decisions(recorded, again, after)
+            kind.decider.same_decisions is not None
+            and kind.decider.same_decisions(recorded, again, after)
         ):
             return Mismatch(
                 version=head.version,
@@ -163,13 +163,13 @@ def fork_events(
     if not steps:
         return []
     kind = kinds.of(steps[0][0].stream)
-    state = kind.initial
+    state = kind.decider.initial
     copy: list[Event] = []
     for step in steps:
-        event = remap(step[0].event, old, new, kind.derived)
+        event = remap(step[0].event, old, new, kind.surface.derived)
         if adapt is not None:
             event = adapt(event, old)
-        decided = kind.decide(event, state)
+        decided = kind.decider.decide(event, state)
         if decided is None:
             raise StewardError(
                 f"the fork refused the input at version {step[0].version}"

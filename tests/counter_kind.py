@@ -53,9 +53,11 @@ def decide(input: Event, state: Counter) -> list[Event] | None:
 
 COUNTER: kind.Kind[Counter] = kind.Kind(
     name="counter",
-    initial=Counter(),
-    evolve=evolve,
-    decide=decide,
-    inputs=(CounterAdd,),
-    events=(CounterAdd, CounterAdded, CounterFull),
+    decider=kind.Decider(
+        initial=Counter(),
+        evolve=evolve,
+        decide=decide,
+        inputs=(CounterAdd,),
+        events=(CounterAdd, CounterAdded, CounterFull),
+    ),
 )

@@ -72,14 +72,16 @@ def children_started(records: list[Any]) -> tuple[list[str], list[str]]:
 
     kind = kind_of(records[0].stream)
     latest = kind.fold(r.event for r in records)
-    state, created, wanted = kind.initial, [], []
+    state, created, wanted = kind.decider.initial, [], []
     for rec in records:
-        state = kind.evolve(state, rec.event)
-        assert kind.effects is not None and kind.pending is not None
+        state = kind.decider.evolve(state, rec.event)
+        assert kind.reactor.effects is not None and kind.reactor.pending is not None
         created += [
-            e.stream for e in kind.effects(rec, state, latest) if isinstance(e, Create)
+            e.stream
+            for e in kind.reactor.effects(rec, state, latest)
+            if isinstance(e, Create)
         ]
-        asked = kind.pending(rec.event)
+        asked = kind.reactor.pending(rec.event)
         wanted = [k for k in wanted if k not in asked.answers]
         wanted += [w.key for w in asked.wants if w.key.startswith("spawn:")]
     return created, wanted

@@ -19,7 +19,7 @@ change the state they are given, and ``fold`` applies events to a copy.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Any, Generic, Protocol, TypeVar
 
 from steward.actors.effects import Effect, ModelCall, Pending, Told
@@ -31,7 +31,7 @@ from steward.errors import NotFoundError
 from steward.events import Event, EventUnion, Recorded
 from steward.events.protocol import LlmRequested
 
-__all__ = ["Kind", "Kinds", "ReadModels", "Step"]
+__all__ = ["Decider", "Kind", "Kinds", "ReadModels", "Reactor", "Step", "Surface"]
 
 S = TypeVar("S")
 
@@ -55,19 +55,14 @@ class ReadModels(Protocol):
 Step = tuple[list[Event], S, Prompt | None]
 """What one accepted input does to an actor: its decisions, the state after
 the input and them, and the prompt of the model call they request (``None``
-when none, or when the kind leaves it to `Kind.model_call`)."""
+when none, or when the kind leaves it to `Reactor.model_call`)."""
 
 
 @dataclass(frozen=True)
-class Kind(Generic[S]):
-    """One actor kind: its name, its decider, its events and what its
-    committed decisions ask of the host (all pure).
+class Decider(Generic[S]):
+    """A kind's pure core (DESIGN §2): its state, how events fold into it,
+    how it decides, and which of its events are inputs."""
 
-    Only ``name`` to ``events`` are required: a kind without the others
-    records inputs and decisions and asks the host for nothing.
-    """
-
-    name: str
     initial: S
     evolve: Callable[[S, Event], S]
     decide: Callable[[Event, S], list[Event] | None]
@@ -94,6 +89,13 @@ class Kind(Generic[S]):
     in an older form, given the state after the step: for a kind whose old
     logs recorded a value in a form it no longer writes. ``None``: only
     equality counts."""
+
+
+@dataclass(frozen=True)
+class Reactor(Generic[S]):
+    """What a kind's committed decisions ask of the host, and what it still
+    waits for (all pure). The default asks for nothing."""
+
     routed: frozenset[type[Event]] = frozenset()
     """The event types `effects` may answer; the host skips the others (and
     makes the model and tool calls of `LlmRequested` and `ToolRequested`
@@ -115,10 +117,6 @@ class Kind(Generic[S]):
     """The correlation id of a commit of ``input`` on ``state``."""
     workspace: Callable[[S], str | None] | None = None
     """The directory the actor's tool calls work in, if not the host's."""
-    detach: Callable[[Event, str], Event] | None = None
-    """A fork's inputs made an actor's of its own (one that answers no one),
-    given each copied one and the id of the actor forked; ``None``: copied
-    as they are."""
     pending: Callable[[Event], Pending] | None = None
     """What a recorded event changes in the effects still to carry out
     (timers, deliveries, creations), for the pending projection a host
@@ -126,6 +124,17 @@ class Kind(Generic[S]):
     effects are lost when a host dies before carrying them out. The run
     kind's is kept by its own projection (`steward.projections.runs`)."""
 
+
+@dataclass(frozen=True)
+class Surface(Generic[S]):
+    """How a kind shows itself: its read models, what it tells a channel,
+    how the command line shows it and its forks, and the ids a fork renames.
+    The default: no read models, nothing told, a state shown field by
+    field, the shared vocabulary's ids renamed."""
+
+    projection: ReadModels | None = None
+    """The kind's read models (`steward.projections.projection.Projection`),
+    which the projector keeps, if it has any."""
     tells: Callable[[Event, S], Told | None] | None = None
     """What a committed event tells a channel, given the actor's state (at
     or after the event: what it reads is fixed when the actor opens), or
@@ -136,9 +145,6 @@ class Kind(Generic[S]):
     updates: bool = False
     """Whether every event of the kind's streams is published as an update
     (``steward.<kind>s.<id>.updates``) by the egress."""
-    projection: ReadModels | None = None
-    """The kind's read models (`steward.projections.projection.Projection`),
-    which the projector keeps, if it has any."""
     show: Callable[[str, int, S], list[str]] | None = None
     """The lines `steward replay` prints of an actor's state, given its
     stream and how many events it has; ``None``: its kind and a line per
@@ -151,15 +157,42 @@ class Kind(Generic[S]):
     carried: bool = False
     """Whether `steward fork` carries a fork out itself until it ends, as
     `steward run` does a run, rather than leaving it to a serve."""
+    detach: Callable[[Event, str], Event] | None = None
+    """A fork's inputs made an actor's of its own (one that answers no one),
+    given each copied one and the id of the actor forked; ``None``: copied
+    as they are."""
     derived: tuple[str, ...] = ("request_id", "timer_id")
     """The event fields that hold ids the kind derives from its actor's id
     (``<id>/llm/1``, ``<id>-t2``): a fork renames them for its own
     (`steward.replay.remap`). The shared vocabulary's request and timer ids
     by default; a kind adds its own (``run_id``, ``session_id``, ...)."""
 
+
+@dataclass(frozen=True)
+class Kind(Generic[S]):
+    """One actor kind: its name and its three parts, the decider, the
+    reactor and the surface. A kind with only a decider records inputs and
+    decisions and asks the host for nothing.
+
+    Raises:
+        ValueError: the reactor asks for effects but says nothing of what
+            it waits for (no ``pending``, and no read models that keep its
+            pending rows).
+    """
+
+    name: str
+    decider: Decider[S]
+    reactor: Reactor[S] = Reactor()
+    surface: Surface[S] = Surface()
+
     def __post_init__(self) -> None:
-        kept = self.projection is not None and self.projection.keeps_pending
-        if self.effects is not None and self.pending is None and not kept:
+        views = self.surface.projection
+        kept = views is not None and views.keeps_pending
+        if (
+            self.reactor.effects is not None
+            and self.reactor.pending is None
+            and not kept
+        ):
             raise ValueError(
                 f"kind {self.name} asks the host for effects but says nothing of "
                 "what it waits for: give it a pending function (or read models "
@@ -169,33 +202,60 @@ class Kind(Generic[S]):
     def __repr__(self) -> str:
         return f"Kind({self.name!r})"
 
+    def replaced(self, **changes: Any) -> Kind[S]:
+        """A copy with ``changes``: its ``name``, or fields of its parts.
+
+        Raises:
+            TypeError: no part has a field of that name.
+        """
+        name = changes.pop("name", self.name)
+        parts: dict[str, Any] = {
+            "decider": self.decider,
+            "reactor": self.reactor,
+            "surface": self.surface,
+        }
+        for field, value in changes.items():
+            part = next(
+                (p for p, v in parts.items() if field in _fields(type(v))), None
+            )
+            if part is None:
+                raise TypeError(f"a kind has no field {field!r}")
+            parts[part] = replace(parts[part], **{field: value})
+        return Kind(name, **parts)
+
     def fold(self, events: Iterable[Event], state: S | None = None) -> S:
         """The state after ``events``, from ``state`` (default: ``initial``)."""
-        start = self.initial if state is None else state
-        if self.fold_events is not None:
-            return self.fold_events(events, start)
+        decider = self.decider
+        start = decider.initial if state is None else state
+        if decider.fold_events is not None:
+            return decider.fold_events(events, start)
         for event in events:
-            start = self.evolve(start, event)
+            start = decider.evolve(start, event)
         return start
 
     def decide_and_fold(
         self, input: Event, state: S, cache: PromptCache | None = None
     ) -> Step[S] | None:
         """The step ``input`` makes on ``state``; ``None`` refuses it."""
-        if self.step is not None:
-            return self.step(input, state, cache)
-        decisions = self.decide(input, state)
+        if self.decider.step is not None:
+            return self.decider.step(input, state, cache)
+        decisions = self.decider.decide(input, state)
         if decisions is None:
             return None
         return decisions, self.fold([input, *decisions], state), None
 
     def is_input(self, event: Event) -> bool:
-        return isinstance(event, self.inputs)
+        return isinstance(event, self.decider.inputs)
 
     def correlation_of(self, state: S, input: Event) -> str | None:
         """The correlation id of a commit of ``input`` on ``state`` (``None``
         for a kind that names none)."""
-        return None if self.correlation is None else self.correlation(state, input)
+        correlation = self.reactor.correlation
+        return None if correlation is None else correlation(state, input)
+
+
+def _fields(part: type) -> frozenset[str]:
+    return frozenset(f.name for f in fields(part))
 
 
 class Kinds:
@@ -211,11 +271,11 @@ class Kinds:
             if kind.name in self._by_name:
                 raise ValueError(f"there are two actor kinds named {kind.name!r}")
             self._by_name[kind.name] = kind
-        self.union = EventUnion(tuple(t for kind in kinds for t in kind.events))
+        self.union = EventUnion(tuple(t for kind in kinds for t in kind.decider.events))
         """The union the log decodes these kinds' events into (it raises
         for two event types of one name: the tag)."""
         self.routed: frozenset[type[Event]] = frozenset().union(
-            *(kind.routed for kind in kinds)
+            *(kind.reactor.routed for kind in kinds)
         )
         """The event types some kind's ``effects`` may answer."""
 

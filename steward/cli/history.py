@@ -44,8 +44,8 @@ async def cmd_replay(env: Env, args: argparse.Namespace) -> int:
         env.out(json_line(view))
         return 0 if mismatch is None else EXIT_MISMATCH
     kind = env.kinds.of(stream)
-    if kind.show is not None:
-        for line in kind.show(stream, len(records), state):
+    if kind.surface.show is not None:
+        for line in kind.surface.show(stream, len(records), state):
             env.out(line)
     else:
         _state(env, stream, len(records), state)
@@ -105,22 +105,22 @@ async def cmd_fork(env: Env, args: argparse.Namespace) -> int:
         new = _FORKED.sub("", old) + "-fork" + secrets.token_hex(3)
         records = await log.read(stream)
         kept = _fork_steps(replay.commits(records, env.kinds), args.at)
-        carry = kind.carried and not args.no_run
+        carry = kind.surface.carried and not args.no_run
         provider = checked_provider(env) if carry else None
         # Every input re-decided, and all of them recorded in one commit: a
         # host beside this process (a serve) sees the copy whole and carries
         # out only what its last step asks for. The fork is an actor of its
         # own, answering no one.
-        copy = replay.fork_events(kept, old, new, kind.detach, env.kinds)
-        correlation = kind.correlation_of(kind.initial, copy[0]) or new
+        copy = replay.fork_events(kept, old, new, kind.surface.detach, env.kinds)
+        correlation = kind.correlation_of(kind.decider.initial, copy[0]) or new
         fork = f"{kind.name}.{new}"
         await log.append(fork, copy, 0, correlation_id=correlation)
-        if kind.forked is not None:
-            lines = kind.forked(stream, fork, args.at, kind.fold(copy))
+        if kind.surface.forked is not None:
+            lines = kind.surface.forked(stream, fork, args.at, kind.fold(copy))
         else:
             lines = [f"forked {stream} at version {args.at} as {fork}"]
         env.out(lines[0])
-        if not kind.carried and not args.no_run:
+        if not kind.surface.carried and not args.no_run:
             env.out("a `steward serve` on this log carries out what it asks for")
         for line in lines[1:]:
             env.out(line)

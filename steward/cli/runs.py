@@ -291,9 +291,9 @@ def _prompts(kind: Kind[Any], records: list[events.Recorded]) -> list[dict[str, 
     """The prompt of each model call the actor asked for, as it was sent."""
     prompts = []
     for rec in records:
-        if isinstance(rec.event, events.LlmRequested) and kind.model_call:
+        if isinstance(rec.event, events.LlmRequested) and kind.reactor.model_call:
             state = replay.rebuild(records, rec.version, kind)
-            prompt = kind.model_call(state, rec.event, None, None).prompt
+            prompt = kind.reactor.model_call(state, rec.event, None, None).prompt
             prompts.append(
                 {
                     "request_id": rec.event.request_id,

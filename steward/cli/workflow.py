@@ -194,11 +194,11 @@ async def _follow(
     its state then."""
     seen = 0
     kind = kind_of(stream)
-    state: Workflow = kind.initial
+    state: Workflow = kind.decider.initial
     while True:
         for rec in await log.read(stream, seen + 1):
             seen = rec.version
-            state = kind.evolve(state, rec.event)
+            state = kind.decider.evolve(state, rec.event)
             line = step_line(rec.event)
             if line and not quiet:
                 env.out(line)
@@ -274,11 +274,11 @@ def workflow_view(records: list[events.Recorded]) -> dict[str, Any]:
     each phase with its routing decision (or why it failed), and each
     transition taken. The attempt in flight when the run was cancelled is
     ``cancelled``."""
-    state: Workflow = kind_of(records[0].stream).initial
+    state: Workflow = kind_of(records[0].stream).decider.initial
     phases: list[dict[str, Any]] = []
     taken: list[dict[str, Any]] = []
     for rec in records:
-        state = kind_of(rec.stream).evolve(state, rec.event)
+        state = kind_of(rec.stream).decider.evolve(state, rec.event)
         match rec.event:
             case events.PhaseStarted(node=node, attempt=attempt, retry=retry) as e:
                 phases.append(

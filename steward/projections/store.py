@@ -56,7 +56,8 @@ is rebuilt from the log."""
 
 def _projections(kinds: Kinds) -> dict[str, ReadModels]:
     """The read models of each kind of ``kinds`` that has some, by name."""
-    return {k.name: k.projection for k in kinds if k.projection is not None}
+    views = {k.name: k.surface.projection for k in kinds}
+    return {name: v for name, v in views.items() if v is not None}
 
 
 def _schema(kinds: Kinds) -> str:
@@ -213,13 +214,13 @@ class Projector:
         kind = self.kinds.get(name)
         if kind is None:
             return
-        if kind.projection is not None:
-            kind.projection.apply(conn, rec)
-            if kind.projection.keeps_pending:
+        if kind.surface.projection is not None:
+            kind.surface.projection.apply(conn, rec)
+            if kind.surface.projection.keeps_pending:
                 return
         _requests(conn, rec)
-        if kind.pending is not None:
-            asked = kind.pending(rec.event)
+        if kind.reactor.pending is not None:
+            asked = kind.reactor.pending(rec.event)
             if asked.ended:
                 conn.execute("DELETE FROM pending WHERE stream=?", (rec.stream,))
             for key in asked.answers:

@@ -820,7 +820,7 @@ async def session_revision_2(rig: Rig) -> None:
         kind = kind_of("session.cli:paths")
         steps = replay.commits(await rig.log.read("session.cli:paths"))
         fork = "cli:paths-fork0a1b2c"
-        copy = replay.fork_events(steps, "cli:paths", fork, kind.detach)
+        copy = replay.fork_events(steps, "cli:paths", fork, kind.surface.detach)
         await rig.log.append(f"session.{fork}", copy, 0, correlation_id=fork)
 
 

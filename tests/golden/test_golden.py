@@ -282,7 +282,7 @@ def test_a_run_keeps_the_system_prompt_it_was_created_with() -> None:
     as it was decided; the default is no event field's, so none pinned."""
     stream = by_stream(load("json_protocol"))["run.json-protocol"]
     asked = next(r for r in stream if isinstance(r.event, events.LlmRequested))
-    call = kind_of(asked.stream).model_call
+    call = kind_of(asked.stream).reactor.model_call
     assert call is not None
     state = replay.rebuild(stream, asked.version)
     system = call(state, asked.event, None, None).prompt.system
@@ -325,11 +325,11 @@ def test_a_revision_3_session_starts_its_runs_as_it_did() -> None:
     event, so they replay as they were decided.)"""
     streams = by_stream(load("session_revision_3"))
     kind = kind_of("session.")
-    assert kind.effects is not None
-    state, started = kind.initial, {}
+    assert kind.reactor.effects is not None
+    state, started = kind.decider.initial, {}
     for rec in streams["session.cli:three"]:
-        state = kind.evolve(state, rec.event)
-        for effect in kind.effects(rec, state, state):
+        state = kind.decider.evolve(state, rec.event)
+        for effect in kind.reactor.effects(rec, state, state):
             if isinstance(effect, Create):
                 started[effect.stream] = effect.input
     assert sorted(started) == sorted(s for s in streams if s.startswith("run."))
@@ -395,7 +395,7 @@ def test_a_revision_3_workflow_reads_no_decision_as_missing_and_is_bounded() -> 
 
 def test_every_event_type_has_a_golden_log() -> None:
     """Each event type of every kind steward has appears in some golden log."""
-    union = {t.__name__ for k in KINDS for t in k.events}
+    union = {t.__name__ for k in KINDS for t in k.decider.events}
     seen = {events.type_name(r.event) for name in NAMES for r in load(name)}
     missing = sorted(union - seen)
     assert not missing, (

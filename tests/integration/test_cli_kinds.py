@@ -4,7 +4,6 @@ any actor's stream, named ``<kind>.<id>``, as well as a run's id."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 from pathlib import Path
 
@@ -37,11 +36,11 @@ def counter_log(tmp_path: Path) -> str:
 
 async def _write(db: Path, stream: str, inputs: list[Event]) -> None:
     """Commit each input with its decisions, as a host would."""
-    state = COUNTER.initial
+    state = COUNTER.decider.initial
     async with await SqliteEventLog.open(db, union=WITH_COUNTER.union) as log:
         version = 0
         for input in inputs:
-            decided = COUNTER.decide(input, state)
+            decided = COUNTER.decider.decide(input, state)
             assert decided is not None
             commit = [input, *decided]
             await log.append(stream, commit, version)
@@ -93,7 +92,7 @@ def test_replay_verify_catches_a_changed_decider_of_any_kind(
             return [CounterAdded(total=state.total + 4)]
         return decide(input, state)
 
-    changed = with_kinds(dataclasses.replace(COUNTER, decide=doubled))
+    changed = with_kinds(COUNTER.replaced(decide=doubled))
     code = steward(["--db", counter_log, "replay", "counter.c1", "--verify"], changed)
     out = capsys.readouterr().out
     assert code == 3

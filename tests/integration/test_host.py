@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -714,9 +713,7 @@ def _touch(input: events.Event, state: Count) -> list[events.Event] | None:
     return counter_decide(input, state)
 
 
-TOUCH = with_kinds(
-    dataclasses.replace(COUNTER, name="touch", decide=_touch, opens=(CounterAdd,))
-)
+TOUCH = with_kinds(COUNTER.replaced(name="touch", decide=_touch, opens=(CounterAdd,)))
 """steward's kinds and a counter that opens with `CounterAdd`."""
 
 

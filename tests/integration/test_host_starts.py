@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -507,7 +506,7 @@ async def test_a_child_that_cannot_be_decided_leaves_its_parent_committed(
             raise RuntimeError("the run's decider is broken")
         return decide(input, state, cache)
 
-    broken_run = replace(KINDS["run"], step=broken)
+    broken_run = KINDS["run"].replaced(step=broken)
     host = await hosts(kinds=KINDS.replaced(broken_run))
     turn = await first_turn(host, clock)
     await settle(host)

@@ -226,7 +226,9 @@ async def test_a_forked_session_tells_the_channel_nothing(setup: Setup) -> None:
     assert json.loads((await outbound.next_msg(timeout=5)).data)["text"] == "hi"
     steps = replay.commits(await setup.log.read("session.web:c1"))
     fork = "web:c1-fork0a1b2c"
-    copy = replay.fork_events(steps, "web:c1", fork, kind_of("session.x").detach)
+    copy = replay.fork_events(
+        steps, "web:c1", fork, kind_of("session.x").surface.detach
+    )
     await setup.log.append(f"session.{fork}", copy, 0, correlation_id=fork)
 
     forked = await setup.request(

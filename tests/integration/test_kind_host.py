@@ -14,7 +14,6 @@ both logs (the ``log`` fixture), through the host, ``replay --verify``,
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,7 @@ from steward.actors.effects import (
     Told,
     Want,
 )
-from steward.actors.kind import Kind, Kinds
+from steward.actors.kind import Decider, Kind, Kinds, Reactor, Surface
 from steward.actors.llm import ScriptedProvider
 from steward.actors.prompt import Prompt, prompt_hash
 from steward.bus import SqliteEventLog
@@ -207,40 +206,46 @@ def pending(event: Event) -> Pending:
 
 TALLY: Kind[Tally] = Kind(
     name="tally",
-    initial=Tally(),
-    evolve=evolve,
-    decide=decide,
-    inputs=(
-        TallyOpened,
-        TallyAdd,
-        events.ToolResulted,
-        events.LlmResponded,
-        events.WakeDue,
-        events.SubagentFinished,
+    decider=Decider(
+        initial=Tally(),
+        evolve=evolve,
+        decide=decide,
+        inputs=(
+            TallyOpened,
+            TallyAdd,
+            events.ToolResulted,
+            events.LlmResponded,
+            events.WakeDue,
+            events.SubagentFinished,
+        ),
+        events=(
+            TallyOpened,
+            TallyAdd,
+            TallyCounted,
+            TallySlept,
+            TallyChildAsked,
+            TallyDone,
+            events.ToolRequested,
+            events.ToolResulted,
+            events.LlmRequested,
+            events.LlmResponded,
+            events.WakeDue,
+            events.SubagentFinished,
+        ),
+        opens=(TallyOpened,),
     ),
-    events=(
-        TallyOpened,
-        TallyAdd,
-        TallyCounted,
-        TallySlept,
-        TallyChildAsked,
-        TallyDone,
-        events.ToolRequested,
-        events.ToolResulted,
-        events.LlmRequested,
-        events.LlmResponded,
-        events.WakeDue,
-        events.SubagentFinished,
+    reactor=Reactor(
+        routed=frozenset({TallySlept, TallyChildAsked}),
+        effects=effects,
+        awaits=lambda state, rid: rid in (state.tool, state.asked),
+        model_call=model_call,
+        pending=pending,
     ),
-    opens=(TallyOpened,),
-    routed=frozenset({TallySlept, TallyChildAsked}),
-    effects=effects,
-    awaits=lambda state, rid: rid in (state.tool, state.asked),
-    model_call=model_call,
-    pending=pending,
-    tells=tells,
-    told=frozenset({TallyDone}),
-    derived=("tally_id", "run_id", "request_id", "timer_id"),
+    surface=Surface(
+        tells=tells,
+        told=frozenset({TallyDone}),
+        derived=("tally_id", "run_id", "request_id", "timer_id"),
+    ),
 )
 
 
@@ -267,7 +272,7 @@ TALLIES = Projection(
 )
 
 
-KINDS = with_kinds(dataclasses.replace(TALLY, projection=TALLIES))
+KINDS = with_kinds(TALLY.replaced(projection=TALLIES))
 """steward's kinds and the tally, with its read models."""
 
 
@@ -361,7 +366,7 @@ async def test_a_fifth_kind_runs_through_host_cli_replay_fork_and_rebuild(
     new = fork.partition(".")[2]
     assert forked.id == new and forked.output == "hi" and forked.child is None
     copy = [r.event for r in await log.read(fork)]
-    derived = [getattr(e, f, "") for e in copy for f in TALLY.derived]
+    derived = [getattr(e, f, "") for e in copy for f in TALLY.surface.derived]
     assert [i for i in derived if i and not i.startswith(new)] == []  # renamed
     assert f"{new}/llm/1" in derived and f"{new}-child" in derived
     child = await log.read(f"run.{new}-child")
@@ -401,7 +406,7 @@ async def test_a_pending_tool_call_of_another_kind_survives_a_restart(
     """A tally whose tool call was requested but never answered (its host
     died) gets it made by the next host, found in the pending projection."""
     steps: list[Event] = []
-    state = TALLY.initial
+    state = TALLY.decider.initial
     for input in (TallyOpened(tally_id="t9"), TallyAdd(n=3)):
         decided = decide(input, state)
         assert decided is not None
@@ -420,7 +425,7 @@ def tally_steps(tally_id: str, *inputs: Event) -> list[Event]:
     """A tally's recorded events for ``inputs``, decided here, as a host
     that died before carrying out any effect would have left them."""
     steps: list[Event] = []
-    state = TALLY.initial
+    state = TALLY.decider.initial
     for input in (TallyOpened(tally_id=tally_id), *inputs):
         decided = decide(input, state)
         assert decided is not None, input

@@ -12,7 +12,6 @@ version it changes.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import tempfile
 from pathlib import Path
@@ -266,7 +265,7 @@ def test_a_changed_decider_is_reported_at_the_first_diverging_version(
             for d in decided
         ]
 
-    changed_run = dataclasses.replace(KINDS["run"], decide=changed)
+    changed_run = KINDS["run"].replaced(decide=changed)
     argv = ["--db", str(db), "replay", "p1", "--verify"]
     assert cli.main(argv, kinds=KINDS.replaced(changed_run)) == 3
     out = capsys.readouterr().out

@@ -21,7 +21,6 @@ end can show it fails for a broken copy of a kind.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import itertools
 from collections.abc import Callable, Iterator, Mapping
 from functools import cache
@@ -103,7 +102,7 @@ def sample(log: str, stream: str) -> Sample:
 def steps(actor: Kind[Any], sample: Sample) -> Iterator[tuple[Recorded, Any, Any]]:
     """Each step of ``sample``: its input's record, the state before it and
     the recorded decisions (a tuple)."""
-    state = actor.initial
+    state = actor.decider.initial
     for step in replay.commits(sample.records, Kinds(actor)):
         head = step[0]
         assert actor.is_input(head.event), (
@@ -121,10 +120,10 @@ def check_fold_is_evolve(actor: Kind[Any], sample: Sample) -> None:
     """``fold`` of every prefix equals ``evolve`` applied event by event from
     ``initial``, and from the state before (``fold(events, state)``); neither
     changes the state it is given."""
-    state, prefix = actor.initial, []
+    state, prefix = actor.decider.initial, []
     for rec in sample.records:
         before = copy.deepcopy(state)
-        after = actor.evolve(state, rec.event)
+        after = actor.decider.evolve(state, rec.event)
         assert state == before, (
             f"{sample.at(rec.version)}: evolve changed the state it was given "
             f"({type(rec.event).__name__}); apply the event to a copy"
@@ -156,7 +155,7 @@ def check_decide_leaves_state(actor: Kind[Any], sample: Sample) -> None:
     for head, state, recorded in steps(actor, sample):
         where, name = sample.at(head.version), type(head.event).__name__
         before = copy.deepcopy(state)
-        decided = actor.decide(head.event, state)
+        decided = actor.decider.decide(head.event, state)
         assert state == before, (
             f"{where}: decide({name}) changed the state it was given; a decider "
             "never writes to a state its caller holds (DESIGN §2)"
@@ -173,10 +172,10 @@ def check_decide_leaves_state(actor: Kind[Any], sample: Sample) -> None:
         )
         again, after = tuple(decided), step[1]
         assert again == recorded or (
-            actor.same_decisions is not None
-            and actor.same_decisions(recorded, again, after)
+            actor.decider.same_decisions is not None
+            and actor.decider.same_decisions(recorded, again, after)
         ), f"{where}: {name} decided\n  {again}\nbut recorded\n  {recorded}"
-    mismatch = replay.verify(sample.records, actor.decide, Kinds(actor))
+    mismatch = replay.verify(sample.records, actor.decider.decide, Kinds(actor))
     assert mismatch is None, f"{sample.at(mismatch.version)}: {mismatch.problem}"
 
 
@@ -190,17 +189,17 @@ def check_decide_is_deterministic(actor: Kind[Any], sample: Sample) -> None:
     answers = []
     for head, state, _ in steps(actor, sample):
         where = sample.at(head.version)
-        first = actor.decide(head.event, state)
+        first = actor.decider.decide(head.event, state)
         one, two = copy.deepcopy(state), copy.deepcopy(state)
-        assert actor.decide(head.event, one) == first, (
+        assert actor.decider.decide(head.event, one) == first, (
             f"{where}: decide gives another answer on a copy of the state"
         )
-        assert actor.decide(head.event, two) == first, (
+        assert actor.decider.decide(head.event, two) == first, (
             f"{where}: decide gives another answer when asked again"
         )
         answers.append((head, state, first))
     for head, state, first in reversed(answers):
-        assert actor.decide(head.event, copy.deepcopy(state)) == first, (
+        assert actor.decider.decide(head.event, copy.deepcopy(state)) == first, (
             f"{sample.at(head.version)}: decide answers otherwise after later "
             "inputs were decided: its answer depends on what it was asked "
             "before (module state, an identity-keyed memo?)"
@@ -216,15 +215,15 @@ def check_opening_refused(actor: Kind[Any], sample: Sample) -> None:
     stream's included: a host that opens an actor twice records nothing."""
     opening = sample.records[0].event
     name = type(opening).__name__
-    assert isinstance(opening, actor.opens), (
+    assert isinstance(opening, actor.decider.opens), (
         f"{sample.at(1)}: the stream opens with {name}, which is not in the "
-        f"kind's opens ({', '.join(t.__name__ for t in actor.opens) or 'none'})"
+        f"kind's opens ({', '.join(t.__name__ for t in actor.decider.opens) or 'none'})"
     )
-    state = actor.initial
+    state = actor.decider.initial
     for step in replay.commits(sample.records, Kinds(actor)):
         state = actor.fold((r.event for r in step), state)
         where = sample.at(step[-1].version)
-        assert actor.decide(opening, state) is None, (
+        assert actor.decider.decide(opening, state) is None, (
             f"{where}: decide accepts the opening {name} again on a stream that "
             "has begun; refuse it (return None)"
         )
@@ -271,8 +270,8 @@ def pending_of(actor: Kind[Any], event: Event) -> Pending:
     and, for a stream of any kind, model and tool calls wanted by their
     requests and answered by their answers (as the pending projection keeps
     them, `steward.projections.store`)."""
-    assert actor.pending is not None
-    own = actor.pending(event)
+    assert actor.reactor.pending is not None
+    own = actor.reactor.pending(event)
     match event:
         case LlmRequested(request_id=rid) | ToolRequested(request_id=rid):
             return msgspec.structs.replace(
@@ -298,21 +297,21 @@ def check_effects_pending(
     event's pending entry, so it survives a crash; and every want is
     answered by a later event of the stream (or the stream ends), but for
     those ``open_at_end`` lists."""
-    if actor.effects is None:
+    if actor.reactor.effects is None:
         return
-    assert actor.pending is not None, (
+    assert actor.reactor.pending is not None, (
         f"kind {actor.name} asks the host for effects but has no pending: the "
         "pending projection cannot tell what it waits for, and a host that dies "
         "before carrying an effect out loses it; give the kind a Kind.pending"
     )
     latest = actor.fold(r.event for r in sample.records)
-    state = actor.initial
+    state = actor.decider.initial
     open_: dict[str, int] = {}
     for rec in sample.records:
-        state = actor.evolve(state, rec.event)
+        state = actor.decider.evolve(state, rec.event)
         asked = pending_of(actor, rec.event)
         wanted = {w.key for w in asked.wants}
-        for effect in actor.effects(rec, state, latest):
+        for effect in actor.reactor.effects(rec, state, latest):
             key = effect_key(effect)
             if key is None or (sample.log, sample.stream, key) in EFFECTS_WITHOUT_WANT:
                 continue
@@ -391,11 +390,13 @@ def check_fork_renames(actor: Kind[Any], sample: Sample) -> None:
     assert old and old not in FORK, f"{sample.stream}: choose another FORK"
     if (sample.log, sample.stream) in UNFORKABLE:
         with pytest.raises(StewardError):
-            replay.fork_events(cut, old, FORK, actor.detach, Kinds(actor))
+            replay.fork_events(cut, old, FORK, actor.surface.detach, Kinds(actor))
         return
     for n in range(1, len(cut) + 1):
         try:
-            forked = replay.fork_events(cut[:n], old, FORK, actor.detach, Kinds(actor))
+            forked = replay.fork_events(
+                cut[:n], old, FORK, actor.surface.detach, Kinds(actor)
+            )
         except StewardError as e:
             raise AssertionError(f"{sample.at(cut[n - 1][0].version)}: {e}") from e
         left = [
@@ -485,15 +486,13 @@ def test_a_superseded_timer_leaves_no_pending_entry() -> None:
 
 def broken(actor: Kind[Any], **changes: Any) -> Kind[Any]:
     """A copy of ``actor`` with ``changes``."""
-    if dataclasses.is_dataclass(actor):
-        return dataclasses.replace(actor, **changes)
-    return msgspec.structs.replace(actor, **changes)
+    return actor.replaced(**changes)
 
 
 def fresh(actor: Kind[Any]) -> Any:
     """A copy of ``actor``'s initial state, for a broken kind that writes to
     the states it is given (the kind's own is shared by every test)."""
-    return copy.deepcopy(actor.initial)
+    return copy.deepcopy(actor.decider.initial)
 
 
 RUN_SAMPLE = ("json_protocol", "run.json-protocol")
@@ -518,8 +517,8 @@ def test_a_fold_that_is_not_evolve_fails() -> None:
     """A fast fold that drops an event is caught."""
     actor, each = run_kind(), sample(*RUN_SAMPLE)
     check_fold_is_evolve(actor, each)
-    assert actor.fold_events is not None
-    fold_events = actor.fold_events
+    assert actor.decider.fold_events is not None
+    fold_events = actor.decider.fold_events
     lossy = broken(actor, fold_events=lambda es, s: fold_events(list(es)[:-1], s))
     with pytest.raises(AssertionError, match="not what evolve gives"):
         check_fold_is_evolve(lossy, each)
@@ -531,7 +530,7 @@ def test_an_evolve_that_writes_to_its_state_fails() -> None:
 
     def evolve(state: Any, event: Event) -> Any:
         state.iteration += 1
-        return actor.evolve(state, event)
+        return actor.decider.evolve(state, event)
 
     with pytest.raises(AssertionError, match="evolve changed the state"):
         check_fold_is_evolve(broken(actor, evolve=evolve, initial=fresh(actor)), each)
@@ -545,7 +544,7 @@ def test_a_decide_that_writes_to_its_state_fails() -> None:
 
     def decide(input: Event, state: Any) -> Any:
         state.metadata["seen"] = state.metadata.get("seen", 0) + 1
-        return actor.decide(input, state)
+        return actor.decider.decide(input, state)
 
     with pytest.raises(AssertionError, match="decide.*changed the state"):
         check_decide_leaves_state(
@@ -556,7 +555,7 @@ def test_a_decide_that_writes_to_its_state_fails() -> None:
 def test_a_decide_that_decides_otherwise_fails() -> None:
     """A decide whose answer is not the recorded one is caught."""
     actor, each = session_kind(), sample(*SESSION_SAMPLE)
-    decide = actor.decide
+    decide = actor.decider.decide
     forgetful = broken(actor, decide=lambda i, s: (decide(i, s) or [])[:-1])
     with pytest.raises(AssertionError, match="decide"):
         check_decide_leaves_state(forgetful, each)
@@ -566,7 +565,7 @@ def test_a_decide_that_remembers_fails() -> None:
     """A decide whose answer depends on how often it was asked is caught."""
     actor, each = session_kind(), sample(*SESSION_SAMPLE)
     check_decide_is_deterministic(actor, each)
-    calls, decide = itertools.count(), actor.decide
+    calls, decide = itertools.count(), actor.decider.decide
 
     def flaky(input: Event, state: Any) -> Any:
         decided = decide(input, state)
@@ -580,10 +579,10 @@ def test_an_opening_taken_twice_fails() -> None:
     """A decider that accepts its opening input on a begun stream is caught."""
     actor, each = session_kind(), sample(*SESSION_SAMPLE)
     check_opening_refused(actor, each)
-    decide = actor.decide
+    decide = actor.decider.decide
 
     def reopens(input: Event, state: Any) -> Any:
-        return [] if isinstance(input, actor.opens) else decide(input, state)
+        return [] if isinstance(input, actor.decider.opens) else decide(input, state)
 
     with pytest.raises(AssertionError, match="accepts the opening SessionOpened"):
         check_opening_refused(broken(actor, decide=reopens), each)
@@ -593,8 +592,8 @@ def test_a_want_never_answered_fails() -> None:
     """A pending that answers nothing leaves its wants open, and is caught."""
     actor, each = session_kind(), sample(*SESSION_SAMPLE)
     check_effects_pending(actor, each)
-    assert actor.pending is not None
-    pending = actor.pending
+    assert actor.reactor.pending is not None
+    pending = actor.reactor.pending
     deaf = broken(actor, pending=lambda e: Pending(wants=pending(e).wants))
     with pytest.raises(AssertionError, match="pending wants no later event answers"):
         check_effects_pending(deaf, each)
@@ -623,7 +622,7 @@ def test_a_fork_that_keeps_a_derived_id_fails() -> None:
     caught, naming the field."""
     actor, each = run_kind(), sample(*RUN_SAMPLE)
     check_fork_renames(actor, each)
-    detach = actor.detach
+    detach = actor.surface.detach
     assert detach is not None
 
     def leaky(event: Event, origin: str) -> Event:

@@ -3,8 +3,6 @@ given a table that holds it; steward's own table is left as it is."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 from counter_kind import (
     COUNTER,
@@ -28,9 +26,9 @@ KINDS = with_kinds(COUNTER)
 def record(stream: str, inputs: list[Event]) -> list[Recorded]:
     """The records a host would commit for ``inputs``, decided by the table."""
     actor = KINDS.of(stream)
-    state, out = actor.initial, []
+    state, out = actor.decider.initial, []
     for input in inputs:
-        decided = actor.decide(input, state)
+        decided = actor.decider.decide(input, state)
         assert decided is not None
         for event in [input, *decided]:
             version = len(out) + 1
@@ -82,7 +80,7 @@ def test_a_changed_kind_decider_is_caught_at_its_step() -> None:
             return [CounterAdded(total=state.total + 4)]
         return decide(input, state)
 
-    changed = with_kinds(dataclasses.replace(COUNTER, decide=doubled))
+    changed = with_kinds(COUNTER.replaced(decide=doubled))
     mismatch = replay.verify(records, kinds=changed)
     assert mismatch is not None and mismatch.version == 3
     assert mismatch.problem == "the decider now decides differently"
@@ -97,7 +95,7 @@ def test_a_table_takes_a_name_once_and_a_tag_once() -> None:
     class CounterAdded(Event, frozen=True):  # another type, the same tag
         pass
 
-    clash = dataclasses.replace(COUNTER, name="other", events=(CounterAdded,))
+    clash = COUNTER.replaced(name="other", events=(CounterAdded,))
     with pytest.raises(ValueError, match="CounterAdded .* has the name"):
         Kinds(COUNTER, clash)
 

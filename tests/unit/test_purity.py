@@ -128,9 +128,10 @@ def decider_modules(kinds: Iterable[Kind[Any]]) -> dict[str, Path]:
     todo = [
         name
         for k in kinds
-        for field in dataclasses.fields(k)
+        for part in (k.decider, k.reactor, k.surface)
+        for field in dataclasses.fields(part)
         if field.name != "projection"
-        for name in _modules_of(getattr(k, field.name))
+        for name in _modules_of(getattr(part, field.name))
     ]
     found: dict[str, Path] = {}
     while todo:
@@ -159,7 +160,7 @@ def test_the_decider_modules_are_found_from_the_kind_table() -> None:
     """Each kind's own modules are checked, and the steward modules they
     import, transitively: a decider's helper is checked like the decider."""
     for actor in KINDS:
-        for part in (actor.decide, actor.evolve, *actor.events):
+        for part in (actor.decider.decide, actor.decider.evolve, *actor.decider.events):
             assert part.__module__ in DECIDERS, (actor.name, part)
     found = decider_modules([COUNTER])  # a kind not in the table
     assert "counter_kind" in found  # its decide's module (tests/counter_kind.py)

@@ -56,7 +56,7 @@ def test_a_direct_turn_is_one_model_call_of_the_session_without_tools() -> None:
     assert pending(turn).wants == ()
     call = model_call(chat.state, ask)
     assert call.prompt == prompt and call.actor_id == "cli:c1"
-    assert KINDS["session"].awaits(chat.state, ask.request_id)  # type: ignore[misc]
+    assert KINDS["session"].reactor.awaits(chat.state, ask.request_id)  # type: ignore[misc]
 
 
 def test_the_direct_answer_is_the_reply_and_the_window_grows() -> None:
