@@ -1,7 +1,7 @@
 """Egress over NATS: what the host records, published for services to hear.
 
 `Egress` listens to the host and publishes, in log order, as each stream's
-kind says (`Kind.updates`, `Kind.tells`; it names no kind): an update per
+kind says (`Surface.updates`, `Surface.tells`; it names no kind): an update per
 recorded event of a kind that publishes them (the run's, on
 ``steward.runs.<run_id>.updates``), and what an actor tells a channel on
 ``steward.outbound.<channel>`` (a session's turn reply, a command's answer,
@@ -33,7 +33,7 @@ _json = msgspec.json.Encoder()
 
 
 def updates_subject(actor_id: str, kind: str) -> str:
-    """Where the updates of an actor of ``kind`` go (`Kind.updates`)."""
+    """Where the updates of an actor of ``kind`` go (`Surface.updates`)."""
     return f"steward.{kind}s.{escape_token(actor_id)}.updates"
 
 
@@ -60,7 +60,7 @@ def deltas_subject(run_id: str) -> str:
 
 class Egress:
     """Publishes updates and what actors tell channels as the host records
-    them, as each stream's kind says (`Kind.updates`, `Kind.tells`); it
+    them, as each stream's kind says (`Surface.updates`, `Surface.tells`); it
     names no kind.
 
     Every event of a run stream goes to ``steward.runs.<run_id>.updates`` as

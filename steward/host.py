@@ -336,7 +336,7 @@ class Host:
         self._know(stream, version)
 
     def _opens_unseen(self, kind: Kind[Any], stream: str, input: Event) -> bool:
-        """Whether ``input`` begins ``stream`` (`Kind.opens`) and this host
+        """Whether ``input`` begins ``stream`` (`Decider.opens`) and this host
         knows nothing of the stream (no commit, cached state or routed
         record): then it is decided on the initial state, unread, and the
         append at version 0 checks."""

@@ -124,7 +124,7 @@ def remap(
     fields: tuple[str, ...],
 ) -> Event:
     """``event`` with the ids in ``fields`` (those its kind derives from its
-    actor's id, `Kind.derived`) that derive from actor ``old`` rewritten for
+    actor's id, `Surface.derived`) that derive from actor ``old`` rewritten for
     ``new``; and a child result's (`SubagentResult.run_id`)."""
 
     def swap(value: str) -> str:

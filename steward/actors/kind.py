@@ -2,18 +2,21 @@
 stream names to them.
 
 An actor's stream is named ``<kind>.<id>`` (``run.r1``); its kind is the first
-segment. A `Kind` bundles what everything outside the actor needs of it: its
-pure decider (``initial``, ``evolve``, ``decide``), which of its events are
-inputs (a step of its stream is an input and the decisions after it), every
-event type it records, what its committed decisions ask of the host, and its
-read models. A `Kinds` table is given to each part that serves actors (the
+segment. A `Kind` bundles what everything outside the actor needs of it, in
+three parts: its `Decider` (``initial``, ``evolve``, ``decide``, which of its
+events are inputs, a step of its stream being an input and the decisions
+after it, and every event type it records), its `Reactor` (what its
+committed decisions ask of the host, and what it still waits for) and its
+`Surface` (its read models, what it tells a channel, how it shows itself,
+the ids a fork renames). A `Kinds` table is given to each part that serves actors (the
 host, the projector, replay, the egress, and the log, which decodes into the
 union of the table's events); steward's own is `steward.kinds.KINDS`, the
 one place that names them. Nothing here is module state: a test runs a kind
 of its own by building a table with it.
 
 A kind's functions are pure (DESIGN §2): ``decide`` and ``evolve`` never
-change the state they are given, and ``fold`` applies events to a copy.
+change the state they are given, and ``fold`` gives a new state. Its read
+models alone touch the world (the projector's SQLite).
 """
 
 from __future__ import annotations

@@ -6,14 +6,14 @@ exactly where the last committed batch ended. Handlers use only what the
 events carry (never the current time), so ``rebuild`` gives identical tables.
 
 A projection is a set of handlers per actor kind (its
-`steward.actors.kind.Kind.projection`, a
+`steward.actors.kind.Surface.projection`, a
 `steward.projections.projection.Projection`), for the kinds of the table the
 projector serves (`steward.kinds.KINDS` unless given another). Besides them
 the projector keeps the
 ``pending`` table for every kind (what a host routes again on start): the
 model and tool calls each stream requested and has no answer to, and what
 its kind's ``pending`` function says its events ask for and answer (timers,
-deliveries, creations; `steward.actors.kind.Kind.pending`), unless the
+deliveries, creations; `steward.actors.kind.Reactor.pending`), unless the
 kind's projection keeps those rows itself (``keeps_pending``: the run's).
 
 The file's ``user_version`` is a checksum of every table's schema: a file

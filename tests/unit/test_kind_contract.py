@@ -107,7 +107,7 @@ def steps(actor: Kind[Any], sample: Sample) -> Iterator[tuple[Recorded, Any, Any
         head = step[0]
         assert actor.is_input(head.event), (
             f"{sample.at(head.version)}: {type(head.event).__name__} opens a "
-            "step but is no input of the kind (Kind.inputs)"
+            "step but is no input of the kind (Decider.inputs)"
         )
         yield head, state, tuple(r.event for r in step[1:])
         state = actor.fold((r.event for r in step), state)
@@ -302,7 +302,7 @@ def check_effects_pending(
     assert actor.reactor.pending is not None, (
         f"kind {actor.name} asks the host for effects but has no pending: the "
         "pending projection cannot tell what it waits for, and a host that dies "
-        "before carrying an effect out loses it; give the kind a Kind.pending"
+        "before carrying an effect out loses it; give the kind a Reactor.pending"
     )
     latest = actor.fold(r.event for r in sample.records)
     state = actor.decider.initial
@@ -410,7 +410,7 @@ def check_fork_renames(actor: Kind[Any], sample: Sample) -> None:
             f"{sample.at(cut[n - 1][-1].version)}: forked at step {n}, these "
             f"still name {old!r}, not the fork {FORK!r}:\n  "
             + "\n  ".join(left)
-            + "\nname the field in the kind's derived (Kind.derived), or rename "
+            + "\nname the field in the kind's derived (Surface.derived), or rename "
             "it in its detach; or list it in NAMES_ANOTHER_ACTOR with the reason"
         )
 
@@ -427,7 +427,7 @@ CHECKS: dict[str, Callable[[Kind[Any], Sample], None]] = {
 }
 
 KNOWN: dict[tuple[str, str], str] = {
-    ("pending", "run"): "the run kind asks for effects but has no Kind.pending: "
+    ("pending", "run"): "the run kind asks for effects but has no Reactor.pending: "
     "its pending work is kept by its own projection (steward.projections.runs, "
     "whose SQL restates run_effects); issue 28 asks that every kind with effects "
     "say what it waits for",
