@@ -52,11 +52,11 @@ Measure = Callable[[], Awaitable[tuple[int, float]]]
 
 async def route(host: Host, rec: Recorded) -> None:
     """Carry out what committed event ``rec`` asks for (an actor to create,
-    say) as the host's dispatcher does when it meets it (`Host._route`),
+    say) as the host's dispatcher does when it meets it (`Dispatcher.route`),
     and wait until that is done: the benchmarks start no dispatcher, so
     their timings hold no wait for one to come round."""
-    await host._route(rec)
-    await asyncio.gather(*host._tasks)
+    await host.dispatcher.route(rec)
+    await asyncio.gather(*host.dispatcher.tasks)
 
 
 async def median_rate(measure: Measure, repeats: int = REPEATS) -> float:

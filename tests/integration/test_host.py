@@ -17,7 +17,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from support import PLAN, act, with_kinds
 
 from steward import events, replay
-from steward import host as host_module
 from steward.actors import run as run_actor
 from steward.actors.kind import Kinds
 from steward.actors.llm import ScriptedProvider
@@ -27,7 +26,9 @@ from steward.actors.tools import ToolRegistry, tool
 from steward.bus import EventLog
 from steward.clock import FakeClock
 from steward.host import Host
+from steward.host import states as states_module
 from steward.kinds import kind_of
+from steward.metrics import HOST as METRICS
 from steward.projections.store import Projector
 
 TOOLS = ToolRegistry.with_builtins().specs()
@@ -121,8 +122,8 @@ async def test_a_host_keeps_a_bounded_number_of_states(
 ) -> None:
     """Past its caps a host forgets the states and versions written longest
     ago; a forgotten run is folded from the log again when its input comes."""
-    monkeypatch.setattr(host_module, "_CACHED_STATES", 10)
-    monkeypatch.setattr(host_module, "_KNOWN_VERSIONS", 20)
+    monkeypatch.setattr(states_module, "_CACHED_STATES", 10)
+    monkeypatch.setattr(states_module, "_KNOWN_VERSIONS", 20)
     replies = [act(type="sleep", delaySeconds=60), act(type="finish", output="up")]
     host = await make_host(ScriptedProvider(replies, per_run=True))
     runs = [f"r{n}" for n in range(30)]
@@ -130,15 +131,15 @@ async def test_a_host_keeps_a_bounded_number_of_states(
         await host.submit(run_stream(run_id), created(run_id, planning_gate=False))
     for run_id in runs:
         await wait_status(host, run_id, "waiting")
-    assert len(host._cache) <= 10
-    assert len(host._known) <= 20
-    assert run_stream("r0") not in host._cache
+    cached, known = host.states.sizes()
+    assert cached <= 10 and known <= 20
+    assert host.states.cached(run_stream("r0")) is None
 
     clock.advance(61)
     for run_id in runs:
         state = await wait_status(host, run_id, "completed")
         assert state.output == "up"
-    assert len(host._cache) <= 10
+    assert host.states.sizes()[0] <= 10
     await check_log(log)
 
 
@@ -342,7 +343,7 @@ async def test_a_read_overlapping_a_commit_is_not_decided_on(log) -> None:
     host = Host(slow)  # type: ignore[arg-type]
     stream = run_stream("r1")
     await host.submit(stream, created(planning_gate=False))
-    host._cache.pop(stream)
+    host.states.forget(stream)
     release = slow.hold_next()
     reader = asyncio.create_task(host.state(stream))
     await slow.reading.wait()  # the reader has the run at its first request
@@ -351,7 +352,7 @@ async def test_a_read_overlapping_a_commit_is_not_decided_on(log) -> None:
     )
     commit = await host.submit(stream, first)  # reads the log itself, unheld
     assert commit is not None
-    host._cache.pop(stream)  # as after a conflict, or another process's commit
+    host.states.forget(stream)  # as after a conflict, or another process's commit
     release.set()  # the reader's result is older than the log now
     state, version = await reader
     assert version == commit.last_version
@@ -697,11 +698,11 @@ async def test_an_opening_input_to_a_stream_another_host_began_is_decided_on_it(
     first = Host(log, provider=ScriptedProvider([PLAN]))
     await first.submit(run_stream("r1"), created("r1"))
     before = await log.read(run_stream("r1"))
-    conflicts = host_module.METRICS.conflicts
+    conflicts = METRICS.conflicts
     second = Host(log, provider=ScriptedProvider([PLAN]))  # knows nothing of r1
     assert await second.submit(run_stream("r1"), created("r1")) is None  # refused
     assert await log.read(run_stream("r1")) == before
-    assert host_module.METRICS.conflicts == conflicts  # a guess, not a conflict
+    assert METRICS.conflicts == conflicts  # a guess, not a conflict
     state, version = await second.state(run_stream("r1"))
     assert (state.status, version) == ("running", len(before))
 

@@ -2,7 +2,7 @@
 
 A session's turn starts its run, a run's ``spawn_subagents`` its children,
 a session's subagent and a workflow's phase their runs: the dispatcher
-routes the committed decision and creates each child (`Host._create`) in a
+routes the committed decision and creates each child (`Dispatcher._create`) in a
 commit of its own, after the parent's, caused by the deciding event, once.
 A decision that conflicts starts nothing until it is written; an error in
 a child's code leaves the parent committed; a child whose stream has begun
@@ -38,6 +38,7 @@ from steward.events import Recorded
 from steward.events.run import LATEST_REVISION
 from steward.events.workflow import NodeDef, WorkflowDef
 from steward.host import Host
+from steward.host.dispatch import Dispatcher
 from steward.kinds import KINDS
 from steward.metrics import HOST as METRICS
 
@@ -59,16 +60,16 @@ async def log(tmp_path: Path, clock: FakeClock) -> AsyncIterator[SqliteEventLog]
 
 @pytest.fixture
 def created(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The streams the dispatcher's `Create` path (`Host._create`) was asked
+    """The streams the dispatcher's `Create` path (`Dispatcher._create`) was asked
     to start, in order."""
     asked: list[str] = []
-    create = Host._create
+    create = Dispatcher._create
 
-    async def spy(self: Host, effect: Any, cause: str) -> None:
+    async def spy(self: Dispatcher, effect: Any, cause: str) -> None:
         asked.append(effect.stream)
         await create(self, effect, cause)
 
-    monkeypatch.setattr(Host, "_create", spy)
+    monkeypatch.setattr(Dispatcher, "_create", spy)
     return asked
 
 

@@ -183,7 +183,7 @@ def test_deciders_import_nothing_impure() -> None:
     assert not problems, (
         "deciders must stay pure (DESIGN §2): "
         + "; ".join(problems)
-        + ". Pass times and ids in on input events and do I/O in steward/host.py."
+        + ". Pass times and ids in on input events and do I/O in steward/host/."
     )
 
 

@@ -1,0 +1,140 @@
+"""Claims: which worker carries out an effect, when hosts share a log.
+
+With worker ids (hosts sharing a JetStream log) each model or tool call is
+claimed in its stream first (`EffectClaimed`, until a time), and the claim is
+renewed while the call runs; the stream's decider refuses a claim another
+worker holds. A worker that dies stops renewing: its claims expire, and the
+sweep routes the pending effects again so that a live worker retakes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable
+
+from steward import events
+from steward.actors.kind import Kinds
+from steward.actors.timers import sleep_or
+from steward.clock import Clock
+from steward.events import Recorded
+from steward.host.mailbox import Mailboxes
+from steward.host.states import States
+
+log = logging.getLogger("steward.host")
+
+
+class Claims:
+    """This worker's claims on the effects it carries out."""
+
+    def __init__(
+        self,
+        mailboxes: Mailboxes,
+        states: States,
+        kinds: Kinds,
+        clock: Clock,
+        *,
+        worker_id: str | None,
+        claim_seconds: float,
+    ) -> None:
+        self._mailboxes = mailboxes
+        self._states = states
+        self._kinds = kinds
+        self._clock = clock
+        self._worker_id = worker_id
+        self._claim_seconds = claim_seconds
+        # This worker's claims being renewed while their calls run.
+        self._renewals: dict[str, tuple[asyncio.Task[None], asyncio.Event]] = {}
+        self.tasks: set[asyncio.Task[None]] = set()
+        """The renewals running (`Host.stop` cancels them)."""
+
+    @property
+    def renewing(self) -> bool:
+        """Whether any claim of this worker is being renewed."""
+        return bool(self._renewals)
+
+    async def claim(self, rec: Recorded, request_id: str) -> bool:
+        """Take effect ``request_id`` for this worker; whether it is ours.
+
+        Without a worker id (one host on its log) every effect is ours.
+        """
+        if self._worker_id is None:
+            return True
+        # A moment's jitter, then a look at the state this host follows: when
+        # every worker sees a request at once, most find it claimed already
+        # and step back without a commit that could only conflict.
+        await asyncio.sleep(random.uniform(0, 0.005))
+        state, _ = await self._states.get(rec.stream)
+        kind = self._kinds.of(rec.stream)
+        held = (
+            None
+            if kind.reactor.claim is None
+            else kind.reactor.claim(state, request_id)
+        )
+        if (
+            held is not None
+            and held[0] != self._worker_id
+            and held[1] > self._clock.now()
+        ):
+            return False
+        claim = self._claim_of(request_id)
+        submit = self._mailboxes.submit
+        if await submit(rec.stream, claim, causation_id=rec.id) is None:
+            return False
+        stop = asyncio.Event()
+        renewing = asyncio.create_task(self._renew(rec, request_id, stop))
+        self.tasks.add(renewing)
+        renewing.add_done_callback(self.tasks.discard)
+        self._renewals[request_id] = (renewing, stop)
+        return True
+
+    async def stop_renewing(self, request_id: str) -> None:
+        """Stop renewing this worker's claim on ``request_id`` (if it is)."""
+        renewal = self._renewals.pop(request_id, None)
+        if renewal is not None:
+            renewing, stop = renewal
+            stop.set()
+            await asyncio.gather(renewing, return_exceptions=True)
+
+    async def sweep(self, reroute: Callable[[], Awaitable[None]]) -> None:
+        """Retake effects whose worker died: ``reroute`` the pending ones
+        (`Dispatcher.reroute`), often.
+
+        A live worker's claim refuses the retry; an expired one lets it in.
+        """
+        while True:
+            await self._clock.sleep(max(0.05, self._claim_seconds / 4))
+            try:
+                await reroute()
+            except Exception:
+                log.exception("sweeping abandoned effects failed")
+
+    async def _renew(self, rec: Recorded, request_id: str, stop: asyncio.Event) -> None:
+        """Renew this worker's claim on ``request_id`` every third of
+        ``claim_seconds`` until ``stop`` is set (its call ended), so a call
+        that takes long is not retaken from a live worker (a heartbeat, as
+        Temporal's activities send). The decider accepts a renewal by the
+        claim's own worker; a refusal (the call was answered) ends it."""
+        while not stop.is_set():
+            await sleep_or(self._clock, self._claim_seconds / 3, stop)
+            if stop.is_set():
+                return
+            claim = self._claim_of(request_id)
+            submit = self._mailboxes.submit
+            try:
+                if await submit(rec.stream, claim, causation_id=rec.id) is None:
+                    return
+            except Exception:
+                log.exception("renewing the claim on %s failed", request_id)
+
+    def _claim_of(self, request_id: str) -> events.EffectClaimed:
+        """This worker's claim on ``request_id`` from now (new or renewed)."""
+        assert self._worker_id is not None
+        now = self._clock.now()
+        return events.EffectClaimed(
+            request_id=request_id,
+            worker=self._worker_id,
+            until=now + self._claim_seconds,
+            at=now,
+        )

@@ -1,0 +1,264 @@
+"""Routing and dispatch: the host's work, read from the log.
+
+Routing is driven from the log, not from memory: the dispatcher follows the
+log from the projector's checkpoint and asks each record's kind for its
+effects (`steward.actors.effects`): a model call (`steward.actors.llm.effect`),
+a tool call (`steward.actors.tools.effect`), a timer (`steward.actors.timers`),
+or an input of another stream (an actor to create, a result to the stream its
+creator named in ``reply_to``, a child to cancel). On start, the requested but
+unanswered effects and the due timers are read from the ``pending`` projection
+and routed again, so a crash delays work and never loses it. Each effect runs
+in a task of its own, at most one per effect key.
+
+One shortcut: the task that commits a model's answer makes the next model
+call that commit asks for (a run's model loop is one task), and the
+dispatcher skips a request already in flight; after a restart the pending
+projection routes it as any other. The actors a decision starts (a session's
+turn run, a subagent, a workflow's phase) have no such shortcut: the
+dispatcher creates each as it routes the committed decision, in a commit of
+its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any
+
+import msgspec
+
+from steward import events
+from steward.actors.effects import (
+    ArmTimer,
+    CallModel,
+    CallTool,
+    Create,
+    Deliver,
+    Effect,
+)
+from steward.actors.kind import Kinds
+from steward.actors.timers import Timers
+from steward.bus import EventLog
+from steward.clock import Clock
+from steward.events import Event, Recorded
+from steward.host.calls import Calls
+from steward.host.mailbox import Mailboxes
+from steward.host.states import States
+from steward.metrics import HOST as METRICS
+
+log = logging.getLogger("steward.host")
+
+Listener = Callable[[Recorded], None]
+
+
+class Dispatcher:
+    """Follows the log and starts what each committed record asks for."""
+
+    def __init__(
+        self,
+        log: EventLog,
+        kinds: Kinds,
+        states: States,
+        mailboxes: Mailboxes,
+        calls: Calls,
+        clock: Clock,
+        *,
+        projector: Any,
+        scope: str | None,
+    ) -> None:
+        self._log = log
+        self._kinds = kinds
+        self._states = states
+        self._mailboxes = mailboxes
+        self._calls = calls
+        self._clock = clock
+        self._projector = projector
+        # The run whose tree alone this host carries out (`steward run`), by
+        # its correlation id; None carries every run in the log (a serve).
+        self._scope = scope
+        self.timers = Timers(clock, self._wake)
+        """The timers armed, each firing its stream's `WakeDue`."""
+        self.listeners: list[Listener] = []
+        """Called with every record the dispatcher sees."""
+        self.draining = False
+        """Set by `Host.drain`: no more model or tool calls, no more timers."""
+        self.inflight: set[str] = set()
+        """The keys of the effects being carried out."""
+        self.tasks: set[asyncio.Task[Any]] = set()
+        """The tasks carrying them out."""
+        self.position = 0
+        """The position of the last record the dispatcher has read."""
+        self.routed = 0
+        """The position of the last record the dispatcher has routed."""
+
+    async def resume(self, progress: Callable[[int], None] | None = None) -> None:
+        """Catch the projections up with the log and route again what is
+        pending there (unanswered effects, due timers); from its head when
+        there is no projector."""
+        if self._projector is not None:
+            await self._projector.catch_up(self._log, progress)
+            self.position = self._projector.position
+            await self.reroute()
+        else:
+            self.position = await self._log.head()
+        self.routed = self.position
+
+    async def reroute(self) -> None:
+        """Route again each record that asked for an effect still pending
+        (the ``pending`` projection's)."""
+        assert self._projector is not None
+        for stream, version in await self._projector.pending_sources():
+            for rec in await self._log.read(stream, version):
+                if rec.version == version:
+                    await self.route(rec)
+
+    async def follow(self) -> None:
+        """Route each record of the log from `position` on, until cancelled."""
+        # the event types any kind routes, and the model and tool requests
+        # of every kind
+        requests = {events.LlmRequested, events.ToolRequested}
+        routed = self._kinds.routed | requests
+        states = self._states
+        inflight = self.inflight
+        async for rec in self._log.subscribe(self.position):
+            self.position = rec.position
+            states.saw(rec.stream, rec.version)
+            event = rec.event
+            if type(event) in routed and not (
+                # the usual request: its run's model loop has taken it already
+                type(event) is events.LlmRequested and event.request_id in inflight
+            ):
+                try:
+                    await self.route(rec)
+                except Exception:
+                    log.exception("routing %s failed", rec.id)
+            if self._projector is not None:
+                self._projector.offer(rec)
+            for listener in self.listeners:
+                try:
+                    listener(rec)
+                except Exception:  # a listener's fault must not stop routing
+                    log.exception("a listener of %s failed", rec.id)
+            self.routed = rec.position
+
+    async def route(self, rec: Recorded) -> None:
+        """Start what committed event ``rec`` asks for, as its kind says."""
+        if self._scope is not None and rec.correlation_id != self._scope:
+            return  # another run's: the serve's work, not this host's
+        event = rec.event
+        # A model or tool request is a call to make, in a stream of any kind;
+        # started without reading any state (usually the answering task took
+        # a model call already).
+        if type(event) is events.LlmRequested:
+            rid = event.request_id
+            if rid not in self.inflight and not self._calls.answered(rec, rid):
+                self._start(rec, CallModel(request=event))
+            return
+        if type(event) is events.ToolRequested:
+            self._start(rec, CallTool(request=event))
+            return
+        kind = self._kinds.of(rec.stream)
+        if kind.reactor.effects is None:
+            return
+        states = self._states
+        at = states.cached_at(rec.stream, rec.version)
+        if at is None:
+            at = await states.at(rec.stream, rec.version)
+        latest, _ = await states.get(rec.stream)
+        for effect in kind.reactor.effects(rec, at, latest):
+            self._start(rec, effect)
+
+    def _start(self, rec: Recorded, effect: Effect) -> None:
+        """Carry out ``effect``, which committed event ``rec`` asked for
+        (while draining: no call and no timer, see `Host.drain`)."""
+        if self.draining and isinstance(effect, CallModel | CallTool | ArmTimer):
+            return
+        match effect:
+            case CallModel(request=request):
+                self._spawn(request.request_id, partial(self._call_model, rec, request))
+            case CallTool(request=request):
+                self._spawn(request.request_id, partial(self._calls.tool, rec, request))
+            case ArmTimer(timer_id=timer_id, due=due):
+                self.timers.arm(rec.stream, timer_id, due)
+            case Deliver(key=key):
+                self._spawn(key, partial(self._deliver, effect, rec.id))
+            case Create(key=key):
+                self._spawn(key, partial(self._create, effect, rec.id))
+
+    def _spawn(self, key: str, work: Callable[[], Awaitable[object]]) -> None:
+        """Carry out ``work()`` in a task of its own, unless effect ``key`` is
+        in flight already. The coroutine is made inside the task, so a task
+        cancelled before it starts leaves none behind never awaited."""
+        if key in self.inflight:
+            return
+        self.inflight.add(key)
+
+        async def run() -> None:
+            try:
+                await work()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("effect %s failed", key)
+            finally:
+                self.inflight.discard(key)
+
+        task = asyncio.create_task(run())
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _call_model(self, rec: Recorded, request: events.LlmRequested) -> None:
+        """Answer model request ``request``, then each next request that this
+        host's commit of the answer makes: a run's model loop is one task, not
+        a task per call."""
+        inflight = self.inflight
+        try:
+            while True:
+                commit = await self._calls.model(rec, request)
+                follow = commit.records[-1] if commit and commit.records else None
+                if follow is None or not isinstance(follow.event, events.LlmRequested):
+                    return
+                if self.draining:
+                    return  # the next host asks it
+                if follow.event.request_id in inflight:
+                    return  # the dispatcher started it already
+                inflight.discard(request.request_id)
+                rec, request = follow, follow.event
+                inflight.add(request.request_id)
+        except Exception:
+            log.exception("effect %s failed", request.request_id)
+        finally:
+            inflight.discard(request.request_id)
+
+    async def _deliver(self, deliver: Deliver, cause: str) -> None:
+        """Give another stream its input (each process counts those it made)."""
+        input = self._stamped(deliver.input, deliver.stamp)
+        submit = self._mailboxes.submit
+        if await submit(deliver.stream, input, causation_id=cause) is not None:
+            METRICS.effects["deliver"] += 1
+
+    async def _create(self, create: Create, cause: str) -> None:
+        """Start actor ``create.stream``, unless it has started already (an
+        opening input is not read for: its kind refuses it on a begun stream)."""
+        opens = self._kinds.of(create.stream).decider.opens
+        opening = isinstance(create.input, opens)
+        if not opening and (await self._states.get(create.stream))[1] > 0:
+            return
+        input = self._stamped(create.input, create.stamp)
+        submit = self._mailboxes.submit
+        if await submit(create.stream, input, causation_id=cause) is not None:
+            METRICS.effects["spawn"] += 1
+
+    def _stamped(self, input: Event, stamp: bool) -> Event:
+        """``input`` with ``at`` the time now, when ``stamp`` asks for it."""
+        return msgspec.structs.replace(input, at=self._clock.now()) if stamp else input
+
+    def _wake(self, stream: str, wake: events.WakeDue) -> None:
+        """A timer came due: give its stream the `WakeDue`."""
+        self._spawn(wake.timer_id, partial(self._fire, stream, wake))
+
+    async def _fire(self, stream: str, wake: events.WakeDue) -> None:
+        if await self._mailboxes.submit(stream, wake) is not None:
+            METRICS.effects["timer"] += 1
