@@ -107,7 +107,7 @@ class Run(msgspec.Struct, kw_only=True, gc=False):
     settings: RunSettings = RunSettings()
     offered: tuple[ToolSpec, ...] = ()
     """The tools a ``native`` run's model is offered (`native_tools`), made
-    once when it is created, so every prompt holds the same tuple."""
+    once when it is created, not for each prompt."""
     conversation: tuple[ChatMessage, ...] = ()
     transcript: tuple[ChatMessage, ...] = ()
     transcript_totals: tuple[int, ...] = ()
@@ -471,7 +471,7 @@ def decide_and_fold(
     request = decisions[-1] if decisions else None
     if not isinstance(request, LlmRequested):
         return Step(decisions, after, None)
-    prompt = build_prompt(after, cache)
+    prompt = build_prompt(after)
     hashed = replace(request, prompt_hash=prompt_hash(prompt, cache))
     return Step([*decisions[:-1], hashed], after, prompt)
 

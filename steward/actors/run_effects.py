@@ -184,7 +184,7 @@ def model_call(
     if given (the one the decider hashed), else the one built from ``state``."""
     created = state.created
     return ModelCall(
-        prompt=prompt or build_prompt(state, cache),
+        prompt=prompt or build_prompt(state),
         actor_id=state.run_id,
         profile=None if created is None else created.profile,
         table=state.settings.model_table,

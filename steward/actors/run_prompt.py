@@ -12,7 +12,7 @@ from typing import Protocol
 
 import msgspec
 
-from steward.actors.prompt import Prompt, PromptCache
+from steward.actors.prompt import Prompt
 from steward.events.protocol import ChatMessage, ToolSpec
 from steward.events.run import RunSettings
 
@@ -79,16 +79,12 @@ def native_tools(settings: RunSettings) -> tuple[ToolSpec, ...]:
     return (*(t for t in settings.tools if t.name != FINISH_TOOL.name), FINISH_TOOL)
 
 
-def build_prompt(state: PromptState, cache: PromptCache | None = None) -> Prompt:
-    """The prompt for the run's next model call: a pure function of its state.
-
-    ``cache``, when given, keeps each run's system prompt (with its tool
-    schemas) rendered once, not once per model call; the prompt is the same.
-    """
+def build_prompt(state: PromptState) -> Prompt:
+    """The prompt for the run's next model call: a pure function of its state."""
     settings = state.settings
     return Prompt(
         model=settings.model,
-        system=_system(settings, cache),
+        system=_system(settings),
         messages=(*state.conversation, *_window(state)),
         tools=state.offered,
         protocol=settings.protocol,
@@ -97,12 +93,9 @@ def build_prompt(state: PromptState, cache: PromptCache | None = None) -> Prompt
     )
 
 
-def _system(settings: RunSettings, cache: PromptCache | None) -> str:
-    """The system prompt for ``settings``, from ``cache`` when it has it.
-    It reads ``system_prompt``, ``protocol`` and ``tools`` only: what
-    `PromptCache` keeps it by (reading more means keying by more)."""
-    if cache is not None and (kept := cache.system(settings)) is not None:
-        return kept
+def _system(settings: RunSettings) -> str:
+    """The system prompt for ``settings``: its own, then in the ``json``
+    protocol the command protocol and the tool listing."""
     system = settings.system_prompt
     if settings.protocol == "json":
         system = f"{system}\n\n{JSON_PROTOCOL}".strip()
@@ -113,8 +106,6 @@ def _system(settings: RunSettings, cache: PromptCache | None) -> str:
                 for t in settings.tools
             )
             system += "\n\nTools:\n" + listing
-    if cache is not None:
-        cache.keep_system(settings, system)
     return system
 
 

@@ -356,6 +356,67 @@ class S(msgspec.Struct):
     assert "PromptCache" in problems[1]
 
 
+def identity_keys(rel: str, source: str) -> list[str]:
+    """Where the module at ``rel`` calls `id()`, one line each: a key made of
+    an object's identity, which a decider must not use."""
+    calls = sorted(
+        (
+            node
+            for node in ast.walk(ast.parse(source, filename=rel))
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "id"
+        ),
+        key=lambda node: (node.lineno, node.col_offset),
+    )
+    return [
+        f"{rel}:{node.lineno}: `{ast.unparse(node)}` takes an object's identity, "
+        "which an equal object (a state folded again from the log) does not "
+        "share and a new object may reuse; key by value (the object itself, or "
+        "its encoding where it holds a dict), or keep the memo in the host, by "
+        "stream and version"
+        for node in calls
+    ]
+
+
+def test_deciders_key_nothing_by_identity() -> None:
+    """An `id()` call in a decider module, or in any module of steward/actors
+    beside them (a new kind's, before the kind table names it), fails here,
+    naming its line and the fix."""
+    actors = {
+        path.relative_to(ROOT).as_posix()
+        for path in (ROOT / "steward" / "actors").glob("*.py")
+    }
+    problems = [
+        problem
+        for rel in sorted(actors | set(DECIDERS.values()))
+        for problem in identity_keys(rel, (ROOT / rel).read_text())
+    ]
+    assert not problems, (
+        "deciders key nothing by object identity (DESIGN §2):\n" + "\n".join(problems)
+    )
+
+
+def test_the_identity_check_finds_what_it_must() -> None:
+    """The check names each `id()` call, in a key or a method; a field, an
+    attribute or an argument named ``id`` passes."""
+    source = """
+class ToolCall(msgspec.Struct):
+    id: str
+def digest(message, memo):
+    key = (id(message.tool_calls), message.content)
+    call = ToolCall(id="c1")
+    return memo.get(id(message)) or call.id
+class Cache:
+    def keep(self, tools):
+        self._tools[id(tools)] = tools
+"""
+    problems = identity_keys("m.py", source)
+    assert [p.split(": ", 1)[0] for p in problems] == ["m.py:5", "m.py:7", "m.py:10"]
+    assert "`id(message.tool_calls)` takes an object's identity" in problems[0]
+    assert "key by value" in problems[0]
+
+
 # -- the call history does not leak ------------------------------------------------
 
 STEPS = [

@@ -33,7 +33,6 @@ from support import act
 from steward import replay
 from steward.actors import prompt as prompt_module
 from steward.actors import run as run_actor
-from steward.actors import run_prompt
 from steward.actors.prompt import Prompt, PromptCache, first_kind_hash, prompt_hash
 from steward.events import (
     ApprovalDecided,
@@ -53,7 +52,6 @@ from steward.events import (
     RunCreated,
     RunFailed,
     RunResumed,
-    RunSettings,
     RunSlept,
     RunStarted,
     RunTaken,
@@ -1454,25 +1452,27 @@ def test_prompt_hash_depends_on_every_part_and_nothing_else():
     assert same not in hashes and len(hashes) == len(variants)
 
 
-def test_a_system_prompt_rendered_for_one_run_serves_the_next_alike():
-    """Runs made from the same settings (a session's turns: each its own
-    settings object, with the model and table set) take the system prompt
-    the first rendered; other text, protocol or tools render their own."""
-    tools = (ToolSpec(name="t", description="d", parameters={"type": "object"}),)
-    base = RunSettings(system_prompt="You are steward.", tools=tools)
+def test_prompt_hash_tells_equal_values_that_encode_apart():
+    """Tools, tool call arguments and settings that are equal but encode
+    apart (``1 == 1.0 == True``, ``0.0 == -0.0``) hash as afresh, whichever
+    the memo met first: it finds by encoding what equality cannot tell."""
     cache = PromptCache()
-    first = run_prompt._system(base, cache)
-    assert run_prompt._system(replace(base, model="m2"), cache) is first
-    assert run_prompt._system(replace(base, model="m2"), None) == first
-    for other in (
-        replace(base, system_prompt="You are someone else."),
-        replace(base, protocol="native"),
-        replace(base, tools=(*tools, replace(tools[0], name="u"))),
-        replace(base, tools=tuple(replace(t) for t in tools)),  # equal, not same
-    ):
-        rendered = run_prompt._system(other, cache)
-        assert rendered == run_prompt._system(other, None)
-        assert rendered is not first
+
+    def tool(limit: object) -> ToolSpec:
+        return ToolSpec(name="t", parameters={"minimum": limit})
+
+    def asked(n: object) -> ChatMessage:
+        call = ToolCall(id="c", name="t", args={"n": n})
+        return ChatMessage(role="assistant", content="", tool_calls=(call,))
+
+    for value in (1, 1.0, True):
+        prompt = _prompt(
+            tools=(tool(value),), protocol="native", messages=(asked(value),)
+        )
+        assert prompt_hash(prompt, cache) == _hash_afresh(prompt)
+    for temperature in (0.0, -0.0, 0):
+        prompt = _prompt(temperature=temperature)
+        assert prompt_hash(prompt, cache) == _hash_afresh(prompt)
 
 
 @hypothesis.settings(max_examples=200, database=None)
@@ -1485,8 +1485,8 @@ def test_prompt_hash_is_the_same_whatever_the_memo_holds(
     texts: list[str], known: set[int], calls: set[int]
 ):
     """Messages digested before (anywhere in the window), repeated ones, ones
-    memoized by identity (tool call arguments cannot be hashed), and equal
-    messages that are other objects all hash as afresh."""
+    memoized by their encoding (tool call arguments cannot be hashed), and
+    equal messages that are other objects all hash as afresh."""
 
     def message(n: int, text: str) -> ChatMessage:
         if n not in calls:
