@@ -47,7 +47,7 @@ def test_window_matches_the_definition(
         settings=RunSettings(transcript_limit=limit, transcript_token_limit=budget)
     )
     for message in transcript:
-        run_actor._say(state, message)
+        state = run_actor._say(state, message)
     assert list(run_prompt._window(state)) == reference(
         tuple(transcript), limit, budget
     )
