@@ -187,9 +187,11 @@ def _llm_responded(s: Run, event: LlmResponded) -> Run:
         content=event.text,
         tool_calls=event.tool_calls if native else (),
     )
-    return _say(
+    transcript, totals = _said(s, message)
+    return replace(
         s,
-        message,
+        transcript=transcript,
+        transcript_totals=totals,
         llm_pending=None,
         claims=unclaimed(s.claims, event.request_id),
         stall=s.stall + 1,
@@ -227,13 +229,26 @@ def _tool_resulted(s: Run, event: ToolResulted) -> Run:
     calls = _without(s.calls, done)
     claims = unclaimed(s.claims, event.request_id)
     if event.ok:
-        said = _tool_message(s, done, event.output)
-        return _say(s, said, calls=calls, claims=claims)
+        transcript, totals = _said(s, _tool_message(s, done, event.output))
+        return replace(
+            s,
+            transcript=transcript,
+            transcript_totals=totals,
+            calls=calls,
+            claims=claims,
+        )
     if _will_retry(s, done, event):
         return replace(s, calls=calls, claims=claims, tool_failed=True)
     text = f"Tool {done.name} failed: {event.error or 'unknown error'}"
-    said = _tool_message(s, done, text)
-    return _say(s, said, calls=calls, claims=claims, tool_failed=True)
+    transcript, totals = _said(s, _tool_message(s, done, text))
+    return replace(
+        s,
+        transcript=transcript,
+        transcript_totals=totals,
+        calls=calls,
+        claims=claims,
+        tool_failed=True,
+    )
 
 
 def _output_updated(s: Run, event: OutputUpdated) -> Run:
@@ -248,11 +263,15 @@ def _system_note_added(s: Run, event: SystemNoteAdded) -> Run:
         )
     else:
         said = ChatMessage(role="user", content=f"[system] {event.content}")
-    if event.reason == "invalid_command":
-        return _say(s, said, invalid_replies=s.invalid_replies + 1)
-    if event.reason == "tool_error":
-        return _say(s, said, tool_failed=True)
-    return _say(s, said)
+    transcript, totals = _said(s, said)
+    invalid = event.reason == "invalid_command"
+    return replace(
+        s,
+        transcript=transcript,
+        transcript_totals=totals,
+        invalid_replies=s.invalid_replies + 1 if invalid else s.invalid_replies,
+        tool_failed=s.tool_failed or event.reason == "tool_error",
+    )
 
 
 def _note_recorded(s: Run, event: NoteRecorded) -> Run:
@@ -330,8 +349,13 @@ def _approval_decided(s: Run, event: ApprovalDecided) -> Run:
     if denied is None:
         return s
     text = f"A person denied the call to {denied.name}: {event.reason}"
-    said = _tool_message(s, denied, text)
-    return _say(s, said, approvals=_without(s.approvals, denied))
+    transcript, totals = _said(s, _tool_message(s, denied, text))
+    return replace(
+        s,
+        transcript=transcript,
+        transcript_totals=totals,
+        approvals=_without(s.approvals, denied),
+    )
 
 
 def _subagents_spawned(s: Run, event: SubagentsSpawned) -> Run:
@@ -351,7 +375,14 @@ def _subagent_finished(s: Run, event: SubagentFinished) -> Run:
     results = (*s.results, event.result)
     if children:
         return replace(s, children=children, results=results)
-    return _say(s, _results_message(results), children=children, results=())
+    transcript, totals = _said(s, _results_message(results))
+    return replace(
+        s,
+        transcript=transcript,
+        transcript_totals=totals,
+        children=children,
+        results=(),
+    )
 
 
 def _run_slept(s: Run, event: RunSlept) -> Run:
@@ -411,17 +442,16 @@ _APPLY: Mapping[type[Event], _Apply] = MappingProxyType(
 """The function that applies each kind of event that changes a run's state."""
 
 
-def _say(s: Run, message: ChatMessage, **changes: Any) -> Run:
-    """``s`` with ``message`` added to the transcript, its estimated tokens
-    to the totals, and ``changes``."""
+def _said(
+    s: Run, message: ChatMessage
+) -> tuple[tuple[ChatMessage, ...], tuple[int, ...]]:
+    """``s``'s transcript with ``message`` added, and its totals with the
+    message's estimated tokens: given to the one `replace` of the event that
+    says it (a ``**changes`` passed on costs more than the copy)."""
     totals = s.transcript_totals
     cost = len(message.content) // 4 + 1
-    return replace(
-        s,
-        transcript=(*s.transcript, message),
-        transcript_totals=(*totals, totals[-1] + cost) if totals else (cost,),
-        **changes,
-    )
+    after = (*totals, totals[-1] + cost) if totals else (cost,)
+    return (*s.transcript, message), after
 
 
 # -- decide ---------------------------------------------------------------------
