@@ -92,12 +92,8 @@ class PendingCall(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     call_id: str | None = None
 
 
-class Run(msgspec.Struct, kw_only=True, gc=False):
-    """Everything a run's decisions depend on, folded from its events.
-
-    Not frozen, so that `fold` can apply events to one copy in place; to all
-    other code a `Run` is a value that nothing changes.
-    """
+class Run(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """Everything a run's decisions depend on, folded from its events."""
 
     status: str = "new"
     run_id: str = ""
@@ -155,242 +151,268 @@ _QUESTION = re.compile(r"bitte|please|could you|can you", re.IGNORECASE)
 
 # -- evolve ---------------------------------------------------------------------
 #
-# Each event kind has one function that applies it to a state the caller owns,
-# in place, found by the event's exact type (event classes are never
-# subclassed) in `_APPLY`, the table after them; `evolve` applies one event
-# to a copy, `fold` many to one copy.
-# A `Run` is a value to everyone else: nothing changes a state it did not just
-# copy (a property test checks that `decide` and `evolve` leave theirs alone).
-# In place, because a replay folds millions of events: a new 37-field state per
-# event cost more than the change it records, and a match over event classes
-# more than the dict lookup that finds the function (measured in
-# docs/benchmarks.md).
+# Each event kind has one function that gives the state after it, found by the
+# event's exact type (event classes are never subclassed) in `_APPLY`, the
+# table after them; each makes one new state (`replace`, msgspec's copy in C,
+# with every field it changes at once). A dict lookup finds the function
+# because a match over the event classes tries them in turn and cost more
+# than the lookup and the call (measured in docs/benchmarks.md).
 
 
 def evolve(state: Run, event: Event) -> Run:
-    """The state after one recorded event (input or decision); ``state`` is
-    left as it was."""
+    """The state after one recorded event (input or decision)."""
     apply = _APPLY.get(type(event))
-    if apply is None:
-        return state
-    after = replace(state)  # a copy (msgspec's, in C)
-    apply(after, event)
-    return after
+    return state if apply is None else apply(state, event)
 
 
 def fold(events: Iterable[Event], state: Run = initial) -> Run:
-    """The state after ``events``; ``state`` is left as it was."""
-    after = replace(state)
+    """The state after ``events``, as `evolve` gives it event by event (less
+    its call per event: a replay folds millions)."""
     table = _APPLY
     for event in events:
         apply = table.get(type(event))
         if apply is not None:
-            apply(after, event)
-    return after
+            state = apply(state, event)
+    return state
 
 
-def _llm_requested(s: Run, event: LlmRequested) -> None:
-    s.llm_pending = event.request_id
-    s.iteration = event.iteration
+def _llm_requested(s: Run, event: LlmRequested) -> Run:
+    return replace(s, llm_pending=event.request_id, iteration=event.iteration)
 
 
-def _llm_responded(s: Run, event: LlmResponded) -> None:
+def _llm_responded(s: Run, event: LlmResponded) -> Run:
     native = s.settings.protocol == "native"
-    _say(
-        s,
-        ChatMessage(
-            role="assistant",
-            content=event.text,
-            tool_calls=event.tool_calls if native else (),
-        ),
+    message = ChatMessage(
+        role="assistant",
+        content=event.text,
+        tool_calls=event.tool_calls if native else (),
     )
-    s.llm_pending = None
-    if s.claims:
-        s.claims = unclaimed(s.claims, event.request_id)
-    s.stall += 1
-    if event.tool_calls:
-        s.rounds += 1
-    s.input_tokens += event.usage.input_tokens
-    s.output_tokens += event.usage.output_tokens
-    s.cost_usd += event.cost_usd
+    transcript, totals = _said(s, message)
+    return replace(
+        s,
+        transcript=transcript,
+        transcript_totals=totals,
+        llm_pending=None,
+        claims=unclaimed(s.claims, event.request_id),
+        stall=s.stall + 1,
+        rounds=s.rounds + 1 if event.tool_calls else s.rounds,
+        input_tokens=s.input_tokens + event.usage.input_tokens,
+        output_tokens=s.output_tokens + event.usage.output_tokens,
+        cost_usd=s.cost_usd + event.cost_usd,
+    )
 
 
-def _tool_requested(s: Run, event: ToolRequested) -> None:
-    s.calls = (
-        *s.calls,
-        PendingCall(
-            request_id=event.request_id,
-            name=event.name,
-            args=event.args,
-            attempt=event.attempt,
-            call_id=event.call_id,
-        ),
+def _tool_requested(s: Run, event: ToolRequested) -> Run:
+    call = PendingCall(
+        request_id=event.request_id,
+        name=event.name,
+        args=event.args,
+        attempt=event.attempt,
+        call_id=event.call_id,
     )
     approved = _find(s.approvals, event.request_id) if s.approvals else None
-    if approved is None:
-        s.tool_requests += 1
-    else:  # an approved call keeps the id its ApprovalRequested already took
-        s.approvals = _without(s.approvals, approved)
-    if event.attempt == 1:
-        s.tool_calls += 1
-    s.stall = 0
+    return replace(
+        s,
+        calls=(*s.calls, call),
+        approvals=_without(s.approvals, approved),
+        # an approved call keeps the id its ApprovalRequested already took
+        tool_requests=s.tool_requests + 1 if approved is None else s.tool_requests,
+        tool_calls=s.tool_calls + 1 if event.attempt == 1 else s.tool_calls,
+        stall=0,
+    )
 
 
-def _tool_resulted(s: Run, event: ToolResulted) -> None:
+def _tool_resulted(s: Run, event: ToolResulted) -> Run:
     done = _find(s.calls, event.request_id)
     if done is None:
-        return
-    s.calls = _without(s.calls, done)
-    if s.claims:
-        s.claims = unclaimed(s.claims, event.request_id)
+        return s
+    calls = _without(s.calls, done)
+    claims = unclaimed(s.claims, event.request_id)
     if event.ok:
-        _say(s, _tool_message(s, done, event.output))
-        return
-    s.tool_failed = True
-    if not _will_retry(s, done, event):
-        text = f"Tool {done.name} failed: {event.error or 'unknown error'}"
-        _say(s, _tool_message(s, done, text))
-
-
-def _output_updated(s: Run, event: OutputUpdated) -> None:
-    s.output = event.text if event.mode == "replace" else s.output + event.text
-    s.output_updates += 1
-    s.stall = 0
-
-
-def _system_note_added(s: Run, event: SystemNoteAdded) -> None:
-    if event.call_id is not None:
-        _say(
+        transcript, totals = _said(s, _tool_message(s, done, event.output))
+        return replace(
             s,
-            ChatMessage(role="tool", content=event.content, tool_call_id=event.call_id),
+            transcript=transcript,
+            transcript_totals=totals,
+            calls=calls,
+            claims=claims,
+        )
+    if _will_retry(s, done, event):
+        return replace(s, calls=calls, claims=claims, tool_failed=True)
+    text = f"Tool {done.name} failed: {event.error or 'unknown error'}"
+    transcript, totals = _said(s, _tool_message(s, done, text))
+    return replace(
+        s,
+        transcript=transcript,
+        transcript_totals=totals,
+        calls=calls,
+        claims=claims,
+        tool_failed=True,
+    )
+
+
+def _output_updated(s: Run, event: OutputUpdated) -> Run:
+    output = event.text if event.mode == "replace" else s.output + event.text
+    return replace(s, output=output, output_updates=s.output_updates + 1, stall=0)
+
+
+def _system_note_added(s: Run, event: SystemNoteAdded) -> Run:
+    if event.call_id is not None:
+        said = ChatMessage(
+            role="tool", content=event.content, tool_call_id=event.call_id
         )
     else:
-        _say(s, ChatMessage(role="user", content=f"[system] {event.content}"))
-    if event.reason == "invalid_command":
-        s.invalid_replies += 1
-    elif event.reason == "tool_error":
-        s.tool_failed = True
+        said = ChatMessage(role="user", content=f"[system] {event.content}")
+    transcript, totals = _said(s, said)
+    invalid = event.reason == "invalid_command"
+    return replace(
+        s,
+        transcript=transcript,
+        transcript_totals=totals,
+        invalid_replies=s.invalid_replies + 1 if invalid else s.invalid_replies,
+        tool_failed=s.tool_failed or event.reason == "tool_error",
+    )
 
 
-def _note_recorded(s: Run, event: NoteRecorded) -> None:
+def _note_recorded(s: Run, event: NoteRecorded) -> Run:
     if event.category == "requirements":
-        s.has_requirements = True
-    elif event.category == "plan":
-        s.has_plan = True
+        return replace(s, has_requirements=True)
+    if event.category == "plan":
+        return replace(s, has_plan=True)
+    return s
 
 
-def _message_sent(s: Run, event: MessageSent) -> None:
-    s.last_message = event.text
-    s.stall = 0
+def _message_sent(s: Run, event: MessageSent) -> Run:
+    return replace(s, last_message=event.text, stall=0)
 
 
-def _run_created(s: Run, event: RunCreated) -> None:
-    s.status = "pending"
-    s.run_id = event.run_id
-    s.created = event
-    s.kind = event.kind
-    s.parent_run_id = event.parent_run_id
-    s.settings = event.settings
+def _run_created(s: Run, event: RunCreated) -> Run:
     native = event.settings.protocol == "native"
-    s.offered = native_tools(event.settings) if native else ()
-    s.conversation = _conversation(event)
+    return replace(
+        s,
+        status="pending",
+        run_id=event.run_id,
+        created=event,
+        kind=event.kind,
+        parent_run_id=event.parent_run_id,
+        settings=event.settings,
+        offered=native_tools(event.settings) if native else (),
+        conversation=_conversation(event),
+    )
 
 
-def _run_started(s: Run, event: RunStarted) -> None:
-    s.status = "running"
+def _run_started(s: Run, event: RunStarted) -> Run:
+    return replace(s, status="running")
 
 
-def _llm_failed(s: Run, event: LlmFailed) -> None:
-    s.llm_pending = None
-    s.claims = unclaimed(s.claims, event.request_id)
-    s.input_tokens += event.usage.input_tokens
-    s.output_tokens += event.usage.output_tokens
-    s.cost_usd += event.cost_usd
+def _llm_failed(s: Run, event: LlmFailed) -> Run:
+    return replace(
+        s,
+        llm_pending=None,
+        claims=unclaimed(s.claims, event.request_id),
+        input_tokens=s.input_tokens + event.usage.input_tokens,
+        output_tokens=s.output_tokens + event.usage.output_tokens,
+        cost_usd=s.cost_usd + event.cost_usd,
+    )
 
 
-def _effect_claimed(s: Run, event: EffectClaimed) -> None:
-    s.claims = claimed(s.claims, event)
+def _effect_claimed(s: Run, event: EffectClaimed) -> Run:
+    return replace(s, claims=claimed(s.claims, event))
 
 
-def _approval_requested(s: Run, event: ApprovalRequested) -> None:
+def _approval_requested(s: Run, event: ApprovalRequested) -> Run:
     call = PendingCall(
         request_id=event.request_id,
         name=event.name,
         args=event.args,
         call_id=event.call_id,
     )
-    s.status = "waiting"
-    s.approvals = (*s.approvals, call)
-    s.tool_requests += 1
-    s.stall = 0
+    return replace(
+        s,
+        status="waiting",
+        approvals=(*s.approvals, call),
+        tool_requests=s.tool_requests + 1,
+        stall=0,
+    )
 
 
-def _budget_exceeded(s: Run, event: BudgetExceeded) -> None:
+def _budget_exceeded(s: Run, event: BudgetExceeded) -> Run:
     if event.policy == "pause":
-        s.status = "waiting"
-        s.budget_hold = event.request_id
+        return replace(s, status="waiting", budget_hold=event.request_id)
+    return s
 
 
-def _approval_decided(s: Run, event: ApprovalDecided) -> None:
+def _approval_decided(s: Run, event: ApprovalDecided) -> Run:
     if event.request_id == s.budget_hold:
-        s.budget_hold = None
-        s.budget_lifted = event.approved
-        return
+        return replace(s, budget_hold=None, budget_lifted=event.approved)
     denied = None if event.approved else _find(s.approvals, event.request_id)
-    if denied is not None:
-        s.approvals = _without(s.approvals, denied)
-        text = f"A person denied the call to {denied.name}: {event.reason}"
-        _say(s, _tool_message(s, denied, text))
+    if denied is None:
+        return s
+    text = f"A person denied the call to {denied.name}: {event.reason}"
+    transcript, totals = _said(s, _tool_message(s, denied, text))
+    return replace(
+        s,
+        transcript=transcript,
+        transcript_totals=totals,
+        approvals=_without(s.approvals, denied),
+    )
 
 
-def _subagents_spawned(s: Run, event: SubagentsSpawned) -> None:
-    s.status = "waiting"
-    s.children = (*s.children, *(c.run_id for c in event.children))
-    s.spawned += len(event.children)
-    s.stall = 0
+def _subagents_spawned(s: Run, event: SubagentsSpawned) -> Run:
+    return replace(
+        s,
+        status="waiting",
+        children=(*s.children, *(c.run_id for c in event.children)),
+        spawned=s.spawned + len(event.children),
+        stall=0,
+    )
 
 
-def _subagent_finished(s: Run, event: SubagentFinished) -> None:
+def _subagent_finished(s: Run, event: SubagentFinished) -> Run:
     if event.result.run_id not in s.children:
-        return
-    s.children = tuple([c for c in s.children if c != event.result.run_id])
-    s.results = (*s.results, event.result)
-    if not s.children:
-        _say(s, _results_message(s.results))
-        s.results = ()
+        return s
+    children = tuple([c for c in s.children if c != event.result.run_id])
+    results = (*s.results, event.result)
+    if children:
+        return replace(s, children=children, results=results)
+    transcript, totals = _said(s, _results_message(results))
+    return replace(
+        s,
+        transcript=transcript,
+        transcript_totals=totals,
+        children=children,
+        results=(),
+    )
 
 
-def _run_slept(s: Run, event: RunSlept) -> None:
-    s.status = "waiting"
-    s.timer_id = event.timer_id
-    s.wake_at = event.wake_at
-    s.sleeps += 1
-    s.stall = 0
+def _run_slept(s: Run, event: RunSlept) -> Run:
+    return replace(
+        s,
+        status="waiting",
+        timer_id=event.timer_id,
+        wake_at=event.wake_at,
+        sleeps=s.sleeps + 1,
+        stall=0,
+    )
 
 
-def _run_resumed(s: Run, event: RunResumed) -> None:
-    s.status = "running"
-    s.timer_id = None
-    s.wake_at = None
+def _run_resumed(s: Run, event: RunResumed) -> Run:
+    return replace(s, status="running", timer_id=None, wake_at=None)
 
 
-def _run_completed(s: Run, event: RunCompleted) -> None:
-    s.status = "completed"
-    s.output = event.output
-    s.metadata = event.metadata
+def _run_completed(s: Run, event: RunCompleted) -> Run:
+    return replace(s, status="completed", output=event.output, metadata=event.metadata)
 
 
-def _run_failed(s: Run, event: RunFailed) -> None:
-    s.status = "failed"
-    s.reason = event.reason
+def _run_failed(s: Run, event: RunFailed) -> Run:
+    return replace(s, status="failed", reason=event.reason)
 
 
-def _run_cancelled(s: Run, event: RunCancelled) -> None:
-    s.status = "cancelled"
-    s.reason = event.reason
+def _run_cancelled(s: Run, event: RunCancelled) -> Run:
+    return replace(s, status="cancelled", reason=event.reason)
 
 
-_Apply = Callable[[Run, Any], None]
+_Apply = Callable[[Run, Any], Run]
 _APPLY: Mapping[type[Event], _Apply] = MappingProxyType(
     {
         LlmRequested: _llm_requested,
@@ -420,12 +442,16 @@ _APPLY: Mapping[type[Event], _Apply] = MappingProxyType(
 """The function that applies each kind of event that changes a run's state."""
 
 
-def _say(s: Run, message: ChatMessage) -> None:
-    """Add ``message`` to the transcript, and its estimated tokens to the totals."""
+def _said(
+    s: Run, message: ChatMessage
+) -> tuple[tuple[ChatMessage, ...], tuple[int, ...]]:
+    """``s``'s transcript with ``message`` added, and its totals with the
+    message's estimated tokens: given to the one `replace` of the event that
+    says it (a ``**changes`` passed on costs more than the copy)."""
     totals = s.transcript_totals
     cost = len(message.content) // 4 + 1
-    s.transcript_totals = (*totals, totals[-1] + cost) if totals else (cost,)
-    s.transcript = (*s.transcript, message)
+    after = (*totals, totals[-1] + cost) if totals else (cost,)
+    return (*s.transcript, message), after
 
 
 # -- decide ---------------------------------------------------------------------

@@ -525,11 +525,12 @@ def test_a_fold_that_is_not_evolve_fails() -> None:
 
 
 def test_an_evolve_that_writes_to_its_state_fails() -> None:
-    """An evolve that changes the state it is given is caught."""
+    """An evolve that changes the state it is given is caught: a dict inside
+    it, since a frozen state's fields cannot be set."""
     actor, each = run_kind(), sample(*RUN_SAMPLE)
 
     def evolve(state: Any, event: Event) -> Any:
-        state.iteration += 1
+        state.metadata["seen"] = state.metadata.get("seen", 0) + 1
         return actor.decider.evolve(state, event)
 
     with pytest.raises(AssertionError, match="evolve changed the state"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hypothesis
+import msgspec
 from hypothesis import strategies as st
 
 from steward.actors import run as run_actor
@@ -47,7 +48,10 @@ def test_window_matches_the_definition(
         settings=RunSettings(transcript_limit=limit, transcript_token_limit=budget)
     )
     for message in transcript:
-        run_actor._say(state, message)
+        transcript, totals = run_actor._said(state, message)
+        state = msgspec.structs.replace(
+            state, transcript=transcript, transcript_totals=totals
+        )
     assert list(run_prompt._window(state)) == reference(
         tuple(transcript), limit, budget
     )
