@@ -960,12 +960,13 @@ def _find(calls: tuple[PendingCall, ...], request_id: str) -> PendingCall | None
 def _without(
     calls: tuple[PendingCall, ...], call: PendingCall | None
 ) -> tuple[PendingCall, ...]:
-    """``calls`` without ``call`` (the same tuple when it is not there)."""
+    """``calls`` without ``call`` (by its request id, which no other pending
+    call has)."""
     if call is None:
         return calls
     if len(calls) == 1:  # the usual case: one call at a time
         return ()
-    return tuple([c for c in calls if c is not call])
+    return tuple([c for c in calls if c.request_id != call.request_id])
 
 
 def _tool(state: Run, name: str) -> ToolSpec | None:
