@@ -1,7 +1,7 @@
 """A small actor kind for tests: a counter that is full at three.
 
 Shared by the tests of the kind table, replay and the command line, which
-add it to the table for one test (`support.use_kind`). Its event types are
+build a table with it for a test (`support.with_kinds`). Its event types are
 named ``Counter*``: in the union the log decodes into, a tag (the type's
 name) is one type's only.
 """

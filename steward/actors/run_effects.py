@@ -1,6 +1,6 @@
 """What a run's committed decisions ask of the host, as effect values (pure).
 
-The run kind's entries in the kind table (`steward.actors.kind.RUN`) besides
+The run kind's entries in the kind table (`steward.kinds.RUN`) besides
 its decider: which recorded events lead to effects, the effects themselves,
 whether a run still awaits an effect's result, who holds a claim on it, what a
 model call needs of the state, and the correlation id of a commit. No I/O, no
