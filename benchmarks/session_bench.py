@@ -38,7 +38,6 @@ from steward.bus import SqliteEventLog
 from steward.events import Recorded
 from steward.host import Host
 from steward.projections.sessions import SESSIONS, search
-from steward.projections.store import _schema
 
 WINDOW = 60
 ITEMS = 100_000
@@ -108,7 +107,7 @@ def _search_p95_ms(path: Path) -> float:
         for n in range(ITEMS)
     )
     conn = sqlite3.connect(path, isolation_level=None)
-    conn.executescript(_schema())
+    conn.executescript(SESSIONS.schema)
     opened = events.SessionOpened(
         session_id="cli:bench",
         channel="cli",
