@@ -34,12 +34,12 @@ from steward.errors import NotFoundError
 from steward.events import Event, EventUnion, Recorded
 from steward.events.protocol import LlmRequested
 
-__all__ = ["Decider", "Kind", "Kinds", "ReadModels", "Reactor", "Step", "Surface"]
+__all__ = ["Decider", "Kind", "Kinds", "Views", "Reactor", "Step", "Surface"]
 
 S = TypeVar("S")
 
 
-class ReadModels(Protocol):
+class Views(Protocol):
     """What the projector needs of a kind's read models
     (`steward.projections.projection.Projection` is one)."""
 
@@ -135,7 +135,7 @@ class Surface(Generic[S]):
     The default: no read models, nothing told, a state shown field by
     field, the shared vocabulary's ids renamed."""
 
-    projection: ReadModels | None = None
+    projection: Views | None = None
     """The kind's read models (`steward.projections.projection.Projection`),
     which the projector keeps, if it has any."""
     tells: Callable[[Event, S], Told | None] | None = None
@@ -159,7 +159,8 @@ class Surface(Generic[S]):
     it out), the others what else to know; ``None``: the first only."""
     carried: bool = False
     """Whether `steward fork` carries a fork out itself until it ends, as
-    `steward run` does a run, rather than leaving it to a serve."""
+    `steward run` does a run, rather than leaving it to a serve: for the run
+    kind only (the command follows a run's stream to its end)."""
     detach: Callable[[Event, str], Event] | None = None
     """A fork's inputs made an actor's of its own (one that answers no one),
     given each copied one and the id of the actor forked; ``None``: copied

@@ -56,6 +56,12 @@ class Host:
         self.log = log
         self.kinds = kinds
         """The actor kinds this host serves (its log decodes their events)."""
+        union = getattr(log, "union", None)  # a log of steward's has one
+        if union is not None and not set(kinds.union.types) <= set(union.types):
+            raise ValueError(
+                f"the log decodes only some of the events of {kinds}: open it "
+                "with union=kinds.union"
+            )
         self.provider = provider
         self.tools = tools
         self.workspace = Path(workspace)

@@ -34,13 +34,13 @@ CREATE INDEX IF NOT EXISTS pending_stream ON pending(stream);
 
 @dataclass(frozen=True)
 class Projection:
-    """The read models of actor kind ``kind``: ``schema`` creates ``tables``
-    (idempotently), and ``apply`` applies one recorded event of a stream of
-    that kind to them (and of another kind's, of a type it ``watches``).
+    """The read models of an actor kind (its `Surface.projection`):
+    ``schema`` creates ``tables`` (idempotently), and ``apply`` applies one
+    recorded event of a stream of that kind to them (and of another kind's,
+    of a type it ``watches``).
     With ``keeps_pending``, ``apply`` also keeps the kind's rows in
     ``pending`` (the projector's generic rows are left out)."""
 
-    kind: str
     tables: tuple[str, ...]
     schema: str
     apply: Callable[[sqlite3.Connection, Recorded], None]

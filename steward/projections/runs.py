@@ -222,7 +222,6 @@ def _status(
 
 
 RUNS = Projection(
-    kind="run",
     tables=("runs", "run_steps"),
     schema=SCHEMA,
     apply=_apply,

@@ -241,7 +241,6 @@ def _memory(
 
 
 SESSIONS = Projection(
-    kind="session",
     tables=(
         "sessions",
         "messages",

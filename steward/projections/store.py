@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from steward import events
-from steward.actors.kind import Kinds, ReadModels
+from steward.actors.kind import Kinds, Views
 from steward.bus import EventLog
 from steward.events import Recorded
 from steward.kinds import KINDS
@@ -54,7 +54,7 @@ another (from 2, a debounce timer's row is answered by the next one armed)
 is rebuilt from the log."""
 
 
-def _projections(kinds: Kinds) -> dict[str, ReadModels]:
+def _projections(kinds: Kinds) -> dict[str, Views]:
     """The read models of each kind of ``kinds`` that has some, by name."""
     views = {k.name: k.surface.projection for k in kinds}
     return {name: v for name, v in views.items() if v is not None}

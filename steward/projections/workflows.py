@@ -461,7 +461,6 @@ def _stream_events(
 
 
 WORKFLOWS = Projection(
-    kind="workflow",
     tables=(
         "workflow_runs",
         "run_nodes",

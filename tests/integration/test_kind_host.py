@@ -34,6 +34,8 @@ from steward.actors.effects import (
     Pending,
     Told,
     Want,
+    notify_key,
+    spawn_key,
 )
 from steward.actors.kind import Decider, Kind, Kinds, Reactor, Surface
 from steward.actors.llm import ScriptedProvider
@@ -177,7 +179,7 @@ def effects(rec: Recorded, at: Tally, latest: Tally) -> list[Effect]:
             )
             return [
                 Create(
-                    key=f"spawn:{run_id}",
+                    key=spawn_key(run_id),
                     stream=f"run.{run_id}",
                     input=child,
                     stamp=True,
@@ -195,9 +197,9 @@ def pending(event: Event) -> Pending:
         case events.WakeDue(timer_id=timer_id):
             return Pending(answers=(timer_id,))
         case TallyChildAsked(run_id=run_id):
-            return Pending(wants=(Want(key=f"spawn:{run_id}", kind="create"),))
+            return Pending(wants=(Want(key=spawn_key(run_id), kind="create"),))
         case events.SubagentFinished(result=result):
-            return Pending(answers=(f"notify:{result.run_id}",))
+            return Pending(answers=(notify_key(result.run_id),))
         case TallyDone():
             return Pending(ended=True)
         case _:
@@ -264,7 +266,6 @@ def project(conn: Any, rec: Recorded) -> None:
 
 
 TALLIES = Projection(
-    kind="tally",
     tables=("tallies",),
     schema="CREATE TABLE IF NOT EXISTS tallies "
     "(id TEXT PRIMARY KEY, total INTEGER NOT NULL, output TEXT);",

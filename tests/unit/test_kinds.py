@@ -128,3 +128,16 @@ def test_a_log_decodes_stewards_kinds_events_by_default() -> None:
     which the events layer holds, below the kinds) is that of steward's
     table: a kind added to the table without its events there fails here."""
     assert set(events.UNION.types) == set(STEWARD.union.types)
+
+
+async def test_a_host_refuses_a_log_that_cannot_decode_its_kinds(tmp_path) -> None:
+    """A host given kinds whose events its log does not decode says how to
+    open the log, at once, not at the first read of a counter's stream."""
+    from steward.bus import SqliteEventLog
+    from steward.host import Host
+
+    async with await SqliteEventLog.open(tmp_path / "log.db") as log:
+        with pytest.raises(ValueError, match="open it with union=kinds.union"):
+            Host(log, kinds=KINDS)
+    async with await SqliteEventLog.open(tmp_path / "log.db", union=KINDS.union) as log:
+        assert Host(log, kinds=KINDS).kinds is KINDS
