@@ -1,10 +1,11 @@
 """steward's actor kinds: the one place that names them.
 
 `KINDS` is the table every part that serves actors takes by default (the
-host, the projector, replay, the egress, the CLI); the log decodes into the
-union of its events (`steward.events.UNION` is that union, and a test holds
-the two equal). A kind is its package of events, decider, effects and read
-models, and one entry here.
+host, the projector, replay, the egress, the CLI); a log decodes into the
+union of its events by default (`steward.events.UNION`, which the events
+layer holds below this one: a kind's events go into its `STEWARD_TYPES`
+too, and a test holds the two equal). A kind is its events, decider,
+effects and read models, and one entry here.
 """
 
 from __future__ import annotations
