@@ -165,11 +165,11 @@ class Calls:
         """Make tool call ``request`` and submit its result."""
         state, _ = await self._states.get(rec.stream)
         rid = request.request_id
-        if not _awaits(self._kinds.of(rec.stream), state, rid):
+        kind = self._kinds.of(rec.stream)
+        if not _awaits(kind, state, rid):
             return  # answered already (read back from the log, as a fork's copy)
         if not await self._claims.claim(rec, rid):
             return  # another worker runs it, or it is answered already
-        kind = self._kinds.of(rec.stream)
         own = None if kind.reactor.workspace is None else kind.reactor.workspace(state)
         ctx = ToolContext(
             workspace=self._workspace if own is None else Path(own),
