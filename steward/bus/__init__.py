@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from steward.bus.base import Commit, EventLog
+from steward.bus.base import Commit, EventLog, PartitionedLog
 from steward.bus.jetstream import JetStreamEventLog, parse_url
 from steward.bus.sqlite import SqliteEventLog
 from steward.errors import ConfigError
@@ -14,6 +14,7 @@ __all__ = [
     "Commit",
     "EventLog",
     "JetStreamEventLog",
+    "PartitionedLog",
     "SqliteEventLog",
     "log_file",
     "open_log",

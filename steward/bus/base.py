@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Collection, Iterable, Sequence
 from typing import Protocol
 
 import msgspec
@@ -70,6 +70,31 @@ class EventLog(Protocol):
     async def streams(self, prefix: str = "") -> list[str]: ...
 
     async def close(self) -> None: ...
+
+
+class PartitionedLog(EventLog, Protocol):
+    """A log shared by workers, its streams split into partitions (each
+    stream in one, by its name alone): a worker holds some partitions and
+    reads and follows only theirs."""
+
+    partitions: int
+    """How many partitions; 0: one unsplit whole (partition 0)."""
+
+    def partition_of(self, stream: str) -> int: ...
+
+    async def read_all(
+        self,
+        from_position: int = 0,
+        limit: int = 10_000,
+        *,
+        partition: int | None = None,
+    ) -> list[Recorded]: ...
+
+    def subscribe(
+        self, from_position: int = 0, partitions: Collection[int] | None = None
+    ) -> AsyncIterator[Recorded]: ...
+
+    async def head(self, partitions: Collection[int] | None = None) -> int: ...
 
 
 def envelopes(

@@ -53,7 +53,7 @@ def checked_provider(env: Env) -> Provider:
     return _provider(env)
 
 
-def new_host(env: Env, log: EventLog, projector: Projector, **kw: Any) -> Host:
+def new_host(env: Env, log: EventLog, projector: Projector | None, **kw: Any) -> Host:
     tools = ToolRegistry.with_builtins(
         output_limit=env.settings.tools.output_limit,
         timeout=env.settings.tools.timeout,
@@ -67,7 +67,8 @@ def new_host(env: Env, log: EventLog, projector: Projector, **kw: Any) -> Host:
         llm_concurrency=env.settings.llm_max_concurrency,
         tool_timeout=env.settings.tools.timeout,
         projector=projector,
-        worker_id=_worker_id() if env.distributed else None,
+        worker_id=kw.pop("worker_id", None)
+        or (worker_id() if env.distributed else None),
         claim_seconds=env.settings.log.claim_seconds,
         kinds=env.kinds,
         **kw,
@@ -96,7 +97,8 @@ async def why_unhosted(env: Env, log: EventLog, what: str) -> NoHostError | None
     )
 
 
-def _worker_id() -> str:
+def worker_id() -> str:
+    """A new id for a host on a shared log: where it runs, and a nonce."""
     return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
 
 

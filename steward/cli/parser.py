@@ -26,6 +26,7 @@ from steward.cli.runs import (
 )
 from steward.cli.serve import cmd_serve, cmd_worker
 from steward.cli.sessions import cmd_sessions_list, cmd_sessions_send, cmd_sessions_show
+from steward.cli.workers import cmd_workers
 from steward.cli.workflow import cmd_cancel as cmd_workflow_cancel
 from steward.cli.workflow import cmd_list as cmd_workflow_list
 from steward.cli.workflow import cmd_pause, cmd_resume, cmd_validate
@@ -231,9 +232,23 @@ def build_parser() -> argparse.ArgumentParser:
         "worker",
         help="share a nats:// log's work (model and tool calls, timers) with "
         "other workers until stopped",
+        description="Join the workers of a nats:// log and carry out the "
+        "effects of the partitions this worker is given (`steward workers` "
+        "lists them), until stopped. A worker builds no projections.",
     )
     s.set_defaults(fn=cmd_worker)
     _metrics_option(s)
+    s = sub.add_parser(
+        "workers",
+        help="list the live workers of a nats:// log and what each holds",
+        description="The live `serve` and `worker` processes of a nats:// "
+        "log: the partitions each holds (a stream's effects are carried out "
+        "by the holder of its partition), its share, the calls it has in "
+        "flight, the effects it waits to carry out and the actors it keeps "
+        "in memory.",
+    )
+    s.set_defaults(fn=cmd_workers)
+    _output_option(s, listing=True)
 
     s = sub.add_parser(
         "run",

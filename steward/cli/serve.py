@@ -22,8 +22,9 @@ import prometheus_client
 
 from steward.actors.llm import Provider
 from steward.bus import EventLog, JetStreamEventLog
+from steward.bus.jetstream.members import Membership
 from steward.cli.env import Env, ensure_place, opened, progress
-from steward.cli.hosting import checked_provider, new_host
+from steward.cli.hosting import checked_provider, new_host, worker_id
 from steward.egress import Egress
 from steward.errors import ConfigError, StewardError
 from steward.host import Host
@@ -71,7 +72,24 @@ async def _serve_log(
     env: Env, args: argparse.Namespace, provider: Provider, *, services: bool
 ) -> int:
     async with opened(env) as (log, projector):
-        host = new_host(env, log, projector, provider=provider)
+        membership = None
+        if isinstance(log, JetStreamEventLog):
+            worker = worker_id()
+            membership = Membership(
+                log,
+                worker,
+                role="serve" if services else "worker",
+                lease=env.settings.log.lease_seconds,
+            )
+        host = new_host(
+            env,
+            log,
+            # a worker builds no projections: it keeps what it waits for
+            projector if services or membership is None else None,
+            provider=provider,
+            membership=membership,
+            worker_id=membership.worker if membership is not None else None,
+        )
         stop, again = asyncio.Event(), asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

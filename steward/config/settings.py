@@ -115,6 +115,12 @@ class LogConfig(_Section, frozen=True, kw_only=True):
     whose worker died is retaken after this. At least the longest call a
     worker may make (see `Settings.check_claims`)."""
 
+    lease_seconds: Seconds = 10.0
+    """On a shared (``nats://``) log, how long a worker's hold on its
+    partitions lasts without a heartbeat (one every quarter of it): a worker
+    that dies hands its share over after this, one that joins is given its
+    share within about two heartbeats (docs/jetstream.md)."""
+
     projections: str | None = None
     """The SQLite file of the projections when the log is on JetStream
     (``nats://...``); default ``.steward/projections.db``. An embedded log keeps

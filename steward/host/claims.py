@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from collections.abc import Awaitable, Callable
 
 from steward import events
@@ -61,10 +60,10 @@ class Claims:
         """
         if self._worker_id is None:
             return True
-        # A moment's jitter, then a look at the state this host follows: when
-        # every worker sees a request at once, most find it claimed already
-        # and step back without a commit that could only conflict.
-        await asyncio.sleep(random.uniform(0, 0.005))
+        # Only the worker holding the stream's partition routes its calls;
+        # a look at the state first spares a claim another host (a
+        # `steward run` of this run, a worker that held the partition
+        # before) holds still.
         state, _ = await self._states.get(rec.stream)
         kind = self._kinds.of(rec.stream)
         held = (

@@ -28,6 +28,7 @@ from steward.host.calls import Calls
 from steward.host.claims import Claims
 from steward.host.dispatch import Dispatcher, Listener
 from steward.host.mailbox import Mailboxes
+from steward.host.pending import Membership, PendingIndex
 from steward.host.states import States
 from steward.kinds import KINDS
 
@@ -52,6 +53,7 @@ class Host:
         claim_seconds: float = 300.0,
         scope: str | None = None,
         kinds: Kinds = KINDS,
+        membership: Membership | None = None,
     ) -> None:
         self.log = log
         self.kinds = kinds
@@ -129,6 +131,13 @@ class Host:
         """Follows the log and starts the effects its records ask for."""
         self.timers = self.dispatcher.timers
         """The timers' effect handler, armed by the dispatcher."""
+        self.membership = membership
+        """This host's place among the workers of a shared log: it carries
+        out the effects of the partitions it holds (``None``: of all)."""
+        if membership is not None:
+            self.dispatcher.held = frozenset()
+            if projector is None:  # a worker: it keeps what it waits for
+                self.dispatcher.index = PendingIndex(kinds)
         self._dispatching: asyncio.Task[None] | None = None
         self._timing: asyncio.Task[None] | None = None
         self._sweeping: asyncio.Task[None] | None = None
@@ -179,13 +188,25 @@ class Host:
         if self.provider is None or self.tools is None:
             raise StewardError("a host needs a provider and tools to start")
         self.started_at = self.clock.now()
-        await self.dispatcher.resume(progress)
+        dispatcher = self.dispatcher
+        await dispatcher.resume(progress)
+        if self.membership is not None:
+            await self.membership.join(dispatcher.hold, self._busy)
         self._timing = asyncio.create_task(self.timers.run())
-        self._dispatching = asyncio.create_task(self.dispatcher.follow())
-        if self.worker_id is not None and self.projector is not None:
-            self._sweeping = asyncio.create_task(
-                self.claims.sweep(self.dispatcher.reroute)
-            )
+        self._dispatching = dispatcher.start_following()
+        if self.worker_id is not None and (
+            self.projector is not None or dispatcher.index is not None
+        ):
+            self._sweeping = asyncio.create_task(self.claims.sweep(dispatcher.reroute))
+
+    def _busy(self) -> dict[str, int]:
+        """How busy this host is, for its heartbeat among the workers."""
+        dispatcher = self.dispatcher
+        return {
+            "in_flight": len(dispatcher.inflight),
+            "waiting": len(dispatcher.index) if dispatcher.index is not None else 0,
+            "cached": self.states.sizes()[0],
+        }
 
     async def settle(self, timeout: float = 60.0) -> bool:
         """Wait until this host has routed everything in the log and no
@@ -197,11 +218,11 @@ class Host:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while loop.time() < deadline:
-            if not dispatcher.inflight and dispatcher.routed >= await self.log.head():
+            if not dispatcher.inflight and dispatcher.routed >= await dispatcher.head():
                 await asyncio.sleep(0.02)  # what the last answer's commit asks
                 if (
                     not dispatcher.inflight
-                    and dispatcher.routed >= await self.log.head()
+                    and dispatcher.routed >= await dispatcher.head()
                 ):
                     return True
             await asyncio.sleep(0.01)
@@ -227,7 +248,7 @@ class Host:
         # the log held (and what answers since then recorded): an answer just
         # recorded may still ask for a delivery. Others' later commits on a
         # shared log are not waited for.
-        target = await self.log.head()
+        target = await dispatcher.head()
         while dispatcher.inflight or dispatcher.routed < max(
             target, self.mailboxes.last_commit
         ):
@@ -243,8 +264,11 @@ class Host:
 
     async def stop(self) -> None:
         """Stop following the log and cancel effects still in flight."""
+        if self.membership is not None:
+            await self.membership.leave()
         running = (
             self._dispatching,
+            self.dispatcher.following,
             self._timing,
             self._sweeping,
             *self.dispatcher.tasks,

@@ -25,7 +25,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -40,11 +40,12 @@ from steward.actors.effects import (
 )
 from steward.actors.kind import Kinds
 from steward.actors.timers import Timers
-from steward.bus import EventLog
+from steward.bus import EventLog, PartitionedLog
 from steward.clock import Clock
 from steward.events import Event, Recorded
 from steward.host.calls import Calls
 from steward.host.mailbox import Mailboxes
+from steward.host.pending import PendingIndex
 from steward.host.states import States
 from steward.metrics import HOST as METRICS
 
@@ -92,6 +93,17 @@ class Dispatcher:
         """The position of the last record the dispatcher has read."""
         self.routed = 0
         """The position of the last record the dispatcher has routed."""
+        self.held: frozenset[int] | None = None
+        """The partitions of a shared log this host holds (`hold`); ``None``:
+        it carries out every stream's effects (one host on its log)."""
+        self.index: PendingIndex | None = None
+        """What the held streams wait for, for a host without projections
+        (a worker): kept from the records of its partitions."""
+        self._partition_of = getattr(log, "partition_of", None)
+        self._shared = cast(PartitionedLog, log)  # used only with `index`
+        self.following: asyncio.Task[None] | None = None
+        """The task following the log (`start_following`)."""
+        self._holding = asyncio.Lock()
 
     async def resume(self, progress: Callable[[int], None] | None = None) -> None:
         """Catch the projections up with the log and route again what is
@@ -105,26 +117,126 @@ class Dispatcher:
             self.position = await self._log.head()
         self.routed = self.position
 
-    async def reroute(self) -> None:
+    def owns(self, stream: str) -> bool:
+        """Whether this host carries out ``stream``'s effects: it holds the
+        stream's partition, or every stream."""
+        held = self.held
+        if held is None:
+            return True
+        assert self._partition_of is not None
+        return self._partition_of(stream) in held
+
+    async def reroute(self, partitions: frozenset[int] | None = None) -> None:
         """Route again each record that asked for an effect still pending
-        (the ``pending`` projection's)."""
-        assert self._projector is not None
-        for stream, version in await self._projector.pending_sources():
+        (in the ``pending`` projection, or the index) of the streams this
+        host holds (of ``partitions`` only, if given)."""
+
+        def wanted(stream: str) -> bool:
+            if not self.owns(stream):
+                return False
+            return partitions is None or (
+                self._partition_of is not None
+                and self._partition_of(stream) in partitions
+            )
+
+        index = self.index
+        if index is not None:
+            sources = index.sources(wanted)
+        else:
+            assert self._projector is not None
+            sources = [
+                (stream, version)
+                for stream, version in await self._projector.pending_sources()
+                if wanted(stream)
+            ]
+        for stream, version in sources:
             for rec in await self._log.read(stream, version):
                 if rec.version == version:
-                    await self.route(rec)
+                    started = await self.route(rec)
+                    if index is not None:
+                        index.routed(stream, version, started)
+
+    async def hold(self, held: frozenset[int]) -> None:
+        """Carry out the effects of the streams of partitions ``held`` from
+        now on (a worker's share of a shared log, `Membership`): let go of
+        the others, read what the new ones still wait for, route it, and
+        follow the held partitions only (a host with projections follows
+        the whole log for them, and routes what it holds)."""
+        async with self._holding:
+            before = self.held or frozenset()
+            self.held = held
+            released, acquired = before - held, held - before
+            if released:
+                for stream in self._states.streams():
+                    if not self.owns(stream):
+                        self._states.forget(stream)
+                if self.index is not None:
+                    self.index.forget(self.owns)
+            if self.index is None:
+                if acquired and self._projector is not None:
+                    await self._projector.catch_up(self._log)
+                    await self.reroute(acquired)
+                return
+            following = self.following
+            if following is not None:  # follow the new set from where it was
+                following.cancel()
+                await asyncio.gather(following, return_exceptions=True)
+                self.position = self.routed
+            for partition in sorted(acquired):
+                await self._catch_up(partition)
+            await self.reroute(acquired)
+            if following is not None:
+                self.start_following()
+
+    async def _catch_up(self, partition: int) -> None:
+        """Read what ``partition``'s records up to `position` still want."""
+        index = self.index
+        assert index is not None
+        after = 0
+        while True:
+            page = await self._shared.read_all(after, partition=partition)
+            for rec in page:
+                if rec.position > self.position:
+                    return
+                index.apply(rec)
+                self._states.saw(rec.stream, rec.version)
+            if not page:
+                return
+            after = page[-1].position
+
+    def start_following(self) -> asyncio.Task[None]:
+        """Start `follow` in a task (`hold` restarts it on another share)."""
+        self.following = asyncio.create_task(self.follow())
+        return self.following
+
+    async def head(self) -> int:
+        """The newest position this host follows: the log's, or its held
+        partitions' (a worker)."""
+        if self.index is not None:
+            return await self._shared.head(self.held or frozenset())
+        return await self._log.head()
 
     async def follow(self) -> None:
-        """Route each record of the log from `position` on, until cancelled."""
+        """Route each record of the log (of the held partitions, for a
+        worker) from `position` on, until cancelled."""
         # the event types any kind routes, and the model and tool requests
         # of every kind
         requests = {events.LlmRequested, events.ToolRequested}
         routed = self._kinds.routed | requests
         states = self._states
         inflight = self.inflight
-        async for rec in self._log.subscribe(self.position):
+        index = self.index
+        if index is None:
+            records = self._log.subscribe(self.position)
+        elif self.held:  # a worker follows the partitions it holds
+            records = self._shared.subscribe(self.position, self.held)
+        else:
+            return
+        async for rec in records:
             self.position = rec.position
             states.saw(rec.stream, rec.version)
+            if index is not None:
+                index.apply(rec)
             event = rec.event
             if type(event) in routed and not (
                 # the usual request: its run's model loop has taken it already
@@ -143,10 +255,13 @@ class Dispatcher:
                     log.exception("a listener of %s failed", rec.id)
             self.routed = rec.position
 
-    async def route(self, rec: Recorded) -> None:
-        """Start what committed event ``rec`` asks for, as its kind says."""
+    async def route(self, rec: Recorded) -> list[str]:
+        """Start what committed event ``rec`` asks for, as its kind says; the
+        keys of the effects it asks for."""
         if self._scope is not None and rec.correlation_id != self._scope:
-            return  # another run's: the serve's work, not this host's
+            return []  # another run's: the serve's work, not this host's
+        if not self.owns(rec.stream):
+            return []  # another worker's
         event = rec.event
         # A model or tool request is a call to make, in a stream of any kind;
         # started without reading any state (usually the answering task took
@@ -155,20 +270,23 @@ class Dispatcher:
             rid = event.request_id
             if rid not in self.inflight and not self._calls.answered(rec, rid):
                 self._start(rec, CallModel(request=event))
-            return
+            return [rid]
         if type(event) is events.ToolRequested:
             self._start(rec, CallTool(request=event))
-            return
+            return [event.request_id]
         kind = self._kinds.of(rec.stream)
         if kind.reactor.effects is None:
-            return
+            return []
         states = self._states
         at = states.cached_at(rec.stream, rec.version)
         if at is None:
             at = await states.at(rec.stream, rec.version)
         latest, _ = await states.get(rec.stream)
+        started = []
         for effect in kind.reactor.effects(rec, at, latest):
             self._start(rec, effect)
+            started.append(_key(effect))
+        return started
 
     def _start(self, rec: Recorded, effect: Effect) -> None:
         """Carry out ``effect``, which committed event ``rec`` asked for
@@ -202,6 +320,9 @@ class Dispatcher:
                 raise
             except Exception:
                 log.exception("effect %s failed", key)
+            else:
+                if self.index is not None:
+                    self.index.carried(key)
             finally:
                 self.inflight.discard(key)
 
@@ -220,8 +341,8 @@ class Dispatcher:
                 follow = commit.records[-1] if commit and commit.records else None
                 if follow is None or not isinstance(follow.event, events.LlmRequested):
                     return
-                if self.draining:
-                    return  # the next host asks it
+                if self.draining or not self.owns(rec.stream):
+                    return  # the next host asks it, or the stream's holder
                 if follow.event.request_id in inflight:
                     return  # the dispatcher started it already
                 inflight.discard(request.request_id)
@@ -256,9 +377,24 @@ class Dispatcher:
         return msgspec.structs.replace(input, at=self._clock.now()) if stamp else input
 
     def _wake(self, stream: str, wake: events.WakeDue) -> None:
-        """A timer came due: give its stream the `WakeDue`."""
+        """A timer came due: give its stream the `WakeDue` (unless another
+        worker holds the stream now: it armed the timer again)."""
+        if not self.owns(stream):
+            return
         self._spawn(wake.timer_id, partial(self._fire, stream, wake))
 
     async def _fire(self, stream: str, wake: events.WakeDue) -> None:
         if await self._mailboxes.submit(stream, wake) is not None:
             METRICS.effects["timer"] += 1
+
+
+def _key(effect: Effect) -> str:
+    """The key of ``effect``: what answers it, and what its pending want is."""
+    match effect:
+        case CallModel(request=request) | CallTool(request=request):
+            return request.request_id
+        case ArmTimer(timer_id=timer_id):
+            return timer_id
+        case Deliver(key=key) | Create(key=key):
+            return key
+    raise TypeError(f"an effect of no known type: {effect!r}")

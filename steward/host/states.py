@@ -53,6 +53,10 @@ class States:
         """How many states are cached, and how many streams' versions known."""
         return len(self._cache), len(self._known)
 
+    def streams(self) -> list[str]:
+        """The streams whose state is cached."""
+        return list(self._cache)
+
     def cached(self, stream: str) -> tuple[Any, int] | None:
         """The cached state and version of ``stream``, if any (no read)."""
         return self._cache.get(stream)

@@ -107,14 +107,18 @@ def test_plain_names_keep_their_dots_as_subject_tokens() -> None:
 async def test_each_stream_has_its_own_subject(
     log: JetStreamEventLog, raw: Any
 ) -> None:
-    """Commits are stored under <prefix>.<stream>, one message per commit."""
+    """Commits are stored under <prefix>.<partition>.<stream>, one message
+    per commit; the partition is the same in every process."""
     await log.append("run.r1", [note(1), note(2)], 0)
     await log.append("run_1/sub/é", [note(3)], 0)
     info = await raw.jetstream().stream_info(log.stream, subjects_filter=">")
+    assert log.partitions == 16
+    assert (log.partition_of("run.r1"), log.partition_of("run_1/sub/é")) == (2, 3)
     assert info.state.subjects == {
-        f"{log.prefix}.run.r1": 1,
-        f"{log.prefix}.run_1/sub/%C3%A9": 1,
+        f"{log.prefix}.2.run.r1": 1,
+        f"{log.prefix}.3.run_1/sub/%C3%A9": 1,
     }
+    assert info.config.metadata["steward_partitions"] == "16"
     assert info.config.allow_direct
     assert info.config.storage == "file"
     assert (info.config.deny_delete, info.config.deny_purge) == (True, True)
@@ -174,7 +178,7 @@ async def test_an_undecodable_message_names_its_stream_and_position(
 ) -> None:
     """Bytes that are not a steward commit raise LogReadError saying where."""
     await log.append("run.r1", [note(1)], 0)
-    await raw.jetstream().publish(f"{log.prefix}.run.r1", b"\xc1 not msgpack")
+    await raw.jetstream().publish(log.subject("run.r1"), b"\xc1 not msgpack")
     with pytest.raises(LogReadError, match=r"commit to run\.r1 at position 2000000"):
         await log.read("run.r1")
     with pytest.raises(LogReadError, match="not a steward commit"):
@@ -193,9 +197,7 @@ async def test_old_event_shapes_are_upcast_on_read(
     )
     legacy = {"type": "NoteTaken", "text": "legacy"}
     stored = [1, 2, 0.0, None, None, "c0ffee", [note(1), legacy]]
-    await raw.jetstream().publish(
-        f"{log.prefix}.run.r1", msgspec.msgpack.encode(stored)
-    )
+    await raw.jetstream().publish(log.subject("run.r1"), msgspec.msgpack.encode(stored))
     old = events.NoteRecorded(category="old", content="legacy")
     assert [r.event for r in await log.read("run.r1")] == [note(1), old]
     assert [r.event for r in await log.read_all(POSITIONS_PER_COMMIT, 1)] == [old]
@@ -204,9 +206,7 @@ async def test_old_event_shapes_are_upcast_on_read(
     await followed.aclose()
 
     stored = [3, 1, 0.0, None, None, "c0ffee", [{"type": "Nope"}]]
-    await raw.jetstream().publish(
-        f"{log.prefix}.run.r1", msgspec.msgpack.encode(stored)
-    )
+    await raw.jetstream().publish(log.subject("run.r1"), msgspec.msgpack.encode(stored))
     with pytest.raises(LogReadError, match=r"event run\.r1/3 at position 2000000: "):
         await log.read("run.r1")
 
@@ -223,7 +223,7 @@ async def test_a_republished_commit_is_stored_once(
     assert stored.headers["Nats-Msg-Id"] == "run.r1/1"
     assert stored.headers["Nats-Expected-Last-Subject-Sequence"] == "0"
     again = await raw.jetstream().publish(
-        f"{log.prefix}.run.r1", stored.data, headers={"Nats-Msg-Id": "run.r1/1"}
+        log.subject("run.r1"), stored.data, headers={"Nats-Msg-Id": "run.r1/1"}
     )
     assert (again.seq, again.duplicate) == (1, True)
     assert await log.read("run.r1") == list(commit.records)

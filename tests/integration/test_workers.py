@@ -62,6 +62,7 @@ def _worker(tmp: Path, url: str, n: int) -> subprocess.Popen[bytes]:
         str(tmp / "script.json"),
         "worker",
         STEWARD_LOG_CLAIM_SECONDS="1.5",
+        STEWARD_LOG_LEASE_SECONDS="3",
         # a claim must outlive the longest call a worker may make
         STEWARD_MODELS_DEFAULT_TIMEOUT="0.5",
         STEWARD_MODELS_DEFAULT_MAX_RETRIES="1",

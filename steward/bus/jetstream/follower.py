@@ -70,7 +70,8 @@ PULL_MAX_BYTES = 64 * 1024 * 1024  # the largest max_payload a server allows
 
 
 class Follower:
-    """An ordered pull consumer over the whole stream, for one subscription.
+    """An ordered pull consumer over the stream (or some of its subjects), for
+    one subscription.
 
     Deliveries and the server's status messages arrive (through the handle's
     inbox) in ``buffer``, in order. ``next`` keeps a pull request out, checks
@@ -80,8 +81,9 @@ class Follower:
     heartbeat intervals.
     """
 
-    def __init__(self, log: Link, seq: int) -> None:
+    def __init__(self, log: Link, seq: int, subjects: list[str]) -> None:
         self.log = log
+        self.subjects = subjects  # the subjects it delivers (the server filters)
         self.start = seq  # the stream sequence the next consumer starts at
         self.seq = 0  # the stream sequence of the message `next` returned
         self.buffer: collections.deque[Msg] = collections.deque()
@@ -168,6 +170,7 @@ class Follower:
         config = {
             "deliver_policy": "by_start_sequence",
             "opt_start_seq": self.start,
+            "filter_subjects": self.subjects,
             "ack_policy": "none",
             "replay_policy": "instant",
             "mem_storage": True,

@@ -77,7 +77,8 @@ import random
 import re
 import ssl
 import time
-from collections.abc import AsyncGenerator, Callable, Sequence
+import zlib
+from collections.abc import AsyncGenerator, Callable, Collection, Sequence
 from typing import Any
 
 import msgspec
@@ -122,6 +123,11 @@ logger = logging.getLogger(__name__)
 POSITIONS_PER_COMMIT = 1_000_000
 """Positions a commit may use: event ``i`` of sequence ``s`` is ``s * this + i``."""
 
+DEFAULT_PARTITIONS = 16
+"""Partitions of a new log: enough for 16 workers to hold one each."""
+
+_PARTITIONS_KEY = "steward_partitions"  # in the stream's metadata
+
 # Messages per batch direct get and per pull request: big enough to replay
 # fast, small enough that decoding one batch does not stall the event loop.
 _PAGE = 1_000
@@ -157,6 +163,9 @@ class JetStreamEventLog:
         self.servers = servers
         self.replicas = 1
         """Copies the server keeps of the stream (known once it is open)."""
+        self.partitions = 0
+        """How many partitions the stream's subjects are split into (known
+        once it is open; 0: a log made before partitions, one unsplit whole)."""
         self._nc = nc
         self._clock = clock
         self._request_timeout = request_timeout
@@ -198,6 +207,7 @@ class JetStreamEventLog:
         stream: str = "STEWARD",
         prefix: str = "steward.ev",
         replicas: int = 1,
+        partitions: int = DEFAULT_PARTITIONS,
         create: bool = True,
         user: str | None = None,
         password: str | None = None,
@@ -225,6 +235,9 @@ class JetStreamEventLog:
             stream: the JetStream stream's name.
             prefix: the subject prefix; actor streams live under ``<prefix>.>``.
             replicas: copies of the stream in a cluster (1 on a single server).
+            partitions: how many partitions a new stream's subjects are split
+                into (``<prefix>.<partition>.<stream name>``): the unit of work
+                a worker holds. An existing stream keeps its own.
             create: create the stream when it does not exist.
             user, password, token, creds, nkeys_seed: credentials; ``creds`` is
                 a ``.creds`` file (JWT and nkey), ``nkeys_seed`` a seed file.
@@ -262,6 +275,8 @@ class JetStreamEventLog:
             )
         if replicas < 1:
             raise ValueError(f"replicas must be 1 or more, not {replicas}")
+        if not 1 <= partitions <= 1024:
+            raise ValueError(f"partitions must be 1 to 1024, not {partitions}")
         for label, value in (
             ("request_timeout", request_timeout),
             ("write_timeout", write_timeout),
@@ -373,13 +388,17 @@ class JetStreamEventLog:
             )
             if isinstance(nc, InboxClient):
                 nc.take_over(log._mux, log._dispatch)
-            await log._ensure_stream(replicas=replicas, create=create)
+            await log._ensure_stream(
+                replicas=replicas, partitions=partitions, create=create
+            )
         except BaseException:
             await nc.close()
             raise
         return log
 
-    async def _ensure_stream(self, *, replicas: int, create: bool) -> None:
+    async def _ensure_stream(
+        self, *, replicas: int, partitions: int, create: bool
+    ) -> None:
         subjects = f"{self.prefix}.>"
         try:
             info = await self._api(f"STREAM.INFO.{self.stream}", None)
@@ -403,6 +422,7 @@ class JetStreamEventLog:
                 # The log is append-only: no message is ever deleted or purged.
                 "deny_delete": True,
                 "deny_purge": True,
+                "metadata": {_PARTITIONS_KEY: str(partitions)},
             }
             try:
                 info = await self._api(f"STREAM.CREATE.{self.stream}", config)
@@ -414,6 +434,7 @@ class JetStreamEventLog:
             raise self._unavailable_error(e) from e
         config = info.get("config", {})
         self.replicas = int(config.get("num_replicas") or 1)
+        self.partitions = int((config.get("metadata") or {}).get(_PARTITIONS_KEY, 0))
         if subjects not in config.get("subjects", []):
             raise LogWriteError(
                 f"the JetStream stream {self.stream} at {self._where} captures "
@@ -677,7 +698,7 @@ class JetStreamEventLog:
     ) -> int:
         """Publish one commit until it is confirmed; its sequence."""
         tail = subject_of(stream)
-        subject = self._subject_prefix + tail
+        subject = self.subject(stream)
         deadline = self._loop.time() + self._write_timeout
         try:
             after = await self._expected_sequence(stream, expected)
@@ -877,7 +898,7 @@ class JetStreamEventLog:
 
     async def _fetch_tip(self, stream: str) -> tuple[int, int]:
         """``stream``'s version and its last message's sequence, from the server."""
-        subject = self._subject_prefix + subject_of(stream)
+        subject = self.subject(stream)
         deadline = self._loop.time() + self._read_timeout
         msg = await self._get_one(f"{self._direct}.{subject}", b"", deadline)
         if msg is None:
@@ -888,10 +909,34 @@ class JetStreamEventLog:
         self._remember(stream, version, seq)
         return version, seq
 
+    def partition_of(self, stream: str) -> int:
+        """The partition ``stream``'s commits are stored in (0 in a log
+        without partitions): the same in every process, from the name alone."""
+        if not self.partitions:
+            return 0
+        return zlib.crc32(stream.encode()) % self.partitions
+
+    def subject(self, stream: str) -> str:
+        """The subject of ``stream``'s commits."""
+        if not self.partitions:
+            return self._subject_prefix + subject_of(stream)
+        return f"{self._subject_prefix}{self.partition_of(stream)}.{subject_of(stream)}"
+
+    def _partition_subjects(self, partitions: Collection[int] | None) -> list[str]:
+        """The subjects holding ``partitions`` (every subject for ``None``)."""
+        if partitions is None or (not self.partitions and 0 in partitions):
+            return [f"{self.prefix}.>"]
+        if not self.partitions:
+            return []
+        return [f"{self._subject_prefix}{p}.>" for p in sorted(partitions)]
+
     def _stream_name(self, subject: str) -> str:
         name = self._names.get(subject)
         if name is None:
-            name = stream_of(subject[len(self._subject_prefix) :])
+            tail = subject[len(self._subject_prefix) :]
+            if self.partitions:
+                tail = tail.partition(".")[2]
+            name = stream_of(tail)
             if len(self._names) >= _NAMES:
                 self._names.clear()
             self._names[subject] = name
@@ -945,7 +990,7 @@ class JetStreamEventLog:
         """``stream``'s events from ``from_version`` on, reading only its messages."""
         if self._closing:
             raise self._read_error("closed")
-        subject = self._subject_prefix + subject_of(stream)
+        subject = self.subject(stream)
         seq = 1
         tip = self._tips.get(stream)
         if tip is not None and from_version > tip[0]:
@@ -970,22 +1015,33 @@ class JetStreamEventLog:
         return out
 
     async def read_all(
-        self, from_position: int = 0, limit: int = 10_000
+        self,
+        from_position: int = 0,
+        limit: int = 10_000,
+        *,
+        partition: int | None = None,
     ) -> list[Recorded]:
-        """At most ``limit`` events with ``position > from_position``, in order."""
+        """At most ``limit`` events with ``position > from_position``, in
+        order; of one ``partition`` only, if given (read through the server's
+        subject index, never the others')."""
         if limit < 1:
             raise ValueError(f"read_all needs a limit of 1 or more, not {limit}")
         if self._closing:
             raise self._read_error("closed")
         seq = max(1, from_position // POSITIONS_PER_COMMIT)
         out: list[Recorded] = []
+        narrow: dict[str, str] = {}
+        if partition is not None and self.partitions:
+            narrow["next_by_subj"] = f"{self._subject_prefix}{partition}.>"
         while len(out) < limit:
             # Ask for as many messages as the events still wanted fill, at
             # the size commits had lately, so a small limit over big commits
             # does not fetch (and drop) many more events than it returns.
             wanted = limit - len(out)
             batch = min(_PAGE, max(1, -(-wanted // self._commit_size)))
-            messages, more = await self._get_batch({"seq": seq, "batch": batch})
+            messages, more = await self._get_batch(
+                {"seq": seq, "batch": batch, **narrow}
+            )
             page = self._decode_page(messages, from_position, wanted)
             if messages:
                 sample = messages[:8]
@@ -1004,17 +1060,21 @@ class JetStreamEventLog:
         version, _ = await self._fetch_tip(stream)
         return version
 
-    async def head(self) -> int:
-        """The highest position in the log; 0 when it is empty."""
+    async def head(self, partitions: Collection[int] | None = None) -> int:
+        """The highest position in the log (of ``partitions`` only, if
+        given); 0 when it is empty."""
         if self._closing:
             raise self._read_error("closed")
-        request = encode_json({"last_by_subj": f"{self.prefix}.>"})
         deadline = self._loop.time() + self._read_timeout
-        msg = await self._get_one(self._direct, request, deadline)
-        if msg is None:
-            return 0
-        seq = msg.number(b"Nats-Sequence")
-        return seq * POSITIONS_PER_COMMIT + decode_head(msg.data).count - 1
+        highest = 0
+        for subject in self._partition_subjects(partitions):
+            request = encode_json({"last_by_subj": subject})
+            msg = await self._get_one(self._direct, request, deadline)
+            if msg is not None:
+                seq = msg.number(b"Nats-Sequence")
+                position = seq * POSITIONS_PER_COMMIT + decode_head(msg.data).count - 1
+                highest = max(highest, position)
+        return highest
 
     async def streams(self, prefix: str = "") -> list[str]:
         """The names of the streams starting with ``prefix``, sorted."""
@@ -1022,8 +1082,10 @@ class JetStreamEventLog:
             raise self._read_error("closed")
         # The prefix's whole tokens narrow the server's subject listing; the
         # last, partial one is matched here.
-        whole = prefix.split(".")[:-1]
-        narrowed = ".".join([self.prefix, *(escape_token(t) for t in whole), ">"])
+        whole = [escape_token(t) for t in prefix.split(".")[:-1]]
+        if self.partitions:
+            whole.insert(0, "*")
+        narrowed = ".".join([self.prefix, *whole, ">"])
         names: list[str] = []
         offset = 0
         deadline = self._loop.time() + self._read_timeout
@@ -1047,8 +1109,11 @@ class JetStreamEventLog:
                 break
         return sorted(n for n in names if n.startswith(prefix))
 
-    async def subscribe(self, from_position: int = 0) -> AsyncGenerator[Recorded, None]:
-        """Every event with ``position > from_position``: stored ones, then live.
+    async def subscribe(
+        self, from_position: int = 0, partitions: Collection[int] | None = None
+    ) -> AsyncGenerator[Recorded, None]:
+        """Every event with ``position > from_position``: stored ones, then
+        live; of ``partitions`` only, if given (the server filters them).
 
         An ordered pull consumer delivers the commits; it is recreated after
         the last commit seen whenever a delivery is missed or the server
@@ -1057,7 +1122,11 @@ class JetStreamEventLog:
         """
         if self._closing:
             return
-        follower = Follower(self, max(1, from_position // POSITIONS_PER_COMMIT))
+        follower = Follower(
+            self,
+            max(1, from_position // POSITIONS_PER_COMMIT),
+            self._partition_subjects(partitions),
+        )
         self._followers.add(follower)
         try:
             while True:

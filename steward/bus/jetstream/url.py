@@ -16,19 +16,19 @@ def _url_options(query: str, url: str) -> dict[str, Any]:
     for key, value in urllib.parse.parse_qsl(query, keep_blank_values=True):
         if key in ("stream", "prefix", "creds", "nkeys_seed", "name", "tls_hostname"):
             options[key] = value
-        elif key == "replicas":
+        elif key in ("replicas", "partitions"):
             try:
                 options[key] = int(value)
             except ValueError:
                 raise ConfigError(
-                    "event log url", url, f"replicas must be a number, not {value!r}"
+                    "event log url", url, f"{key} must be a number, not {value!r}"
                 ) from None
         else:
             raise ConfigError(
                 "event log url",
                 url,
-                f"unknown option {key!r}; use stream, prefix, replicas, creds, "
-                "nkeys_seed, name or tls_hostname",
+                f"unknown option {key!r}; use stream, prefix, replicas, partitions, "
+                "creds, nkeys_seed, name or tls_hostname",
             )
     return options
 

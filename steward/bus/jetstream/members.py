@@ -1,0 +1,298 @@
+"""Workers sharing a JetStream log: who is live, and which partitions each holds.
+
+A log's streams are split into partitions (`JetStreamEventLog.partition_of`).
+Each `serve` and `worker` is a member: it holds some partitions, and only the
+holder of a partition decides its streams' effects (model and tool calls,
+timers, children, deliveries) and follows its records. Membership and holding
+live in a JetStream key-value bucket, ``<stream>_WORKERS``, whose entries
+expire after ``lease`` seconds unless written again (the bucket's TTL):
+
+- ``member.<worker>``: a member's heartbeat, written every quarter lease, with
+  what it holds and how busy it is (`steward workers` lists them);
+- ``lease.<partition>``: the member holding the partition. It is taken with a
+  create (which fails while another's lease lives) and renewed with an update
+  that names the revision it read (compare-and-set), so two members never hold
+  one partition: a renewal that fails means the lease was lost, and the member
+  lets the partition go at once.
+
+Every member computes the same assignment from the live members it lists
+(`assign`: rendezvous hashing, balanced so that each holds its share give or
+take one), lets go of what is no longer its own (after which its lease is
+deleted) and takes what is free. A member that joins is given its share
+within about two heartbeats; one that stops deletes its leases; one that dies
+loses them when they expire. The log stays the last word either way: a
+commit names the version it follows, and a call is claimed in its stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import os
+import re
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import nats.errors
+import nats.js.api
+import nats.js.errors
+
+logger = logging.getLogger(__name__)
+
+Hold = Callable[[frozenset[int]], Awaitable[None]]
+"""Told the partitions a member holds whenever they change."""
+
+Busy = Callable[[], dict[str, int]]
+"""How busy a member is, for its heartbeat (calls in flight, work waiting)."""
+
+
+@dataclass(frozen=True)
+class Member:
+    """A live member, as its last heartbeat described it."""
+
+    worker: str
+    role: str
+    host: str
+    pid: int
+    started: float
+    seen: float
+    partitions: tuple[int, ...]
+    busy: dict[str, int] = field(default_factory=dict)
+
+
+def assign(members: list[str], partitions: int) -> dict[int, str]:
+    """Which member holds each partition: every member computes the same.
+
+    Rendezvous hashing weighs each member for each partition; taking the
+    pairs strongest first, a partition goes to the member that weighs most
+    among those with less than their share, so every member holds
+    ``partitions // len(members)`` or one more, and a member joining or
+    leaving moves few partitions.
+    """
+    if not members:
+        return {}
+    base, extra = divmod(partitions, len(members))
+    load = dict.fromkeys(members, 0)
+    out: dict[int, str] = {}
+    # every (partition, member) pair, the strongest first: a partition goes
+    # to the member that wants it most among those with room
+    pairs = sorted(
+        ((_weight(m, p), p, m) for p in range(partitions) for m in members),
+        reverse=True,
+    )
+    for cap in (base, base + 1):
+        for _, p, member in pairs:
+            if p in out or load[member] >= cap:
+                continue
+            if cap > base:
+                if not extra:
+                    break
+                extra -= 1
+            out[p] = member
+            load[member] += 1
+    return out
+
+
+def _weight(member: str, partition: int) -> bytes:
+    return hashlib.blake2b(f"{member}/{partition}".encode(), digest_size=8).digest()
+
+
+def worker_key(worker: str) -> str:
+    """``worker`` as a key token (the characters a KV key may hold)."""
+    return re.sub(r"[^A-Za-z0-9_\-=]", "_", worker)
+
+
+class Membership:
+    """This process's membership of the workers sharing a JetStream log."""
+
+    def __init__(
+        self,
+        log: Any,
+        worker: str,
+        *,
+        role: str = "worker",
+        lease: float = 10.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if lease <= 0:
+            raise ValueError(f"lease must be positive, not {lease}")
+        self.log = log
+        self.worker = worker
+        self.role = role
+        self.lease = lease
+        self.partitions = max(1, log.partitions)
+        self.held: frozenset[int] = frozenset()
+        """The partitions this member holds."""
+        self._clock = clock
+        self._key = worker_key(worker)
+        self._revisions: dict[int, int] = {}  # partition -> its lease's revision
+        self._hold: Hold | None = None
+        self._busy: Busy = dict
+        self._kv: Any = None
+        self._beating: asyncio.Task[None] | None = None
+        self._started = clock()
+
+    @property
+    def bucket(self) -> str:
+        return f"{self.log.stream}_WORKERS"
+
+    async def open(self) -> None:
+        """Open (or create) the bucket."""
+        js = self.log.connection.jetstream()
+        try:
+            self._kv = await js.key_value(self.bucket)
+        except nats.js.errors.BucketNotFoundError:
+            config = nats.js.api.KeyValueConfig(
+                bucket=self.bucket,
+                history=1,
+                ttl=self.lease,
+                replicas=self.log.replicas,
+                storage=nats.js.api.StorageType.MEMORY,
+            )
+            self._kv = await js.create_key_value(config)
+
+    async def join(self, hold: Hold, busy: Busy = dict) -> None:
+        """Join: take a share of the partitions now (``hold`` is told), and
+        keep the heartbeat, the share and the leases current until `leave`."""
+        self._hold, self._busy = hold, busy
+        await self.open()
+        await self.beat()
+        self._beating = asyncio.create_task(self._beat_forever())
+
+    async def leave(self) -> None:
+        """Let every partition go (``hold`` told first), delete the leases
+        and the heartbeat: the others take over at their next heartbeat."""
+        if self._beating is not None:
+            self._beating.cancel()
+            await asyncio.gather(self._beating, return_exceptions=True)
+            self._beating = None
+        if self._kv is None:
+            return
+        await self._let_go(self.held)
+        try:
+            await self._kv.delete(f"member.{self._key}")
+        except (nats.errors.Error, nats.js.errors.Error) as e:
+            logger.warning("could not leave the workers of %s: %s", self.bucket, e)
+
+    async def members(self) -> list[Member]:
+        """The live members, by worker id."""
+        if self._kv is None:
+            await self.open()
+        try:
+            keys = await self._kv.keys()  # (nats-py 2.16 drops filtered keys)
+        except nats.js.errors.NoKeysError:
+            return []
+        out = []
+        for key in keys:
+            if not key.startswith("member."):
+                continue
+            try:
+                entry = await self._kv.get(key)
+            except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
+                continue
+            try:
+                about = json.loads(entry.value or b"{}")
+                out.append(
+                    Member(
+                        worker=str(about["worker"]),
+                        role=str(about.get("role", "worker")),
+                        host=str(about.get("host", "")),
+                        pid=int(about.get("pid", 0)),
+                        started=float(about.get("started", 0.0)),
+                        seen=float(about.get("seen", 0.0)),
+                        partitions=tuple(int(p) for p in about.get("partitions", ())),
+                        busy={str(k): int(v) for k, v in about.get("busy", {}).items()},
+                    )
+                )
+            except (ValueError, KeyError, TypeError, AttributeError):
+                logger.warning("a member entry %s that is not steward's: skipped", key)
+        return sorted(out, key=lambda m: m.worker)
+
+    async def beat(self) -> None:
+        """One heartbeat: say this member lives, renew its leases, then
+        let go of what is no longer its own and take what is free."""
+        await self._announce()
+        await self._renew()
+        live = [m.worker for m in await self.members()]
+        if self.worker not in live:
+            live.append(self.worker)
+        mine = frozenset(
+            p
+            for p, m in assign(sorted(live), self.partitions).items()
+            if m == self.worker
+        )
+        await self._let_go(self.held - mine)
+        taken = {p for p in sorted(mine - self.held) if await self._take(p)}
+        if taken:
+            await self._tell(self.held | taken)
+
+    async def _beat_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.lease / 4)
+            try:
+                await self.beat()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # a lost connection: the next beat tries again
+                logger.warning("worker heartbeat on %s failed: %s", self.bucket, e)
+
+    async def _announce(self) -> None:
+        about = {
+            "worker": self.worker,
+            "role": self.role,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "started": self._started,
+            "seen": self._clock(),
+            "partitions": sorted(self.held),
+            "busy": self._busy(),
+        }
+        await self._kv.put(f"member.{self._key}", json.dumps(about).encode())
+
+    async def _renew(self) -> None:
+        """Renew each lease held; let go at once of one that was lost."""
+        lost = set()
+        for p in sorted(self.held):
+            try:
+                self._revisions[p] = await self._kv.update(
+                    f"lease.{p}", self._key.encode(), last=self._revisions[p]
+                )
+            except nats.js.errors.KeyWrongLastSequenceError:
+                lost.add(p)
+        if lost:
+            logger.warning(
+                "%s lost the lease of partitions %s", self.worker, sorted(lost)
+            )
+            for p in lost:
+                self._revisions.pop(p, None)
+            await self._tell(self.held - lost)
+
+    async def _take(self, partition: int) -> bool:
+        try:
+            self._revisions[partition] = await self._kv.create(
+                f"lease.{partition}", self._key.encode()
+            )
+        except nats.js.errors.KeyWrongLastSequenceError:
+            return False  # held by another until it lets go or its lease lapses
+        return True
+
+    async def _let_go(self, partitions: frozenset[int]) -> None:
+        if not partitions:
+            return
+        await self._tell(self.held - partitions)
+        for p in sorted(partitions):
+            revision = self._revisions.pop(p, None)
+            try:
+                await self._kv.delete(f"lease.{p}", last=revision)
+            except nats.js.errors.KeyWrongLastSequenceError:
+                pass  # lapsed and taken by another already
+
+    async def _tell(self, held: frozenset[int]) -> None:
+        self.held = held
+        if self._hold is not None:
+            await self._hold(held)

@@ -1,0 +1,142 @@
+"""What the streams a worker holds still wait for, kept in memory.
+
+A host with projections resumes from their ``pending`` table. A worker on a
+shared log builds no projections: it keeps the same facts in memory, from
+the records of the partitions it holds, through the same functions (the
+model and tool requests and answers every kind shares, and each kind's
+`Reactor.pending`). When it takes over a partition it reads that
+partition's records into this index and routes again what is still
+wanted; a live worker keeps it current from the records it follows.
+
+An effect answered in another stream (a child to create, a result to
+deliver) is answered here when this worker has carried it out; one that a
+record wants but its kind's effects turn out not to ask for (a result for a
+run nobody waits on) is dropped once it has been routed again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Protocol
+
+from steward import events
+from steward.actors.kind import Kinds
+from steward.events import Recorded
+
+
+class Membership(Protocol):
+    """A host's place among the workers sharing a log
+    (`steward.bus.jetstream.members.Membership`): it tells the host which
+    partitions it holds, and says how busy the host is to the others."""
+
+    held: frozenset[int]
+
+    async def join(
+        self,
+        hold: Callable[[frozenset[int]], Awaitable[None]],
+        busy: Callable[[], dict[str, int]],
+    ) -> None: ...
+
+    async def leave(self) -> None: ...
+
+
+ELSEWHERE = frozenset({"create", "spawn", "deliver"})
+"""Kinds of wants answered in another stream (or by nobody)."""
+
+_SKIPPED = frozenset({"approval"})
+"""Kinds of wants a host does not carry out (a person answers them)."""
+
+
+class PendingIndex:
+    """The effects wanted and not yet answered, per stream, in memory."""
+
+    def __init__(self, kinds: Kinds) -> None:
+        self._kinds = kinds
+        # stream -> key -> (version of the record that asked, kind of want)
+        self._wants: dict[str, dict[str, tuple[int, str]]] = {}
+        self._streams: dict[str, str] = {}  # key -> stream
+
+    def __len__(self) -> int:
+        return len(self._streams)
+
+    def apply(self, rec: Recorded) -> None:
+        """Note what committed ``rec`` asks for and answers."""
+        event = rec.event
+        match event:
+            case events.LlmRequested(request_id=rid):
+                self._want(rec, rid, "llm")
+                return
+            case events.ToolRequested(request_id=rid):
+                self._answer(rid)  # an approved call: its approval is answered
+                self._want(rec, rid, "tool")
+                return
+            case (
+                events.LlmResponded(request_id=rid)
+                | events.LlmFailed(request_id=rid)
+                | events.ToolResulted(request_id=rid)
+            ):
+                self._answer(rid)
+                return
+        kind = self._kinds.get(rec.stream.partition(".")[0])
+        if kind is None or kind.reactor.pending is None:
+            return
+        asked = kind.reactor.pending(event)
+        if asked.ended:
+            self.drop(rec.stream)
+        for key in asked.answers:
+            self._answer(key)
+        for want in asked.wants:
+            if want.kind not in _SKIPPED:
+                self._want(rec, want.key, want.kind)
+
+    def carried(self, key: str) -> None:
+        """This host carried out effect ``key`` (its answer may be in
+        another stream, which it does not follow)."""
+        stream = self._streams.get(key)
+        if stream is not None and self._wants[stream][key][1] in ELSEWHERE:
+            self._answer(key)
+
+    def routed(self, stream: str, version: int, started: Iterable[str]) -> None:
+        """The record at ``version`` was routed again and ``started`` the
+        effects with these keys: what else it wanted elsewhere is asked for
+        by nobody (void)."""
+        wants = self._wants.get(stream, {})
+        keep = set(started)
+        for key, (at, kind) in list(wants.items()):
+            if at == version and kind in ELSEWHERE and key not in keep:
+                self._answer(key)
+
+    def sources(self, holds: Callable[[str], bool]) -> list[tuple[str, int]]:
+        """The (stream, version) of every record whose effect is still
+        wanted, of the streams ``holds`` accepts, in order."""
+        return sorted(
+            {
+                (stream, version)
+                for stream, wants in self._wants.items()
+                if holds(stream)
+                for version, _ in wants.values()
+            }
+        )
+
+    def drop(self, stream: str) -> None:
+        """Forget ``stream``'s wants (it ended, or is no longer held)."""
+        for key in self._wants.pop(stream, {}):
+            del self._streams[key]
+
+    def forget(self, holds: Callable[[str], bool]) -> None:
+        """Forget the wants of every stream ``holds`` no longer accepts."""
+        for stream in [s for s in self._wants if not holds(s)]:
+            self.drop(stream)
+
+    def _want(self, rec: Recorded, key: str, kind: str) -> None:
+        self._answer(key)  # asked again: the newest asking counts
+        self._wants.setdefault(rec.stream, {})[key] = (rec.version, kind)
+        self._streams[key] = rec.stream
+
+    def _answer(self, key: str) -> None:
+        stream = self._streams.pop(key, None)
+        if stream is not None:
+            wants = self._wants[stream]
+            del wants[key]
+            if not wants:
+                del self._wants[stream]
