@@ -265,14 +265,14 @@ def effect_key(effect: object) -> str | None:
             return None
 
 
-def pending_of(actor: Kind[Any], event: Event) -> Pending:
-    """What ``event`` changes in the pending work: its kind's ``pending``,
-    and, for a stream of any kind, model and tool calls wanted by their
-    requests and answered by their answers (as the pending projection keeps
-    them, `steward.projections.store`)."""
+def pending_of(actor: Kind[Any], rec: Recorded) -> Pending:
+    """What recorded ``rec`` changes in the pending work: its kind's
+    ``pending``, and, for a stream of any kind, model and tool calls wanted
+    by their requests and answered by their answers (as the pending
+    projection keeps them, `steward.projections.store`)."""
     assert actor.reactor.pending is not None
-    own = actor.reactor.pending(event)
-    match event:
+    own = actor.reactor.pending(rec)
+    match rec.event:
         case LlmRequested(request_id=rid) | ToolRequested(request_id=rid):
             return msgspec.structs.replace(
                 own, wants=(*own.wants, Want(key=rid, kind="request"))
@@ -309,7 +309,7 @@ def check_effects_pending(
     open_: dict[str, int] = {}
     for rec in sample.records:
         state = actor.decider.evolve(state, rec.event)
-        asked = pending_of(actor, rec.event)
+        asked = pending_of(actor, rec)
         wanted = {w.key for w in asked.wants}
         for effect in actor.reactor.effects(rec, state, latest):
             key = effect_key(effect)
