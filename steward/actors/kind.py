@@ -126,8 +126,9 @@ class Reactor(Generic[S]):
     resumes from after a crash; given the record, as the event of a kind
     may not name its actor (a run's end does not), its stream does. A kind
     with ``effects`` needs it, or those effects are lost when a host dies
-    before carrying them out. The run kind's is kept by its own projection
-    (`steward.projections.runs`)."""
+    before carrying them out. The run kind's rows are kept by its own
+    projection (`steward.projections.runs`), which its ``pending`` states
+    again for the kind contract (`steward.actors.run_effects.pending`)."""
 
 
 @dataclass(frozen=True)
