@@ -45,6 +45,7 @@ RUN: Kind[run_actor.Run] = Kind(
         model_call=run_effects.model_call,
         correlation=run_effects.correlation,
         workspace=run_effects.workspace,
+        pending=run_effects.pending,
     ),
     surface=Surface(
         detach=run_effects.detach,

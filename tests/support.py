@@ -81,7 +81,7 @@ def children_started(records: list[Any]) -> tuple[list[str], list[str]]:
             for e in kind.reactor.effects(rec, state, latest)
             if isinstance(e, Create)
         ]
-        asked = kind.reactor.pending(rec.event)
+        asked = kind.reactor.pending(rec)
         wanted = [k for k in wanted if k not in asked.answers]
         wanted += [w.key for w in asked.wants if w.key.startswith("spawn:")]
     return created, wanted

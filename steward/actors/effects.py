@@ -36,6 +36,7 @@ __all__ = [
     "claimed",
     "notify_key",
     "spawn_key",
+    "take_key",
     "unclaimed",
 ]
 
@@ -102,8 +103,9 @@ class Want(msgspec.Struct, frozen=True, kw_only=True):
     """An effect a recorded event asks for that is not carried out until an
     event (of this stream or another) answers ``key``: a timer by its
     `WakeDue`, a delivery or creation by the input it gives. ``kind`` names
-    it in the pending projection (``timer``, ``create``, ``deliver``); a
-    timer is due at ``due_at``."""
+    it in the pending projection (``timer``, ``create``, ``deliver``; the
+    run's ``take``, ``spawn`` and ``approval``, the last one never routed:
+    a person answers it); a timer is due at ``due_at``."""
 
     key: str
     kind: str
@@ -140,6 +142,11 @@ def spawn_key(child: str) -> str:
 def notify_key(child: str) -> str:
     """The key of delivering child ``child``'s result to its ``reply_to``."""
     return f"notify:{child}"
+
+
+def take_key(run_id: str) -> str:
+    """The key of a host taking queued run ``run_id`` (its `RunTaken`)."""
+    return f"take:{run_id}"
 
 
 def cancel_key(child: str) -> str:

@@ -120,12 +120,15 @@ class Reactor(Generic[S]):
     """The correlation id of a commit of ``input`` on ``state``."""
     workspace: Callable[[S], str | None] | None = None
     """The directory the actor's tool calls work in, if not the host's."""
-    pending: Callable[[Event], Pending] | None = None
+    pending: Callable[[Recorded], Pending] | None = None
     """What a recorded event changes in the effects still to carry out
     (timers, deliveries, creations), for the pending projection a host
-    resumes from after a crash. A kind with ``effects`` needs it, or those
-    effects are lost when a host dies before carrying them out. The run
-    kind's is kept by its own projection (`steward.projections.runs`)."""
+    resumes from after a crash; given the record, as the event of a kind
+    may not name its actor (a run's end does not), its stream does. A kind
+    with ``effects`` needs it, or those effects are lost when a host dies
+    before carrying them out. The run kind's rows are kept by its own
+    projection (`steward.projections.runs`), which its ``pending`` states
+    again for the kind contract (`steward.actors.run_effects.pending`)."""
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,10 @@
 
 The run kind's entries in the kind table (`steward.kinds.RUN`) besides
 its decider: which recorded events lead to effects, the effects themselves,
-whether a run still awaits an effect's result, who holds a claim on it, what a
-model call needs of the state, and the correlation id of a commit. No I/O, no
-clock: times come from the records (or the host stamps them, `stamp`).
+what of them is pending until an event answers it, whether a run still
+awaits an effect's result, who holds a claim on it, what a model call needs
+of the state, and the correlation id of a commit. No I/O, no clock: times
+come from the records (or the host stamps them, `stamp`).
 """
 
 from __future__ import annotations
@@ -17,11 +18,14 @@ from steward.actors.effects import (
     Deliver,
     Effect,
     ModelCall,
+    Pending,
     Told,
+    Want,
     cancel_key,
     claim_on,
     notify_key,
     spawn_key,
+    take_key,
 )
 from steward.actors.prompt import (
     HASH_PREFIX,
@@ -38,9 +42,13 @@ from steward.events.protocol import (
     LlmRequested,
     SubagentFinished,
     SubagentResult,
+    WakeDue,
 )
 from steward.events.run import (
     TERMINAL,
+    ApprovalDecided,
+    ApprovalRequested,
+    BudgetExceeded,
     MessageSent,
     RunCancelled,
     RunCompleted,
@@ -60,6 +68,7 @@ __all__ = [
     "detach",
     "effects",
     "model_call",
+    "pending",
     "run_id_of",
     "run_stream",
     "same_decisions",
@@ -99,7 +108,7 @@ def effects(rec: Recorded, at: Run, latest: Run) -> list[Effect]:
             # a host takes a queued run; the decider refuses a second taker
             return [
                 Deliver(
-                    key=f"take:{at.run_id}",
+                    key=take_key(at.run_id),
                     stream=rec.stream,
                     input=RunTaken(),
                     stamp=True,
@@ -127,6 +136,72 @@ def effects(rec: Recorded, at: Run, latest: Run) -> list[Effect]:
             return [*_answer(rec, at), *_cancel_children(rec)]
         case _:
             return []
+
+
+def pending(rec: Recorded) -> Pending:
+    """What a run's recorded event asks of a host that a crash must not
+    lose, and answers: the rows the runs projection keeps
+    (`steward.projections.runs`, ``keeps_pending``) but for the model and
+    tool calls, which the projector keeps for every kind.
+
+    A queued run wants a host to take it (``take``); its creation answers
+    its creator's ``spawn:`` want, its children's creations are wanted
+    (``spawn``) until each is created or its result is in; a sleep wants its
+    timer, answered by its `WakeDue`; an approval or a paused budget wants a
+    person's `ApprovalDecided` (``approval``: the pending projection lists
+    it, but a host routes nothing for it, `Projector.pending_sources`). The
+    run's end drops everything it still wanted, answers a cancel delivered
+    to it and wants its result delivered (``notify:``) and, when cancelled,
+    a cancel delivered to each child still running; those are answered by
+    other streams (the result by the ``reply_to`` stream's `SubagentFinished`,
+    a cancel by the child's end).
+
+    Two things differ from the projection's rows, which read more than the
+    record. The result is wanted at every end, while the projection wants
+    it of a run with a parent or a ``reply_to`` only (it reads the ``runs``
+    table): for a run nobody waits on the want is void, a host that routes
+    its end finding no delivery to make (`effects` gives none). And a
+    `RunResumed` answers nothing, where the projection drops the stream's
+    timer rows: it names no timer, and needs not, since the one resume that
+    ends a sleep is decided on that sleep's own `WakeDue`, which answers its
+    timer (every other resume ends a wait with no timer armed). Not ``ended``
+    either, which would drop the model and tool calls still in flight (an
+    approval decided while another call runs)."""
+    run_id = run_id_of(rec.stream)
+    match rec.event:
+        case RunCreated(queued=queued):
+            take = (Want(key=take_key(run_id), kind="take"),) if queued else ()
+            return Pending(wants=take, answers=(spawn_key(run_id),))
+        case RunTaken():
+            return Pending(answers=(take_key(run_id),))
+        case (
+            ApprovalRequested(request_id=rid)
+            | BudgetExceeded(request_id=rid, policy="pause")
+        ):
+            return Pending(wants=(Want(key=rid, kind="approval"),))
+        case ApprovalDecided(request_id=rid):
+            return Pending(answers=(rid,))
+        case SubagentsSpawned(children=children):
+            spawns = (Want(key=spawn_key(c.run_id), kind="spawn") for c in children)
+            return Pending(wants=tuple(spawns))
+        case SubagentFinished(result=result):
+            # a finished child needs no creating (a fork copies its result)
+            return Pending(
+                answers=(notify_key(result.run_id), spawn_key(result.run_id))
+            )
+        case RunSlept(timer_id=timer_id, wake_at=wake_at):
+            return Pending(wants=(Want(key=timer_id, kind="timer", due_at=wake_at),))
+        case WakeDue(timer_id=timer_id):
+            return Pending(answers=(timer_id,))
+        case RunCompleted() | RunFailed() | RunCancelled():
+            running = rec.event.children if isinstance(rec.event, RunCancelled) else ()
+            wants = (
+                Want(key=notify_key(run_id), kind="deliver"),
+                *(Want(key=cancel_key(child), kind="deliver") for child in running),
+            )
+            return Pending(wants=wants, answers=(cancel_key(run_id),), ended=True)
+        case _:
+            return Pending()
 
 
 def workspace(state: Run) -> str | None:

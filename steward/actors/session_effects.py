@@ -179,9 +179,10 @@ def subagent_run(state: Session, started: SubagentStarted, stream: str) -> RunCr
     )
 
 
-def pending(event: Event) -> Pending:
-    """What a session's event asks of a host that a crash must not lose."""
-    match event:
+def pending(rec: Recorded) -> Pending:
+    """What a session's recorded event asks of a host that a crash must not
+    lose."""
+    match rec.event:
         case DebounceArmed(timer_id=timer_id, due=due):
             # it supersedes the debounce timer before it, whose firing is
             # refused and so never recorded: that one is answered here

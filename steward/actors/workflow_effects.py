@@ -119,9 +119,10 @@ def _in_flight(state: Workflow, run_id: str) -> bool:
     return state.current is not None and phase_of(state, state.current).run_id == run_id
 
 
-def pending(event: Event) -> Pending:
-    """What a workflow's event asks of a host that a crash must not lose."""
-    match event:
+def pending(rec: Recorded) -> Pending:
+    """What a workflow's recorded event asks of a host that a crash must not
+    lose."""
+    match rec.event:
         case PhaseStarted(run_id=run_id):
             return Pending(wants=(Want(key=spawn_key(run_id), kind="create"),))
         case WorkflowCancelled(phase_run_id=str(run_id)):

@@ -12,7 +12,10 @@ run's rows in ``pending``.
 - ``pending`` — a queued run no host has taken yet, its requested but
   unanswered model and tool calls and approvals, its armed timers, and its
   deliveries to other streams (children to create, the result to the stream
-  that asked for it, children to cancel).
+  that asked for it, children to cancel). The run kind's pure ``pending``
+  (`steward.actors.run_effects.pending`) says the same of each record,
+  but where these rows read the ``runs`` table; a unit test holds the two
+  equal on the golden logs.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Any
 import msgspec
 
 from steward import events
-from steward.actors.effects import cancel_key, notify_key, spawn_key
+from steward.actors.effects import cancel_key, notify_key, spawn_key, take_key
 from steward.events import Recorded
 from steward.projections.projection import Projection, done, want
 from steward.projections.summary import summary
@@ -92,9 +95,9 @@ def _apply(conn: sqlite3.Connection, rec: Recorded) -> None:
             )
             done(conn, spawn_key(run_id))  # the parent's (or creator's) ask
             if event.queued:
-                want(conn, f"take:{run_id}", rec, "take")
+                want(conn, take_key(run_id), rec, "take")
         case events.RunTaken():
-            done(conn, f"take:{run_id}")
+            done(conn, take_key(run_id))
         case events.RunStarted() | events.RunResumed():
             _status(conn, run_id, rec, "running", wake_at=None, wake_reason=None)
             if isinstance(event, events.RunResumed):

@@ -220,7 +220,7 @@ class Projector:
                 return
         _requests(conn, rec)
         if kind.reactor.pending is not None:
-            asked = kind.reactor.pending(rec.event)
+            asked = kind.reactor.pending(rec)
             if asked.ended:
                 conn.execute("DELETE FROM pending WHERE stream=?", (rec.stream,))
             for key in asked.answers:

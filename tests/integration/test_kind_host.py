@@ -189,9 +189,9 @@ def effects(rec: Recorded, at: Tally, latest: Tally) -> list[Effect]:
             return []
 
 
-def pending(event: Event) -> Pending:
-    """What a tally's event asks of a host that a crash must not lose."""
-    match event:
+def pending(rec: Recorded) -> Pending:
+    """What a tally's recorded event asks of a host that a crash must not lose."""
+    match rec.event:
         case TallySlept(timer_id=timer_id, due=due):
             return Pending(wants=(Want(key=timer_id, kind="timer", due_at=due),))
         case events.WakeDue(timer_id=timer_id):

@@ -10,8 +10,9 @@ of its streams a kind must
 2. decide without changing the state it is given, the recorded decisions;
 3. decide the same on equal states, whatever it was asked before;
 4. refuse an opening input on a stream that has begun;
-5. ask for no effect that has no pending entry, and answer every pending
-   entry it asks for (the pending projection a host resumes from);
+5. ask for no effect that has no pending entry, and have every pending
+   entry it asks for answered, by its stream or by the actor a delivery
+   goes to (the pending projection a host resumes from);
 6. rename, when forked, every id derived from its actor's id.
 
 Each check is a plain function of a kind and a sample, so the tests at the
@@ -32,7 +33,7 @@ import pytest
 from counter_kind import COUNTER
 
 from steward import events, replay
-from steward.actors.effects import ArmTimer, Create, Deliver, Pending, Want
+from steward.actors.effects import ArmTimer, Create, Deliver, Pending, Want, notify_key
 from steward.actors.kind import Kind, Kinds
 from steward.actors.prompt import PromptCache
 from steward.errors import StewardError
@@ -248,9 +249,47 @@ EFFECTS_WITHOUT_WANT: dict[tuple[str, str, str], str] = {
 """Effects (by golden log, stream and key) that their event's pending does
 not want, and why that is legitimate."""
 
-OPEN_AT_END: dict[tuple[str, str, str], str] = {}
-"""Wants (by golden log, stream and key) that no event of their stream
-answers by its end, and why."""
+NOBODY_WAITS = [
+    (log, log.replace("_", "-"))
+    for log in [
+        "approvals",
+        "budget_fail",
+        "budget_pause",
+        "cancel",
+        "claims",
+        "json_invalid",
+        "json_protocol",
+        "model_errors",
+        "native_finish",
+        "native_protocol",
+        "queued",
+        "sleep_wake",
+        "streams",
+        "subagents",
+        "tool_rounds",
+    ]
+]
+"""The golden runs (log, run id) with no parent and no ``reply_to``."""
+
+OPEN_AT_END: dict[tuple[str, str, str], str] = {
+    **{
+        (log, f"run.{run}", notify_key(run)): (
+            "a run nobody waits on: its end wants its result delivered, as "
+            "pending sees the record alone, but a host that routes the end "
+            "finds no delivery to make (run_effects.effects gives none), and "
+            "the runs projection, which reads the run's parent and reply_to, "
+            "keeps no row"
+        )
+        for log, run in NOBODY_WAITS
+    },
+    ("cancel", "run.cancel-1", notify_key("cancel-1")): (
+        "the child's result is for a parent cancelled before it, whose decider "
+        "refuses it: nothing answers the delivery (the runs projection keeps "
+        "this row too, and a host re-delivers it to no effect on each start)"
+    ),
+}
+"""Wants (by golden log, stream and key) that no event of their stream,
+or of another of the log, answers by its end, and why."""
 
 
 def effect_key(effect: object) -> str | None:
@@ -265,14 +304,14 @@ def effect_key(effect: object) -> str | None:
             return None
 
 
-def pending_of(actor: Kind[Any], event: Event) -> Pending:
-    """What ``event`` changes in the pending work: its kind's ``pending``,
-    and, for a stream of any kind, model and tool calls wanted by their
-    requests and answered by their answers (as the pending projection keeps
-    them, `steward.projections.store`)."""
+def pending_of(actor: Kind[Any], rec: Recorded) -> Pending:
+    """What recorded ``rec`` changes in the pending work: its kind's
+    ``pending``, and, for a stream of any kind, model and tool calls wanted
+    by their requests and answered by their answers (as the pending
+    projection keeps them, `steward.projections.store`)."""
     assert actor.reactor.pending is not None
-    own = actor.reactor.pending(event)
-    match event:
+    own = actor.reactor.pending(rec)
+    match rec.event:
         case LlmRequested(request_id=rid) | ToolRequested(request_id=rid):
             return msgspec.structs.replace(
                 own, wants=(*own.wants, Want(key=rid, kind="request"))
@@ -295,8 +334,10 @@ def check_effects_pending(
     """A kind with ``effects`` has a ``pending``; every keyed effect (a
     creation, a delivery, a timer) of a recorded event is wanted by that
     event's pending entry, so it survives a crash; and every want is
-    answered by a later event of the stream (or the stream ends), but for
-    those ``open_at_end`` lists."""
+    answered by a later event of the stream (or the stream ends), or of
+    another stream of the golden log (`answered_elsewhere`: a delivery is
+    answered by the actor it is delivered to), but for those
+    ``open_at_end`` lists."""
     if actor.reactor.effects is None:
         return
     assert actor.reactor.pending is not None, (
@@ -306,10 +347,10 @@ def check_effects_pending(
     )
     latest = actor.fold(r.event for r in sample.records)
     state = actor.decider.initial
-    open_: dict[str, int] = {}
+    open_: dict[str, Recorded] = {}
     for rec in sample.records:
         state = actor.decider.evolve(state, rec.event)
-        asked = pending_of(actor, rec.event)
+        asked = pending_of(actor, rec)
         wanted = {w.key for w in asked.wants}
         for effect in actor.reactor.effects(rec, state, latest):
             key = effect_key(effect)
@@ -325,9 +366,10 @@ def check_effects_pending(
             open_.clear()
         for key in asked.answers:
             open_.pop(key, None)
-        open_.update((w.key, rec.version) for w in asked.wants)
+        open_.update((w.key, rec) for w in asked.wants)
+    open_ = answered_elsewhere(actor, sample, open_)
     expected = {k for (log, s, k) in open_at_end if (log, s) == sample[:2]}
-    unanswered = {k: v for k, v in open_.items() if k not in expected}
+    unanswered = {k: r.version for k, r in open_.items() if k not in expected}
     assert not unanswered, (
         f"{sample.log}.jsonl, {sample.stream}: pending wants no later event "
         f"answers (key: version wanted): {unanswered}; a host re-routes them "
@@ -338,6 +380,30 @@ def check_effects_pending(
         f"{sample.stream}: OPEN_AT_END lists {sorted(expected - set(open_))}, "
         "now answered: take them out"
     )
+
+
+def answered_elsewhere(
+    actor: Kind[Any], sample: Sample, open_: dict[str, Recorded]
+) -> dict[str, Recorded]:
+    """``open_`` (each key by the record that wants it) less the keys an
+    event of another stream of the sample's golden log answers after it,
+    through that stream's kind's pending (``actor`` for a stream of its
+    kind): the pending projection's keys are one table's, so a run's
+    result delivered to its ``reply_to`` is answered by that actor's
+    `SubagentFinished`, a cancel delivered to a child by the child's end."""
+    left = dict(open_)
+    for other in golden_samples():
+        if other.log != sample.log or other.stream == sample.stream or not left:
+            continue
+        name = other.stream.partition(".")[0]
+        kind = actor if name == actor.name else KINDS.get(name)
+        if kind is None or kind.reactor.pending is None:
+            continue
+        for rec in other.records:
+            for key in pending_of(kind, rec).answers:
+                if key in left and left[key].position < rec.position:
+                    del left[key]
+    return left
 
 
 # -- 6. fork renames every derived id -----------------------------------------------
@@ -426,12 +492,7 @@ CHECKS: dict[str, Callable[[Kind[Any], Sample], None]] = {
     "fork": check_fork_renames,
 }
 
-KNOWN: dict[tuple[str, str], str] = {
-    ("pending", "run"): "the run kind asks for effects but has no Reactor.pending: "
-    "its pending work is kept by its own projection (steward.projections.runs, "
-    "whose SQL restates run_effects); issue 28 asks that every kind with effects "
-    "say what it waits for",
-}
+KNOWN: dict[tuple[str, str], str] = {}
 """(check, kind) pairs that fail on the current code, and why."""
 
 
@@ -615,7 +676,7 @@ def test_a_kind_with_effects_and_no_pending_fails() -> None:
         broken(session_kind(), pending=None)
     each = sample(*RUN_SAMPLE)
     with pytest.raises(AssertionError, match="has no pending"):
-        check_effects_pending(run_kind(), each)
+        check_effects_pending(broken(run_kind(), pending=None), each)
 
 
 def test_a_fork_that_keeps_a_derived_id_fails() -> None:
@@ -634,3 +695,58 @@ def test_a_fork_that_keeps_a_derived_id_fails() -> None:
 
     with pytest.raises(AssertionError, match=r"RunCreated\.context_id"):
         check_fork_renames(broken(actor, detach=leaky), each)
+
+
+def forgetting(actor: Kind[Any], event_type: type[Event], part: str) -> Kind[Any]:
+    """A copy of ``actor`` whose pending forgets its ``part`` (``wants`` or
+    ``answers``) of the events of ``event_type``."""
+    pending = actor.reactor.pending
+    assert pending is not None
+
+    def forgetful(rec: Recorded) -> Pending:
+        asked = pending(rec)
+        if isinstance(rec.event, event_type):
+            return msgspec.structs.replace(asked, **{part: ()})
+        return asked
+
+    return broken(actor, pending=forgetful)
+
+
+@pytest.mark.parametrize(
+    ("event_type", "part", "where", "match"),
+    [
+        (
+            events.RunSlept,
+            "wants",
+            ("sleep_wake", "run.sleep-wake"),
+            "asks for ArmTimer 'sleep-wake/wake/1', which its pending does not want",
+        ),
+        (
+            events.RunCompleted,
+            "wants",
+            ("subagents", "run.subagents-1"),
+            "asks for Deliver 'notify:subagents-1', which its pending does not want",
+        ),
+        (
+            events.SubagentFinished,
+            "answers",
+            ("subagents", "run.subagents-1"),
+            r"no later event answers .*\{'notify:subagents-1': \d+\}",
+        ),
+        (
+            events.RunCancelled,
+            "answers",
+            ("cancel", "run.cancel"),
+            r"no later event answers .*\{'cancel:cancel-1': \d+\}",
+        ),
+    ],
+)
+def test_a_run_pending_that_forgets_fails(
+    event_type: type[Event], part: str, where: tuple[str, str], match: str
+) -> None:
+    """A run's pending that forgets a want, or an answer given in another
+    stream (a parent's `SubagentFinished`, a child's end), is caught."""
+    actor, each = run_kind(), sample(*where)
+    check_effects_pending(actor, each)
+    with pytest.raises(AssertionError, match=match):
+        check_effects_pending(forgetting(actor, event_type, part), each)

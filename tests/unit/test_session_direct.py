@@ -53,7 +53,7 @@ def test_a_direct_turn_is_one_model_call_of_the_session_without_tools() -> None:
     )
     rec = Recorded(stream="session.cli:c1", version=5, position=5, event=turn, at=0.0)
     assert effects(rec, chat.state, chat.state) == []  # no run
-    assert pending(turn).wants == ()
+    assert pending(rec).wants == ()
     call = model_call(chat.state, ask)
     assert call.prompt == prompt and call.actor_id == "cli:c1"
     assert KINDS["session"].reactor.awaits(chat.state, ask.request_id)  # type: ignore[misc]

@@ -66,7 +66,7 @@ def test_a_subagent_starts_as_a_run_of_its_own_answering_the_session() -> None:
     assert isinstance(run, RunCreated)
     assert run.kind == "subagent"  # asks with the subagent priority
     assert run.reply_to == "session.cli:c1" and run.context_id == "cli:c1"
-    assert pending(started).wants[0].key == "spawn:cli:c1-s1"
+    assert pending(_rec(started)).wants[0].key == "spawn:cli:c1-s1"
 
 
 def test_subagent_gets_an_isolated_context_with_the_subagent_window() -> None:
@@ -187,7 +187,7 @@ def test_a_schedule_arms_its_first_firing_from_its_cron() -> None:
     assert effects(_rec(created), chat.state, chat.state) == [
         ArmTimer(timer_id="cli:c1/schedule/1", due=NINE_UTC)
     ]
-    assert pending(created).wants[0].kind == "timer"  # survives a restart
+    assert pending(_rec(created)).wants[0].kind == "timer"  # survives a restart
 
 
 def test_a_firing_starts_a_subagent_and_arms_the_next() -> None:

@@ -691,15 +691,15 @@ def test_a_cancel_names_the_phase_in_flight_for_the_pending_projection(
     story = started(revision=revision)
     [cancelled] = story.when(WorkflowCancelRequested(reason="stop")) or []
     assert cancelled == WorkflowCancelled(reason="stop", phase_run_id=phase)
-    wants = pending(cancelled).wants
+    wants = pending(story.records()[-1]).wants
     if phase is None:
         assert wants == ()
         return
     [delivery] = effects(story.records()[-1], story.state, story.state)
     assert wants == (Want(key=delivery.key, kind="deliver"),)  # type: ignore[union-attr]
     [outcome] = story.finish(status="cancelled", output="") or []
-    result = story.log[-2]
-    assert isinstance(result, SubagentFinished)
+    result = story.records()[-2]
+    assert isinstance(result.event, SubagentFinished)
     assert delivery.key in pending(result).answers  # type: ignore[union-attr]
     assert isinstance(outcome, PhaseFailed)
 
