@@ -80,7 +80,7 @@ class PendingIndex:
         kind = self._kinds.get(rec.stream.partition(".")[0])
         if kind is None or kind.reactor.pending is None:
             return
-        asked = kind.reactor.pending(event)
+        asked = kind.reactor.pending(rec)
         if asked.ended:
             self.drop(rec.stream)
         for key in asked.answers:
