@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from nats_server import NatsServer
-from support import steward_process, stop_all
+from support import shared, steward_process, stop_all
 
 from steward import events, replay
 from steward.actors import run as run_actor
@@ -94,6 +94,7 @@ async def test_workers_share_runs_and_survive_a_sigkill(
     log = await open_log(url)
     assert isinstance(log, JetStreamEventLog)
     try:
+        await shared(log, 3)
         settings = load_settings(None, env={}).run_settings(
             "default", ToolRegistry.with_builtins().specs()
         )

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from nats_server import NatsServer
-from support import steward_process, stop_all
+from support import shared, steward_process, stop_all
 
 from steward import events, replay
 from steward.actors.tools import ToolRegistry
@@ -68,12 +68,14 @@ async def test_two_workers_share_the_phases_of_workflow_runs(tmp_path: Path) -> 
             str(tmp_path / "s.json"),
             "worker",
             STEWARD_RUN_PLANNING_GATE="false",
+            STEWARD_LOG_LEASE_SECONDS="1",
         )
         for n in range(2)
     ]
     log = await open_log(url)
     assert isinstance(log, JetStreamEventLog)
     try:
+        await shared(log, 2)
         settings = load_settings(None, env={"STEWARD_RUN_PLANNING_GATE": "false"})
         specs = ToolRegistry.with_builtins().specs()
         starter = Host(log)

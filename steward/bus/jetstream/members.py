@@ -152,7 +152,7 @@ class Membership:
                 history=1,
                 ttl=self.lease,
                 replicas=self.log.replicas,
-                storage=nats.js.api.StorageType.MEMORY,
+                storage=nats.js.api.StorageType.FILE,
             )
             self._kv = await js.create_key_value(config)
 
@@ -171,12 +171,11 @@ class Membership:
             self._beating.cancel()
             await asyncio.gather(self._beating, return_exceptions=True)
             self._beating = None
-        if self._kv is None:
-            return
-        await self._let_go(self.held)
         try:
-            await self._kv.delete(f"member.{self._key}")
-        except (nats.errors.Error, nats.js.errors.Error) as e:
+            await self._let_go(self.held)
+            if self._kv is not None:
+                await self._kv.delete(f"member.{self._key}")
+        except Exception as e:  # the leases lapse by themselves
             logger.warning("could not leave the workers of %s: %s", self.bucket, e)
 
     async def members(self) -> list[Member]:
@@ -216,6 +215,8 @@ class Membership:
     async def beat(self) -> None:
         """One heartbeat: say this member lives, renew its leases, then
         let go of what is no longer its own and take what is free."""
+        if self._kv is None:
+            await self.open()
         await self._announce()
         await self._renew()
         live = [m.worker for m in await self.members()]
@@ -232,14 +233,22 @@ class Membership:
             await self._tell(self.held | taken)
 
     async def _beat_forever(self) -> None:
+        renewed = self._clock()
         while True:
             await asyncio.sleep(self.lease / 4)
             try:
                 await self.beat()
+                renewed = self._clock()
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # a lost connection: the next beat tries again
                 logger.warning("worker heartbeat on %s failed: %s", self.bucket, e)
+                self._kv = None  # (the bucket may be gone with a server's memory)
+                if self.held and self._clock() - renewed > self.lease:
+                    # its leases have lapsed: another member may hold them now
+                    logger.warning("%s lets its partitions go", self.worker)
+                    self._revisions.clear()
+                    await self._tell(frozenset())
 
     async def _announce(self) -> None:
         about = {

@@ -1,0 +1,142 @@
+"""Workers of one JetStream log split it by partitions: each holds its share
+of the actors (in memory too), and work goes on while workers join and
+leave. Each worker here has its own connection, as a process would."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import pytest
+from nats_server import NatsServer
+from support import act
+
+from steward import events, replay
+from steward.actors.llm import ScriptedProvider
+from steward.actors.run_effects import run_stream
+from steward.actors.tools import ToolRegistry
+from steward.bus import JetStreamEventLog
+from steward.bus.jetstream.members import Membership
+from steward.host import Host
+
+pytestmark = pytest.mark.slow
+
+SETTINGS = events.RunSettings(tools=ToolRegistry.with_builtins().specs())
+LEASE = 1.0
+
+
+async def _open(server: NatsServer, name: str) -> JetStreamEventLog:
+    return await JetStreamEventLog.open(server.url, stream=name, prefix=name.lower())
+
+
+@asynccontextmanager
+async def _worker(server: NatsServer, name: str, n: int) -> AsyncIterator[Host]:
+    log = await _open(server, name)
+    worker = f"w{n}"
+    host = Host(
+        log,
+        provider=ScriptedProvider([act(type="finish", output="done")], per_run=True),
+        tools=ToolRegistry.with_builtins(),
+        worker_id=worker,
+        llm_concurrency=16,
+        membership=Membership(log, worker, lease=LEASE),
+    )
+    await host.start()
+    try:
+        yield host
+    finally:
+        await host.stop()
+        await log.close()
+
+
+async def _start(log: JetStreamEventLog, runs: range) -> None:
+    starter = Host(log)
+    for chunk in range(runs.start, runs.stop, 100):
+        await asyncio.gather(
+            *(
+                starter.submit(
+                    run_stream(f"r{n}"),
+                    events.RunCreated(
+                        run_id=f"r{n}", input_text="go", settings=SETTINGS
+                    ),
+                )
+                for n in range(chunk, min(chunk + 100, runs.stop))
+            )
+        )
+
+
+async def _completed(log: JetStreamEventLog, runs: int, timeout: float) -> int:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    done: set[str] = set()
+    async for rec in log.subscribe():
+        if isinstance(rec.event, events.RunCompleted):
+            done.add(rec.stream)
+            if len(done) == runs:
+                break
+        if loop.time() > deadline:
+            break
+    return len(done)
+
+
+async def test_four_workers_each_hold_their_share_of_2000_actors(
+    nats_server: NatsServer,
+) -> None:
+    name = "SHARES_MEMORY"
+    log = await _open(nats_server, name)
+    try:
+        async with (
+            _worker(nats_server, name, 0) as a,
+            _worker(nats_server, name, 1) as b,
+            _worker(nats_server, name, 2) as c,
+            _worker(nats_server, name, 3) as d,
+        ):
+            hosts = [a, b, c, d]
+            for _ in range(100):  # the four have found each other
+                held = [len(h.dispatcher.held or ()) for h in hosts]
+                if sorted(held) == [4, 4, 4, 4]:
+                    break
+                await asyncio.sleep(LEASE / 4)
+            assert sorted(held) == [4, 4, 4, 4]
+            await _start(log, range(2000))
+            assert await _completed(log, 2000, timeout=240) == 2000
+            for host in hosts:
+                cached, known = host.states.sizes()
+                # a share of about 500 actors each (partitions hold streams
+                # by the hash of their names), never the whole log
+                assert 250 <= known <= 800, known
+                assert cached <= known
+    finally:
+        await log.close()
+
+
+async def test_work_goes_on_while_workers_join_and_leave(
+    nats_server: NatsServer,
+) -> None:
+    """A worker joins and one leaves while 200 runs are in flight: every run
+    completes, once, and replays."""
+    name = "SHARES_CHURN"
+    log = await _open(nats_server, name)
+    try:
+        async with _worker(nats_server, name, 0), _worker(nats_server, name, 1):
+            await _start(log, range(100))
+            async with _worker(nats_server, name, 2):
+                await _start(log, range(100, 200))
+                await asyncio.sleep(LEASE)  # it takes its share, mid-way
+            # w2 has left (its leases deleted): w0 and w1 take its partitions
+            assert await _completed(log, 200, timeout=120) == 200
+        for stream in await log.streams("run."):
+            records = await log.read(stream)
+            assert [r.version for r in records] == list(range(1, len(records) + 1))
+            answers = [
+                r.event.request_id
+                for r in records
+                if isinstance(r.event, events.LlmResponded)
+            ]
+            assert len(answers) == len(set(answers)) == 1, stream
+            assert replay.verify(records) is None, stream
+        partitions = {log.partition_of(s) for s in await log.streams("run.")}
+        assert len(partitions) == 16  # the runs were spread over all of them
+    finally:
+        await log.close()
