@@ -362,6 +362,13 @@ _streams = itertools.count(1)
 @contextlib.contextmanager
 def nats_server(directory: Path) -> Iterator[str]:
     """A nats-server with JetStream on a free loopback port; yields its URL."""
+    with nats_process(directory) as (url, _):
+        yield url
+
+
+@contextlib.contextmanager
+def nats_process(directory: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """`nats_server`, yielding its process beside its URL (to read its CPU)."""
     binary = Path(sys.executable).parent / "nats-server"
     command = str(binary) if binary.exists() else shutil.which("nats-server")
     if command is None:
@@ -384,7 +391,7 @@ def nats_server(directory: Path) -> Iterator[str]:
             if process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"nats-server did not start on port {port}")
             time.sleep(0.02)
-        yield f"nats://127.0.0.1:{port}"
+        yield f"nats://127.0.0.1:{port}", process
     finally:
         process.terminate()
         process.wait(10)
