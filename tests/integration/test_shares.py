@@ -22,8 +22,10 @@ from steward.host import Host
 
 pytestmark = pytest.mark.slow
 
-SETTINGS = events.RunSettings(tools=ToolRegistry.with_builtins().specs())
-LEASE = 1.0
+SETTINGS = events.RunSettings(
+    tools=ToolRegistry.with_builtins().specs(), planning_gate=False
+)
+LEASE = 5.0  # heartbeats of four workers in one busy process may lag
 
 
 async def _open(server: NatsServer, name: str) -> JetStreamEventLog:
@@ -67,17 +69,22 @@ async def _start(log: JetStreamEventLog, runs: range) -> None:
 
 
 async def _completed(log: JetStreamEventLog, runs: int, timeout: float) -> int:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    done: set[str] = set()
-    async for rec in log.subscribe():
-        if isinstance(rec.event, events.RunCompleted):
-            done.add(rec.stream)
-            if len(done) == runs:
-                break
-        if loop.time() > deadline:
-            break
-    return len(done)
+    """How many runs completed once ``runs`` have ended (or ``timeout``
+    seconds passed)."""
+    ended: dict[str, bool] = {}
+
+    async def watch() -> None:
+        async for rec in log.subscribe():
+            if isinstance(rec.event, events.RunCompleted | events.RunFailed):
+                ended[rec.stream] = isinstance(rec.event, events.RunCompleted)
+                if len(ended) == runs:
+                    return
+
+    try:
+        await asyncio.wait_for(watch(), timeout)
+    except TimeoutError:
+        pass
+    return sum(ended.values())
 
 
 async def test_four_workers_each_hold_their_share_of_2000_actors(

@@ -44,6 +44,8 @@ import nats.js.errors
 
 logger = logging.getLogger(__name__)
 
+_WRONG_LAST_SEQUENCE = 10071  # JetStream's error code for a failed compare
+
 Hold = Callable[[frozenset[int]], Awaitable[None]]
 """Told the partitions a member holds whenever they change."""
 
@@ -182,14 +184,16 @@ class Membership:
         """The live members, by worker id."""
         if self._kv is None:
             await self.open()
-        try:
-            keys = await self._kv.keys()  # (nats-py 2.16 drops filtered keys)
-        except nats.js.errors.NoKeysError:
-            return []
+        # The bucket's stream lists its subjects (no consumer made, unlike
+        # nats-py's `keys`, whose consumers pile up under load).
+        prefix = f"$KV.{self.bucket}."
+        info = await self.log.api(
+            f"STREAM.INFO.KV_{self.bucket}", {"subjects_filter": f"{prefix}member.*"}
+        )
+        keys = sorted((info.get("state", {}).get("subjects") or {}))
         out = []
-        for key in keys:
-            if not key.startswith("member."):
-                continue
+        for subject in keys:
+            key = subject.removeprefix(prefix)
             try:
                 entry = await self._kv.get(key)
             except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
@@ -282,12 +286,36 @@ class Membership:
             await self._tell(self.held - lost)
 
     async def _take(self, partition: int) -> bool:
+        """Take the lease of ``partition`` if no one holds it: a create that
+        the server refuses while the key has a value (nats-py 2.16's
+        `KeyValue.create` sends no expectation for a new key, so it is
+        written here), or an update naming the revision of its deletion."""
+        key = f"lease.{partition}"
+        value = self._key.encode()
+        js = self.log.connection.jetstream()
         try:
-            self._revisions[partition] = await self._kv.create(
-                f"lease.{partition}", self._key.encode()
+            ack = await js.publish(
+                f"$KV.{self.bucket}.{key}",
+                value,
+                headers={"Nats-Expected-Last-Subject-Sequence": "0"},
             )
-        except nats.js.errors.KeyWrongLastSequenceError:
+            self._revisions[partition] = ack.seq
+            return True
+        except nats.js.errors.BadRequestError as e:
+            if e.err_code != _WRONG_LAST_SEQUENCE:
+                raise
+        try:
+            await self._kv.get(key)
             return False  # held by another until it lets go or its lease lapses
+        except nats.js.errors.KeyNotFoundError as e:  # (KeyDeletedError too)
+            entry = getattr(e, "entry", None)
+            if entry is None or not entry.revision:
+                return False  # lapsed this moment: the next heartbeat takes it
+            deleted = entry.revision  # the deletion's, or its lapse's
+        try:
+            self._revisions[partition] = await self._kv.update(key, value, last=deleted)
+        except nats.js.errors.KeyWrongLastSequenceError:
+            return False  # another took it first
         return True
 
     async def _let_go(self, partitions: frozenset[int]) -> None:
@@ -298,8 +326,10 @@ class Membership:
             revision = self._revisions.pop(p, None)
             try:
                 await self._kv.delete(f"lease.{p}", last=revision)
-            except nats.js.errors.KeyWrongLastSequenceError:
-                pass  # lapsed and taken by another already
+            except nats.js.errors.BadRequestError as e:
+                if e.err_code != _WRONG_LAST_SEQUENCE:
+                    raise
+                # lapsed and taken by another already
 
     async def _tell(self, held: frozenset[int]) -> None:
         self.held = held
