@@ -190,7 +190,7 @@ class Membership:
         info = await self.log.api(
             f"STREAM.INFO.KV_{self.bucket}", {"subjects_filter": f"{prefix}member.*"}
         )
-        keys = sorted((info.get("state", {}).get("subjects") or {}))
+        keys = sorted(info.get("state", {}).get("subjects") or {})
         out = []
         for subject in keys:
             key = subject.removeprefix(prefix)
