@@ -138,6 +138,9 @@ class Host:
             self.dispatcher.held = frozenset()
             if projector is None:  # a worker: it keeps what it waits for
                 self.dispatcher.index = PendingIndex(kinds)
+                # and follows only what it holds: another stream's state is
+                # read afresh for each input it gives it
+                self.states.follows = self.dispatcher.owns
         self._dispatching: asyncio.Task[None] | None = None
         self._timing: asyncio.Task[None] | None = None
         self._sweeping: asyncio.Task[None] | None = None

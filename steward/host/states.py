@@ -11,6 +11,7 @@ forgetting the streams written longest ago.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from itertools import islice
 from typing import Any
 
@@ -48,6 +49,10 @@ class States:
         # (its own commits, and what the dispatcher saw): a read that returns
         # less started before that commit and must not become the state.
         self._known: dict[str, int] = {}
+        self.follows: Callable[[str], bool] = lambda stream: True
+        """Whether this host follows ``stream``'s commits (a worker follows
+        the partitions it holds): only then is a cached state kept, as
+        only then would another process's commit make it known stale."""
 
     def sizes(self) -> tuple[int, int]:
         """How many states are cached, and how many streams' versions known."""
@@ -59,11 +64,11 @@ class States:
 
     def cached(self, stream: str) -> tuple[Any, int] | None:
         """The cached state and version of ``stream``, if any (no read)."""
-        return self._cache.get(stream)
+        return self._cache.get(stream) if self.follows(stream) else None
 
     def cached_at(self, stream: str, version: int) -> Any:
         """The cached state of ``stream`` if it is at ``version``."""
-        cached = self._cache.get(stream)
+        cached = self.cached(stream)
         return cached[0] if cached is not None and cached[1] == version else None
 
     def unseen(self, stream: str) -> bool:
@@ -83,7 +88,7 @@ class States:
         as it was before; such a state is never cached nor decided on (an
         input refused on it would be refused wrongly): it is read again.
         """
-        cached = self._cache.get(stream)
+        cached = self.cached(stream)
         if cached is not None:
             return cached
         for attempt in range(_STALE_READS):
@@ -101,7 +106,8 @@ class States:
                 f"older than the committed {self._known.get(stream, version)}"
             )
         state = self._kinds.of(stream).fold(r.event for r in recorded)
-        self._keep(stream, state, version)
+        if self.follows(stream):
+            self._keep(stream, state, version)
         return state, version
 
     async def at(self, stream: str, version: int) -> Any:
@@ -118,8 +124,8 @@ class States:
         """Keep ``state``, folded from this host's own commit that took
         ``stream`` to ``version`` (unless a newer state is cached already)."""
         cached = self._cache.get(stream)
-        if cached is None or cached[1] <= version:  # not a newer state's place
-            self._keep(stream, state, version)
+        if self.follows(stream) and (cached is None or cached[1] <= version):
+            self._keep(stream, state, version)  # (not over a newer state)
             self._own[stream] = version
         self._know(stream, version)
 

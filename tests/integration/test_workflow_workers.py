@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -76,6 +78,20 @@ async def test_two_workers_share_the_phases_of_workflow_runs(tmp_path: Path) -> 
     assert isinstance(log, JetStreamEventLog)
     try:
         await shared(log, 2)
+        listing = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "steward", "--log", url, "workers", "-o", "json"],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=60,
+        )
+        assert listing.returncode == 0, listing.stderr
+        members = [json.loads(line) for line in listing.stdout.splitlines()]
+        assert sorted(m["role"] for m in members) == ["worker", "worker"]
+        held = sorted(p for m in members for p in m["partitions"])
+        assert held == list(range(16))  # each partition held once
+        assert all(m["share"] == 0.5 for m in members)
         settings = load_settings(None, env={"STEWARD_RUN_PLANNING_GATE": "false"})
         specs = ToolRegistry.with_builtins().specs()
         starter = Host(log)
