@@ -173,6 +173,57 @@ async def test_reads_survive_a_page_boundary(log: JetStreamEventLog) -> None:
     assert positions == sorted(set(positions))
 
 
+async def test_a_log_made_before_partitions_keeps_its_layout(
+    open_js: Opener, raw: Any
+) -> None:
+    """A stream without steward's partitions in its metadata (a log of an
+    earlier steward) is one unsplit partition: commits stay under
+    <prefix>.<stream>, and a worker holding partition 0 follows them all."""
+    n = next(_names)
+    await raw.jetstream().add_stream(
+        name=f"OLD_{n}",
+        subjects=[f"old.t{n}.>"],
+        allow_direct=True,
+        deny_delete=True,
+        deny_purge=True,
+    )
+    log = await open_js(stream=f"OLD_{n}", prefix=f"old.t{n}")
+    assert log.partitions == 0
+    assert {log.partition_of("run.r1"), log.partition_of("run.r2")} == {0}
+    await log.append("run.r1", [note(1)], 0)
+    await log.append("run.r2", [note(2)], 0)
+    info = await raw.jetstream().stream_info(log.stream, subjects_filter=">")
+    assert set(info.state.subjects) == {f"old.t{n}.run.r1", f"old.t{n}.run.r2"}
+    assert [r.stream for r in await log.read_all(partition=0)] == ["run.r1", "run.r2"]
+    assert await log.streams("run.") == ["run.r1", "run.r2"]
+    followed = log.subscribe(0, partitions={0})
+    assert (await anext(followed)).stream == "run.r1"
+    await followed.aclose()
+
+
+async def test_a_partition_is_read_and_followed_alone(open_js: Opener) -> None:
+    """A worker reads and follows the partitions it holds, not the others'."""
+    log = await open_js()
+    names = [f"run.p{i}" for i in range(40)]
+    for name in names:
+        await log.append(name, [note(1)], 0)
+    mine = {log.partition_of("run.p0"), log.partition_of("run.p1")}
+    expected = [n for n in names if log.partition_of(n) in mine]
+    assert len(expected) < len(names)
+    read: list[str] = []
+    for p in sorted(mine):
+        read += [r.stream for r in await log.read_all(partition=p)]
+    assert sorted(read) == sorted(expected)
+    followed = log.subscribe(0, partitions=mine)
+    seen = [(await anext(followed)).stream for _ in expected]
+    await followed.aclose()
+    assert seen == expected  # in the log's order
+    assert await log.head(mine) == max(
+        r.position for r in await log.read_all() if r.stream in expected
+    )
+    assert await log.head(frozenset()) == 0
+
+
 async def test_an_undecodable_message_names_its_stream_and_position(
     log: JetStreamEventLog, raw: Any
 ) -> None:
