@@ -23,6 +23,7 @@ import prometheus_client
 from steward.actors.llm import Provider
 from steward.bus import EventLog, JetStreamEventLog
 from steward.bus.jetstream.members import Membership
+from steward.bus.jetstream.reads import RemoteReads, answer_reads
 from steward.cli.env import Env, ensure_place, opened, progress
 from steward.cli.hosting import checked_provider, new_host, worker_id
 from steward.egress import Egress
@@ -74,21 +75,23 @@ async def _serve_log(
     async with opened(env) as (log, projector):
         membership = None
         if isinstance(log, JetStreamEventLog):
-            worker = worker_id()
             membership = Membership(
                 log,
-                worker,
+                worker_id(),
                 role="serve" if services else "worker",
                 lease=env.settings.log.lease_seconds,
             )
+        worker = membership is not None and not services
         host = new_host(
             env,
             log,
-            # a worker builds no projections: it keeps what it waits for
-            projector if services or membership is None else None,
+            # a worker builds no projections: it keeps what it waits for,
+            # and its tools read them by asking `serve`
+            None if worker else projector,
             provider=provider,
             membership=membership,
             worker_id=membership.worker if membership is not None else None,
+            reads=RemoteReads(log) if worker else None,
         )
         stop, again = asyncio.Event(), asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -179,6 +182,10 @@ async def _start_services(
         return [], []
     egress = Egress(connection, host)
     egress.start()
+    outlets: list[Closer] = [egress.close]
+    if host.projector is not None:
+        # the workers' tools read the projections this serve keeps
+        outlets.append(await answer_reads(log, host.projector.search_memory))
     intake: list[Closer] = []
     if env.settings.channels:
         for profile in env.settings.channels.values():
@@ -193,4 +200,4 @@ async def _start_services(
         await ingress.start()
         intake.append(ingress.stop)
         env.out(f"inbound channels: {', '.join(sorted(env.settings.channels))}")
-    return intake, [egress.close]
+    return intake, outlets

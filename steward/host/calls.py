@@ -76,7 +76,7 @@ class Calls:
         *,
         tools: ToolRegistry | None,
         workspace: Path,
-        projector: Any,
+        reads: Any,
         tool_timeout: float,
     ) -> None:
         self._host = host
@@ -89,7 +89,7 @@ class Calls:
         self._prompt_cache = prompt_cache
         self._tools = tools
         self._workspace = workspace
-        self._projector = projector
+        self._reads = reads
         self._tool_timeout = tool_timeout
 
     def answered(self, rec: Recorded, request_id: str) -> bool:
@@ -177,7 +177,7 @@ class Calls:
             stream=rec.stream,
             request_id=rid,
             actors=self._host,
-            reads=self._projector,
+            reads=self._reads,
             now=self._clock.now(),
         )
         assert self._tools is not None

@@ -20,6 +20,7 @@ from steward.actors.llm import Provider
 from steward.actors.llm.effect import DeltaListener, ModelCalls
 from steward.actors.prompt import PromptCache
 from steward.actors.tools import ToolRegistry
+from steward.actors.tools.base import ReadModels
 from steward.bus import Commit, EventLog
 from steward.clock import Clock, SystemClock
 from steward.errors import StewardError
@@ -54,6 +55,7 @@ class Host:
         scope: str | None = None,
         kinds: Kinds = KINDS,
         membership: Membership | None = None,
+        reads: ReadModels | None = None,
     ) -> None:
         self.log = log
         self.kinds = kinds
@@ -115,7 +117,7 @@ class Host:
             prompt_cache,
             tools=tools,
             workspace=self.workspace,
-            projector=projector,
+            reads=reads if reads is not None else projector,
             tool_timeout=tool_timeout,
         )
         self.dispatcher = Dispatcher(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import pytest
 from nats_server import NatsServer
@@ -18,6 +19,8 @@ from steward.actors.run_effects import run_stream
 from steward.actors.tools import ToolRegistry
 from steward.bus import JetStreamEventLog
 from steward.bus.jetstream.members import Membership
+from steward.bus.jetstream.reads import RemoteReads, answer_reads
+from steward.errors import StewardError
 from steward.host import Host
 
 pytestmark = pytest.mark.slow
@@ -145,5 +148,35 @@ async def test_work_goes_on_while_workers_join_and_leave(
             assert replay.verify(records) is None, stream
         partitions = {log.partition_of(s) for s in await log.streams("run.")}
         assert len(partitions) == 16  # the runs were spread over all of them
+    finally:
+        await log.close()
+
+
+async def test_a_workers_tools_read_the_projections_through_serve(
+    nats_server: NatsServer,
+) -> None:
+    """`memory.search` on a worker asks `serve`, which keeps the projections;
+    with no serve it fails in one line the tool records."""
+    log = await _open(nats_server, "SHARES_READS")
+    asked: list[tuple[str, str, int]] = []
+
+    async def search(session_id: str, query: str, limit: int) -> list[Any]:
+        asked.append((session_id, query, limit))
+        if query == "boom":
+            raise ValueError("no such column")
+        return [("message", f"{query} in {session_id}", 1.5)]
+
+    reads = RemoteReads(log, timeout=5)
+    try:
+        with pytest.raises(StewardError, match="none is running on this log"):
+            await reads.search_memory("s1", "tea", 3)
+        stop = await answer_reads(log, search)
+        assert await reads.search_memory("s1", "tea", 3) == [
+            ("message", "tea in s1", 1.5)
+        ]
+        with pytest.raises(StewardError, match="failed on `steward serve`: no such"):
+            await reads.search_memory("s1", "boom", 3)
+        assert asked == [("s1", "tea", 3), ("s1", "boom", 3)]
+        await stop()
     finally:
         await log.close()

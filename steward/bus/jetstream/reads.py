@@ -1,0 +1,95 @@
+"""Reads of the projections across a shared log: a worker asks `serve`.
+
+A worker builds no projections, yet a tool it runs may read them
+(``memory.search`` reads a session's memory views). `serve`, which builds
+them, answers such reads on the core NATS subject ``_STEWARD.reads.<stream>``
+(`answer_reads`); a worker's tools read through `RemoteReads`, which asks
+there. Several `serve` processes share the requests as a queue group. With
+no `serve` running, a read fails in one line saying so, and the tool's call
+records that error for the model.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+import nats.errors
+
+from steward.bus.jetstream.subjects import escape_token
+from steward.errors import StewardError
+
+logger = logging.getLogger(__name__)
+
+Search = Callable[[str, str, int], Awaitable[list[tuple[str, str, float]]]]
+"""A projector's `search_memory`."""
+
+
+class _Search(msgspec.Struct, frozen=True):
+    session_id: str
+    query: str
+    limit: int
+
+
+class _Answer(msgspec.Struct, frozen=True):
+    hits: list[tuple[str, str, float]] = []
+    error: str | None = None
+
+
+def _subject(log: Any) -> str:
+    return f"_STEWARD.reads.{escape_token(log.stream)}"
+
+
+async def answer_reads(log: Any, search: Search) -> Callable[[], Awaitable[None]]:
+    """Answer the workers' reads of ``log``'s projections with ``search``
+    until the returned function is called."""
+
+    async def answer(msg: Any) -> None:
+        try:
+            asked = msgspec.json.decode(msg.data, type=_Search)
+            reply = _Answer(
+                hits=await search(asked.session_id, asked.query, asked.limit)
+            )
+        except Exception as e:  # a bad request must not end the service
+            logger.warning("a read of the projections failed: %s", e)
+            reply = _Answer(error=str(e) or type(e).__name__)
+        await msg.respond(msgspec.json.encode(reply))
+
+    subscription = await log.connection.subscribe(
+        _subject(log), queue="steward-reads", cb=answer
+    )
+    return subscription.unsubscribe  # type: ignore[no-any-return]
+
+
+class RemoteReads:
+    """The projections of a shared log, read by asking its `serve`."""
+
+    def __init__(self, log: Any, timeout: float = 10.0) -> None:
+        self._log = log
+        self._timeout = timeout
+
+    async def search_memory(
+        self, session_id: str, query: str, limit: int
+    ) -> list[tuple[str, str, float]]:
+        request = msgspec.json.encode(_Search(session_id, query, limit))
+        try:
+            msg = await self._log.connection.request(
+                _subject(self._log), request, timeout=self._timeout
+            )
+        except nats.errors.NoRespondersError:
+            raise StewardError(
+                "memory search reads the projections, which `steward serve` "
+                "keeps; none is running on this log"
+            ) from None
+        except nats.errors.TimeoutError:
+            raise StewardError(
+                f"memory search: `steward serve` did not answer in {self._timeout:g}s"
+            ) from None
+        answer = msgspec.json.decode(msg.data, type=_Answer)
+        if answer.error is not None:
+            raise StewardError(
+                f"memory search failed on `steward serve`: {answer.error}"
+            )
+        return [(str(s), str(t), float(r)) for s, t, r in answer.hits]
