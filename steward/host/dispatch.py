@@ -104,6 +104,7 @@ class Dispatcher:
         self.following: asyncio.Task[None] | None = None
         """The task following the log (`start_following`)."""
         self._holding = asyncio.Lock()
+        self._caught: frozenset[int] | None = None  # the share `hold` took last
 
     async def resume(self, progress: Callable[[int], None] | None = None) -> None:
         """Catch the projections up with the log and route again what is
@@ -150,11 +151,14 @@ class Dispatcher:
                 if wanted(stream)
             ]
         for stream, version in sources:
-            for rec in await self._log.read(stream, version):
-                if rec.version == version:
-                    started = await self.route(rec)
-                    if index is not None:
-                        index.routed(stream, version, started)
+            try:
+                for rec in await self._log.read(stream, version):
+                    if rec.version == version:
+                        started = await self.route(rec)
+                        if index is not None:
+                            index.routed(stream, version, started)
+            except Exception:  # one bad source must not hold up the others
+                log.exception("routing %s v%d again failed", stream, version)
 
     async def hold(self, held: frozenset[int]) -> None:
         """Carry out the effects of the streams of partitions ``held`` from
@@ -162,9 +166,13 @@ class Dispatcher:
         the others, read what the new ones still wait for, route it, and
         follow the held partitions only (a host with projections follows
         the whole log for them, and routes what it holds)."""
+        if self.held is not None:
+            self.held &= held  # what is let go stops at once, even while
+            # another share's records are still being read
         async with self._holding:
-            before = self.held or frozenset()
+            before = self._caught or frozenset()
             self.held = held
+            self._caught = held
             released, acquired = before - held, held - before
             if released:
                 for stream in self._states.streams():
@@ -182,11 +190,20 @@ class Dispatcher:
                 following.cancel()
                 await asyncio.gather(following, return_exceptions=True)
                 self.position = self.routed
-            for partition in sorted(acquired):
-                await self._catch_up(partition)
+            try:
+                for partition in sorted(acquired):
+                    await self._catch_up(partition)
+            except BaseException:
+                # not taken after all: `Membership` lets their leases go,
+                # and a later heartbeat takes them again
+                self.held = self._caught = held - acquired
+                if self.index is not None:
+                    self.index.forget(self.owns)
+                raise
+            finally:
+                if following is not None:
+                    self.start_following()
             await self.reroute(acquired)
-            if following is not None:
-                self.start_following()
 
     async def _catch_up(self, partition: int) -> None:
         """Read what ``partition``'s records up to `position` still want."""
@@ -243,7 +260,9 @@ class Dispatcher:
                 type(event) is events.LlmRequested and event.request_id in inflight
             ):
                 try:
-                    await self.route(rec)
+                    started = await self.route(rec)
+                    if index is not None:  # what it wants and nobody asks is void
+                        index.routed(rec.stream, rec.version, started)
                 except Exception:
                     log.exception("routing %s failed", rec.id)
             if self._projector is not None:

@@ -72,7 +72,7 @@ class Mailboxes:
         # them, until the call takes them.
         self._prompts: dict[str, Prompt] = {}
         self.last_commit = 0
-        """The position of this host's newest commit."""
+        """The position of this host's newest commit to a stream it follows."""
 
     async def submit(
         self, stream: str, input: Event, *, causation_id: str | None = None
@@ -200,7 +200,8 @@ class Mailboxes:
     ) -> None:
         """Keep what this host's own commit of a decided ``batch`` tells."""
         METRICS.commits += 1
-        self.last_commit = max(self.last_commit, commit.last_position)
+        if self._states.follows(commit.stream):  # (what `Host.drain` waits for)
+            self.last_commit = max(self.last_commit, commit.last_position)
         for event in batch:
             if type(event) in COUNTED:
                 METRICS.record(event)

@@ -1120,12 +1120,13 @@ class JetStreamEventLog:
         stops answering, so a subscription survives reconnects and server
         restarts. The iteration ends when the log is closed.
         """
-        if self._closing:
+        subjects = self._partition_subjects(partitions)
+        if self._closing or not subjects:
             return
         follower = Follower(
             self,
             max(1, from_position // POSITIONS_PER_COMMIT),
-            self._partition_subjects(partitions),
+            subjects,
         )
         self._followers.add(follower)
         try:

@@ -44,7 +44,7 @@ import nats.js.errors
 
 logger = logging.getLogger(__name__)
 
-_WRONG_LAST_SEQUENCE = 10071  # JetStream's error code for a failed compare
+_WRONG_LAST_SEQUENCE = (10071, 10164)  # JetStream's codes for a failed compare
 
 Hold = Callable[[frozenset[int]], Awaitable[None]]
 """Told the partitions a member holds whenever they change."""
@@ -137,18 +137,34 @@ class Membership:
         self._busy: Busy = dict
         self._kv: Any = None
         self._beating: asyncio.Task[None] | None = None
+        self._taking: asyncio.Task[None] | None = None
+        self._renewed = clock()  # when the leases held were last renewed
         self._started = clock()
 
     @property
     def bucket(self) -> str:
         return f"{self.log.stream}_WORKERS"
 
-    async def open(self) -> None:
-        """Open (or create) the bucket."""
+    async def open(self, create: bool = True) -> bool:
+        """Open the bucket (creating it, unless not ``create``); whether it
+        is there. A bucket made with another lease keeps it: its TTL is
+        every member's lease."""
         js = self.log.connection.jetstream()
         try:
             self._kv = await js.key_value(self.bucket)
+            ttl = (await self._kv.status()).ttl
+            if ttl and abs(ttl - self.lease) > 1e-3:
+                logger.warning(
+                    "the workers of %s keep leases of %gs, not %gs: kept",
+                    self.log.stream,
+                    ttl,
+                    self.lease,
+                )
+                self.lease = ttl
+            return True
         except nats.js.errors.BucketNotFoundError:
+            if not create:
+                return False
             config = nats.js.api.KeyValueConfig(
                 bucket=self.bucket,
                 history=1,
@@ -157,6 +173,7 @@ class Membership:
                 storage=nats.js.api.StorageType.FILE,
             )
             self._kv = await js.create_key_value(config)
+            return True
 
     async def join(self, hold: Hold, busy: Busy = dict) -> None:
         """Join: take a share of the partitions now (``hold`` is told), and
@@ -164,15 +181,18 @@ class Membership:
         self._hold, self._busy = hold, busy
         await self.open()
         await self.beat()
+        if self._taking is not None:  # a first share is held once joined
+            await self._taking
         self._beating = asyncio.create_task(self._beat_forever())
 
     async def leave(self) -> None:
         """Let every partition go (``hold`` told first), delete the leases
         and the heartbeat: the others take over at their next heartbeat."""
-        if self._beating is not None:
-            self._beating.cancel()
-            await asyncio.gather(self._beating, return_exceptions=True)
-            self._beating = None
+        for task in (self._beating, self._taking):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        self._beating = self._taking = None
         try:
             await self._let_go(self.held)
             if self._kv is not None:
@@ -182,8 +202,8 @@ class Membership:
 
     async def members(self) -> list[Member]:
         """The live members, by worker id."""
-        if self._kv is None:
-            await self.open()
+        if self._kv is None and not await self.open(create=False):
+            return []  # no worker has joined yet
         # The bucket's stream lists its subjects (no consumer made, unlike
         # nats-py's `keys`, whose consumers pile up under load).
         prefix = f"$KV.{self.bucket}."
@@ -234,25 +254,25 @@ class Membership:
         await self._let_go(self.held - mine)
         taken = {p for p in sorted(mine - self.held) if await self._take(p)}
         if taken:
-            await self._tell(self.held | taken)
+            # reading what the new partitions wait for may take a while: it
+            # runs beside the heartbeats, which keep the leases meanwhile
+            self._taking = asyncio.create_task(self._tell(self.held | taken))
 
     async def _beat_forever(self) -> None:
-        renewed = self._clock()
         while True:
             await asyncio.sleep(self.lease / 4)
             try:
                 await self.beat()
-                renewed = self._clock()
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # a lost connection: the next beat tries again
                 logger.warning("worker heartbeat on %s failed: %s", self.bucket, e)
                 self._kv = None  # (the bucket may be gone with a server's memory)
-                if self.held and self._clock() - renewed > self.lease:
-                    # its leases have lapsed: another member may hold them now
-                    logger.warning("%s lets its partitions go", self.worker)
-                    self._revisions.clear()
-                    await self._tell(frozenset())
+            if self.held and self._clock() - self._renewed > 0.75 * self.lease:
+                # its leases lapse about now: another member may take them
+                logger.warning("%s lets its partitions go", self.worker)
+                self._revisions.clear()
+                await self._tell(frozenset())
 
     async def _announce(self) -> None:
         about = {
@@ -269,6 +289,7 @@ class Membership:
 
     async def _renew(self) -> None:
         """Renew each lease held; let go at once of one that was lost."""
+        started = self._clock()  # the server counts the lease from about now
         lost = set()
         for p in sorted(self.held):
             try:
@@ -277,6 +298,7 @@ class Membership:
                 )
             except nats.js.errors.KeyWrongLastSequenceError:
                 lost.add(p)
+        self._renewed = started
         if lost:
             logger.warning(
                 "%s lost the lease of partitions %s", self.worker, sorted(lost)
@@ -302,11 +324,15 @@ class Membership:
             self._revisions[partition] = ack.seq
             return True
         except nats.js.errors.BadRequestError as e:
-            if e.err_code != _WRONG_LAST_SEQUENCE:
+            if e.err_code not in _WRONG_LAST_SEQUENCE:
                 raise
         try:
-            await self._kv.get(key)
-            return False  # held by another until it lets go or its lease lapses
+            entry = await self._kv.get(key)
+            if entry.value != value:
+                return False  # held by another until it lets go or it lapses
+            # this member's own, from a heartbeat that did not finish
+            self._revisions[partition] = entry.revision
+            return True
         except nats.js.errors.KeyNotFoundError as e:  # (KeyDeletedError too)
             entry = getattr(e, "entry", None)
             if entry is None or not entry.revision:
@@ -327,11 +353,26 @@ class Membership:
             try:
                 await self._kv.delete(f"lease.{p}", last=revision)
             except nats.js.errors.BadRequestError as e:
-                if e.err_code != _WRONG_LAST_SEQUENCE:
+                if e.err_code not in _WRONG_LAST_SEQUENCE:
                     raise
                 # lapsed and taken by another already
 
     async def _tell(self, held: frozenset[int]) -> None:
-        self.held = held
-        if self._hold is not None:
+        """Hold ``held`` from now on; partitions the host could not take
+        (their records unread: a lost connection) are let go, and a later
+        heartbeat takes them again."""
+        before, self.held = self.held, held
+        if self._hold is None:
+            return
+        try:
             await self._hold(held)
+        except Exception:
+            failed = held - before
+            logger.exception("%s could not take partitions %s", self.worker, failed)
+            self.held -= failed
+            for p in sorted(failed):
+                revision = self._revisions.pop(p, None)
+                try:
+                    await self._kv.delete(f"lease.{p}", last=revision)
+                except Exception:
+                    pass  # it lapses
