@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from nats_server import NatsServer
-from support import act
+from support import act, shared
 
 from steward import events, replay
 from steward.actors.llm import ScriptedProvider
@@ -20,7 +20,7 @@ from steward.actors.tools import ToolRegistry
 from steward.bus import JetStreamEventLog
 from steward.bus.jetstream.members import Membership
 from steward.bus.jetstream.reads import RemoteReads, answer_reads
-from steward.errors import StewardError
+from steward.errors import LogReadError, StewardError
 from steward.host import Host
 
 pytestmark = pytest.mark.slow
@@ -178,5 +178,58 @@ async def test_a_workers_tools_read_the_projections_through_serve(
             await reads.search_memory("s1", "boom", 3)
         assert asked == [("s1", "tea", 3), ("s1", "boom", 3)]
         await stop()
+    finally:
+        await log.close()
+
+
+async def test_a_share_that_cannot_be_read_is_taken_again_later(
+    nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker taking over a partition whose records it cannot read (the
+    connection drops) lets it go and takes it at a later heartbeat; nothing
+    it holds stops meanwhile."""
+    name = "SHARES_RETRY"
+    log = await _open(nats_server, name)
+    try:
+        async with _worker(nats_server, name, 0) as survivor:
+            async with _worker(nats_server, name, 1):
+                await shared(log, 2)
+            shared_log = survivor.dispatcher._shared
+            read_all = shared_log.read_all
+            failures: list[int | None] = []
+
+            async def flaky(*args: Any, **kw: Any) -> Any:
+                if not failures:
+                    failures.append(kw.get("partition"))
+                    raise LogReadError("the connection dropped")
+                return await read_all(*args, **kw)
+
+            monkeypatch.setattr(shared_log, "read_all", flaky)
+            await _start(log, range(64))
+            assert await _completed(log, 64, timeout=60) == 64
+            assert failures and survivor.dispatcher.held == frozenset(range(16))
+    finally:
+        await log.close()
+
+
+async def test_a_worker_drains_at_once_after_giving_another_share_an_input(
+    nats_server: NatsServer,
+) -> None:
+    """A worker's last commit may be to a stream it does not follow (a
+    result to a parent, a child): its drain does not wait for it."""
+    name = "SHARES_DRAIN"
+    log = await _open(nats_server, name)
+    try:
+        async with _worker(nats_server, name, 0) as a, _worker(nats_server, name, 1):
+            await shared(log, 2)
+            held = a.dispatcher.held or frozenset()
+            other = next(
+                f"r{n}" for n in range(100) if log.partition_of(f"run.r{n}") not in held
+            )
+            created = events.RunCreated(
+                run_id=other, input_text="go", settings=SETTINGS
+            )
+            assert await a.submit(run_stream(other), created) is not None
+            assert await a.drain(timeout=10)
     finally:
         await log.close()
