@@ -26,7 +26,13 @@ The package, a module a job:
 - `steward.host.dispatch`: the dispatcher that follows the log and routes each
   record's effects, and the timers;
 - `steward.host.calls`: model and tool calls, and recording their answers;
-- `steward.host.claims`: a worker's claims on its calls when hosts share a log.
+- `steward.host.claims`: a worker's claims on its calls when hosts share a log;
+- `steward.host.pending`: what the streams a worker holds wait for, kept in
+  memory (a worker of a shared log builds no projections).
+
+On a shared (JetStream) log a host may be a member of the log's workers
+(`steward.bus.jetstream.members`): it carries out the effects of the
+partitions it holds only, and a worker follows only those.
 """
 
 from steward.host.core import Host

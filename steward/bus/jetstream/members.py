@@ -11,9 +11,10 @@ expire after ``lease`` seconds unless written again (the bucket's TTL):
   what it holds and how busy it is (`steward workers` lists them);
 - ``lease.<partition>``: the member holding the partition. It is taken with a
   create (which fails while another's lease lives) and renewed with an update
-  that names the revision it read (compare-and-set), so two members never hold
-  one partition: a renewal that fails means the lease was lost, and the member
-  lets the partition go at once.
+  that names the revision it read (compare-and-set), so no two members hold
+  one lease: a renewal that fails means the lease was lost, and the member
+  lets the partition go; one whose last renewal is three quarters of a lease
+  old lets everything go, before the server could give it to another.
 
 Every member computes the same assignment from the live members it lists
 (`assign`: rendezvous hashing, balanced so that each holds its share give or
