@@ -3,9 +3,9 @@
 `KINDS` is the table every part that serves actors takes by default (the
 host, the projector, replay, the egress, the CLI); a log decodes into the
 union of its events by default (`steward.events.UNION`, which the events
-layer holds below this one: a kind's events go into its `STEWARD_TYPES`
-too, and a test holds the two equal). A kind is its events, decider,
-effects and read models, and one entry here.
+layer holds below this one: it gathers the ``EVENT_TYPES`` of every module
+under `steward.events`, and a test holds the two equal). A kind is its
+events, decider, effects and read models, and one entry here.
 """
 
 from __future__ import annotations

@@ -8,13 +8,15 @@ kinds, which a log decodes into unless it is given another.
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import typing
 from typing import Any
 
 import msgspec
 import msgspec.inspect as mi
 
-from steward.events import run, session, workflow
+import steward.events as events
 from steward.events.base import Event
 
 __all__ = ["STEWARD_TYPES", "UNION", "EventUnion", "field_defaults"]
@@ -45,13 +47,22 @@ class EventUnion:
         self.union: Any = union
 
 
-STEWARD_TYPES: tuple[type[Event], ...] = (
-    *run.EVENT_TYPES,
-    *session.EVENT_TYPES,
-    *workflow.EVENT_TYPES,
-)
+def _package_types() -> tuple[type[Event], ...]:
+    """The ``EVENT_TYPES`` of every module of `steward.events`, by module
+    name: a kind's events module is found by being there, with no list of
+    kinds to add it to (this package lies below the kinds)."""
+    found: list[type[Event]] = []
+    for module in sorted(m.name for m in pkgutil.iter_modules(events.__path__)):
+        types = getattr(
+            importlib.import_module(f"{events.__name__}.{module}"), "EVENT_TYPES", ()
+        )
+        found.extend(t for t in types if t not in found)
+    return tuple(found)
+
+
+STEWARD_TYPES: tuple[type[Event], ...] = _package_types()
 """The event types of steward's own kinds (`steward.kinds.KINDS`; a test
-holds the two equal)."""
+holds the two equal): every ``EVENT_TYPES`` of this package's modules."""
 
 UNION = EventUnion(STEWARD_TYPES)
 """The union a log decodes into unless given another: steward's kinds'."""
