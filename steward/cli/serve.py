@@ -22,6 +22,7 @@ import prometheus_client
 
 from steward.actors.llm import Provider
 from steward.bus import EventLog, JetStreamEventLog
+from steward.bus.jetstream.inputs import Inputs
 from steward.bus.jetstream.members import Membership
 from steward.bus.jetstream.reads import RemoteReads, answer_reads
 from steward.cli.env import Env, ensure_place, opened, progress
@@ -92,6 +93,7 @@ async def _serve_log(
             membership=membership,
             worker_id=membership.worker if membership is not None else None,
             reads=RemoteReads(log) if worker else None,
+            inputs=Inputs(log) if membership is not None else None,
         )
         stop, again = asyncio.Event(), asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -29,7 +29,7 @@ from steward.host.calls import Calls
 from steward.host.claims import Claims
 from steward.host.dispatch import Dispatcher, Listener
 from steward.host.mailbox import Mailboxes
-from steward.host.pending import Membership, PendingIndex
+from steward.host.pending import Inputs, Membership, PendingIndex
 from steward.host.states import States
 from steward.kinds import KINDS
 
@@ -56,6 +56,7 @@ class Host:
         kinds: Kinds = KINDS,
         membership: Membership | None = None,
         reads: ReadModels | None = None,
+        inputs: Inputs | None = None,
     ) -> None:
         self.log = log
         self.kinds = kinds
@@ -143,6 +144,11 @@ class Host:
                 # and follows only what it holds: another stream's state is
                 # read afresh for each input it gives it
                 self.states.follows = self.dispatcher.owns
+                if inputs is not None:  # and hands those inputs to their holder
+                    self.mailboxes.forward = inputs.send
+        self.inputs = inputs
+        """Inputs sent to the partitions this worker holds, and by it to
+        the others' holders."""
         self._dispatching: asyncio.Task[None] | None = None
         self._timing: asyncio.Task[None] | None = None
         self._sweeping: asyncio.Task[None] | None = None
@@ -196,13 +202,25 @@ class Host:
         dispatcher = self.dispatcher
         await dispatcher.resume(progress)
         if self.membership is not None:
-            await self.membership.join(dispatcher.hold, self._busy)
+            await self.membership.join(self._hold, self._busy)
         self._timing = asyncio.create_task(self.timers.run())
         self._dispatching = dispatcher.start_following()
         if self.worker_id is not None and (
             self.projector is not None or dispatcher.index is not None
         ):
             self._sweeping = asyncio.create_task(self.claims.sweep(dispatcher.reroute))
+
+    async def _hold(self, held: frozenset[int]) -> None:
+        """Carry out the effects of partitions ``held`` (`Dispatcher.hold`),
+        and decide the inputs other workers send them."""
+        await self.dispatcher.hold(held)
+        if self.inputs is not None:
+            submit = self.mailboxes.submit
+
+            async def decide(stream: str, input: Event, cause: str | None) -> Any:
+                return await submit(stream, input, causation_id=cause, here=True)
+
+            await self.inputs.answer(held, decide)
 
     def _busy(self) -> dict[str, int]:
         """How busy this host is, for its heartbeat among the workers."""
@@ -271,6 +289,8 @@ class Host:
         """Stop following the log and cancel effects still in flight."""
         if self.membership is not None:
             await self.membership.leave()
+        if self.inputs is not None:
+            await self.inputs.close()
         running = (
             self._dispatching,
             self.dispatcher.following,

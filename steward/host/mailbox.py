@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +49,9 @@ class _Item:
     done: asyncio.Future[Commit | None]
 
 
+Forward = Callable[[str, Event, str | None], Awaitable["Commit | None | bool"]]
+
+
 class Mailboxes:
     """The streams' mailboxes, and the decide-and-commit loop that empties
     them into the log."""
@@ -71,13 +74,30 @@ class Mailboxes:
         # Prompts of this host's own model requests, as the decider built
         # them, until the call takes them.
         self._prompts: dict[str, Prompt] = {}
+        self.forward: Forward | None = None
+        """Sends an input to the worker holding its stream: its commit,
+        ``None`` when refused, ``False`` when no worker answered."""
         self.last_commit = 0
         """The position of this host's newest commit to a stream it follows."""
 
     async def submit(
-        self, stream: str, input: Event, *, causation_id: str | None = None
+        self,
+        stream: str,
+        input: Event,
+        *,
+        causation_id: str | None = None,
+        here: bool = False,
     ) -> Commit | None:
-        """Decide ``input`` on ``stream`` and record it; ``None`` when refused."""
+        """Decide ``input`` on ``stream`` and record it; ``None`` when refused.
+
+        An input for a stream this host does not follow goes to the worker
+        holding it, when there is one (`forward`; not when ``here``, as for
+        an input another worker sent): its commit comes back without its
+        records."""
+        if not here and self.forward and not self._states.follows(stream):
+            sent = await self.forward(stream, input, causation_id)
+            if sent is not False:
+                return sent  # type: ignore[return-value]
         box = self._mailboxes.get(stream)
         if box is not None:
             # Someone decides this stream now; it drains the mailbox after.

@@ -17,7 +17,7 @@ run nobody waits on) is dropped once it has been routed again.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Protocol
+from typing import Any, Protocol
 
 from steward import events
 from steward.actors.kind import Kinds
@@ -38,6 +38,24 @@ class Membership(Protocol):
     ) -> None: ...
 
     async def leave(self) -> None: ...
+
+
+class Inputs(Protocol):
+    """How a worker hands an input for another worker's stream to its holder,
+    and decides those handed to the partitions it holds
+    (`steward.bus.jetstream.inputs.Inputs`)."""
+
+    async def send(
+        self, stream: str, input: events.Event, causation_id: str | None
+    ) -> Any: ...
+
+    async def answer(
+        self,
+        held: frozenset[int],
+        decide: Callable[[str, events.Event, str | None], Awaitable[Any]],
+    ) -> None: ...
+
+    async def close(self) -> None: ...
 
 
 ELSEWHERE = frozenset({"create", "spawn", "deliver"})

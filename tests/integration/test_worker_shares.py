@@ -18,6 +18,7 @@ from steward.actors.llm import ScriptedProvider
 from steward.actors.run_effects import run_stream
 from steward.actors.tools import ToolRegistry
 from steward.bus import JetStreamEventLog
+from steward.bus.jetstream.inputs import Inputs
 from steward.bus.jetstream.members import Membership
 from steward.bus.jetstream.reads import RemoteReads, answer_reads
 from steward.errors import LogReadError, StewardError
@@ -46,6 +47,7 @@ async def _worker(server: NatsServer, name: str, n: int) -> AsyncIterator[Host]:
         worker_id=worker,
         llm_concurrency=16,
         membership=Membership(log, worker, lease=LEASE),
+        inputs=Inputs(log),
     )
     await host.start()
     try:
@@ -212,15 +214,19 @@ async def test_a_share_that_cannot_be_read_is_taken_again_later(
         await log.close()
 
 
-async def test_a_worker_drains_at_once_after_giving_another_share_an_input(
+async def test_an_input_for_another_share_is_decided_by_its_holder(
     nats_server: NatsServer,
 ) -> None:
-    """A worker's last commit may be to a stream it does not follow (a
-    result to a parent, a child): its drain does not wait for it."""
+    """An input a worker has for a stream of another worker's share (a
+    result to a parent, a child to create) is decided by that worker; and
+    the sender's drain does not wait for it."""
     name = "SHARES_DRAIN"
     log = await _open(nats_server, name)
     try:
-        async with _worker(nats_server, name, 0) as a, _worker(nats_server, name, 1):
+        async with (
+            _worker(nats_server, name, 0) as a,
+            _worker(nats_server, name, 1) as b,
+        ):
             await shared(log, 2)
             held = a.dispatcher.held or frozenset()
             other = next(
@@ -230,6 +236,30 @@ async def test_a_worker_drains_at_once_after_giving_another_share_an_input(
                 run_id=other, input_text="go", settings=SETTINGS
             )
             assert await a.submit(run_stream(other), created) is not None
+            # decided by the holder, on the state it keeps: not read here
+            assert b.states.cached(run_stream(other)) is not None
+            assert a.states.cached(run_stream(other)) is None
             assert await a.drain(timeout=10)
+    finally:
+        await log.close()
+
+
+async def test_an_input_nobody_holds_is_decided_by_its_sender(
+    nats_server: NatsServer,
+) -> None:
+    """With no holder answering (a partition between holders) the sender
+    decides the input itself."""
+    log = await _open(nats_server, "SHARES_NOBODY")
+    try:
+        created = events.RunCreated(run_id="n1", input_text="go", settings=SETTINGS)
+        assert (
+            await Inputs(log, timeout=5).send(run_stream("n1"), created, None) is False
+        )
+        sender = Host(log, membership=None, inputs=Inputs(log))
+        sender.mailboxes.forward = Inputs(log, timeout=5).send
+        sender.states.follows = lambda stream: False
+        commit = await sender.submit(run_stream("n1"), created)
+        assert commit is not None and commit.last_version >= 1
+        assert (await log.read(run_stream("n1")))[0].event == created
     finally:
         await log.close()
