@@ -21,7 +21,7 @@ async def cmd_workers(env: Env, args: argparse.Namespace) -> int:
             "workers share a nats:// log; give --log nats://... (an embedded "
             "log has one host, `steward serve`)",
         )
-    log = await open_log(env.log_url, union=env.kinds.union, create=False)
+    log = await open_log(env.log_url, union=env.kinds.union)
     try:
         assert isinstance(log, JetStreamEventLog)
         membership = Membership(log, "-", lease=env.settings.log.lease_seconds)

@@ -161,3 +161,29 @@ def test_a_worker_whose_claims_could_lapse_mid_call_is_refused(
     assert worker.returncode == 2
     assert worker.stderr.startswith(expected), worker.stderr
     assert len(worker.stderr.strip().splitlines()) == 1
+
+
+def test_workers_lists_none_before_any_joined_and_refuses_an_embedded_log(
+    tmp_path: Path, nats_server: NatsServer
+) -> None:
+    """`steward workers` on a shared log nobody works yet says what to
+    start; on an embedded log it is one line and exit 2."""
+
+    def workers(*log: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "steward", *log, "workers"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    url = f"{nats_server.url}?stream=NOBODY&prefix=nobody.ev"
+    listed = workers("--log", url)
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.startswith("no live workers on ")
+    assert "start `steward worker`" in listed.stdout
+    refused = workers("--log", str(tmp_path / "steward.db"))
+    assert refused.returncode == 2
+    assert len(refused.stderr.strip().splitlines()) == 1
+    assert "workers share a nats:// log" in refused.stderr
