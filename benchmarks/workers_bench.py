@@ -65,7 +65,7 @@ from benchmarks.log_bench import nats_process
 from steward import events
 from steward.actors.run_effects import run_stream
 from steward.bus import JetStreamEventLog, open_log
-from steward.bus.jetstream.members import Membership
+from steward.bus.jetstream.members import until_shared
 from steward.host import Host
 
 WORKERS = (1, 4)
@@ -270,18 +270,6 @@ async def _watch(log: JetStreamEventLog, runs: int) -> list[str]:
     return failures
 
 
-async def _shared(log: JetStreamEventLog, members: int) -> None:
-    """Wait until ``members`` processes each hold their share of the log's
-    partitions (as `steward workers` lists them)."""
-    watcher = Membership(log, "-")
-    for _ in range(600):
-        held = [m.partitions for m in await watcher.members() if m.partitions]
-        if len(held) == members and sum(map(len, held)) == max(1, log.partitions):
-            return
-        await asyncio.sleep(0.1)
-    raise RuntimeError(f"{members} processes did not come to share the log")
-
-
 async def measure(workers: int, setup: Setup, directory: Path) -> Measured:
     """Serve plus ``workers`` workers on a new nats-server work ``setup``."""
     directory.mkdir(parents=True)
@@ -304,7 +292,7 @@ async def measure(workers: int, setup: Setup, directory: Path) -> Measured:
                 processes.append(steward(f"worker{n}", "worker"))
             for process in processes:
                 await process.ready()
-            await _shared(log, len(processes))
+            await until_shared(log, len(processes))
             pids = [nats.pid, *(p.popen.pid for p in processes)]
             before = {pid: cpu_seconds(pid) for pid in pids}
             watcher = asyncio.create_task(_watch(log, setup.runs))

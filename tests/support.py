@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -96,22 +95,3 @@ def with_kinds(*actors: Kind[Any]) -> Kinds:
     from steward.kinds import KINDS
 
     return KINDS.replaced(*actors)
-
-
-async def shared(log: Any, workers: int, timeout: float = 30.0) -> None:
-    """Wait until ``workers`` members of JetStream ``log`` each hold a share
-    of its partitions (`steward workers` would list them so)."""
-    from steward.bus.jetstream.members import Membership
-
-    watcher = Membership(log, "-")
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while loop.time() < deadline:
-        members = await watcher.members()
-        held = [m for m in members if m.partitions]
-        if len(held) == workers and sum(len(m.partitions) for m in held) == max(
-            1, log.partitions
-        ):
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{workers} workers did not share the log: {members}")

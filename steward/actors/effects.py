@@ -15,7 +15,14 @@ import msgspec
 
 from steward.actors.prompt import Prompt
 from steward.events import Event
-from steward.events.protocol import EffectClaimed, LlmRequested, ToolRequested
+from steward.events.protocol import (
+    EffectClaimed,
+    LlmFailed,
+    LlmRequested,
+    LlmResponded,
+    ToolRequested,
+    ToolResulted,
+)
 
 __all__ = [
     "ArmTimer",
@@ -131,6 +138,24 @@ class Pending(msgspec.Struct, frozen=True, kw_only=True):
     wants: tuple[Want, ...] = ()
     answers: tuple[str, ...] = ()
     ended: bool = False
+
+
+def calls_pending(event: Event) -> Pending | None:
+    """What a model or tool call's request or answer changes in the effects
+    still to carry out, for a stream of any kind (the request and answer
+    events are the same for every kind); ``None`` for another event."""
+    match event:
+        case LlmRequested(request_id=rid):
+            return Pending(wants=(Want(key=rid, kind="llm"),))
+        case ToolRequested(request_id=rid):  # (an approved call's approval too)
+            return Pending(wants=(Want(key=rid, kind="tool"),))
+        case (
+            LlmResponded(request_id=rid)
+            | LlmFailed(request_id=rid)
+            | ToolResulted(request_id=rid)
+        ):
+            return Pending(answers=(rid,))
+    return None
 
 
 def spawn_key(child: str) -> str:

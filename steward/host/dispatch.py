@@ -180,8 +180,8 @@ class Dispatcher:
                         self._states.forget(stream)
                 if self.index is not None:
                     self.index.forget(self.owns)
-            if self.index is None:
-                if acquired and self._projector is not None:
+            if self.index is None:  # a host with projections: they say it
+                if acquired:
                     await self._projector.catch_up(self._log)
                     await self.reroute(acquired)
                 return
@@ -197,8 +197,7 @@ class Dispatcher:
                 # not taken after all: `Membership` lets their leases go,
                 # and a later heartbeat takes them again
                 self.held = self._caught = held - acquired
-                if self.index is not None:
-                    self.index.forget(self.owns)
+                self.index.forget(self.owns)
                 raise
             finally:
                 if following is not None:

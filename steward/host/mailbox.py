@@ -96,8 +96,8 @@ class Mailboxes:
         records."""
         if not here and self.forward and not self._states.follows(stream):
             sent = await self.forward(stream, input, causation_id)
-            if sent is not False:
-                return sent  # type: ignore[return-value]
+            if sent is None or isinstance(sent, Commit):  # (False: no holder)
+                return sent
         box = self._mailboxes.get(stream)
         if box is not None:
             # Someone decides this stream now; it drains the mailbox after.

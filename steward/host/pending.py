@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
 from steward import events
+from steward.actors.effects import calls_pending
 from steward.actors.kind import Kinds
 from steward.events import Recorded
 
@@ -79,26 +80,12 @@ class PendingIndex:
 
     def apply(self, rec: Recorded) -> None:
         """Note what committed ``rec`` asks for and answers."""
-        event = rec.event
-        match event:
-            case events.LlmRequested(request_id=rid):
-                self._want(rec, rid, "llm")
+        asked = calls_pending(rec.event)
+        if asked is None:
+            kind = self._kinds.get(rec.stream.partition(".")[0])
+            if kind is None or kind.reactor.pending is None:
                 return
-            case events.ToolRequested(request_id=rid):
-                self._answer(rid)  # an approved call: its approval is answered
-                self._want(rec, rid, "tool")
-                return
-            case (
-                events.LlmResponded(request_id=rid)
-                | events.LlmFailed(request_id=rid)
-                | events.ToolResulted(request_id=rid)
-            ):
-                self._answer(rid)
-                return
-        kind = self._kinds.get(rec.stream.partition(".")[0])
-        if kind is None or kind.reactor.pending is None:
-            return
-        asked = kind.reactor.pending(rec)
+            asked = kind.reactor.pending(rec)
         if asked.ended:
             self.drop(rec.stream)
         for key in asked.answers:

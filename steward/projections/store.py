@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from steward import events
+from steward.actors.effects import calls_pending
 from steward.actors.kind import Kinds, Views
 from steward.bus import EventLog
 from steward.events import Recorded
@@ -218,15 +218,17 @@ class Projector:
             kind.surface.projection.apply(conn, rec)
             if kind.surface.projection.keeps_pending:
                 return
-        _requests(conn, rec)
-        if kind.reactor.pending is not None:
+        asked = calls_pending(rec.event)
+        if asked is None and kind.reactor.pending is not None:
             asked = kind.reactor.pending(rec)
-            if asked.ended:
-                conn.execute("DELETE FROM pending WHERE stream=?", (rec.stream,))
-            for key in asked.answers:
-                done(conn, key)
-            for effect in asked.wants:
-                want(conn, effect.key, rec, effect.kind, effect.due_at)
+        if asked is None:
+            return
+        if asked.ended:
+            conn.execute("DELETE FROM pending WHERE stream=?", (rec.stream,))
+        for key in asked.answers:
+            done(conn, key)
+        for effect in asked.wants:
+            want(conn, effect.key, rec, effect.kind, effect.due_at)
 
     # -- reading ------------------------------------------------------------------
 
@@ -268,24 +270,3 @@ class Projector:
             self._task = None
         await self.flush()
         self._conn.close()
-
-
-# -- handlers -------------------------------------------------------------------
-
-
-def _requests(conn: sqlite3.Connection, rec: Recorded) -> None:
-    """The model and tool calls of a stream of any kind: the request and
-    answer events are the same for every kind."""
-    match rec.event:
-        case events.LlmRequested(request_id=rid):
-            want(conn, rid, rec, "llm")
-        case events.ToolRequested(request_id=rid):
-            want(conn, rid, rec, "tool")
-        case (
-            events.LlmResponded(request_id=rid)
-            | events.LlmFailed(request_id=rid)
-            | events.ToolResulted(request_id=rid)
-        ):
-            done(conn, rid)
-        case _:
-            pass

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from nats_server import NatsServer
-from support import act, shared
+from support import act
 
 from steward import events, replay
 from steward.actors.llm import ScriptedProvider
@@ -19,7 +19,7 @@ from steward.actors.run_effects import run_stream
 from steward.actors.tools import ToolRegistry
 from steward.bus import JetStreamEventLog
 from steward.bus.jetstream.inputs import Inputs
-from steward.bus.jetstream.members import Membership
+from steward.bus.jetstream.members import Membership, until_shared
 from steward.bus.jetstream.reads import RemoteReads, answer_reads
 from steward.errors import LogReadError, StewardError
 from steward.host import Host
@@ -195,7 +195,7 @@ async def test_a_share_that_cannot_be_read_is_taken_again_later(
     try:
         async with _worker(nats_server, name, 0) as survivor:
             async with _worker(nats_server, name, 1):
-                await shared(log, 2)
+                await until_shared(log, 2, timeout=30)
             shared_log = survivor.dispatcher._shared
             read_all = shared_log.read_all
             failures: list[int | None] = []
@@ -227,7 +227,7 @@ async def test_an_input_for_another_share_is_decided_by_its_holder(
             _worker(nats_server, name, 0) as a,
             _worker(nats_server, name, 1) as b,
         ):
-            await shared(log, 2)
+            await until_shared(log, 2, timeout=30)
             held = a.dispatcher.held or frozenset()
             other = next(
                 f"r{n}" for n in range(100) if log.partition_of(f"run.r{n}") not in held

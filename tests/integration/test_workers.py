@@ -17,13 +17,14 @@ from pathlib import Path
 
 import pytest
 from nats_server import NatsServer
-from support import shared, steward_process, stop_all
+from support import steward_process, stop_all
 
 from steward import events, replay
 from steward.actors import run as run_actor
 from steward.actors.run_effects import run_stream
 from steward.actors.tools import ToolRegistry
 from steward.bus import JetStreamEventLog, open_log
+from steward.bus.jetstream.members import until_shared
 from steward.config import load_settings
 from steward.host import Host
 
@@ -94,7 +95,7 @@ async def test_workers_share_runs_and_survive_a_sigkill(
     log = await open_log(url)
     assert isinstance(log, JetStreamEventLog)
     try:
-        await shared(log, 3)
+        await until_shared(log, 3, timeout=30)
         settings = load_settings(None, env={}).run_settings(
             "default", ToolRegistry.with_builtins().specs()
         )

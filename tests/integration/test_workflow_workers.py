@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 from nats_server import NatsServer
-from support import shared, steward_process, stop_all
+from support import steward_process, stop_all
 
 from steward import events, replay
 from steward.actors.tools import ToolRegistry
 from steward.actors.workflow import workflow_stream
 from steward.bus import JetStreamEventLog, open_log
+from steward.bus.jetstream.members import until_shared
 from steward.config import load_settings
 from steward.host import Host
 from steward.workflows import created
@@ -77,7 +78,7 @@ async def test_two_workers_share_the_phases_of_workflow_runs(tmp_path: Path) -> 
     log = await open_log(url)
     assert isinstance(log, JetStreamEventLog)
     try:
-        await shared(log, 2)
+        await until_shared(log, 2, timeout=30)
         listing = await asyncio.to_thread(
             subprocess.run,
             [sys.executable, "-m", "steward", "--log", url, "workers", "-o", "json"],

@@ -101,6 +101,29 @@ def assign(members: list[str], partitions: int) -> dict[int, str]:
     return out
 
 
+async def until_shared(log: Any, members: int, timeout: float = 60.0) -> None:
+    """Wait until ``members`` members of ``log`` each hold a share of its
+    partitions, and every partition is held (as `steward workers` would
+    list them).
+
+    Raises:
+        TimeoutError: they did not within ``timeout`` seconds.
+    """
+    watcher = Membership(log, "-")
+    partitions = max(1, log.partitions)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    held: list[tuple[int, ...]] = []
+    while loop.time() < deadline:
+        held = [m.partitions for m in await watcher.members() if m.partitions]
+        if len(held) == members and sum(map(len, held)) == partitions:
+            return
+        await asyncio.sleep(0.1)
+    raise TimeoutError(
+        f"{members} members did not come to share {log.stream}: they hold {held}"
+    )
+
+
 def _weight(member: str, partition: int) -> bytes:
     return hashlib.blake2b(f"{member}/{partition}".encode(), digest_size=8).digest()
 
