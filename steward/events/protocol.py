@@ -21,6 +21,7 @@ from steward.events.base import Event
 __all__ = [
     "CancelRequested",
     "ChatMessage",
+    "ChildFinished",
     "EffectClaimed",
     "LlmAttemptFailed",
     "LlmFailed",
@@ -212,6 +213,20 @@ class SubagentFinished(Event, frozen=True, kw_only=True):
     """A child run reached a terminal state."""
 
     result: SubagentResult
+    at: float = 0.0
+
+
+class ChildFinished(Event, frozen=True, kw_only=True):
+    """A child actor that answers this one (its ``reply_to``) ended.
+
+    The child is named by its stream (``task.t1/sub/1``), whatever its kind;
+    ``status`` is ``completed`` or ``failed``, ``output`` its result as
+    text, ``metadata`` the structured rest (a failed task's error)."""
+
+    stream: str
+    status: str
+    output: str
+    metadata: dict[str, Any] = {}
     at: float = 0.0
 
 
