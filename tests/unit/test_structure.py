@@ -23,7 +23,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"config", "bus", "metrics"}),
     frozenset({"actors"}),
     frozenset({"projections", "kinds", "replay", "hostlock"}),
-    frozenset({"host", "chats", "workflows", "ingress", "egress"}),
+    frozenset({"host", "chats", "workflows", "tasks", "ingress", "egress"}),
     frozenset({"cli", "__main__", "steward"}),
 )
 """Each unit of steward (a subpackage or top-level module; ``steward`` is
