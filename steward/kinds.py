@@ -11,18 +11,21 @@ events, decider, effects and read models, and one entry here.
 from __future__ import annotations
 
 from steward.actors import run as run_actor
-from steward.actors import run_effects, session_effects, workflow_effects
+from steward.actors import run_effects, session_effects, task_effects, workflow_effects
 from steward.actors import session as session_actor
+from steward.actors import task as task_actor
 from steward.actors import workflow as workflow_actor
 from steward.actors.kind import Decider, Kind, Kinds, Reactor, Surface
 from steward.events import run as run_events
 from steward.events import session as session_events
+from steward.events import task as task_events
 from steward.events import workflow as workflow_events
 from steward.projections.runs import RUNS
 from steward.projections.sessions import SESSIONS
+from steward.projections.tasks import TASKS
 from steward.projections.workflows import WORKFLOWS
 
-__all__ = ["KINDS", "RUN", "SESSION", "WORKFLOW", "kind_of"]
+__all__ = ["KINDS", "RUN", "SESSION", "TASK", "WORKFLOW", "kind_of"]
 
 RUN: Kind[run_actor.Run] = Kind(
     name="run",
@@ -114,7 +117,34 @@ WORKFLOW: Kind[workflow_actor.Workflow] = Kind(
     ),
 )
 
-KINDS = Kinds(RUN, SESSION, WORKFLOW)
+TASK: Kind[task_actor.Task] = Kind(
+    name="task",
+    decider=Decider(
+        initial=task_actor.initial,
+        evolve=task_actor.evolve,
+        decide=task_actor.decide,
+        inputs=task_events.INPUT_TYPES,
+        events=task_events.EVENT_TYPES,
+        opens=(task_events.TaskCreated,),
+    ),
+    reactor=Reactor(
+        routed=task_effects.ROUTED,
+        effects=task_effects.effects,
+        awaits=task_actor.awaits,
+        claim=task_actor.claim_on_task,
+        model_call=task_effects.model_call,
+        correlation=task_effects.correlation,
+        pending=task_effects.pending,
+    ),
+    surface=Surface(
+        detach=task_effects.detach,
+        show=task_effects.show,
+        projection=TASKS,
+        derived=("task_id", "request_id", "stream"),
+    ),
+)
+
+KINDS = Kinds(RUN, SESSION, WORKFLOW, TASK)
 """steward's actor kinds."""
 
 kind_of = KINDS.of

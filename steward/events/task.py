@@ -42,6 +42,7 @@ __all__ = [
     "ContextManagement",
     "DEFAULT_MAX_DEPTH",
     "SubtaskRequest",
+    "SubtaskRefused",
     "SubtaskSpawned",
     "TaskCompleted",
     "TaskCreated",
@@ -103,7 +104,9 @@ class Template(msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_default
     """The file it was loaded from (``defatom``: the program's)."""
 
 
-class TaskLimits(msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=True):
+class TaskLimits(
+    msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=True
+):
     """What a task may spend; reaching one ends it with a `TaskError`
     naming the limit, and its partial results."""
 
@@ -133,7 +136,9 @@ class SubtaskRequest(
     disable_context: bool = False
 
 
-class TaskError(msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=True):
+class TaskError(
+    msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=True
+):
     """Why a task ended without its result, with what it had got so far.
 
     ``kind``: ``limit`` (``limit`` names it: ``iterations``, ``turns``,
@@ -172,6 +177,9 @@ class TaskCreated(Event, frozen=True, kw_only=True):
     """The ``[models.<name>]`` table of calls whose template names none."""
     reply_to: str | None = None
     depth: int = 0
+    context_management: ContextManagement | None = None
+    """The context settings of its calls over the program's defaults (a
+    subtask's, as its request and the defaults for subtasks resolved them)."""
     lineage: tuple[str, ...] = ()
     """The template-and-inputs signature of each task above this one, for
     cycle detection."""
@@ -218,17 +226,31 @@ class CallFinished(Event, frozen=True, kw_only=True):
     """The limit (``turns``, ``tokens``) it reached, if it failed on one."""
 
 
+class SubtaskRefused(Event, frozen=True, kw_only=True):
+    """Call ``call``'s model asked for a subtask that cannot run (an invalid
+    request, no template matching it): it is told ``reason`` as the answer
+    and asked again."""
+
+    call: int
+    reason: str
+    tool_call_id: str | None = None
+
+
 class TaskCompleted(Event, frozen=True, kw_only=True):
     """The program's value: ``output`` as text, ``value`` as JSON."""
 
     output: str
     value: Any = None
+    reply_to: str | None = None
+    """The stream the result is delivered to (the parent's), if any."""
 
 
 class TaskFailed(Event, frozen=True, kw_only=True):
     """The task ended without its result."""
 
     error: TaskError
+    reply_to: str | None = None
+    """The stream the result is delivered to (the parent's), if any."""
 
 
 INPUT_TYPES: tuple[type[Event], ...] = (
@@ -247,6 +269,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     *INPUT_TYPES,
     CallStarted,
     SubtaskSpawned,
+    SubtaskRefused,
     CallFinished,
     TaskCompleted,
     TaskFailed,

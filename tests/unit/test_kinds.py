@@ -50,8 +50,8 @@ def test_a_tables_kind_is_found_by_its_streams_name() -> None:
     is one error naming the kinds there are. steward's table is unchanged."""
     assert KINDS.of("counter.c1") is COUNTER
     assert KINDS.of("run.r1") is STEWARD["run"]
-    with pytest.raises(NotFoundError, match=r"'task\.t1'.*counter\., run\."):
-        KINDS.of("task.t1")
+    with pytest.raises(NotFoundError, match=r"'quest\.q1'.*counter\., run\."):
+        KINDS.of("quest.q1")
     assert "counter" not in STEWARD
     with pytest.raises(NotFoundError, match=r"'counter\.c1'"):
         STEWARD.of("counter.c1")
