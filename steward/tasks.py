@@ -33,11 +33,26 @@ import msgspec
 import yaml
 
 from steward.actors import task_templates
+from steward.actors.task_eval import defined_atoms
+from steward.actors.task_lang import ParseError, parse
+from steward.actors.tools import ToolRegistry
+from steward.config import Settings
 from steward.errors import ConfigError
-from steward.events.task import ContextManagement, Template
+from steward.events.protocol import ToolSpec
+from steward.events.task import (
+    ContextManagement,
+    TaskCreated,
+    TaskLimits,
+    Template,
+)
 
 __all__ = [
     "FILE_KEYS",
+    "PROGRAM_SUFFIXES",
+    "created",
+    "load_program",
+    "program_problems",
+    "validate",
     "Problem",
     "load_template",
     "load_templates",
@@ -47,6 +62,10 @@ __all__ = [
 
 SUFFIXES = (".toml", ".yaml", ".yml")
 """The endings of template files (compared without case)."""
+
+SCRIPT_SUFFIXES = (".script.yaml", ".script.yml")
+"""The endings of a scripted model's scripts, which a directory of
+templates may hold beside them (not templates)."""
 
 FILE_KEYS: tuple[str, ...] = (
     *(key for key in Template.__struct_fields__ if key not in ("context", "source")),
@@ -193,7 +212,9 @@ def _read_directory(directory: Path) -> tuple[list[Template], list[Problem]]:
     files = sorted(
         path
         for path in directory.iterdir()
-        if path.suffix.lower() in SUFFIXES and path.is_file()
+        if path.suffix.lower() in SUFFIXES
+        and path.is_file()
+        and not path.name.lower().endswith(SCRIPT_SUFFIXES)
     )
     templates: list[Template] = []
     problems: list[Problem] = []
@@ -365,3 +386,163 @@ def _error(problem: Problem, more: int) -> ConfigError:
     if more:
         sentence += f" (and {more} more)"
     return ConfigError(f"{problem.file}:{problem.line}:{problem.column}", key, sentence)
+
+
+# -- programs ------------------------------------------------------------------------
+
+PROGRAM_SUFFIXES = (".sexp", ".lisp", ".task")
+"""The endings of program files (`steward task validate` reads these)."""
+
+
+def program_problems(path: Path, text: str | None = None) -> list[Problem]:
+    """Every problem of the program in the file at ``path`` (or ``text``):
+    a reading error where the reader stopped; a malformed ``defatom``; each
+    problem of a template it defines (`task_templates.check`)."""
+    file = str(path)
+    if text is None:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            return [Problem(file=file, line=1, column=1, message=f"file: {e}")]
+    try:
+        program = parse(text)
+    except ParseError as e:
+        return [Problem(file=file, line=e.line, column=e.column, message=e.reason)]
+    try:
+        atoms = defined_atoms(program, file)
+    except ValueError as e:
+        line, column, message = _positioned(str(e))
+        return [Problem(file=file, line=line, column=column, message=message)]
+    problems = []
+    for atom in atoms:
+        for problem in task_templates.template_problems(atom):
+            at = text.find(f"defatom {atom.name}")
+            line, column = _line_column(text, max(at, 0))
+            problems.append(
+                Problem(
+                    file=file,
+                    line=line,
+                    column=column,
+                    message=f"defatom {atom.name}: {problem}",
+                )
+            )
+    return problems
+
+
+def load_program(path: Path) -> str:
+    """The text of the program file at ``path``, checked.
+
+    Raises:
+        ConfigError: the file cannot be read, or its first problem (as
+            ``file:line:column: problem``).
+    """
+    problems = program_problems(path)
+    if problems:
+        first = problems[0]
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise ConfigError(
+            f"{first.file}:{first.line}:{first.column}", "program", first.message + more
+        )
+    return path.read_text(encoding="utf-8")
+
+
+def validate(path: Path) -> list[Problem]:
+    """Every problem of a template file, a program file, or a directory of
+    both: its template files (`SUFFIXES`; a scripted model's
+    ``*.script.yaml`` is no template) and programs (`PROGRAM_SUFFIXES`),
+    then those of each directory in it."""
+    if path.is_dir():
+        problems = template_dir_problems(path)
+        for entry in sorted(path.iterdir()):
+            if entry.is_dir():
+                problems.extend(validate(entry))
+            elif entry.suffix.lower() in PROGRAM_SUFFIXES:
+                problems.extend(program_problems(entry))
+        return problems
+    if not path.exists():
+        return [Problem(file=str(path), line=1, column=1, message="file: no such file")]
+    if path.suffix.lower() in SUFFIXES:
+        return template_file_problems(path)[1]
+    return program_problems(path)
+
+
+def created(
+    program: str,
+    settings: Settings,
+    task_id: str,
+    *,
+    templates: tuple[Template, ...] = (),
+    args: dict[str, Any] | None = None,
+    context: tuple[str, ...] = (),
+    tools: ToolRegistry | None = None,
+    source: str = "",
+) -> TaskCreated:
+    """The first event of task ``task_id``: ``program`` with the
+    ``templates`` it may call, its arguments and context items, the specs of
+    the tools its templates name (from ``tools``) and the ``[task]`` limits.
+
+    Raises:
+        ConfigError: a template names a tool the registry does not have, or
+            its model a ``[models]`` table there is none of.
+    """
+    registry = tools or ToolRegistry.with_builtins()
+    config = settings.task
+    atoms = templates
+    try:
+        atoms = (*templates, *defined_atoms(parse(program), source))
+    except (ParseError, ValueError):
+        pass  # the task fails on it, naming the problem
+    named = sorted({name for t in atoms for name in t.tools})
+    unknown = [name for name in named if name not in registry]
+    if unknown:
+        raise ConfigError(
+            "templates",
+            "tools",
+            f"no tool {', '.join(unknown)} (there are: {', '.join(registry.names())})",
+        )
+    tables = {t.model for t in atoms if t.model} | ({config.model} - {None})
+    missing = sorted(str(m) for m in tables if m not in settings.models)
+    if missing:
+        raise ConfigError(
+            "templates",
+            "model",
+            f"no [models.{missing[0]}] table (there are: {', '.join(settings.models)})",
+        )
+    return TaskCreated(
+        task_id=task_id,
+        program=program,
+        templates=templates,
+        args=args or {},
+        tools=_specs(registry, named),
+        limits=TaskLimits(
+            max_depth=config.max_depth,
+            max_turns=config.max_turns,
+            max_tokens=config.max_tokens,
+            max_calls=config.max_calls,
+        ),
+        context=context,
+        model=config.model,
+        source=source,
+    )
+
+
+def _specs(registry: ToolRegistry, names: list[str]) -> tuple[ToolSpec, ...]:
+    """The specs of tools ``names``, offered to models or not (a template
+    that names one offers it)."""
+    offered = {spec.name: spec for spec in registry.specs(names)}
+    return tuple(offered[n] for n in names if n in offered)
+
+
+def _line_column(text: str, offset: int) -> tuple[int, int]:
+    line = text.count("\n", 0, offset) + 1
+    return line, offset - (text.rfind("\n", 0, offset) + 1) + 1
+
+
+_POSITIONED = re.compile(r"line (\d+), column (\d+): (.*)", re.S)
+
+
+def _positioned(message: str) -> tuple[int, int, str]:
+    m = _POSITIONED.match(message)
+    if m is None:
+        return 1, 1, message
+    return int(m.group(1)), int(m.group(2)), m.group(3)

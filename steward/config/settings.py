@@ -313,6 +313,26 @@ class WorkflowConfig(_Section, frozen=True, kw_only=True):
     ``maxSteps``)."""
 
 
+class TaskConfig(_Section, frozen=True, kw_only=True):
+    """``[task]``: task programs (spec 002)."""
+
+    templates: str = "templates"
+    """The directory of atomic template files (TOML or YAML) a program may
+    call, when ``steward task run`` is given no ``--templates``; none is
+    fine (a program may define its own with ``defatom``)."""
+    model: str | None = None
+    """The ``[models.<name>]`` table of calls whose template names none
+    (``default`` when unset)."""
+    max_depth: Positive = 5
+    """Subtasks nest this deep at most (a request may ask for less)."""
+    max_turns: Positive = 8
+    """Model calls one atomic call may make, unless its template says."""
+    max_tokens: Positive | None = None
+    """Tokens (in and out) one atomic call may use, unless its template says."""
+    max_calls: Positive = 1000
+    """Calls (atomic and tool) one program may make."""
+
+
 class Settings(_Section, frozen=True, kw_only=True):
     """Everything configurable, as read from ``steward.toml`` and ``STEWARD_*``."""
 
@@ -349,6 +369,9 @@ class Settings(_Section, frozen=True, kw_only=True):
 
     workflow: WorkflowConfig = msgspec.field(default_factory=WorkflowConfig)
     """``[workflow]``: workflow runs' worktree branches and directory."""
+
+    task: TaskConfig = msgspec.field(default_factory=TaskConfig)
+    """``[task]``: task programs' templates, model and limits."""
 
     def profile(self, name: str = "default") -> AgentProfile:
         """The ``[agents.<name>]`` profile; a ``ConfigError`` lists the known ones."""

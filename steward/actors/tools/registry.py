@@ -18,6 +18,7 @@ import msgspec
 from steward.actors.tools import files
 from steward.actors.tools import git as git_tools
 from steward.actors.tools import memory as memory_tools
+from steward.actors.tools import script as script_tools
 from steward.actors.tools import session as session_tools
 from steward.actors.tools.base import (
     Tool,
@@ -96,12 +97,13 @@ class ToolRegistry:
         timeout: float = DEFAULT_TIMEOUT,
         session: bool = False,
     ) -> ToolRegistry:
-        """A registry holding the built-in tools (``files.read/write/list``,
-        and the ``git.*`` a workflow's worktree is kept with, offered to no
-        model), and with ``session`` the session turns' tools (``memory.*``,
-        ``subagent_spawn``, ``schedule.*``)."""
+        """A registry holding the built-in tools (``files.read/write/list``;
+        the ``git.*`` a workflow's worktree is kept with and the
+        ``script.run`` of a task program's ``system:run_script``, both
+        offered to no model), and with ``session`` the session turns' tools
+        (``memory.*``, ``subagent_spawn``, ``schedule.*``)."""
         turns = (*memory_tools.TOOLS, *session_tools.TOOLS) if session else ()
-        tools = (*files.TOOLS, *git_tools.TOOLS, *turns)
+        tools = (*files.TOOLS, *git_tools.TOOLS, *script_tools.TOOLS, *turns)
         return cls(tools, output_limit=output_limit, timeout=timeout)
 
     def register(self, tool: Tool[Any]) -> None:
