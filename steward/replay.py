@@ -125,11 +125,15 @@ def remap(
 ) -> Event:
     """``event`` with the ids in ``fields`` (those its kind derives from its
     actor's id, `Surface.derived`) that derive from actor ``old`` rewritten for
-    ``new``; and a child result's (`SubagentResult.run_id`)."""
+    ``new`` (an id, or a stream ``KIND.ID/...`` of a child); and a child
+    result's (`SubagentResult.run_id`)."""
 
     def swap(value: str) -> str:
         if value == old or value.startswith((f"{old}/", f"{old}-", f"{old}:")):
             return new + value[len(old) :]
+        kind, dot, rest = value.partition(".")  # a stream: KIND.ID
+        if dot and (rest == old or rest.startswith(f"{old}/")):
+            return f"{kind}.{new}{rest[len(old) :]}"
         return value
 
     changes: dict[str, object] = {}

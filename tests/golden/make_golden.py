@@ -48,6 +48,7 @@ from typing import Any
 import msgspec
 
 from steward import events, replay
+from steward import tasks as task_files
 from steward.actors import run as run_actor
 from steward.actors.llm import ModelRouter, Reply, RequestInfo, ScriptedProvider
 from steward.actors.llm.scripted import ReplyError
@@ -57,6 +58,8 @@ from steward.actors.tools import ToolContext, ToolRegistry, tool
 from steward.bus import SqliteEventLog
 from steward.clock import FakeClock
 from steward.config import ModelConfig, Settings
+from steward.events.protocol import LlmRequested, ToolCall
+from steward.events.task import TaskCompleted, TaskFailed, Template
 from steward.events.workflow import EdgeDef, GitDef, NodeDef, WorkflowDef
 from steward.host import Host
 from steward.kinds import kind_of
@@ -1072,6 +1075,131 @@ async def workflow_worktree(rig: Rig) -> None:
         os.environ["PATH"] = old_path
 
 
+TASK_PROGRAM = """
+(defatom draft (params topic brief) (instructions "Write about {{topic}}. {{brief}}"))
+(defatom judge (params text) (instructions "Judge: {{text}}") (subtasks false))
+(bind checked (system:run_script "echo checked"))
+(director-evaluator-loop
+  (max-iterations 2)
+  (initial-director-input "Keep it short.")
+  (director (lambda (brief i) brief))
+  (executor (lambda (brief i) (draft topic brief)))
+  (evaluator (lambda (text brief i) (judge text)))
+  (controller (lambda (verdict brief text i)
+    (if (string=? (get-field verdict "verdict") "accept")
+        (stop text)
+        (continue (concat brief " " (content verdict)))))))
+"""
+
+
+async def tasks(rig: Rig) -> None:
+    """Task programs: a Director-Evaluator loop whose judge asks for one
+    revision, after a script call (``t-de``); an atomic call that writes a
+    file with its tool, asks for a subtask that is refused (no description),
+    then one that runs as a child task and answers it (``t-sub``); a loop
+    that reaches its iterations (``t-loop``); a call whose model fails
+    (``t-fail``); a task cancelled with its subtask in flight, which is
+    cancelled too (``t-cancel``)."""
+    judge = Template(name="judge", params=("text",), instructions="Judge: {{text}}")
+    writer = Template(
+        name="writer",
+        params=("topic",),
+        instructions="Write {{topic}} to a file, then summarize it.",
+        tools=("files.write",),
+    )
+    summary = Template(
+        name="summarize",
+        params=("text",),
+        description="Summarize a text",
+        matches=("summary",),
+        instructions="Summarize: {{text}}",
+        subtasks=False,
+    )
+    verdict = {
+        "status": "COMPLETE",
+        "content": "Add a title.",
+        "notes": {"verdict": "revise"},
+    }
+    accept = {"status": "COMPLETE", "content": "Good.", "notes": {"verdict": "accept"}}
+    write = ToolCall(
+        id="w1", name="files.write", args={"path": "owls.txt", "content": "Owls."}
+    )
+    bad = ToolCall(id="s1", name="subtask", args={"type": "summary", "inputs": {}})
+    ask = ToolCall(
+        id="s2",
+        name="subtask",
+        args={
+            "type": "summary",
+            "description": "Summarize the file",
+            "inputs": {"text": "Owls hunt at night."},
+            "template_hints": ["summarize"],
+        },
+    )
+    held = asyncio.Event()
+
+    async def hold(seconds: float) -> None:
+        await held.wait()  # the cancelled child's reply never comes
+
+    script: dict[str, list[Reply | str]] = {
+        "t-de": [
+            "Owls fly.",
+            json.dumps(verdict),
+            "Owls: they fly at night.",
+            json.dumps(accept),
+        ],
+        "t-sub": [
+            Reply(tool_calls=(write,)),
+            Reply(tool_calls=(bad,)),
+            Reply(tool_calls=(ask,)),
+            "Wrote owls.txt; it says owls hunt at night.",
+        ],
+        "t-sub/sub/1": ["Owls hunt at night."],
+        "t-loop": ["again", "again"],
+        "t-fail": [Reply(error=ReplyError(kind="auth", message="scripted bad key"))],
+        "t-cancel": [Reply(tool_calls=(ask,))],
+        "t-cancel/sub/1": [Reply(text="never", delay=1.0)],
+    }
+    cursors = {task_id: iter(replies) for task_id, replies in script.items()}
+    provider = ScriptedProvider(
+        lambda prompt, info: next(cursors[info.run_id]), sleep=hold
+    )
+    host = await rig.host(provider, llm_retries=0)
+    settings = Settings()
+
+    async def start(
+        task_id: str, program: str, *templates: Template, **args: str
+    ) -> None:
+        first = task_files.created(
+            program,
+            settings,
+            task_id,
+            templates=templates,
+            args=args,
+            context=("Owls are birds of prey.",),
+            tools=rig.tools,
+        )
+        await host.submit(
+            f"task.{task_id}", msgspec.structs.replace(first, at=rig.clock.now())
+        )
+
+    await start("t-de", TASK_PROGRAM, topic="owls")
+    await rig.recorded(TaskCompleted, 1)
+    await start("t-sub", '(writer "owls")', writer, summary, judge)
+    await rig.recorded(TaskCompleted, 3)  # the child's and its parent's
+    loop = '(loop 2 (bind last (judge "x")) (continue last))'
+    await start("t-loop", loop, judge)
+    await rig.recorded(TaskFailed, 1)
+    await start("t-fail", '(judge "x")', judge)
+    await rig.recorded(TaskFailed, 2)
+    await start("t-cancel", '(writer "owls")', writer, summary)
+    child = "task.t-cancel/sub/1"
+    while not any(isinstance(r.event, LlmRequested) for r in await rig.log.read(child)):
+        await asyncio.sleep(0.005)  # the child asks its model, which holds
+    cancel = events.CancelRequested(reason="enough", at=rig.clock.now())
+    await host.submit("task.t-cancel", cancel)
+    await rig.recorded(TaskFailed, 4)  # the task, and its child cancelled
+
+
 _NOON = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
 
 
@@ -1105,6 +1233,7 @@ SCENARIOS: dict[str, Scenario] = {
     "workflow_revision_1": partial(workflow, revision=1),
     "workflow_revision_2": partial(workflow, revision=2),
     "workflow_revision_3": workflow_revision_3,
+    "tasks": tasks,
 }
 
 

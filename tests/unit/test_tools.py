@@ -181,7 +181,8 @@ def test_get_names_the_tool_or_lists_the_others() -> None:
 
 def test_with_builtins_registers_the_files_tools() -> None:
     """with_builtins() holds files.read, files.write and files.list, offered
-    to models, and the git tools of workflow worktrees, offered to none."""
+    to models, and the git tools of workflow worktrees and a task program's
+    script.run, offered to none."""
     registry = ToolRegistry.with_builtins()
     assert registry.names() == (
         "files.list",
@@ -190,6 +191,7 @@ def test_with_builtins_registers_the_files_tools() -> None:
         "git.pull_request",
         "git.worktree_add",
         "git.worktree_remove",
+        "script.run",
     )
     assert [s.name for s in registry.specs()] == [
         "files.list",

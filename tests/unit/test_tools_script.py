@@ -1,0 +1,48 @@
+"""script.run, a task program's ``system:run_script``: a shell command in the
+workspace, its exit status and output as JSON; offered to no model."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from typing import Any
+
+from steward.actors.tools import ToolContext, ToolRegistry
+
+
+async def run(workspace: pathlib.Path, command: str) -> dict[str, Any]:
+    ctx = ToolContext(workspace=workspace, run_id="t1", stream="task.t1")
+    outcome = await ToolRegistry.with_builtins().call(
+        "script.run", {"command": command}, ctx=ctx
+    )
+    assert outcome.ok, outcome.error
+    return dict(json.loads(outcome.output))
+
+
+async def test_a_command_runs_in_the_workspace(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "here.txt").write_text("x")
+    answer = await run(tmp_path, "ls; echo err >&2")
+    assert answer["exit"] == 0
+    assert "here.txt" in answer["output"] and "err" in answer["output"]
+
+
+async def test_a_failing_command_is_an_answer_not_a_failed_call(
+    tmp_path: pathlib.Path,
+) -> None:
+    answer = await run(tmp_path, "echo 1 test failed; exit 3")
+    assert answer == {"exit": 3, "output": "1 test failed\n"}
+
+
+async def test_a_command_past_its_time_is_stopped(tmp_path: pathlib.Path) -> None:
+    ctx = ToolContext(workspace=tmp_path, run_id="t1")
+    outcome = await ToolRegistry.with_builtins().call(
+        "script.run", {"command": "sleep 30"}, ctx=ctx, timeout=0.2
+    )
+    assert not outcome.ok and "0.2" in (outcome.error or "")
+
+
+def test_no_model_is_offered_script_run() -> None:
+    registry = ToolRegistry.with_builtins()
+    assert "script.run" in registry
+    assert "script.run" not in [s.name for s in registry.specs()]
+    assert registry.specs(["script.run"]) == ()
