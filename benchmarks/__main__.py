@@ -2,7 +2,8 @@
 
 Usage: ``python -m benchmarks [--only NAME]``, NAME being a module of
 ``MODULES`` (``log_bench``, ``runtime_bench``, ``floor_bench``,
-``workers_bench``, ``session_bench``, ``workflow_bench``, or just ``log``).
+``workers_bench``, ``session_bench``, ``workflow_bench``, ``task_bench``,
+or just ``log``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ MODULES = [
     "benchmarks.workers_bench",
     "benchmarks.session_bench",
     "benchmarks.workflow_bench",
+    "benchmarks.task_bench",
 ]
 
 

@@ -537,7 +537,7 @@ def _loop(ev: _Evaluation, node: Form, env: _Env) -> Any:
     for i in range(1, count + 1):
         ev.note("iteration", f"loop iteration {i} of {count}")
         ev.depth += 1
-        value = ev.body(node.items[2:], _Env(env))
+        value = ev.body(node.items[2:], env)  # a bind lasts to the next iteration
         ev.depth -= 1
         ev.last_iteration = value
         if isinstance(value, Decision):
