@@ -327,7 +327,7 @@ class _Evaluation:
             args = [self.eval(a, env) for a in node.items[1:]]
             try:
                 return primitive(*args)
-            except (TypeError, ValueError, KeyError, IndexError) as e:
+            except (TypeError, ValueError, KeyError, IndexError, ArithmeticError) as e:
                 raise _Error(f"({head.name} ...): {e}", node) from None
         raise _Error(f"{head.name} is not a template, a variable or a primitive", head)
 
@@ -398,7 +398,8 @@ class _Evaluation:
         result = self.results[n - 1]
         self.note("call", f"{label} {_args(args)}", n)
         if result.status != "COMPLETE":
-            raise _CallFailed(n, result, self.failed_limits[n - 1])
+            limits = self.failed_limits
+            raise _CallFailed(n, result, limits[n - 1] if n <= len(limits) else None)
         return result
 
 

@@ -19,7 +19,12 @@ import msgspec
 
 from steward.errors import StewardError
 
-__all__ = ["Form", "Lit", "Node", "ParseError", "Sym", "parse", "shown"]
+__all__ = ["MAX_DEPTH", "Form", "Lit", "Node", "ParseError", "Sym", "parse", "shown"]
+
+MAX_DEPTH = 200
+"""Forms (and quotes) nested inside each other, at most: deeper text is a
+`ParseError` where it goes too deep, the same on every host, rather than a
+`RecursionError` from the reader."""
 
 
 class Sym(msgspec.Struct, frozen=True, gc=False):
@@ -61,7 +66,7 @@ class ParseError(StewardError):
 
 _TOKEN = re.compile(
     r"""
-    (?P<space>[ \t\r\n]+|;[^\n]*)
+    (?P<space>\s+|;[^\n]*)
   | (?P<open>\()
   | (?P<close>\))
   | (?P<quote>')
@@ -82,6 +87,7 @@ class _Reader:
     def __init__(self, text: str) -> None:
         self.text = text
         self.pos = 0
+        self.depth = 0
         # offsets where lines start, for positions
         self.starts = [0] + [m.end() for m in re.finditer("\n", text)]
 
@@ -113,6 +119,8 @@ class _Reader:
             raise self.fail("the program ends where a form was expected", start)
         kind = m.lastgroup
         line, column = self.where(start)
+        if kind in ("open", "quote") and self.depth >= MAX_DEPTH:
+            raise self.fail(f"forms nest deeper than {MAX_DEPTH} here", start)
         if kind == "open":
             self.pos = m.end()
             items: list[Node] = []
@@ -123,7 +131,9 @@ class _Reader:
                 if self.text[self.pos] == ")":
                     self.pos += 1
                     return Form(tuple(items), line, column)
+                self.depth += 1
                 items.append(self.node())
+                self.depth -= 1
         if kind == "close":
             raise self.fail("unexpected ), with no ( open", start)
         if kind == "quote":
@@ -131,12 +141,19 @@ class _Reader:
             self.skip()
             if self.pos >= len(self.text) or self.text[self.pos] == ")":
                 raise self.fail("' must be followed by a form", start)
+            self.depth += 1
             quoted = self.node()
+            self.depth -= 1
             return Form((Sym("quote", line, column), quoted), line, column)
         if kind == "string":
             return self.string(start, line, column)
         self.pos = m.end()
-        return _atom(m.group(), line, column)
+        try:
+            return _atom(m.group(), line, column)
+        except ValueError:  # int() refuses more than 4300 digits
+            raise self.fail(
+                f"this integer has too many digits ({len(m.group())})", start
+            ) from None
 
     def string(self, start: int, line: int, column: int) -> Lit:
         out: list[str] = []
