@@ -56,6 +56,12 @@ MAX_NESTING = 200
 """Calls of lambdas inside each other, at most (a program that recurses
 without end fails here rather than running the host out of stack)."""
 
+MAX_STEPS = 1_000_000
+"""Forms one evaluation may evaluate, at most: a guard, not a limit a
+program is meant to reach (its loops' own counts are), so that a loop of a
+billion iterations or a recursion that branches fails the task (limit
+``steps``) instead of holding the host."""
+
 
 class Result(msgspec.Struct, frozen=True, gc=False):
     """A call's result as the program sees it (the spec's ``TaskResult``):
@@ -269,6 +275,7 @@ class _Evaluation:
         self.failed_limits = failed_limits
         self.max_calls = max_calls
         self.calls = 0
+        self.steps = 0
         self.nesting = 0
         self.depth = 0
         self.bound: dict[str, Any] = {}
@@ -284,6 +291,13 @@ class _Evaluation:
     # -- evaluation ---------------------------------------------------------------
 
     def eval(self, node: Node, env: _Env) -> Any:
+        self.steps += 1
+        if self.steps > MAX_STEPS:
+            raise _Limit(
+                "steps",
+                f"the program took more than {MAX_STEPS:,} evaluation steps "
+                "without a call (a loop or a recursion that does not end)",
+            )
         match node:
             case Lit(value=value):
                 return value
@@ -540,7 +554,7 @@ def _loop(ev: _Evaluation, node: Form, env: _Env) -> Any:
         ev.depth += 1
         value = ev.body(node.items[2:], env)  # a bind lasts to the next iteration
         ev.depth -= 1
-        ev.last_iteration = value
+        ev.last_iteration = value.value if isinstance(value, Decision) else value
         if isinstance(value, Decision):
             if value.action == "stop":
                 return value.value
@@ -694,7 +708,9 @@ SPECIAL_FORMS = frozenset(_SPECIAL)
 def _truthy(value: Any) -> bool:
     if isinstance(value, Result):
         return value.status == "COMPLETE"
-    return value not in (None, False, 0, "", ()) and value == value
+    if isinstance(value, tuple | list | dict | str):
+        return len(value) > 0
+    return value not in (None, False, 0) and value == value
 
 
 def text_of(value: Any) -> str:
@@ -879,5 +895,5 @@ def evaluate(
             )
         )
     if isinstance(value, Decision):
-        value = value.value if value.action == "stop" else value
+        value = value.value  # a continue or stop answered outside a loop
     return Done(value)

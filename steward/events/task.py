@@ -142,7 +142,7 @@ class TaskError(
     """Why a task ended without its result, with what it had got so far.
 
     ``kind``: ``limit`` (``limit`` names it: ``iterations``, ``turns``,
-    ``tokens``, ``depth``, ``calls``), ``call`` (an atomic call or tool
+    ``tokens``, ``depth``, ``calls``, ``steps``), ``call`` (an atomic call or tool
     failed), ``subtask`` (a subtask request was refused), ``eval`` (the
     program went wrong: an unknown name, a wrong argument), ``cancelled``."""
 
