@@ -298,28 +298,27 @@ class _Evaluation:
                 f"the program took more than {MAX_STEPS:,} evaluation steps "
                 "without a call (a loop or a recursion that does not end)",
             )
-        match node:
-            case Lit(value=value):
+        if type(node) is Lit:
+            return node.value
+        if type(node) is Sym:
+            found, value = env.find(node.name)
+            if found:
                 return value
-            case Sym(name=name):
-                found, value = env.find(name)
-                if found:
-                    return value
-                if name in self.templates:
-                    return QSym(name)
-                raise _Error(f"{name} is not bound", node)
-            case Form(items=()):
-                return ()
-            case Form(items=items):
-                head = items[0]
-                if isinstance(head, Sym):
-                    special = _SPECIAL.get(head.name)
-                    if special is not None:
-                        return special(self, node, env)
-                    return self.apply_named(head, node, env)
-                fn = self.eval(head, env)
-                args = [self.eval(a, env) for a in items[1:]]
-                return self.apply(fn, args, node)
+            if node.name in self.templates:
+                return QSym(node.name)
+            raise _Error(f"{node.name} is not bound", node)
+        assert type(node) is Form
+        if not node.items:
+            return ()
+        head = node.items[0]
+        if type(head) is Sym:
+            special = _SPECIAL.get(head.name)
+            if special is not None:
+                return special(self, node, env)
+            return self.apply_named(head, node, env)
+        fn = self.eval(head, env)
+        args = [self.eval(a, env) for a in node.items[1:]]
+        return self.apply(fn, args, node)
 
     def body(self, nodes: Sequence[Node], env: _Env) -> Any:
         value: Any = None
@@ -410,7 +409,8 @@ class _Evaluation:
                 raise _Limit("calls", f"the program made {self.max_calls} calls", n)
             raise _Stop(Need(call=n, template=template, args=args, tool=tool))
         result = self.results[n - 1]
-        self.note("call", f"{label} {_args(args)}", n)
+        if self.trace is not None:
+            self.note("call", f"{label} {_args(args)}", n)
         if result.status != "COMPLETE":
             limits = self.failed_limits
             raise _CallFailed(n, result, limits[n - 1] if n <= len(limits) else None)
@@ -440,7 +440,8 @@ def _bind(ev: _Evaluation, node: Form, env: _Env) -> Any:
     if len(node.items) != 3:
         raise _Error("(bind NAME EXPR) takes a name and an expression", node)
     name = _sym(node.items[1], "bind's first argument")
-    ev.note("form", f"bind {name}")
+    if ev.trace is not None:
+        ev.note("form", f"bind {name}")
     ev.depth += 1
     value = ev.eval(node.items[2], env)
     ev.depth -= 1
@@ -454,7 +455,8 @@ def _let(ev: _Evaluation, node: Form, env: _Env) -> Any:
     if not isinstance(pairs, Form):
         raise _Error("(let ((NAME EXPR) ...) BODY ...) needs a list of bindings", node)
     scope = _Env(env)
-    ev.note("form", "let " + " ".join(shown(p, 20) for p in pairs.items))
+    if ev.trace is not None:
+        ev.note("form", "let " + " ".join(shown(p, 20) for p in pairs.items))
     ev.depth += 1
     for pair in pairs.items:
         if not isinstance(pair, Form) or len(pair.items) != 2:
@@ -470,15 +472,14 @@ def _if(ev: _Evaluation, node: Form, env: _Env) -> Any:
     if len(node.items) not in (3, 4):
         raise _Error("(if TEST THEN [ELSE]) takes two or three arguments", node)
     test = ev.eval(node.items[1], env)
+    taken = _truthy(test)
     branch = (
-        node.items[2]
-        if _truthy(test)
-        else (node.items[3] if len(node.items) == 4 else None)
+        node.items[2] if taken else (node.items[3] if len(node.items) == 4 else None)
     )
-    ev.note(
-        "form",
-        f"if {shown(node.items[1], 40)} -> {'then' if _truthy(test) else 'else'}",
-    )
+    if ev.trace is not None:
+        ev.note(
+            "form", f"if {shown(node.items[1], 40)} -> {'then' if taken else 'else'}"
+        )
     if branch is None:
         return None
     ev.depth += 1
