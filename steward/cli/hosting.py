@@ -11,6 +11,7 @@ import secrets
 import signal
 import socket
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,35 @@ def new_host(env: Env, log: EventLog, projector: Projector | None, **kw: Any) ->
         kinds=env.kinds,
         **kw,
     )
+
+
+@contextlib.asynccontextmanager
+async def foreground(
+    env: Env, log: EventLog, projector: Projector, provider: Provider, what: str
+) -> AsyncIterator[Host]:
+    """The host a command that records an actor and follows it submits to:
+    its own, started, when it takes an embedded log's host lock (it then
+    carries the actor out, and stops on leaving); else one that only
+    submits, beside the `serve` or workers that host the log.
+
+    Raises:
+        NoHostError: nothing hosts the log, so nothing would carry out
+            ``what`` (checked before anything is recorded).
+    """
+    lock = None if env.distributed else HostLock(env.db)
+    host: Host | None = None
+    try:
+        if lock is not None and lock.acquire():
+            host = new_host(env, log, projector, provider=provider)
+            await host.start()
+        elif no_host := await why_unhosted(env, log, what):
+            raise no_host
+        yield host or Host(log, kinds=env.kinds)
+    finally:
+        if host is not None:
+            await host.stop()
+        if lock is not None:
+            lock.release()
 
 
 async def why_unhosted(env: Env, log: EventLog, what: str) -> NoHostError | None:

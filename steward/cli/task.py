@@ -36,7 +36,7 @@ from steward.cli.env import (
     shown,
     stream_records,
 )
-from steward.cli.hosting import checked_provider, new_host, why_unhosted
+from steward.cli.hosting import checked_provider, foreground
 from steward.cli.output import columns, cut, json_line, listed, total_of
 from steward.errors import NotAllowedError, StewardError
 from steward.events.protocol import ChildFinished
@@ -47,7 +47,6 @@ from steward.events.task import (
     SubtaskSpawned,
 )
 from steward.host import Host
-from steward.hostlock import HostLock
 from steward.isotime import iso_time
 from steward.tasks import created, load_program, load_templates, validate
 
@@ -112,27 +111,18 @@ async def cmd_task_run(env: Env, args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGINT, interrupted.set)
     async with opened(env) as (log, projector):
-        lock = None if env.distributed else HostLock(env.db)
-        host: Host | None = None
+        if (await log.version(stream)) > 0:
+            raise StewardError(f"there is a task {task_id} already")
         try:
-            if (await log.version(stream)) > 0:
-                raise StewardError(f"there is a task {task_id} already")
-            if lock is not None and lock.acquire():
-                host = new_host(env, log, projector, provider=provider)
-                await host.start()
-            elif no_host := await why_unhosted(env, log, f"task {task_id}"):
-                raise no_host
-            submitter = host or Host(log, kinds=env.kinds)
-            first = replace(first, at=submitter.clock.now())
-            if await submitter.submit(stream, first) is None:
-                raise StewardError(f"task {task_id} was refused")
-            env.out(f"task {task_id}: {path} ({len(templates)} templates)")
-            state = await _follow(env, log, stream, interrupted, args.quiet)
+            async with foreground(
+                env, log, projector, provider, f"task {task_id}"
+            ) as host:
+                first = replace(first, at=host.clock.now())
+                if await host.submit(stream, first) is None:
+                    raise StewardError(f"task {task_id} was refused")
+                env.out(f"task {task_id}: {path} ({len(templates)} templates)")
+                state = await _follow(env, log, stream, interrupted, args.quiet)
         finally:
-            if host is not None:
-                await host.stop()
-            if lock is not None:
-                lock.release()
             loop.remove_signal_handler(signal.SIGINT)
     if state.status not in TERMINAL:
         print(

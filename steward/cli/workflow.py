@@ -32,11 +32,10 @@ from steward.cli.env import (
     shown,
     stream_records,
 )
-from steward.cli.hosting import checked_provider, new_host, why_unhosted
+from steward.cli.hosting import checked_provider, foreground
 from steward.cli.output import columns, cut, listed, total_of
 from steward.errors import NotAllowedError, StewardError
 from steward.host import Host
-from steward.hostlock import HostLock
 from steward.isotime import iso_time
 from steward.kinds import kind_of
 from steward.workflows import created, load_definition, worktree
@@ -141,29 +140,23 @@ async def cmd_run(env: Env, args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGINT, interrupted.set)
     async with opened(env) as (log, projector):
-        lock = None if env.distributed else HostLock(env.db)
-        host: Host | None = None
+        what = f"workflow run {workflow_id}"
         try:
             if (await log.version(stream)) > 0:
                 raise StewardError(f"there is a workflow run {workflow_id} already")
-            if lock is not None and lock.acquire():
-                host = new_host(env, log, projector, provider=provider)
-                await host.start()
-            elif no_host := await why_unhosted(env, log, f"workflow run {workflow_id}"):
-                raise no_host
-            submitter = host or Host(log, kinds=env.kinds)
-            first = replace(first, at=submitter.clock.now())
-            if await submitter.submit(stream, first) is None:
-                raise StewardError(f"workflow run {workflow_id} was refused")
-            env.out(f"workflow {workflow_id}: {definition.key} v{definition.version}")
-            if tree is not None:
-                env.out(f"  worktree {tree.path} on branch {tree.branch} ({tree.base})")
-            state = await _follow(env, log, stream, interrupted, args.quiet)
+            async with foreground(env, log, projector, provider, what) as host:
+                first = replace(first, at=host.clock.now())
+                if await host.submit(stream, first) is None:
+                    raise StewardError(f"workflow run {workflow_id} was refused")
+                env.out(
+                    f"workflow {workflow_id}: {definition.key} v{definition.version}"
+                )
+                if tree is not None:
+                    env.out(
+                        f"  worktree {tree.path} on branch {tree.branch} ({tree.base})"
+                    )
+                state = await _follow(env, log, stream, interrupted, args.quiet)
         finally:
-            if host is not None:
-                await host.stop()
-            if lock is not None:
-                lock.release()
             loop.remove_signal_handler(signal.SIGINT)
     if state.status not in TERMINAL:
         print(
