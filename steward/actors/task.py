@@ -131,6 +131,8 @@ class Atom(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """The subtask in flight (its stream)."""
     child_call: str | None = None
     """The ``subtask`` tool call its result answers (``None``: asked in text)."""
+    child_request: SubtaskRequest | None = None
+    """What the subtask in flight was asked (told back if it fails)."""
 
 
 class Task(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -246,11 +248,18 @@ def evolve(state: Task, event: Event) -> Task:
                 ),
                 claims=unclaimed(state.claims, rid),
             )
-        case SubtaskSpawned(task_id=child, tool_call_id=call_id) if atom is not None:
+        case SubtaskSpawned(task_id=child, tool_call_id=call_id, request=request) if (
+            atom is not None
+        ):
             return replace(
                 state,
                 subtasks=state.subtasks + 1,
-                atom=replace(atom, child=task_stream(child), child_call=call_id),
+                atom=replace(
+                    atom,
+                    child=task_stream(child),
+                    child_call=call_id,
+                    child_request=request,
+                ),
             )
         case SubtaskRefused(reason=reason, tool_call_id=call_id) if atom is not None:
             message = ChatMessage(
@@ -262,11 +271,16 @@ def evolve(state: Task, event: Event) -> Task:
                 state, atom=replace(atom, messages=(*atom.messages, message))
             )
         case ChildFinished(stream=stream) as done if atom and stream == atom.child:
-            answer = _child_answer(atom, done)
+            depth = (state.created.depth if state.created else 0) + 1
+            answer = _child_answer(atom, done, depth)
             return replace(
                 state,
                 atom=replace(
-                    atom, child=None, child_call=None, messages=(*atom.messages, answer)
+                    atom,
+                    child=None,
+                    child_call=None,
+                    child_request=None,
+                    messages=(*atom.messages, answer),
                 ),
             )
         case CallFinished() as finished:
@@ -341,13 +355,17 @@ def _call_id_of(atom: Atom, request_id: str) -> str | None:
     return said.tool_calls[index].id if index < len(said.tool_calls) else None
 
 
-def _child_answer(atom: Atom, done: ChildFinished) -> ChatMessage:
-    """A subtask's result, as the answer its parent's model reads."""
+def _child_answer(atom: Atom, done: ChildFinished, depth: int) -> ChatMessage:
+    """A subtask's result, as the answer its parent's model reads: a
+    failure with the request it was and its ``depth`` (spec 002)."""
     if done.status == "completed":
         text = done.output
     else:
+        told = {"output": done.output, **done.metadata, "depth": depth}
+        if atom.child_request is not None:
+            told["request"] = msgspec.to_builtins(atom.child_request)
         text = "error: the subtask failed: " + json.dumps(
-            {"output": done.output, **done.metadata}, ensure_ascii=False, sort_keys=True
+            told, ensure_ascii=False, sort_keys=True
         )
     if atom.child_call is None:
         return ChatMessage(role="user", content=f"The subtask answered:\n{text}")

@@ -128,6 +128,13 @@ def apply(conn: sqlite3.Connection, rec: Recorded) -> None:
                 "error=?, updated_at=? WHERE task_id=?",
                 (error.kind, error.limit, error.message, rec.at, task_id),
             )
+            # a call the task's end cut short (a cancel, a subtask refused
+            # for depth or a cycle) has no CallFinished: it ended with it
+            conn.execute(
+                "UPDATE task_steps SET status='FAILED', finished_at=? "
+                "WHERE task_id=? AND status='running'",
+                (rec.at, task_id),
+            )
         case _:
             pass
 
