@@ -338,7 +338,7 @@ def _refusals(
             if lone:
                 continue
             why = "call subtask alone, with no other tool call beside it"
-        elif call.name != "subtask" and call.name in template.tools:
+        elif call.name != "subtask" and call.name in _tool_names(allowed):
             continue
         else:
             why = f"there is no tool {call.name} here; you may call: {names}"
@@ -346,6 +346,10 @@ def _refusals(
             ChatMessage(role="tool", content=f"error: {why}", tool_call_id=call.id)
         )
     return out
+
+
+def _tool_names(specs: tuple[ToolSpec, ...]) -> frozenset[str]:
+    return frozenset(t.name for t in specs)
 
 
 def _call_id_of(atom: Atom, request_id: str) -> str | None:
@@ -413,7 +417,8 @@ def decide(input: Event, state: Task) -> list[Event] | None:
             return [] if after.atom.waiting else _ask(after)
         case CancelRequested(reason=reason):
             error = TaskError(kind="cancelled", message=reason, partial=_partial(state))
-            return [TaskFailed(error=error, reply_to=_reply_to(state))]
+            child = atom.child if atom is not None else None
+            return [TaskFailed(error=error, reply_to=_reply_to(state), subtask=child)]
         case EffectClaimed() as claim if awaits(state, claim.request_id) and (
             claimable(state.claims, claim)
         ):
@@ -476,16 +481,11 @@ def _ask(state: Task) -> list[Event]:
     tokens = template.max_tokens or (limits.max_tokens if limits else None)
     spent = atom.usage.input_tokens + atom.usage.output_tokens
     if atom.turns >= turns:
-        return _finish_atom(
-            state, "FAILED", f"the call reached its {turns} turns", limit="turns"
-        )
+        why = f"the call reached its {turns} turns"
+        return _finish_atom(state, "FAILED", _with_last(atom, why), limit="turns")
     if tokens is not None and spent >= tokens:
-        return _finish_atom(
-            state,
-            "FAILED",
-            f"the call used {spent} of its {tokens} tokens",
-            limit="tokens",
-        )
+        why = f"the call used {spent} of its {tokens} tokens"
+        return _finish_atom(state, "FAILED", _with_last(atom, why), limit="tokens")
     n = state.model_calls + 1
     request = LlmRequested(
         request_id=f"{state.id}/llm/{n}",
@@ -496,6 +496,14 @@ def _ask(state: Task) -> list[Event]:
         else "subagent",
     )
     return [request]
+
+
+def _with_last(atom: Atom, why: str) -> str:
+    """``why`` a call ended at a limit, with the last answer it had."""
+    last = next(
+        (m.content for m in reversed(atom.messages) if m.role == "assistant"), ""
+    )
+    return f"{why}; its last answer: {last}" if last else why
 
 
 def _replied(state: Task, reply: LlmResponded) -> list[Event]:
@@ -516,7 +524,7 @@ def _replied(state: Task, reply: LlmResponded) -> list[Event]:
                 call_id=c.id,
             )
             for i, c in enumerate(calls)
-            if c.name != "subtask" and c.name in template.tools
+            if c.name != "subtask" and c.name in _tool_names(_offered(state, template))
         ]
         return run or _ask(state)
     status, content, notes, request = _reading(reply.text)

@@ -67,7 +67,7 @@ def effects(rec: Recorded, at: Task, latest: Task) -> list[Effect]:
         case TaskCompleted(reply_to=str(parent), output=output):
             done = ChildFinished(stream=rec.stream, status="completed", output=output)
             return [_deliver(rec.stream, parent, done)]
-        case TaskFailed(reply_to=to, error=error):
+        case TaskFailed(reply_to=to, error=error, subtask=below):
             out: list[Effect] = []
             if to is not None:
                 result = ChildFinished(
@@ -77,8 +77,7 @@ def effects(rec: Recorded, at: Task, latest: Task) -> list[Effect]:
                     metadata={"error": _plain(error)},
                 )
                 out.append(_deliver(rec.stream, to, result))
-            below = at.atom.child if at.atom else None
-            if error.kind == "cancelled" and below is not None:
+            if below is not None:
                 why = f"its parent task {at.id} was cancelled"
                 out.append(
                     Deliver(
@@ -163,14 +162,21 @@ def pending(rec: Recorded) -> Pending:
             return Pending(
                 answers=(notify_key(stream), spawn_key(stream), cancel_key(stream))
             )
-        case TaskCompleted(reply_to=parent) | TaskFailed(reply_to=parent):
-            wants = (Want(key=notify_key(rec.stream), kind="deliver"),)
-            return Pending(ended=True, wants=wants if parent else ())
+        case TaskCompleted(reply_to=parent):
+            return Pending(ended=True, wants=_notify(rec.stream, parent))
+        case TaskFailed(reply_to=parent, subtask=below):
+            cancel = (Want(key=cancel_key(below), kind="deliver"),) if below else ()
+            return Pending(ended=True, wants=(*_notify(rec.stream, parent), *cancel))
         case TaskCreated(reply_to=str()):
             # created: its creation (the parent's want) is answered
             return Pending(answers=(spawn_key(rec.stream),))
         case _:
             return Pending()
+
+
+def _notify(stream: str, parent: str | None) -> tuple[Want, ...]:
+    """The delivery of a task's result to its parent, if it has one."""
+    return (Want(key=notify_key(stream), kind="deliver"),) if parent else ()
 
 
 def model_call(

@@ -251,6 +251,9 @@ class TaskFailed(Event, frozen=True, kw_only=True):
     error: TaskError
     reply_to: str | None = None
     """The stream the result is delivered to (the parent's), if any."""
+    subtask: str | None = None
+    """The subtask in flight (its stream) when the task was cancelled: it is
+    cancelled too."""
 
 
 INPUT_TYPES: tuple[type[Event], ...] = (

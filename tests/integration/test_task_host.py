@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -124,34 +123,10 @@ async def rows(host: Any, log: Any, sql: str) -> list[tuple[Any, ...]]:
     return found
 
 
-def _holds(*kinds: type[Any]) -> Callable[[list[Any]], bool]:
-    return lambda events: all(any(isinstance(e, k) for e in events) for k in kinds)
-
-
-KNOWN: dict[str, tuple[Callable[[list[Any]], bool], str]] = {
-    "fork": (_holds(ChildFinished), "the fork refused the input"),
-    "pending": (
-        _holds(SubtaskSpawned, CancelRequested),
-        "TaskFailed asks for Deliver 'cancel:task.t1/sub/1', which its pending "
-        "does not want",
-    ),
-}
-"""Contract checks (by name) that fail today, with the message given, on
-a stream whose events the predicate picks: bugs outside the task kind's own
-files. A fork renames a child's id in `SubtaskSpawned` but not the stream
-its `ChildFinished` names (`replay.remap` swaps ``t1/…``, not
-``task.t1/…``), so the copied result answers no child; a cancelled task's
-`TaskFailed` names no child in flight, so its pending cannot want the
-cancel delivered to it (a host that dies first never cancels the child).
-Each check is expected to fail, so the day it passes this says to take it
-out."""
-
-
 async def verified(log: Any) -> list[str]:
     """Every stream of the log replays to its recorded decisions and keeps
     the kind contract (its pending wants answered by the log's other
-    streams, as a golden log's are; `KNOWN` failures expected); their
-    names."""
+    streams, as a golden log's are); their names."""
     streams: list[str] = await log.streams()
     samples = tuple(
         [
@@ -163,13 +138,8 @@ async def verified(log: Any) -> list[str]:
         patch.setattr(contract, "golden_samples", lambda: samples)
         for sample in samples:
             assert replay.verify(sample.records) is None, sample.stream
-            for name, check in contract.CHECKS.items():
-                which, fails = KNOWN.get(name, (lambda events: False, ""))
-                if which([r.event for r in sample.records]):
-                    with pytest.raises(AssertionError, match=re.escape(fails)):
-                        check(KINDS.of(sample.stream), sample)
-                else:
-                    check(KINDS.of(sample.stream), sample)
+            for check in contract.CHECKS.values():
+                check(KINDS.of(sample.stream), sample)
     return streams
 
 
