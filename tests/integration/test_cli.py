@@ -88,8 +88,8 @@ def test_an_unknown_id_is_one_clear_line(
     err = capsys.readouterr().err
     assert code == 2
     assert err.strip() == (
-        "steward: no actor 'nope' in the log (no stream run.nope, session.nope "
-        "or workflow.nope); each kind's `list` command shows their ids"
+        "steward: no actor 'nope' in the log (no stream run.nope, session.nope, "
+        "workflow.nope or task.nope); each kind's `list` command shows their ids"
     )
 
 

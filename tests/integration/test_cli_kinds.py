@@ -140,14 +140,14 @@ def test_fork_copies_a_stream_of_any_kind(
     ("argv", "expected"),
     [
         (
-            ["replay", "task.t1"],
-            "steward: stream 'task.t1' is of no actor kind steward has (its "
-            "name starts with one of: counter., run., session., workflow.)",
+            ["replay", "quest.q1"],
+            "steward: stream 'quest.q1' is of no actor kind steward has (its "
+            "name starts with one of: counter., run., session., task., workflow.)",
         ),
         (
-            ["events", "export", "task.t1"],
-            "steward: stream 'task.t1' is of no actor kind steward has (its "
-            "name starts with one of: counter., run., session., workflow.)",
+            ["events", "export", "quest.q1"],
+            "steward: stream 'quest.q1' is of no actor kind steward has (its "
+            "name starts with one of: counter., run., session., task., workflow.)",
         ),
         (
             ["replay", "counter.c9"],
