@@ -141,6 +141,7 @@ EXPECTED["workflow_revision_3"] = {
         "cancelled", reason="its workflow wf-cancel was cancelled"
     ),
 }
+EXPECTED["tasks"] = {}  # its tasks' calls are in their own streams: no runs
 """Each golden log's runs (by run id) and their final states."""
 
 SESSIONS: dict[str, dict[str, tuple[str, ...]]] = {
@@ -197,6 +198,20 @@ WORKFLOWS["workflow_revision_3"] = {
 }
 """Each golden log's workflow runs: their status and the phases they started."""
 
+TASKS: dict[str, dict[str, tuple[str, str]]] = {
+    "tasks": {
+        "task.t-de": ("completed", "Owls: they fly at night."),
+        "task.t-sub": ("completed", "Wrote owls.txt; it says owls hunt at night."),
+        "task.t-sub/sub/1": ("completed", "Owls hunt at night."),
+        "task.t-loop": ("failed", "limit iterations"),
+        "task.t-fail": ("failed", "call"),
+        "task.t-cancel": ("failed", "cancelled"),
+        "task.t-cancel/sub/1": ("failed", "cancelled"),
+    },
+}
+"""Each golden log's tasks: their status and output, or their error's kind
+(and limit)."""
+
 NAMES = sorted({p.stem for p in GOLDEN.glob("*.jsonl")} | set(EXPECTED))
 
 
@@ -240,7 +255,8 @@ def check_replays(name: str, records: typing.Iterable[Recorded]) -> None:
     assert sorted(runs) == sorted(f"run.{run_id}" for run_id in EXPECTED[name])
     others = {s: r for s, r in streams.items() if s not in runs}
     sessions, workflows = SESSIONS.get(name, {}), WORKFLOWS.get(name, {})
-    assert sorted(others) == sorted([*sessions, *workflows])
+    tasks = TASKS.get(name, {})
+    assert sorted(others) == sorted([*sessions, *workflows, *tasks])
     for stream_name, stream in others.items():
         assert [r.version for r in stream] == list(range(1, len(stream) + 1))
         assert replay.verify(stream) is None, f"{name}: {stream_name} no longer replays"
@@ -248,6 +264,12 @@ def check_replays(name: str, records: typing.Iterable[Recorded]) -> None:
         if stream_name in sessions:
             messages = tuple(m.content for m in state.messages)
             assert messages == sessions[stream_name]
+        elif stream_name in tasks:
+            error = state.error
+            said = state.output
+            if error is not None:
+                said = " ".join(filter(None, (error.kind, error.limit)))
+            assert (state.status, said) == tasks[stream_name]
         else:
             phases = tuple(
                 r.event.node for r in stream if isinstance(r.event, events.PhaseStarted)
