@@ -1,0 +1,161 @@
+"""The task decider over random programs and random answers (spec 002):
+whatever a program is and whatever its model answers, the task ends
+(completed, or failed with its error and partial results), the state folded
+from its events is the state it decided on, and ``replay.verify`` re-decides
+every step as it was recorded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+from unit.test_task_eval import PROPERTY_TEMPLATES, programs
+
+from steward import replay
+from steward.actors import task
+from steward.events import (
+    Event,
+    LlmFailed,
+    LlmResponded,
+    Recorded,
+    ToolCall,
+    ToolResulted,
+    Usage,
+    recorded_from_json,
+)
+from steward.events.task import CallStarted, TaskCreated, TaskFailed, TaskLimits
+from steward.kinds import TASK
+
+STREAM = "task.p"
+
+answers = st.sampled_from(
+    [
+        "text",  # a complete result
+        "json-failed",  # the spec's result, FAILED
+        "json-notes",  # COMPLETE with notes
+        "model-failed",  # LlmFailed
+        "invented-tool",  # a tool call no template offers: refused, asked again
+        "bad-subtask",  # CONTINUATION without a description: refused, asked again
+        "expensive",  # a refused tool call that spends the call's tokens
+    ]
+)
+
+
+def _answer(kind: str, request_id: str, n: int) -> Event:
+    text = {
+        "text": f"answer {n}",
+        "json-failed": '{"status": "FAILED", "content": "could not"}',
+        "json-notes": '{"status": "COMPLETE", "content": "c", "notes": {"k": 1}}',
+    }.get(kind, "")
+    if kind == "model-failed":
+        return LlmFailed(request_id=request_id, kind="auth", message="bad key")
+    if kind in ("invented-tool", "expensive"):
+        call = ToolCall(id=f"c{n}", name="shell.exec", args={"cmd": "rm -rf /"})
+        usage = Usage(input_tokens=400 if kind == "expensive" else 10)
+        return LlmResponded(
+            request_id=request_id, text="", tool_calls=(call,), usage=usage
+        )
+    if kind == "bad-subtask":
+        call = ToolCall(id=f"s{n}", name="subtask", args={"type": "x"})
+        return LlmResponded(request_id=request_id, text="", tool_calls=(call,))
+    return LlmResponded(request_id=request_id, text=text, usage=Usage(input_tokens=10))
+
+
+def run(program: str, script: list[str], limits: TaskLimits) -> list[Recorded]:
+    """The task's records, each input decided on the state folded so far and
+    committed with its decisions, its model answered from ``script`` (then
+    plain text) until it ends."""
+    state = task.initial
+    records: list[Recorded] = []
+
+    def commit(input: Event) -> None:
+        nonlocal state
+        decisions = task.decide(input, state)
+        assert decisions is not None, input
+        for e in (input, *decisions):
+            state = task.evolve(state, e)
+            n = len(records) + 1
+            records.append(
+                Recorded(stream=STREAM, version=n, position=n, at=0.0, event=e)
+            )
+
+    templates = tuple(PROPERTY_TEMPLATES.values())
+    commit(
+        TaskCreated(task_id="p", program=program, templates=templates, limits=limits)
+    )
+    for n in range(300):
+        if state.status != "running":
+            return records
+        atom = state.atom
+        if atom is not None and atom.asked is not None:
+            kind = script[n] if n < len(script) else "text"
+            commit(_answer(kind, atom.asked, n))
+        elif state.tool is not None:
+            commit(ToolResulted(request_id=state.tool, ok=True, output="ran"))
+        else:
+            raise AssertionError(f"the task waits for nothing: {state}")
+    raise AssertionError("the task did not end in 300 answers")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    programs(),
+    st.lists(answers, max_size=30),
+    st.integers(1, 3),
+    st.sampled_from([None, 300]),
+)
+def test_any_program_and_answers_end_fold_and_verify(
+    program: str, script: list[str], turns: int, tokens: int | None
+) -> None:
+    limits = TaskLimits(max_turns=turns, max_tokens=tokens)
+    records = run(program, script, limits)
+    state: Any = TASK.fold(r.event for r in records)
+    live: Any = task.initial
+    for r in records:
+        live = task.evolve(live, r.event)
+    assert state == live
+    assert state.status in ("completed", "failed")
+    last = records[-1].event
+    if isinstance(last, TaskFailed):
+        event(f"failed: {last.error.kind} {last.error.limit}")
+        assert last.error.kind in ("call", "limit"), last.error.message
+        assert isinstance(last.error.partial, dict)
+        if last.error.kind == "limit":
+            assert last.error.limit in ("turns", "tokens", "iterations", "calls")
+    else:
+        event("completed")
+    assert replay.verify(records) is None
+
+
+def test_a_code_change_that_evaluates_differently_is_a_mismatch_at_its_version() -> (
+    None
+):
+    """Re-deciding a recorded task with code that binds a template's
+    arguments otherwise (here: upper-cased) is refused by `replay.verify`
+    at the step of the first call, with both sides."""
+    golden = Path(__file__).parents[1] / "golden" / "tasks.jsonl"
+    lines = golden.read_bytes().splitlines()
+    records = [r for r in map(recorded_from_json, lines) if r.stream == "task.t-de"]
+    assert replay.verify(records) is None
+
+    def shouting(input: Event, state: task.Task) -> list[Event] | None:
+        decided = task.decide(input, state)
+        if decided is None:
+            return None
+        return [
+            msgspec.structs.replace(
+                e, args={k: str(v).upper() for k, v in e.args.items()}
+            )
+            if isinstance(e, CallStarted)
+            else e
+            for e in decided
+        ]
+
+    mismatch = replay.verify(records, decide=shouting)
+    assert mismatch is not None
+    first = next(r.version for r in records if isinstance(r.event, CallStarted))
+    assert mismatch.version == first - 1  # the step's input: the task's creation
+    assert "CallStarted" in str(mismatch.recorded)
