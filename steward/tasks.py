@@ -24,6 +24,8 @@ declared parameter at its ``{{``. The template's own checks are
 
 from __future__ import annotations
 
+import functools
+import importlib
 import re
 import tomllib
 from pathlib import Path
@@ -32,7 +34,9 @@ from typing import Any
 import msgspec
 import yaml
 
+from steward.actors import task as task_actor
 from steward.actors import task_templates
+from steward.actors.kind import Kinds
 from steward.actors.task_eval import defined_atoms
 from steward.actors.task_lang import ParseError, parse
 from steward.actors.tools import ToolRegistry
@@ -53,6 +57,7 @@ __all__ = [
     "load_program",
     "program_problems",
     "validate",
+    "with_scorer",
     "Problem",
     "load_template",
     "load_templates",
@@ -523,6 +528,32 @@ def created(
         context=context,
         model=config.model,
         source=source,
+    )
+
+
+def with_scorer(kinds: Kinds, name: str) -> Kinds:
+    """``kinds`` with its task kind choosing subtask templates by scorer
+    ``name`` (``module:function``).
+
+    Raises:
+        ConfigError: ``name`` names no function that can be imported.
+    """
+    module, _, function = name.partition(":")
+    try:
+        scorer = getattr(importlib.import_module(module), function)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise ConfigError(
+            "settings",
+            "task.scorer",
+            f"{name!r} is no importable module:function ({e})",
+        ) from None
+    if not callable(scorer):
+        raise ConfigError("settings", "task.scorer", f"{name!r} is not a function")
+    kind = kinds.get("task")
+    if kind is None:
+        return kinds
+    return kinds.replaced(
+        kind.replaced(decide=functools.partial(task_actor.decide, scorer=scorer))
     )
 
 

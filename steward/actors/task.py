@@ -40,11 +40,13 @@ from steward.actors.task_eval import (
 )
 from steward.actors.task_lang import Node, ParseError, parse
 from steward.actors.task_templates import (
+    Scorer,
     TemplateError,
     context_problem,
     match,
     render_value,
     resolve_context,
+    score,
     substitute,
 )
 from steward.events import Event
@@ -379,9 +381,10 @@ def _child_answer(atom: Atom, done: ChildFinished, depth: int) -> ChatMessage:
 # -- decide --------------------------------------------------------------------------
 
 
-def decide(input: Event, state: Task) -> list[Event] | None:
+def decide(input: Event, state: Task, scorer: Scorer = score) -> list[Event] | None:
     """What the task decides on ``input``; ``None`` refuses it (a duplicate
-    or stale answer, an input for an ended task)."""
+    or stale answer, an input for an ended task). A subtask's template is
+    the one ``scorer`` scores highest for its request (`[task] scorer`)."""
     atom = state.atom
     match input:
         case TaskCreated() if not state.id:
@@ -393,7 +396,7 @@ def decide(input: Event, state: Task) -> list[Event] | None:
         case _ if state.status != "running":
             return None
         case LlmResponded(request_id=rid) as reply if atom and rid == atom.asked:
-            return _replied(evolve(state, reply), reply)
+            return _replied(evolve(state, reply), reply, scorer)
         case LlmFailed(request_id=rid, message=message) if atom and rid == atom.asked:
             return _finish_atom(
                 evolve(state, input), "FAILED", f"the model call failed: {message}"
@@ -506,7 +509,7 @@ def _with_last(atom: Atom, why: str) -> str:
     return f"{why}; its last answer: {last}" if last else why
 
 
-def _replied(state: Task, reply: LlmResponded) -> list[Event]:
+def _replied(state: Task, reply: LlmResponded, scorer: Scorer) -> list[Event]:
     """The atom's model answered (``state`` is after its answer)."""
     atom = state.atom
     assert atom is not None
@@ -515,7 +518,7 @@ def _replied(state: Task, reply: LlmResponded) -> list[Event]:
     if calls:
         subtask = [c for c in calls if c.name == "subtask"]
         if len(calls) == 1 and subtask and template.subtasks:
-            return _spawn(state, subtask[0].args, subtask[0].id)
+            return _spawn(state, subtask[0].args, subtask[0].id, scorer)
         run: list[Event] = [
             ToolRequested(
                 request_id=f"{state.id}/tool/{atom.call}-{atom.turns}-{i}",
@@ -530,7 +533,7 @@ def _replied(state: Task, reply: LlmResponded) -> list[Event]:
     status, content, notes, request = _reading(reply.text)
     if status == "CONTINUATION":
         if template.subtasks:
-            return _spawn(state, request, None)
+            return _spawn(state, request, None, scorer)
         status, content = (
             "FAILED",
             (
@@ -598,7 +601,7 @@ def _finish_atom(
     return [finished, *_advance(evolve(state, finished))]
 
 
-def _spawn(state: Task, asked: Any, call_id: str | None) -> list[Event]:
+def _spawn(state: Task, asked: Any, call_id: str | None, scorer: Scorer) -> list[Event]:
     """The atom answered CONTINUATION with ``asked``: a subtask, or (a bad
     request) the reason as its answer, or (too deep, a cycle) the task's
     end."""
@@ -613,7 +616,7 @@ def _spawn(state: Task, asked: Any, call_id: str | None) -> list[Event]:
     problem = context_problem(cm) if cm is not None else None
     if problem is not None:
         return _refuse_subtask(state, problem, call_id)
-    template = match(tuple(state.templates.values()), request)
+    template = match(tuple(state.templates.values()), request, scorer)
     if template is None:
         return _refuse_subtask(
             state,

@@ -41,6 +41,7 @@ from steward.cli.parser import build_parser
 from steward.config import load_settings
 from steward.errors import NoHostError, NotAllowedError, StewardError
 from steward.kinds import KINDS
+from steward.tasks import with_scorer
 
 __all__ = ["build_parser", "main"]
 
@@ -59,6 +60,8 @@ def main(argv: Sequence[str] | None = None, kinds: Kinds = KINDS) -> int:
     )
     try:
         settings = load_settings(args.config, unknown=_warn, tools=APPROVABLE)
+        if settings.task.scorer is not None:
+            kinds = with_scorer(kinds, settings.task.scorer)
         env = replace(env_of(settings, args), kinds=kinds)
         fn: Callable[[Env, argparse.Namespace], Coroutine[Any, Any, int]] = args.fn
         code = _run(fn(env, args))

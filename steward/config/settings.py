@@ -331,6 +331,11 @@ class TaskConfig(_Section, frozen=True, kw_only=True):
     """Tokens (in and out) one atomic call may use, unless its template says."""
     max_calls: Positive = 1000
     """Calls (atomic and tool) one program may make."""
+    scorer: str | None = None
+    """``module:function``, a template scorer of your own for subtask
+    requests: ``(Template, SubtaskRequest) -> float``, the highest wins
+    (`steward.actors.task_templates.score` when unset). It must be pure, and
+    stay the same for a task's life: `replay --verify` re-decides with it."""
 
 
 class Settings(_Section, frozen=True, kw_only=True):

@@ -10,12 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from unit.test_task_eval import PROPERTY_TEMPLATES, programs
 
 from steward import replay
 from steward.actors import task
+from steward.actors.kind import Kinds
+from steward.errors import ConfigError
 from steward.events import (
     Event,
     LlmFailed,
@@ -26,8 +29,17 @@ from steward.events import (
     Usage,
     recorded_from_json,
 )
-from steward.events.task import CallStarted, TaskCreated, TaskFailed, TaskLimits
-from steward.kinds import TASK
+from steward.events.task import (
+    CallStarted,
+    SubtaskRequest,
+    SubtaskSpawned,
+    TaskCreated,
+    TaskFailed,
+    TaskLimits,
+    Template,
+)
+from steward.kinds import KINDS, TASK
+from steward.tasks import with_scorer
 
 STREAM = "task.p"
 
@@ -159,3 +171,38 @@ def test_a_code_change_that_evaluates_differently_is_a_mismatch_at_its_version()
     first = next(r.version for r in records if isinstance(r.event, CallStarted))
     assert mismatch.version == first - 1  # the step's input: the task's creation
     assert "CallStarted" in str(mismatch.recorded)
+
+
+def prefer_last(template: Template, request: SubtaskRequest) -> float:
+    """A scorer of the test's own: the template named last alphabetically."""
+    return float(ord(template.name[0]))
+
+
+def _spawned(kinds: Kinds) -> str:
+    """The template a subtask request with no hints is given, by ``kinds``."""
+    kind = kinds.of(STREAM)
+    templates = (
+        Template(name="alpha", params=("x",), instructions="{{x}}", matches=("sum",)),
+        Template(name="zeta", params=("x",), instructions="{{x}}"),
+        Template(name="root", instructions="go"),
+    )
+    state = kind.decider.initial
+    for e in (TaskCreated(task_id="p", program="(root)", templates=templates),):
+        for d in (e, *(kind.decider.decide(e, state) or [])):
+            state = kind.decider.evolve(state, d)
+    ask = ToolCall(
+        id="s1",
+        name="subtask",
+        args={"type": "sum", "description": "sum it", "inputs": {"x": "1"}},
+    )
+    reply = LlmResponded(request_id=state.atom.asked, text="", tool_calls=(ask,))
+    decided = kind.decider.decide(reply, state) or []
+    [spawned] = [e for e in decided if isinstance(e, SubtaskSpawned)]
+    return spawned.template
+
+
+def test_the_template_scorer_is_a_function_the_settings_may_replace() -> None:
+    assert _spawned(KINDS) == "alpha"  # the default: its matches name the type
+    assert _spawned(with_scorer(KINDS, "unit.test_task_decider:prefer_last")) == "zeta"
+    with pytest.raises(ConfigError, match="task.scorer: 'nowhere:fn' is no importable"):
+        with_scorer(KINDS, "nowhere:fn")
