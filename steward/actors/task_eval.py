@@ -180,7 +180,8 @@ def defined_atoms(program: Sequence[Node], source: str = "") -> tuple[Template, 
     """The templates a program defines with ``defatom`` (wherever it does),
     read without evaluating it: ``(defatom NAME (params P ...) (instructions
     "...") (FIELD VALUE) ...)``, a field being any of `Template`'s
-    (``max_turns``, ``model``, ``output_format``, ``subtasks``...).
+    (``max_turns``, ``model``, ``output_format``, ``subtasks``...), and
+    ``(context_management (inherit_context "none") ...)``.
 
     Raises:
         ValueError: a ``defatom`` is malformed, naming where.
@@ -226,6 +227,16 @@ def _atom_of(node: Form, source: str) -> Template:
             )
         key = clause.items[0].name
         field = key.replace("-", "_")
+        if field == "context_management":
+            # (context_management (inherit_context "none") (fresh_context ...))
+            pairs = [_datum(v) for v in clause.items[1:]]
+            if not all(isinstance(p, list) and len(p) == 2 for p in pairs):
+                raise ValueError(
+                    f"line {clause.line}, column {clause.column}: "
+                    "(context_management (SETTING VALUE) ...)"
+                )
+            fields["context"] = {str(k).replace("-", "_"): v for k, v in pairs}
+            continue
         if field not in _ATOM_FIELDS or field in _NOT_IN_DEFATOM:
             known = ", ".join(f for f in _ATOM_FIELDS if f not in _NOT_IN_DEFATOM)
             raise ValueError(

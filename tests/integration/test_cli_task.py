@@ -1,0 +1,171 @@
+"""`steward task` on the command line: validate (each problem at its file,
+line and column, exit 2), run the example (its lines, its id last), show
+(the evaluation's tree), list, cancel; and the generic commands (replay
+--verify, events export, projections rebuild) on a task."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from steward import cli
+
+EXAMPLES = Path(__file__).parents[2] / "examples" / "tasks"
+
+
+def steward(*argv: str) -> int:
+    return cli.main(list(argv))
+
+
+def test_the_examples_validate(capsys: pytest.CaptureFixture[str]) -> None:
+    assert steward("task", "validate", str(EXAMPLES)) == 0
+    assert capsys.readouterr().out.strip() == f"{EXAMPLES}: ok"
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "expected"),
+    [
+        (
+            "p.sexp",
+            '(bind x (draft "a")\n  (judge "q" x',
+            "p.sexp:2:3: this ( is never closed",
+        ),
+        ("p.sexp", '(draft "a\\q")', "p.sexp:1:10: unknown escape \\q"),
+        (
+            "p.sexp",
+            '(defatom a (params x) (instructions "{{y}}"))',
+            "p.sexp:1:2: defatom a: instructions: {{y}} is not a declared parameter",
+        ),
+        (
+            "p.sexp",
+            '(defatom a (instructions "go")\n'
+            '  (context_management (inherit_context "full")\n'
+            '    (fresh_context "enabled")))',
+            "p.sexp:1:2: defatom a: context_management: fresh_context",
+        ),
+        (
+            "t.toml",
+            'params = ["x"]\ninstructions = """\nabout {{x}} and {{y}}"""\n',
+            "t.toml:3:17: instructions: {{y}} is not a declared parameter",
+        ),
+        (
+            "t.yaml",
+            "instructions: go\ncolour: red\n",
+            "t.yaml:2:1: colour: unknown key",
+        ),
+    ],
+)
+def test_a_problem_is_one_line_at_its_place_and_exit_2(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    name: str,
+    text: str,
+    expected: str,
+) -> None:
+    (tmp_path / name).write_text(text)
+    assert steward("task", "validate", str(tmp_path / name)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0].startswith(f"{tmp_path}/{expected}"), err
+
+
+def test_the_example_runs_shows_lists_and_replays(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = str(tmp_path / "log.db")
+    script = str(EXAMPLES / "director-evaluator.script.yaml")
+    options = ["--db", db, "--script", script]
+    code = steward(
+        *options,
+        "task",
+        "run",
+        str(EXAMPLES / "director-evaluator.sexp"),
+        "--templates",
+        str(EXAMPLES / "templates"),
+        "--arg",
+        "topic=owls",
+        "--id",
+        "owls",
+    )
+    out = capsys.readouterr().out.splitlines()
+    assert code == 0, out
+    assert out[0].startswith("task owls: ")
+    assert (
+        out[1] == '  call 1: draft {"brief": "Write it for a child.", "topic": "owls"}'
+    )
+    assert [line.split(":")[0] for line in out if line.startswith("  call")] == [
+        "  call 1",
+        "  call 1 COMPLETE (1 turns, 105 tokens)",
+        "  call 2",
+        "  call 2 COMPLETE (1 turns, 91 tokens)",
+        "  call 3",
+        "  call 3 COMPLETE (1 turns, 154 tokens)",
+        "  call 4",
+        "  call 4 COMPLETE (1 turns, 115 tokens)",
+    ]
+    assert out[-2].startswith("task owls completed: Owls are birds that hunt at night.")
+    assert out[-1] == "owls"
+
+    assert steward("--db", db, "task", "show", "owls") == 0
+    tree = capsys.readouterr().out.splitlines()
+    assert tree[0].startswith("task owls  completed")
+    assert "  director-evaluator iteration 1 of 3" in tree
+    assert "  director-evaluator iteration 2 of 3" in tree
+    assert any(line.strip().startswith("call 4: judge") for line in tree)
+    assert "  controller: stop" in tree
+
+    assert steward("--db", db, "task", "show", "owls", "-o", "json") == 0
+    shown = json.loads(capsys.readouterr().out)
+    calls = [row for row in shown["tree"] if row["what"] == "call"]
+    assert [c["call"] for c in calls] == [1, 2, 3, 4]
+    assert calls[1]["content"].startswith("Add what owls eat")
+
+    assert steward("--db", db, "task", "list", "-o", "json") == 0
+    [row] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert (row["id"], row["status"], row["calls"]) == ("owls", "completed", 4)
+
+    assert steward("--db", db, "replay", "task.owls", "--verify") == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "verify: ok"
+
+    assert steward("--db", db, "events", "export", "task.owls") == 0
+    exported = capsys.readouterr().out.splitlines()
+    assert json.loads(exported[0])["event"]["type"] == "TaskCreated"
+
+    before = _rows(tmp_path / "log.db")
+    assert steward("--db", db, "projections", "rebuild") == 0
+    capsys.readouterr()
+    assert _rows(tmp_path / "log.db") == before
+
+    assert steward("--db", db, "task", "cancel", "owls") == 1
+    assert "task owls is completed: it cannot be cancelled" in capsys.readouterr().err
+
+
+def _rows(db: Path) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
+    with sqlite3.connect(db) as conn:
+        tasks = conn.execute("SELECT * FROM tasks ORDER BY task_id").fetchall()
+        steps = conn.execute("SELECT * FROM task_steps ORDER BY call").fetchall()
+    return tasks, steps
+
+
+def test_a_failed_task_prints_its_error_and_partial_results(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "p.sexp").write_text(
+        '(defatom ask (params q) (instructions "{{q}}") (subtasks false))\n'
+        '(bind first (ask "one"))\n'
+        '(loop 2 (bind last (ask "again")) (continue last))'
+    )
+    (tmp_path / "s.yaml").write_text('replies: ["1", "2", "3"]\n')
+    options = ["--db", str(tmp_path / "log.db"), "--script", str(tmp_path / "s.yaml")]
+    code = steward(*options, "task", "run", str(tmp_path / "p.sexp"), "--id", "t")
+    out = capsys.readouterr().out.splitlines()
+    assert code == 1
+    assert out[-5:] == [
+        "task t failed: limit iterations: the loop reached its 2 iterations",
+        '  last iteration: {"status": "COMPLETE", "content": "3", "notes": {}}',
+        '  first = {"status": "COMPLETE", "content": "1", "notes": {}}',
+        '  last = {"status": "COMPLETE", "content": "3", "notes": {}}',
+        "t",
+    ]
