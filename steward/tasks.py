@@ -37,7 +37,7 @@ import yaml
 from steward.actors import task as task_actor
 from steward.actors import task_templates
 from steward.actors.kind import Kinds
-from steward.actors.task_eval import defined_atoms
+from steward.actors.task_eval import defined_atoms, reserved_problems
 from steward.actors.task_lang import ParseError, parse
 from steward.actors.tools import ToolRegistry
 from steward.config import Settings
@@ -199,6 +199,10 @@ def template_file_problems(path: Path) -> tuple[Template | None, list[Problem]]:
         return None, [*problems, _type_problem(file, text, str(e))]
     problems += [
         _template_problem(file, text, found) for found in task_templates.check(template)
+    ]
+    problems += [
+        _at_key(file, text, key, "", sentence)
+        for key, _, sentence in (p.partition(": ") for p in reserved_problems(template))
     ]
     return template, problems
 
@@ -420,7 +424,8 @@ def program_problems(path: Path, text: str | None = None) -> list[Problem]:
         return [Problem(file=file, line=line, column=column, message=message)]
     problems = []
     for atom in atoms:
-        for problem in task_templates.template_problems(atom):
+        found = [*task_templates.template_problems(atom), *reserved_problems(atom)]
+        for problem in found:
             at = text.find(f"defatom {atom.name}")
             line, column = _line_column(text, max(at, 0))
             problems.append(
@@ -513,12 +518,30 @@ def created(
             "model",
             f"no [models.{missing[0]}] table (there are: {', '.join(settings.models)})",
         )
+    specs = _specs(registry, named)
+    unoffered = sorted(set(named) - {spec.name for spec in specs})
+    if unoffered:
+        raise ConfigError(
+            "templates",
+            "tools",
+            f"{', '.join(unoffered)} is offered to no model (a program calls it: "
+            "system:run_script, call-tool)",
+        )
+    approved = set(settings.tools.require_approval)
+    waits = sorted(s.name for s in specs if s.requires_approval or s.name in approved)
+    if waits:
+        raise ConfigError(
+            "templates",
+            "tools",
+            f"{', '.join(waits)} needs a person's approval, which a task's "
+            "calls do not wait for yet; leave it out of the templates' tools",
+        )
     return TaskCreated(
         task_id=task_id,
         program=program,
         templates=templates,
         args=args or {},
-        tools=_specs(registry, named),
+        tools=specs,
         limits=TaskLimits(
             max_depth=config.max_depth,
             max_turns=config.max_turns,

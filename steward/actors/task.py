@@ -35,7 +35,9 @@ from steward.actors.task_eval import (
     Result,
     defined_atoms,
     evaluate,
+    json_value,
     plain,
+    reserved_problems,
     text_of,
 )
 from steward.actors.task_lang import Node, ParseError, parse
@@ -48,6 +50,7 @@ from steward.actors.task_templates import (
     resolve_context,
     score,
     substitute,
+    template_problems,
 )
 from steward.events import Event
 from steward.events.protocol import (
@@ -308,6 +311,10 @@ def _created(state: Task, event: TaskCreated) -> Task:
             templates[t.name] = t
     except (ParseError, ValueError) as e:
         problem = str(e)
+    for t in templates.values():
+        found = [*template_problems(t), *reserved_problems(t)]
+        if problem is None and found:
+            problem = f"template {t.name}: {found[0]}"
     return replace(
         state,
         id=event.task_id,
@@ -320,8 +327,13 @@ def _created(state: Task, event: TaskCreated) -> Task:
 
 
 def _instructions(state: Task, started: CallStarted) -> str:
-    template = state.templates[started.template]
-    return substitute(template.instructions, started.args)
+    template = state.templates.get(started.template)
+    if template is None:  # recorded by other code: verify names the step
+        return ""
+    try:
+        return substitute(template.instructions, started.args)
+    except TemplateError:  # the same
+        return ""
 
 
 def _refusals(
@@ -387,7 +399,7 @@ def decide(input: Event, state: Task, scorer: Scorer = score) -> list[Event] | N
     the one ``scorer`` scores highest for its request (`[task] scorer`)."""
     atom = state.atom
     match input:
-        case TaskCreated() if not state.id:
+        case TaskCreated() if state.created is None:
             return _advance(evolve(state, input))
         case ChildFinished(stream=stream) if atom and stream == atom.child:
             # recorded even when the task ended first (cancelled): it answers
@@ -480,7 +492,7 @@ def _ask(state: Task) -> list[Event]:
     assert atom is not None
     template = state.templates[atom.template]
     limits = state.created.limits if state.created else None
-    turns = template.max_turns or (limits.max_turns if limits else 8)
+    turns = _turns(state)
     tokens = template.max_tokens or (limits.max_tokens if limits else None)
     spent = atom.usage.input_tokens + atom.usage.output_tokens
     if atom.turns >= turns:
@@ -499,6 +511,14 @@ def _ask(state: Task) -> list[Event]:
         else "subagent",
     )
     return [request]
+
+
+def _turns(state: Task) -> int:
+    """The model calls the atom in flight may make."""
+    atom = state.atom
+    assert atom is not None and state.created is not None
+    template = state.templates[atom.template]
+    return template.max_turns or state.created.limits.max_turns
 
 
 def _with_last(atom: Atom, why: str) -> str:
@@ -542,9 +562,7 @@ def _replied(state: Task, reply: LlmResponded, scorer: Scorer) -> list[Event]:
             ),
         )
     if status == "COMPLETE" and template.output_format == "json":
-        try:
-            json.loads(content)
-        except ValueError:
+        if json_value(content) is None and content.strip() != "null":
             status, content = "FAILED", f"the output is not JSON: {content}"
     return _finish_atom(state, status, content, notes=notes)
 
@@ -554,10 +572,7 @@ def _reading(text: str) -> tuple[str, str, dict[str, Any], Any]:
     with a ``status`` is read as the spec's result; any other text is a
     complete result."""
     stripped = re.sub(r"^```(?:json)?\s*|\s*```$", "", text.strip())
-    try:
-        data = json.loads(stripped)
-    except ValueError:
-        return "COMPLETE", text, {}, None
+    data = json_value(stripped)
     if not isinstance(data, dict) or data.get("status") not in (
         "COMPLETE",
         "FAILED",
@@ -616,6 +631,10 @@ def _spawn(state: Task, asked: Any, call_id: str | None, scorer: Scorer) -> list
     problem = context_problem(cm) if cm is not None else None
     if problem is not None:
         return _refuse_subtask(state, problem, call_id)
+    turns = _turns(state)
+    if atom.turns >= turns:  # its answer could never be read
+        why = f"the call reached its {turns} turns before its subtask could answer"
+        return _finish_atom(state, "FAILED", _with_last(atom, why), limit="turns")
     template = match(tuple(state.templates.values()), request, scorer)
     if template is None:
         return _refuse_subtask(
@@ -646,7 +665,8 @@ def _spawn(state: Task, asked: Any, call_id: str | None, scorer: Scorer) -> list
         return [TaskFailed(error=error, reply_to=created.reply_to)]
     inputs = {p: request.inputs[p] for p in template.params}
     own = signature(template.name, inputs)
-    if own in created.lineage:
+    asking = state.started[atom.call - 1]
+    if own in (*created.lineage, signature(asking.template, asking.args)):
         error = TaskError(
             kind="subtask",
             message=f"the subtask {own} would repeat a task above it (a cycle)",
@@ -704,15 +724,18 @@ def relevant(items: tuple[str, ...], *about: str) -> tuple[str, ...]:
 
 def _context_for(state: Task, template: Template) -> tuple[str, ...]:
     """The context items an atomic call of ``template`` is given, by its
-    context management (the program's defaults: inherit all, accumulate
-    the notes of earlier calls)."""
+    context management: the defaults of its subtype (a ``standard`` one
+    inherits all, a ``subtask`` one none and is given what matches it), a
+    program's steps accumulating the notes of earlier calls, then what the
+    task and the template set."""
     created = state.created
     assert created is not None
-    explicit = _merged(created.context_management, template.context)
+    steps = _merged(ContextManagement(accumulate_data=True), created.context_management)
+    explicit = _merged(steps, template.context)
     try:
-        cm = resolve_context("sequential", template.subtype, explicit)
+        cm = resolve_context("atomic", template.subtype, explicit)
     except TemplateError:  # refused when the template was loaded
-        cm = resolve_context("sequential", template.subtype, None)
+        cm = resolve_context("atomic", template.subtype, None)
     about = (template.name, template.description, *template.matches)
     items: tuple[str, ...] = ()
     if cm.inherit_context == "full":
@@ -731,10 +754,11 @@ def _context_for(state: Task, template: Template) -> tuple[str, ...]:
 
 
 def _merged(
-    base: ContextManagement | None, over: ContextManagement
+    base: ContextManagement | None, over: ContextManagement | None
 ) -> ContextManagement | None:
-    if base is None:
-        return over
+    """``base`` with the settings ``over`` makes (those not ``None``)."""
+    if base is None or over is None:
+        return over if base is None else base
     fields = {k: v for k, v in msgspec.structs.asdict(over).items() if v is not None}
     return replace(base, **fields)
 

@@ -44,17 +44,29 @@ __all__ = [
     "Outcome",
     "PRIMITIVES",
     "QSym",
+    "RESERVED",
+    "reserved_problems",
     "Result",
     "TraceLine",
     "defined_atoms",
     "evaluate",
+    "json_value",
     "plain",
     "text_of",
 ]
 
-MAX_NESTING = 200
-"""Calls of lambdas inside each other, at most (a program that recurses
-without end fails here rather than running the host out of stack)."""
+MAX_LEVELS = 100
+"""Forms evaluated inside each other, at most (a program nested deep, or a
+lambda that recurses deep, fails here): low enough that Python's own stack
+limit is never what stops an evaluation, wherever it is called from, so the
+outcome is the same on every host and in every replay."""
+
+MAX_VALUE = 100_000
+"""The size a value may reach (elements of lists and objects, and a unit
+per 100 characters of text), and `MAX_VALUE_DEPTH` how deep it may nest: a
+program that builds more fails (an eval error) instead of holding the host."""
+
+MAX_VALUE_DEPTH = 64
 
 MAX_STEPS = 1_000_000
 """Forms one evaluation may evaluate, at most: a guard, not a limit a
@@ -287,7 +299,7 @@ class _Evaluation:
         self.max_calls = max_calls
         self.calls = 0
         self.steps = 0
-        self.nesting = 0
+        self.levels = 0
         self.depth = 0
         self.bound: dict[str, Any] = {}
         self.last_iteration: Any = None
@@ -309,6 +321,17 @@ class _Evaluation:
                 f"the program took more than {MAX_STEPS:,} evaluation steps "
                 "without a call (a loop or a recursion that does not end)",
             )
+        if type(node) is Lit:
+            return node.value
+        if self.levels >= MAX_LEVELS:
+            raise _Error(f"forms and lambdas nest deeper than {MAX_LEVELS}", node)
+        self.levels += 1
+        try:
+            return self._eval(node, env)
+        finally:
+            self.levels -= 1
+
+    def _eval(self, node: Node, env: _Env) -> Any:
         if type(node) is Lit:
             return node.value
         if type(node) is Sym:
@@ -350,7 +373,7 @@ class _Evaluation:
         if primitive is not None:
             args = [self.eval(a, env) for a in node.items[1:]]
             try:
-                return primitive(*args)
+                return _bounded(primitive(*args))
             except (TypeError, ValueError, KeyError, IndexError, ArithmeticError) as e:
                 raise _Error(f"({head.name} ...): {e}", node) from None
         raise _Error(f"{head.name} is not a template, a variable or a primitive", head)
@@ -362,16 +385,10 @@ class _Evaluation:
                     f"this lambda takes {len(fn.params)} arguments, not {len(args)}",
                     node,
                 )
-            if self.nesting >= MAX_NESTING:
-                raise _Error(f"lambdas nest deeper than {MAX_NESTING}", node)
             scope = _Env(fn.env)
             for name, value in zip(fn.params, args, strict=True):
                 self.bind(scope, name, value)
-            self.nesting += 1
-            try:
-                return self.body(fn.body, scope)
-            finally:
-                self.nesting -= 1
+            return self.body(fn.body, scope)
         if isinstance(fn, QSym) and fn.name in self.templates:
             return self.call_template(self.templates[fn.name], args, node)
         raise _Error(f"{shown(node.items[0])} is not a function", node)
@@ -711,8 +728,6 @@ _SPECIAL: Mapping[str, Callable[[_Evaluation, Form, _Env], Any]] = MappingProxyT
     }
 )
 
-SPECIAL_FORMS = frozenset(_SPECIAL)
-
 
 # -- values and primitives ----------------------------------------------------------
 
@@ -733,7 +748,7 @@ def text_of(value: Any) -> str:
     if isinstance(value, QSym):
         return value.name
     if isinstance(value, str):
-        return value
+        return str(plain(value))
     return render_value(plain(value))
 
 
@@ -758,11 +773,41 @@ def plain(value: Any, text: bool = False) -> Any:
         case tuple() | list():
             return [plain(v, text) for v in value]
         case dict():
-            return {str(k): plain(v, text) for k, v in value.items()}
-        case float() if not math.isfinite(value):
-            return str(value)
+            return {_storable(str(k)): plain(v, text) for k, v in value.items()}
         case _:
-            return value
+            return _storable(value)
+
+
+_INT64 = (-(2**63), 2**64 - 1)
+
+
+def _storable(leaf: Any) -> Any:
+    """A scalar as the log can store it: a string made encodable (a lone
+    surrogate replaced), an integer past 64 bits and a float that is no
+    number as text."""
+    match leaf:
+        case str():
+            return leaf.encode("utf-16-le", "surrogatepass").decode(
+                "utf-16-le", "replace"
+            )
+        case bool() | None:
+            return leaf
+        case int() if not _INT64[0] <= leaf <= _INT64[1]:
+            return str(leaf)
+        case float() if not math.isfinite(leaf):
+            return str(leaf)
+        case _:
+            return leaf
+
+
+def json_value(text: str) -> Any:
+    """``text`` read as JSON, if it is JSON no bigger and no deeper than a
+    value may be (`MAX_VALUE`, `MAX_VALUE_DEPTH`), as plain data the log can
+    store; ``None`` otherwise. Never raises: it reads a model's reply."""
+    try:
+        return plain(_bounded(json.loads(text)))
+    except (ValueError, RecursionError):
+        return None
 
 
 def _get_field(value: Any, key: Any) -> Any:
@@ -779,10 +824,7 @@ def _get_field(value: Any, key: Any) -> Any:
 
 
 def _parse_json(value: Any) -> Any:
-    try:
-        return json.loads(text_of(value))
-    except ValueError:
-        return None
+    return json_value(text_of(value))
 
 
 def _number(value: Any) -> float | int:
@@ -839,6 +881,27 @@ PRIMITIVES: Mapping[str, Callable[..., Any]] = MappingProxyType(
     }
 )
 
+RESERVED = frozenset({*_SPECIAL, *PRIMITIVES, "true", "false", "nil"})
+"""Names the language keeps: a template or parameter of one of these names
+could never be called or bound, so it is refused when it is read."""
+
+
+def reserved_problems(template: Template) -> list[str]:
+    """A sentence for each of ``template``'s names (its own, its
+    parameters') that the language keeps (`RESERVED`)."""
+    problems = []
+    if template.name in RESERVED:
+        problems.append(
+            f"name: {template.name} is a name of the language (a form, a "
+            "primitive or a literal); give the template another"
+        )
+    problems += [
+        f"params: {p} is a name of the language; give the parameter another"
+        for p in template.params
+        if p in RESERVED
+    ]
+    return problems
+
 
 def evaluate(
     program: Sequence[Node],
@@ -868,44 +931,63 @@ def evaluate(
     except _Stop as stop:
         return stop.outcome
     except _Limit as e:
-        return Failed(
-            TaskError(
-                kind="limit",
-                limit=e.limit,
-                message=str(e),
-                call=e.call,
-                partial=plain(ev.bound),
-                last_iteration=plain(ev.last_iteration),
-            )
-        )
+        return _failed(ev, "limit", str(e), limit=e.limit, call=e.call)
     except _CallFailed as e:
-        return Failed(
-            TaskError(
-                kind="limit" if e.limit else "call",
-                limit=e.limit,
-                message=f"call {e.call} failed: {e.result.content}",
-                call=e.call,
-                partial=plain(ev.bound),
-                last_iteration=plain(ev.last_iteration),
-            )
-        )
+        kind = "limit" if e.limit else "call"
+        message = f"call {e.call} failed: {e.result.content}"
+        return _failed(ev, kind, message, limit=e.limit, call=e.call)
     except _Error as e:
-        return Failed(
-            TaskError(
-                kind="eval",
-                message=str(e),
-                partial=plain(ev.bound),
-                last_iteration=plain(ev.last_iteration),
-            )
-        )
-    except RecursionError:
-        return Failed(
-            TaskError(
-                kind="eval",
-                message="the program nests too deeply to evaluate",
-                partial=plain(ev.bound),
-            )
-        )
+        return _failed(ev, "eval", str(e))
+    except RecursionError:  # not reached: MAX_LEVELS stops it first
+        return _failed(ev, "eval", "the program nests too deeply to evaluate")
     if isinstance(value, Decision):
         value = value.value  # a continue or stop answered outside a loop
     return Done(value)
+
+
+def _failed(
+    ev: _Evaluation,
+    kind: Any,
+    message: str,
+    limit: str | None = None,
+    call: int | None = None,
+) -> Failed:
+    """The evaluation failed: its error, with the variables bound so far and
+    the last loop iteration's output, as data a log can store."""
+    return Failed(
+        TaskError(
+            kind=kind,
+            limit=limit,
+            message=message,
+            call=call,
+            partial=plain(ev.bound),
+            last_iteration=plain(ev.last_iteration),
+        )
+    )
+
+
+def _bounded(value: Any) -> Any:
+    """``value``, if it is no bigger than `MAX_VALUE` and nests no deeper
+    than `MAX_VALUE_DEPTH`; an error (`ValueError`) otherwise."""
+    budget = MAX_VALUE
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_VALUE_DEPTH:
+            raise ValueError(f"the value nests deeper than {MAX_VALUE_DEPTH}")
+        if isinstance(item, str):
+            budget -= 1 + len(item) // 100
+        elif isinstance(item, tuple | list):
+            budget -= 1 + len(item)
+            stack.extend((v, depth + 1) for v in item)
+        elif isinstance(item, dict):
+            budget -= 1 + len(item)
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, Result):
+            budget -= 1 + len(item.content) // 100
+            stack.append((item.notes, depth + 1))
+        else:
+            budget -= 1
+        if budget < 0:
+            raise ValueError(f"the value grows past {MAX_VALUE:,} units")
+    return value

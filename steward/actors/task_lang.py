@@ -21,7 +21,7 @@ from steward.errors import StewardError
 
 __all__ = ["MAX_DEPTH", "Form", "Lit", "Node", "ParseError", "Sym", "parse", "shown"]
 
-MAX_DEPTH = 200
+MAX_DEPTH = 64
 """Forms (and quotes) nested inside each other, at most: deeper text is a
 `ParseError` where it goes too deep, the same on every host, rather than a
 `RecursionError` from the reader."""

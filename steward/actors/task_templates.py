@@ -415,13 +415,20 @@ def match(
     templates: Sequence[Template], request: SubtaskRequest, scorer: Scorer = score
 ) -> Template | None:
     """The template of ``templates`` that ``scorer`` scores highest for
-    ``request``, of those scored finite and above 0; of equal scores, the
-    one whose name sorts first (then the first given). ``None`` if no
-    template scores above 0."""
+    ``request``, of those the request's inputs can call (each parameter
+    given) and scored finite and above 0; of equal scores, the one whose
+    name sorts first (then the first given). ``None`` if none. A scorer that
+    fails, or answers no number, scores the template out: a scorer may be
+    the user's (`[task] scorer`)."""
     best: Template | None = None
     best_score = 0.0
     for template in templates:
-        value = scorer(template, request)
+        if any(p not in request.inputs for p in template.params):
+            continue
+        try:
+            value = float(scorer(template, request))
+        except Exception:  # noqa: BLE001 (the user's function; refused below)
+            continue
         if not math.isfinite(value) or value <= 0:
             continue
         if (

@@ -169,3 +169,39 @@ def test_a_failed_task_prints_its_error_and_partial_results(
         '  last = {"status": "COMPLETE", "content": "3", "notes": {}}',
         "t",
     ]
+
+
+@pytest.mark.parametrize(
+    ("tools", "why"),
+    [
+        ('["script.run"]', "script.run is offered to no model"),
+        ('["files.write"]', "files.write needs a person's approval"),
+    ],
+)
+def test_a_template_tool_a_task_cannot_give_its_model_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], tools: str, why: str
+) -> None:
+    """A tool offered to no model, or one that needs approval (which a
+    task's calls do not wait for), is refused before anything is recorded."""
+    (tmp_path / "templates").mkdir()
+    (tmp_path / "templates" / "w.toml").write_text(
+        f'instructions = "write"\ntools = {tools}\n'
+    )
+    (tmp_path / "p.sexp").write_text("(w)")
+    (tmp_path / "steward.toml").write_text(
+        '[tools]\nrequire_approval = ["files.write"]\n'
+    )
+    code = steward(
+        "--config",
+        str(tmp_path / "steward.toml"),
+        "--db",
+        str(tmp_path / "log.db"),
+        "task",
+        "run",
+        str(tmp_path / "p.sexp"),
+        "--templates",
+        str(tmp_path / "templates"),
+    )
+    assert code == 2
+    assert why in capsys.readouterr().err
+    assert not (tmp_path / "log.db").exists()

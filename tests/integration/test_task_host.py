@@ -481,8 +481,9 @@ async def test_a_subtask_repeating_a_task_above_it_is_refused_as_a_cycle(
     make_host: Any, log: Any
 ) -> None:
     """A template whose model always asks for itself with the same inputs:
-    the child's request (the grandchild) repeats the child, so the child
-    fails with a ``subtask`` error naming the cycle; no grandchild runs."""
+    the request repeats the call that makes it, so the task fails at once
+    with a ``subtask`` error naming the cycle; no child runs. One level
+    down, a child asking for its own template and inputs is refused alike."""
     again = Template(
         name="again",
         params=("x",),
@@ -496,23 +497,32 @@ async def test_a_subtask_repeating_a_task_above_it_is_refused_as_a_cycle(
         "template_hints": ["again"],
     }
 
+    other = {**ask, "inputs": {"x": "that"}}  # t2 asks for a child that repeats
+
     def answer(task: str, prompt: Prompt, n: int) -> str | Reply:
-        if task == "t1" and prompt.messages[-1].role == "tool":
+        if task == "t2" and prompt.messages[-1].role == "tool":
             return "gave up"
-        return subtask_call(ask)
+        return subtask_call(other if task.startswith("t2") else ask)
 
     model = Asked(answer)
     host = await make_host(ScriptedProvider(model))
     await host.submit("task.t1", created('(again "it")', again))
     state = await ended(log, "task.t1")
+    assert state.status == "failed"
+    assert state.error.kind == "subtask"
+    assert "cycle" in state.error.message
+    assert state.error.request.inputs == {"x": "it"}
+    assert await log.read(CHILD) == []
+
+    # one level down: the child's own call is the one repeated
+    await host.submit("task.t2", created('(again "it")', again, task_id="t2"))
+    state = await ended(log, "task.t2")
     assert (state.status, state.output) == ("completed", "gave up"), state.error
-    child = await ended(log, CHILD)
-    assert child.error.kind == "subtask"
-    assert "cycle" in child.error.message
-    assert child.error.request.inputs == {"x": "it"}
-    assert await log.read(f"{CHILD}/sub/1") == []
-    assert failure(model.prompts["t1"][1].messages[-1])["error"]["kind"] == "subtask"
-    assert sorted(await verified(log)) == ["task.t1", CHILD]
+    child = await ended(log, "task.t2/sub/1")
+    assert child.error.kind == "subtask" and "cycle" in child.error.message
+    assert await log.read("task.t2/sub/1/sub/1") == []
+    assert failure(model.prompts["t2"][1].messages[-1])["error"]["kind"] == "subtask"
+    assert sorted(await verified(log)) == ["task.t1", "task.t2", "task.t2/sub/1"]
 
 
 @pytest.mark.parametrize(

@@ -206,3 +206,89 @@ def test_the_template_scorer_is_a_function_the_settings_may_replace() -> None:
     assert _spawned(with_scorer(KINDS, "unit.test_task_decider:prefer_last")) == "zeta"
     with pytest.raises(ConfigError, match="task.scorer: 'nowhere:fn' is no importable"):
         with_scorer(KINDS, "nowhere:fn")
+
+
+def failing_scorer(template: Template, request: SubtaskRequest) -> float:
+    """A scorer of the test's own that fails."""
+    raise RuntimeError("broken scorer")
+
+
+def test_a_scorer_that_fails_or_a_request_without_inputs_is_refused_not_raised() -> (
+    None
+):
+    """A template whose parameters the request's inputs lack is never
+    chosen, and a scorer that raises scores its template out: the request
+    is refused with why, and the decider never raises."""
+    assert _spawned_or_refused(
+        with_scorer(KINDS, "unit.test_task_decider:failing_scorer")
+    ) == ("refused")
+
+
+def _spawned_or_refused(kinds: Kinds) -> str:
+    kind = kinds.of(STREAM)
+    templates = (
+        Template(name="alpha", params=("x",), instructions="{{x}}"),
+        Template(name="root", instructions="go"),
+    )
+    state = kind.decider.initial
+    first = TaskCreated(task_id="p", program="(root)", templates=templates)
+    for d in (first, *(kind.decider.decide(first, state) or [])):
+        state = kind.decider.evolve(state, d)
+    ask = ToolCall(
+        id="s1", name="subtask", args={"type": "x", "description": "y", "inputs": {}}
+    )
+    reply = LlmResponded(request_id=state.atom.asked, text="", tool_calls=(ask,))
+    decided = kind.decider.decide(reply, state) or []
+    return (
+        "spawned"
+        if any(isinstance(e, SubtaskSpawned) for e in decided)
+        else ("refused")
+    )
+
+
+def test_a_template_with_a_problem_fails_the_task_not_the_fold() -> None:
+    """A task created (not through the command line) with a template that
+    uses an undeclared placeholder, or is named as a form of the language,
+    fails naming it; nothing raises."""
+    for template in (
+        Template(name="a", instructions="{{y}}"),
+        Template(name="content", instructions="go"),
+    ):
+        first = TaskCreated(
+            task_id="p", program=f"({template.name})", templates=(template,)
+        )
+        decided = task.decide(first, task.initial)
+        assert decided is not None
+        [failed] = decided
+        assert isinstance(failed, TaskFailed)
+        assert failed.error.kind == "eval"
+        assert f"template {template.name}" in failed.error.message
+
+
+def test_a_second_task_created_is_refused_even_without_an_id() -> None:
+    first = TaskCreated(task_id="", program='"x"')
+    state = task.initial
+    for e in (first, *(task.decide(first, state) or [])):
+        state = task.evolve(state, e)
+    assert task.decide(first, state) is None
+
+
+def test_a_subtask_asked_on_the_last_turn_fails_the_call_at_its_turns() -> None:
+    """With one turn a call could never read its subtask's answer: asking
+    for one fails the call at its ``turns`` limit instead of spawning it."""
+    one = Template(name="one", instructions="go", max_turns=1)
+    other = Template(name="other", params=("x",), instructions="{{x}}")
+    first = TaskCreated(task_id="p", program="(one)", templates=(one, other))
+    state = task.initial
+    for e in (first, *(task.decide(first, state) or [])):
+        state = task.evolve(state, e)
+    ask = ToolCall(
+        id="s1",
+        name="subtask",
+        args={"type": "x", "description": "y", "inputs": {"x": "1"}},
+    )
+    reply = LlmResponded(request_id=state.atom.asked, text="", tool_calls=(ask,))
+    decided = task.decide(reply, state) or []
+    assert not any(isinstance(e, SubtaskSpawned) for e in decided)
+    assert isinstance(decided[-1], TaskFailed)
+    assert decided[-1].error.limit == "turns"

@@ -15,7 +15,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from steward.actors.task_eval import (
-    MAX_NESTING,
+    MAX_LEVELS,
     Decision,
     Done,
     Failed,
@@ -25,6 +25,7 @@ from steward.actors.task_eval import (
     TraceLine,
     defined_atoms,
     evaluate,
+    plain,
 )
 from steward.actors.task_lang import MAX_DEPTH, parse
 from steward.events.task import TaskError, Template
@@ -305,7 +306,46 @@ def test_endless_recursion_fails_at_the_nesting_limit() -> None:
     """A lambda that calls itself forever is an eval error, not a crash."""
     error = error_of("(bind f (lambda (n) (f n)))\n(f 1)")
     assert error.kind == "eval"
-    assert f"lambdas nest deeper than {MAX_NESTING}" in error.message
+    assert f"forms and lambdas nest deeper than {MAX_LEVELS}" in error.message
+
+
+def _deep(depth: int) -> Any:
+    """Evaluate a recursion ``n`` deep from a Python stack ``depth`` frames
+    deep."""
+    if depth:
+        return _deep(depth - 1)
+    program = "(bind f (lambda (n) (if (= n 0) 0 (+ 1 (f (- n 1))))))\n(f 108)"
+    return evaluate(parse(program), templates={})
+
+
+def test_a_deep_recursion_ends_the_same_however_deep_the_caller_is() -> None:
+    """The nesting limit, not Python's stack, stops a deep recursion: its
+    outcome is the same called from the top or from 400 frames down (a
+    replay on another host), so it verifies."""
+    assert _deep(0) == _deep(400)
+    assert isinstance(_deep(0), Failed)
+
+
+def test_a_value_that_grows_without_end_fails_the_evaluation() -> None:
+    """A list doubled in a loop, text doubled, a list nested thousands deep:
+    each fails at the size or depth a value may have, never holding the
+    host or escaping as an exception."""
+    for program in (
+        "(bind l (list 1)) (loop 64 (bind l (list l l))) l",
+        '(bind s "xx") (loop 40 (bind s (concat s s))) 1',
+        "(bind l nil) (loop 3000 (bind l (list l))) l",
+    ):
+        error = error_of(program)
+        assert error.kind == "eval", program
+        assert "the value" in error.message, error.message
+
+
+def test_numbers_and_text_past_what_the_log_stores_are_stored_as_text() -> None:
+    """An integer past 64 bits and a lone surrogate in a value become what
+    the log can store."""
+    assert value_of("(+ 18446744073709551615 1)") == 18446744073709551616
+    assert plain(18446744073709551616) == "18446744073709551616"
+    assert plain("a\ud800") == "a\ufffd"
 
 
 def test_lambdas_can_be_called_inline_and_passed_around() -> None:
@@ -323,11 +363,11 @@ def test_a_program_nested_as_deep_as_the_reader_allows_evaluates() -> None:
     assert value_of("(if true " * MAX_DEPTH + "1" + ")" * MAX_DEPTH) == 1
 
 
-def test_data_nested_too_deeply_is_an_eval_error() -> None:
-    """A value too deep to compute with is an eval error, not a crash."""
-    error = error_of('(json-parse "' + "[" * 5000 + "]" * 5000 + '")')
-    assert error.kind == "eval"
-    assert error.message == "the program nests too deeply to evaluate"
+def test_json_nested_too_deeply_is_no_json_to_a_program() -> None:
+    """Text whose JSON nests deeper than a value may is read as nil (no JSON
+    the program can use), not a crash."""
+    assert value_of('(json-parse "' + "[" * 5000 + "]" * 5000 + '")') is None
+    assert value_of('(json-parse "' + "[" * 60 + "]" * 60 + '")') is not None
 
 
 # --- templates: scoping, arity, unknown names -----------------------------------------

@@ -46,3 +46,19 @@ def test_no_model_is_offered_script_run() -> None:
     assert "script.run" in registry
     assert "script.run" not in [s.name for s in registry.specs()]
     assert registry.specs(["script.run"]) == ()
+
+
+async def test_a_command_past_its_time_is_stopped_with_its_children(
+    tmp_path: pathlib.Path,
+) -> None:
+    """At its time limit the command's whole process group is killed: the
+    child it started (holding the output pipe) is gone, or a zombie, when
+    the call ends."""
+    ctx = ToolContext(workspace=tmp_path, run_id="t1")
+    command = {"command": "sleep 30 > /dev/null 2>&1 & echo $! > p; wait"}
+    registry = ToolRegistry.with_builtins()
+    outcome = await registry.call("script.run", command, ctx=ctx, timeout=0.5)
+    assert not outcome.ok
+    child = pathlib.Path(f"/proc/{(tmp_path / 'p').read_text().strip()}/status")
+    if child.exists():  # not reaped yet: killed all the same
+        assert "State:\tZ" in child.read_text()

@@ -1,7 +1,9 @@
 """``script.run``: a task program's ``(system:run_script COMMAND)``.
 
 The command runs in ``sh`` in the actor's workspace (its files tools'
-directory), with the registry's time limit, standard input closed. Its
+directory), with the registry's time limit, standard input closed; at its
+time limit, or when its call is cancelled, its whole process group is
+killed (what it started in the background too). Its
 result is JSON, ``{"exit": N, "output": "..."}`` (standard output and error,
 interleaved as written): a command that fails is an answer the program reads
 (a test run that fails tells the Director-Evaluator loop what to fix), not a
@@ -11,7 +13,10 @@ failed call. Offered to no model: only a program's own form calls it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
+import signal
 from typing import Any
 
 import msgspec
@@ -39,13 +44,14 @@ async def run_script(args: ScriptArgs, *, ctx: ToolContext) -> str:
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
         stdin=asyncio.subprocess.DEVNULL,
+        start_new_session=True,  # its own process group, to stop it whole
     )
     try:
         out, _ = await process.communicate()
     except BaseException:  # a timeout or a cancel: the command stops too
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # its children too
+        await process.wait()
         raise
     output = out.decode(errors="replace")
     return json.dumps({"exit": process.returncode, "output": output})
