@@ -11,7 +11,8 @@ command goes on; a closed standard output ends a command quietly.
 
 The package, one job a module: `parser` (the grammar), `env` (settings,
 the log, exit statuses), `runs`, `serve`, `history` (replay, fork, export,
-projections), `chat`, `sessions`, `workflow` and `demo` (the commands),
+projections), `chat`, `sessions`, `workflow`, `task`, `prompts` and `demo`
+(the commands),
 `hosting` (a run hosted and watched in the foreground), `output` (the
 columns, cut values and JSON lines of the list and show commands).
 """

@@ -10,11 +10,13 @@ from typing import NoReturn, get_args
 import msgspec
 
 from steward import events
+from steward.actors import stages
 from steward.cli.chat import cmd_chat
 from steward.cli.demo import cmd_demo
 from steward.cli.env import DEFAULT_NATS_URL, EXIT_INPUT
 from steward.cli.history import cmd_export, cmd_fork, cmd_rebuild, cmd_replay
 from steward.cli.output import FORMATS
+from steward.cli.prompts import cmd_prompts_list, cmd_prompts_show
 from steward.cli.runs import (
     cmd_run,
     cmd_runs_approve,
@@ -169,6 +171,16 @@ def _output_option(parser: argparse.ArgumentParser, listing: bool) -> None:
         help="text (default): for a person, columns as wide as their "
         "contents, long values cut at …; json: JSON lines for a program, "
         f"{each}, every value whole",
+    )
+
+
+def _prompt_dir_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--dir",
+        metavar="DIR",
+        help="a profile's prompt directory, laid out as the shipped one "
+        "(base/system.md, stages/act.md, ...); a prompt it has no file for is "
+        "the shipped one (default: the shipped prompts only)",
     )
 
 
@@ -692,6 +704,54 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("id", type=_an_id, help="the task's id (or task.ID)")
     s.add_argument("--reason", default="cancel by operator", help="why, recorded")
     s.set_defaults(fn=cmd_task_cancel)
+
+    prompts = sub.add_parser(
+        "prompts",
+        help="list or show the staged policy's prompts, or what a stage composes",
+        description="A staged run's system prompt is composed, per stage, of "
+        "Markdown prompts shipped with steward (base, project root, the mode's "
+        "addition, the stage's prompt, its reasoning prompt when reasoning is "
+        "on in agent mode); a profile may give a directory of its own in the "
+        "same layout, whose files replace the shipped ones of the same name. A "
+        "prompt may use {{project_root}}, {{user_input}}, {{tool_summary}} and "
+        "{{last_step_outcome}} only; a file with another variable is refused, "
+        "naming the file, its line and column and the variable (exit 2).",
+    )
+    prsub = prompts.add_subparsers(
+        dest="prompts_command", required=True, metavar="ACTION"
+    )
+    s = prsub.add_parser(
+        "list",
+        help="each prompt's name, first line and source",
+        description="Each prompt, one a line after a header: its name, its "
+        "first line (cut to 70 characters) and where it comes from (shipped, or "
+        "the file of --dir that replaces it).",
+    )
+    _prompt_dir_option(s)
+    s.set_defaults(fn=cmd_prompts_list)
+    s = prsub.add_parser(
+        "show",
+        help="a prompt's text, or the system prompt of a stage",
+        description="With NAME, that prompt's text. With --stage (and no "
+        "NAME), the system prompt a staged run composes at that stage, after "
+        "a header line naming the prompts composed, the tools the stage allows "
+        "and the reasoning it requires; the variables are left as {{name}}, "
+        "where a run fills them in. An unknown NAME is one line, exit 2.",
+    )
+    s.add_argument("name", nargs="?", metavar="NAME", help="the prompt, as base/system")
+    s.add_argument("--stage", choices=stages.STAGES, help="compose this stage's")
+    s.add_argument(
+        "--mode",
+        choices=stages.MODES,
+        help="with --stage: the user's mode (default: agent)",
+    )
+    s.add_argument(
+        "--reasoning",
+        choices=("on", "off"),
+        help="with --stage: the user's reasoning switch (default: on)",
+    )
+    _prompt_dir_option(s)
+    s.set_defaults(fn=cmd_prompts_show)
 
     s = sub.add_parser(
         "demo", help="a scripted run with a tool, a subagent and a sleep"

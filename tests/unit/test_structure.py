@@ -23,7 +23,9 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"config", "bus", "metrics"}),
     frozenset({"actors"}),
     frozenset({"projections", "kinds", "replay", "hostlock"}),
-    frozenset({"host", "chats", "workflows", "tasks", "ingress", "egress"}),
+    frozenset(
+        {"host", "chats", "workflows", "tasks", "stage_prompts", "ingress", "egress"}
+    ),
     frozenset({"cli", "__main__", "steward"}),
 )
 """Each unit of steward (a subpackage or top-level module; ``steward`` is
