@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import secrets
 
+import msgspec
+
 from steward.actors.session import is_command, session_stream
 from steward.actors.tools import ToolRegistry
 from steward.bus import EventLog
@@ -31,6 +33,7 @@ from steward.events import (
 from steward.host import Host
 from steward.projections.sessions import elsewhere
 from steward.projections.store import Projector
+from steward.stage_prompts import with_prompts
 
 __all__ = ["answer", "message", "open_session"]
 
@@ -49,11 +52,13 @@ async def open_session(
     stream = session_stream(session_id)
     if (await host.state(stream))[1] == 0:
         registry = host.tools or ToolRegistry.with_builtins(session=True)
+        opened = settings.session_settings(registry.specs(), profile, session_id)
+        run = with_prompts(opened.run, settings, opened.profile)
         opening = SessionOpened(
             session_id=session_id,
             channel=channel,
             chat_id=chat_id,
-            settings=settings.session_settings(registry.specs(), profile, session_id),
+            settings=msgspec.structs.replace(opened, run=run),
             at=host.clock.now(),
             revision=SESSION_REVISION,
         )

@@ -20,10 +20,15 @@ from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
+import msgspec
+
 from steward.actors import stages
+from steward.config import Settings
 from steward.errors import ConfigError
+from steward.events.run import RunSettings
 
 __all__ = [
+    "with_prompts",
     "SHIPPED",
     "SUFFIX",
     "load_prompts",
@@ -162,3 +167,18 @@ def prompt_sources(directory: Path | None = None) -> dict[str, str]:
     """The file each prompt comes from, by name: ``directory``'s own, else
     the shipped one (files with problems too: see `prompt_problems`)."""
     return {name: file for name, (_, file) in _loaded(directory)[0].items()}
+
+
+def with_prompts(run: RunSettings, settings: Settings, profile: str) -> RunSettings:
+    """``run`` with its prompts, when it is staged: the shipped ones, or
+    those of its profile's directory (``[agents.NAME] prompts``), recorded in
+    its settings so a replay composes the same system prompts.
+
+    Raises:
+        ConfigError: the profile's prompts have a problem.
+    """
+    if run.policy != "staged" or run.prompts:
+        return run
+    agent = settings.agents.get(profile)
+    directory = Path(agent.prompts) if agent and agent.prompts else None
+    return msgspec.structs.replace(run, prompts=load_prompts(directory))

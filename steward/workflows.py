@@ -52,6 +52,7 @@ from steward.events.workflow import (
     WorkflowDef,
     Worktree,
 )
+from steward.stage_prompts import with_prompts
 
 __all__ = [
     "BRANCH_TOKENS",
@@ -284,7 +285,9 @@ def created(
         )
     nodes = []
     for node in definition.nodes:
-        run = settings.run_settings(node.profile, tools)
+        run = with_prompts(
+            settings.run_settings(node.profile, tools), settings, node.profile
+        )
         if node.provider is not None:
             if node.provider not in settings.models:
                 raise ConfigError(

@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 import msgspec
 from croniter import croniter  # pure computation over a base time we pass in
 
+from steward.actors import run_staged as staged
 from steward.actors.commands import (
     KNOWN_COMMANDS,
     InvalidCommand,
@@ -39,6 +40,7 @@ from steward.actors.run_prompt import (
     build_prompt,
     native_tools,
 )
+from steward.actors.stages import outcome_text
 from steward.events.base import Event
 from steward.events.protocol import (
     CancelRequested,
@@ -58,6 +60,7 @@ from steward.events.protocol import (
     WakeDue,
 )
 from steward.events.run import (
+    AnswerDelivered,
     ApprovalDecided,
     ApprovalRequested,
     BudgetExceeded,
@@ -65,6 +68,8 @@ from steward.events.run import (
     MessageSent,
     NoteRecorded,
     OutputUpdated,
+    QaReported,
+    ReasoningRecorded,
     RunCancelled,
     RunCompleted,
     RunCreated,
@@ -74,6 +79,7 @@ from steward.events.run import (
     RunSlept,
     RunStarted,
     RunTaken,
+    StageEntered,
     SubagentSpec,
     SubagentsSpawned,
     SystemNoteAdded,
@@ -139,6 +145,15 @@ class Run(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """The `BudgetExceeded` request the run waits on, if it does."""
     budget_lifted: bool = False
     claims: Claims = ()
+    stage: str = ""
+    """A staged run's stage: of its last model call."""
+    next_stage: str = ""
+    """A staged run's stage for its next model call."""
+    delivered: str | None = None
+    """A staged run's answer once its delivery check passed (`AnswerDelivered`)."""
+    qa_report: dict[str, Any] | None = None
+    recoveries: int = 0
+    """A staged run's recoveries and delivery-gate corrections so far."""
     """(request id, worker, until) of effects a worker has claimed."""
     reason: str | None = None
 
@@ -183,9 +198,15 @@ def _llm_requested(s: Run, event: LlmRequested) -> Run:
 
 def _llm_responded(s: Run, event: LlmResponded) -> Run:
     native = s.settings.protocol == "native"
+    text = event.text
+    if s.settings.policy == "staged":  # its reasoning only as its outcome
+        said = staged.reading(text, s.stage)
+        text = said.visible
+        if said.outcome is not None:
+            text = f"{text}\n\n{outcome_text(said.outcome)}".strip()
     message = ChatMessage(
         role="assistant",
-        content=event.text,
+        content=text,
         tool_calls=event.tool_calls if native else (),
     )
     transcript, totals = _said(s, message)
@@ -229,6 +250,8 @@ def _tool_resulted(s: Run, event: ToolResulted) -> Run:
         return s
     calls = _without(s.calls, done)
     claims = unclaimed(s.claims, event.request_id)
+    if s.stage in staged.ACTING:  # a staged run's next call follows it up
+        s = replace(s, next_stage=staged.followup_stage(s.settings))
     if event.ok:
         transcript, totals = _said(s, _tool_message(s, done, event.output))
         return replace(
@@ -254,7 +277,14 @@ def _tool_resulted(s: Run, event: ToolResulted) -> Run:
 
 def _output_updated(s: Run, event: OutputUpdated) -> Run:
     output = event.text if event.mode == "replace" else s.output + event.text
-    return replace(s, output=output, output_updates=s.output_updates + 1, stall=0)
+    next_stage = "delivery_check" if s.stage in staged.ACTING else s.next_stage
+    return replace(
+        s,
+        output=output,
+        output_updates=s.output_updates + 1,
+        stall=0,
+        next_stage=next_stage,
+    )
 
 
 def _system_note_added(s: Run, event: SystemNoteAdded) -> Run:
@@ -266,12 +296,20 @@ def _system_note_added(s: Run, event: SystemNoteAdded) -> Run:
         said = ChatMessage(role="user", content=f"[system] {event.content}")
     transcript, totals = _said(s, said)
     invalid = event.reason == "invalid_command"
+    corrected = event.reason in ("recovery", "delivery_gate")
+    next_stage = s.next_stage
+    if event.reason == "delivery_gate":
+        next_stage = "act"
+    elif event.call_id is not None and s.stage in staged.ACTING:
+        next_stage = staged.followup_stage(s.settings)
     return replace(
         s,
         transcript=transcript,
         transcript_totals=totals,
         invalid_replies=s.invalid_replies + 1 if invalid else s.invalid_replies,
         tool_failed=s.tool_failed or event.reason == "tool_error",
+        recoveries=s.recoveries + 1 if corrected else s.recoveries,
+        next_stage=next_stage,
     )
 
 
@@ -303,7 +341,29 @@ def _run_created(s: Run, event: RunCreated) -> Run:
 
 
 def _run_started(s: Run, event: RunStarted) -> Run:
+    if s.settings.policy == "staged":
+        return replace(s, status="running", next_stage=staged.first_stage(s.settings))
     return replace(s, status="running")
+
+
+def _stage_entered(s: Run, event: StageEntered) -> Run:
+    return replace(s, stage=event.stage, next_stage=event.stage)
+
+
+def _reasoning_recorded(s: Run, event: ReasoningRecorded) -> Run:
+    if event.stage == "warmup":
+        return replace(s, next_stage="act")
+    return s
+
+
+def _answer_delivered(s: Run, event: AnswerDelivered) -> Run:
+    return replace(
+        s, delivered=event.output, output=event.output, next_stage="qa_review"
+    )
+
+
+def _qa_reported(s: Run, event: QaReported) -> Run:
+    return replace(s, qa_report=event.report)
 
 
 def _llm_failed(s: Run, event: LlmFailed) -> Run:
@@ -438,6 +498,10 @@ _APPLY: Mapping[type[Event], _Apply] = MappingProxyType(
         RunCompleted: _run_completed,
         RunFailed: _run_failed,
         RunCancelled: _run_cancelled,
+        StageEntered: _stage_entered,
+        ReasoningRecorded: _reasoning_recorded,
+        AnswerDelivered: _answer_delivered,
+        QaReported: _qa_reported,
     }
 )
 """The function that applies each kind of event that changes a run's state."""
@@ -515,6 +579,8 @@ def _react(input: Event, state: Run) -> list[Event] | None:
             return [RunStarted(), *_next_call(evolve(state, RunStarted()), [])]
         case LlmResponded(request_id=rid), "running" if rid == state.llm_pending:
             after = evolve(state, input)
+            if state.settings.policy == "staged":
+                return _on_staged_reply(input, after)
             if state.settings.protocol == "native":
                 return _on_native_reply(input, after)
             return _on_json_reply(input, after)
@@ -704,7 +770,100 @@ def _on_tool_result(result: ToolResulted, state: Run) -> list[Event]:
         ]
     if after.calls or after.approvals:
         return []
+    if not result.ok and after.settings.policy == "staged":
+        return _corrected(after, [], "recovery/tool_failure")
     return _continue(after, [])
+
+
+def _on_staged_reply(reply: LlmResponded, state: Run) -> list[Event]:
+    """A staged run's model answered (``state`` is after its answer): call
+    the tools its stage offers (refusing the others, naming those it does),
+    recover from an empty reply or one asking the user for files, move on
+    to the delivery check with an answer, deliver it once it is done, and
+    end after QA with the delivered answer, whatever QA says."""
+    stage = state.stage
+    said = staged.reading(reply.text, stage)
+    decisions: list[Event] = []
+    if said.outcome is not None and stage != "qa_review":
+        outcome = said.outcome
+        decisions.append(
+            ReasoningRecorded(
+                stage=stage,
+                plan_delta=outcome.plan_delta,
+                next_action=outcome.next_action,
+                known_risks=outcome.known_risks,
+                delivery_state=outcome.delivery_state,
+            )
+        )
+    elif stage == "warmup":  # planned without a block: on to act all the same
+        decisions.append(ReasoningRecorded(stage=stage))
+    if reply.tool_calls:
+        allowed = staged.stage_policy(state.settings, stage).tools
+        after = fold(decisions, state)
+        for call in reply.tool_calls:
+            if call.name in allowed:
+                made = _tool_call(after, call.name, call.args, call_id=call.id)
+            else:
+                names = ", ".join(allowed) or "none"
+                made = [
+                    SystemNoteAdded(
+                        reason="tool_error",
+                        content=f"{call.name} is not a tool of the {stage} stage; "
+                        f"the tools you may call here: {names}.",
+                        call_id=call.id,
+                        tool=call.name,
+                    )
+                ]
+            decisions += made
+            after = fold(made, after)
+        if after.calls or after.approvals:
+            return decisions
+        return _continue(state, decisions)
+    if stage == "warmup":
+        return _continue(state, decisions)
+    if said.empty:
+        return _corrected(state, decisions, "recovery/empty_response")
+    if stage == "qa_review":
+        assert state.delivered is not None
+        report = QaReported(report=said.report or {})
+        return [*decisions, report, RunCompleted(output=state.delivered)]
+    if stage in staged.ACTING:
+        if said.asks_for_files:
+            return _corrected(state, decisions, "recovery/asks_for_files")
+        draft = OutputUpdated(text=said.visible, mode="replace")
+        return _continue(state, [*decisions, draft])
+    # the delivery check
+    if not said.done:
+        return _corrected(state, decisions, "stages/delivery_gate")
+    delivered = AnswerDelivered(output=said.visible or state.output)
+    if state.settings.qa:
+        return _continue(state, [*decisions, delivered])
+    return [*decisions, delivered, RunCompleted(output=delivered.output)]
+
+
+def _corrected(state: Run, decisions: list[Event], name: str) -> list[Event]:
+    """``decisions``, then the stage's correction ``name`` told to the model
+    and the next call; past `staged.MAX_RECOVERIES` of them, the run's end."""
+    if state.recoveries >= staged.MAX_RECOVERIES:
+        why = name.rpartition("/")[2].replace("_", " ")
+        failed = RunFailed(
+            reason=f"a staged run took {staged.MAX_RECOVERIES} recoveries and "
+            f"corrections, and needed another: {why}"
+        )
+        return [*decisions, failed]
+    return _continue(state, [*decisions, _recovery(state, name)])
+
+
+def _recovery(state: Run, name: str) -> SystemNoteAdded:
+    """The stage's correction ``name``, its variables filled."""
+    tools = staged.stage_policy(state.settings, state.stage).tools
+    values = staged.variables(
+        state.settings, state.conversation, state.transcript, tools
+    )
+    text = staged.interpolated(state.settings.prompts.get(name, ""), values)
+    if name == "stages/delivery_gate":
+        return SystemNoteAdded(reason="delivery_gate", content=text.strip())
+    return SystemNoteAdded(reason="recovery", content=text.strip())
 
 
 def _on_approval(decision: ApprovalDecided, state: Run) -> list[Event]:
@@ -863,6 +1022,16 @@ def _next_call(state: Run, decisions: list[Event]) -> list[Event]:
         prompt_hash="",
         priority="subagent" if state.kind == "subagent" else "interactive",
     )
+    if state.settings.policy == "staged":
+        stage = staged.stage_policy(state.settings, state.next_stage)
+        entered = StageEntered(
+            stage=stage.stage,
+            mode=stage.mode,
+            reasoning=stage.reasoning,
+            tools=stage.tools,
+            prompts=stage.prompts,
+        )
+        return [entered, request]
     return [request]
 
 

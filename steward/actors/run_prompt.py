@@ -12,7 +12,9 @@ from typing import Protocol
 
 import msgspec
 
+from steward.actors import run_staged as staged
 from steward.actors.prompt import Prompt
+from steward.actors.stages import compose
 from steward.events.protocol import ChatMessage, ToolSpec
 from steward.events.run import RunSettings
 
@@ -32,6 +34,8 @@ class PromptState(Protocol):
     def transcript_totals(self) -> tuple[int, ...]: ...
     @property
     def offered(self) -> tuple[ToolSpec, ...]: ...
+    @property
+    def stage(self) -> str: ...
 
 
 JSON_PROTOCOL = """\
@@ -80,17 +84,34 @@ def native_tools(settings: RunSettings) -> tuple[ToolSpec, ...]:
 
 
 def build_prompt(state: PromptState) -> Prompt:
-    """The prompt for the run's next model call: a pure function of its state."""
+    """The prompt for the run's next model call: a pure function of its state.
+    A staged run's system prompt and tools are its stage's (`run_staged`)."""
     settings = state.settings
+    system, tools = _system(settings), state.offered
+    if settings.policy == "staged":
+        system, tools = _staged(state)
     return Prompt(
         model=settings.model,
-        system=_system(settings),
+        system=system,
         messages=(*state.conversation, *_window(state)),
-        tools=state.offered,
+        tools=tools,
         protocol=settings.protocol,
         temperature=settings.temperature,
         max_tokens=settings.max_tokens,
     )
+
+
+def _staged(state: PromptState) -> tuple[str, tuple[ToolSpec, ...]]:
+    """A staged run's system prompt (its stage's prompts composed, the
+    variables filled) and the tools its stage offers."""
+    settings = state.settings
+    stage = staged.stage_policy(settings, state.stage)
+    values = staged.variables(
+        settings, state.conversation, state.transcript, stage.tools
+    )
+    prompts = {**dict.fromkeys(stage.prompts, ""), **settings.prompts}
+    tools = tuple(t for t in settings.tools if t.name in stage.tools)
+    return compose(prompts, stage, values), tools
 
 
 def _system(settings: RunSettings) -> str:

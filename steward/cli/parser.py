@@ -161,6 +161,22 @@ def _metrics_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _staged_options(parser: argparse.ArgumentParser) -> None:
+    """``--mode`` and ``--reasoning``: the user's switches of a staged run."""
+    parser.add_argument(
+        "--mode",
+        choices=["agent", "chat"],
+        help="a staged profile's mode for this run (default: the profile's); "
+        "no stage changes it",
+    )
+    parser.add_argument(
+        "--reasoning",
+        choices=["on", "off"],
+        help="whether a staged run reasons (default: the profile's); no stage "
+        "changes it",
+    )
+
+
 def _output_option(parser: argparse.ArgumentParser, listing: bool) -> None:
     each = "an object per row" if listing else "one object on one line"
     parser.add_argument(
@@ -277,6 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("text", type=_input, help="the run's input (not blank)")
     s.add_argument("--profile", default="default", help="agent profile ([agents.NAME])")
+    _staged_options(s)
     s.add_argument("-q", "--quiet", action="store_true", help="print only the result")
     s.add_argument(
         "--stream",
@@ -318,6 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("text", type=_input, help="the run's input (not blank)")
     s.add_argument("--profile", default="default", help="agent profile ([agents.NAME])")
+    _staged_options(s)
     s.add_argument(
         "--wait",
         type=_seconds,

@@ -29,19 +29,45 @@ from steward.cli.env import (
 from steward.cli.hosting import checked_provider, see_run
 from steward.cli.output import columns, cut, json_line, listed, total_of
 from steward.cli.workflow import workflow_lines, workflow_view
-from steward.errors import NotAllowedError
+from steward.errors import NotAllowedError, StewardError
 from steward.host import Host
 from steward.isotime import iso_time
 from steward.projections.store import Projector
 from steward.projections.summary import summary
+from steward.stage_prompts import with_prompts
 
 
-def new_run(env: Env, text: str, profile: str) -> events.RunCreated:
+def new_run(
+    env: Env,
+    text: str,
+    profile: str,
+    mode: str | None = None,
+    reasoning: str | None = None,
+) -> events.RunCreated:
+    """A new run of ``text`` with ``profile``; a staged profile's ``mode``
+    and ``reasoning`` (``on``/``off``) as the user set them for it.
+
+    Raises:
+        StewardError: ``--mode`` or ``--reasoning`` for a profile that is not
+            staged.
+    """
     tools = ToolRegistry.with_builtins()
     allowed = (
         env.settings.agents[profile].tools if profile in env.settings.agents else None
     )
     settings = env.settings.run_settings(profile, tools.specs(allowed))
+    if mode is not None or reasoning is not None:
+        if settings.policy != "staged":
+            raise StewardError(
+                f"--mode and --reasoning are a staged profile's; profile {profile} "
+                'is not (set [agents.NAME] policy = "staged")'
+            )
+        settings = replace(
+            settings,
+            mode=mode or settings.mode,
+            reasoning=settings.reasoning if reasoning is None else reasoning == "on",
+        )
+    settings = with_prompts(settings, env.settings, profile)
     return events.RunCreated(
         run_id="r" + secrets.token_hex(6),
         input_text=text,
@@ -51,7 +77,7 @@ def new_run(env: Env, text: str, profile: str) -> events.RunCreated:
 
 
 async def cmd_run(env: Env, args: argparse.Namespace) -> int:
-    created = new_run(env, args.text, args.profile)
+    created = new_run(env, args.text, args.profile, args.mode, args.reasoning)
     provider = checked_provider(env)  # bad settings fail before the log is made
     async with opened(env) as (log, projector):
         return await see_run(
@@ -67,7 +93,8 @@ async def cmd_run(env: Env, args: argparse.Namespace) -> int:
 
 
 async def cmd_start(env: Env, args: argparse.Namespace) -> int:
-    created = replace(new_run(env, args.text, args.profile), queued=True)
+    first = new_run(env, args.text, args.profile, args.mode, args.reasoning)
+    created = replace(first, queued=True)
     stream = run_stream(created.run_id)
     async with opened(env) as (log, projector):
         host = Host(log, projector=projector, kinds=env.kinds)

@@ -249,6 +249,24 @@ class AgentProfile(_Section, frozen=True, kw_only=True):
     max_tool_call_rounds: Positive | None = None
     """Overrides ``run.max_tool_call_rounds`` for this profile."""
 
+    policy: Literal["default", "staged"] = "default"
+    """``staged``: runs go through the stages of spec 004 (warmup, act, tool
+    follow-up, micro step, delivery check, QA review), each owning its tools
+    and prompts; needs ``protocol = "native"``."""
+
+    mode: Literal["agent", "chat"] = "agent"
+    """A staged run's mode (``steward run --mode`` sets it per run)."""
+
+    reasoning: bool = False
+    """Whether a staged run reasons (``steward run --reasoning on|off``)."""
+
+    qa: bool = True
+    """Whether a staged run ends with its advisory QA review."""
+
+    prompts: str | None = None
+    """A directory of a staged run's prompts of your own (Markdown, as
+    `steward prompts list` names them); a prompt it lacks is the shipped one."""
+
 
 def _default_models() -> dict[str, ModelConfig]:
     return {"default": ModelConfig()}
@@ -501,7 +519,18 @@ class Settings(_Section, frozen=True, kw_only=True):
                 for t in tools
             )
         run = self.run
+        if agent.policy == "staged" and agent.protocol != "native":
+            raise ConfigError(
+                "settings",
+                f"agents.{profile}.policy",
+                'a staged profile calls tools natively: set protocol = "native"',
+            )
         return RunSettings(
+            policy=agent.policy,
+            mode=agent.mode,
+            reasoning=agent.reasoning,
+            qa=agent.qa,
+            project_root=self.tools.workspace if agent.policy == "staged" else "",
             model=model.model or model.provider,
             system_prompt=(
                 run.system_prompt

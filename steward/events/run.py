@@ -35,6 +35,10 @@ from steward.events.protocol import (
 __all__ = [
     "EVENT_TYPES",
     "LATEST_REVISION",
+    "AnswerDelivered",
+    "QaReported",
+    "ReasoningRecorded",
+    "StageEntered",
     "ApprovalDecided",
     "ApprovalRequested",
     "BudgetExceeded",
@@ -118,6 +122,22 @@ class RunSettings(
     model_table: str | None = None
     """The ``[models.<name>]`` table the run's calls go to (a session's
     model, a workflow node's ``provider``); ``None``: its profile's."""
+    policy: Literal["default", "staged"] = "default"
+    """``staged``: the run goes through the stages of spec 004 (warmup, act,
+    tool follow-up, micro step, delivery check, QA review), each owning its
+    tools and prompt (`steward.actors.stages`); native protocol only."""
+    mode: Literal["agent", "chat"] = "agent"
+    """A staged run's mode, the user's: no stage changes it."""
+    reasoning: bool = False
+    """Whether a staged run reasons (macro in its warmup, micro between
+    steps), the user's switch: no stage changes it."""
+    qa: bool = True
+    """Whether a staged run ends with its advisory QA review."""
+    prompts: dict[str, str] = {}
+    """A staged run's prompts (`steward.stage_prompts`), by name, as they
+    were when it started: a replay composes the same system prompts."""
+    project_root: str = ""
+    """``{{project_root}}`` in a staged run's prompts."""
     revision: int = 0
     """The decider behaviour the run was created under (`LATEST_REVISION` for
     new runs, 0 for runs recorded before revisions existed). A change to what
@@ -235,7 +255,13 @@ class ApprovalRequested(Event, frozen=True, kw_only=True):
 class SystemNoteAdded(Event, frozen=True, kw_only=True):
     """The runtime told the model something (planning gate, JSON correction)."""
 
-    reason: Literal["planning_gate", "invalid_command", "tool_error"]
+    reason: Literal[
+        "planning_gate", "invalid_command", "tool_error", "recovery", "delivery_gate"
+    ]
+    """Why: the planning gate, a reply that is no command, a tool call that
+    could not be made; in a staged run, a stage's recovery (an empty reply,
+    one asking the user for files, a failed tool) or the delivery gate (the
+    answer not done yet)."""
     content: str
     call_id: str | None = None
     tool: str | None = None
@@ -299,6 +325,45 @@ class RunCompleted(Event, frozen=True, kw_only=True):
     structured part, such as a workflow phase's routing decision."""
 
 
+class StageEntered(Event, frozen=True, kw_only=True):
+    """A staged run's next model call is of ``stage`` (spec 004): recorded
+    before each of its requests with what the policy gave it, the user's
+    ``mode`` and ``reasoning`` as they were set (never changed by a stage),
+    the tools it is offered and the prompts its system prompt is made of."""
+
+    stage: str
+    mode: str
+    reasoning: bool
+    tools: tuple[str, ...] = ()
+    prompts: tuple[str, ...] = ()
+
+
+class ReasoningRecorded(Event, frozen=True, kw_only=True):
+    """A staged run's reply held an ``<ide_reasoning>`` block: its compact
+    outcome, all of it the run keeps (the block itself stays out of the
+    history it shows the model next)."""
+
+    stage: str
+    plan_delta: str = ""
+    next_action: str = ""
+    known_risks: str = ""
+    delivery_state: Literal["DONE", "NEEDS_WORK"] = "NEEDS_WORK"
+
+
+class AnswerDelivered(Event, frozen=True, kw_only=True):
+    """A staged run's delivery check passed: ``output`` is its answer, which
+    nothing after (QA, a retry) changes."""
+
+    output: str
+
+
+class QaReported(Event, frozen=True, kw_only=True):
+    """A staged run's advisory QA report (``verdict``, ``findings``,
+    ``guidance``), recorded beside the answer, never in its place."""
+
+    report: dict[str, Any]
+
+
 class RunFailed(Event, frozen=True, kw_only=True):
     """The run failed; ``reason`` says why in a sentence."""
 
@@ -343,6 +408,10 @@ RunDecision = (
     | RunCompleted
     | RunFailed
     | RunCancelled
+    | StageEntered
+    | ReasoningRecorded
+    | AnswerDelivered
+    | QaReported
 )
 RunEvent = RunInput | RunDecision
 EVENT_TYPES: tuple[type[Event], ...] = typing.get_args(RunEvent)

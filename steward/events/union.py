@@ -68,6 +68,15 @@ UNION = EventUnion(STEWARD_TYPES)
 """The union a log decodes into unless given another: steward's kinds'."""
 
 
+def _shown(default: Any) -> str:
+    """A default as pinned: its ``repr``, but a Struct at all its own
+    defaults as ``Name()`` (its fields' defaults are pinned each, so a field
+    added to it with a default changes no pin)."""
+    if isinstance(default, msgspec.Struct) and default == type(default)():
+        return f"{type(default).__name__}()"
+    return repr(default)
+
+
 def field_defaults(types: tuple[type[Event], ...] = STEWARD_TYPES) -> dict[str, str]:
     """The default of every field of ``types``, and of the Structs they
     hold, as ``{"Type.field": repr(default)}``: what an event read without
@@ -88,7 +97,7 @@ def field_defaults(types: tuple[type[Event], ...] = STEWARD_TYPES) -> dict[str, 
                         if f.default is msgspec.NODEFAULT
                         else f.default
                     )
-                    found[f"{t.cls.__name__}.{f.name}"] = repr(default)
+                    found[f"{t.cls.__name__}.{f.name}"] = _shown(default)
                 walk(f.type)
         elif isinstance(t, mi.UnionType):
             for member in t.types:

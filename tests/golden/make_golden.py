@@ -63,6 +63,7 @@ from steward.events.task import TaskCompleted, TaskFailed, Template
 from steward.events.workflow import EdgeDef, GitDef, NodeDef, WorkflowDef
 from steward.host import Host
 from steward.kinds import kind_of
+from steward.stage_prompts import load_prompts
 from steward.workflows import created, worktree
 
 HERE = Path(__file__).resolve().parent
@@ -1200,6 +1201,63 @@ async def tasks(rig: Rig) -> None:
     await rig.recorded(TaskFailed, 4)  # the task, and its child cancelled
 
 
+async def staged(rig: Rig) -> None:
+    """Staged runs (spec 004): ``stg-agent`` plans in its warmup (a reasoning
+    block kept as its outcome), is refused a tool its stage does not offer,
+    recovers from an empty reply, a reply asking for files and a failed
+    tool, is sent back by the delivery gate once, delivers and is reviewed
+    by QA (a report that is no JSON kept as text); ``stg-chat`` runs in
+    chat mode without reasoning or QA: no warmup, read-only tools."""
+    prompts = load_prompts()
+
+    def settings(**changes: Any) -> dict[str, Any]:
+        return {
+            "protocol": "native",
+            "policy": "staged",
+            "prompts": prompts,
+            "project_root": "/work",
+            **changes,
+        }
+
+    delete = ToolCall(id="c1", name="files.delete", args={"path": "notes.txt"})
+    missing = ToolCall(id="c2", name="files.read", args={"path": "missing.txt"})
+    read = ToolCall(id="c3", name="files.read", args={"path": "notes.txt"})
+    write = ToolCall(id="c4", name="files.write", args={"path": "x", "content": "y"})
+    warmup = (
+        "<ide_reasoning>\nAnalyze: summarize the notes\nPlan: read notes.txt\n"
+        "Reflect: it may be missing\nAction: files.read\nDelivery: NEEDS_WORK\n"
+        "</ide_reasoning>\nI will read the notes."
+    )
+    script: dict[str, list[Reply | str]] = {
+        "stg-agent": [
+            warmup,
+            Reply(tool_calls=(delete,)),
+            "",
+            "Please send me the file contents.",
+            Reply(tool_calls=(missing,)),
+            Reply(tool_calls=(read,)),
+            "- the notes say hello\n- nothing else\nThe notes say hello.",
+            "The notes say hello.",  # the delivery check, not done: back to act
+            "The notes say hello.",
+            "The notes say hello.\nDelivery: DONE",
+            "The answer looks right.",
+        ],
+        "stg-chat": [
+            Reply(tool_calls=(write,)),
+            Reply(tool_calls=(read,)),
+            "They say hello.",
+            "They say hello.\nDelivery: DONE",
+        ],
+    }
+    host = await rig.host(per_run(script))
+    (rig.workspace / "notes.txt").write_text("hello\n")
+    await rig.start(host, "stg-agent", **settings(reasoning=True))
+    await rig.until("stg-agent", "completed", "failed")
+    chat = settings(mode="chat", qa=False)
+    await rig.start(host, "stg-chat", **chat)
+    await rig.until("stg-chat", "completed", "failed")
+
+
 _NOON = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
 
 
@@ -1234,6 +1292,7 @@ SCENARIOS: dict[str, Scenario] = {
     "workflow_revision_2": partial(workflow, revision=2),
     "workflow_revision_3": workflow_revision_3,
     "tasks": tasks,
+    "staged": staged,
 }
 
 

@@ -142,6 +142,10 @@ EXPECTED["workflow_revision_3"] = {
     ),
 }
 EXPECTED["tasks"] = {}  # its tasks' calls are in their own streams: no runs
+EXPECTED["staged"] = {
+    "stg-agent": Final("completed", "The notes say hello."),
+    "stg-chat": Final("completed", "They say hello."),
+}
 """Each golden log's runs (by run id) and their final states."""
 
 SESSIONS: dict[str, dict[str, tuple[str, ...]]] = {

@@ -268,7 +268,7 @@ NOBODY_WAITS = [
         "subagents",
         "tool_rounds",
     ]
-]
+] + [("staged", "stg-agent"), ("staged", "stg-chat")]
 """The golden runs (log, run id) with no parent and no ``reply_to``."""
 
 OPEN_AT_END: dict[tuple[str, str, str], str] = {

@@ -1,0 +1,136 @@
+"""What a staged run reads and says (spec 004), pure: the run decider
+(`steward.actors.run`) asks it which stage comes next, what the stage's
+policy is, how a reply reads, and what a recovery or correction says.
+
+A staged run goes: ``warmup`` (when the user's mode is ``agent`` and
+reasoning is on: plan, no tools), then ``act`` (the stage's tools), after
+tool results ``tool_followup`` (or ``micro_step`` when reasoning is on),
+until the model answers without tools; then ``delivery_check`` (no tools:
+the final answer, ``Delivery: DONE``), and ``qa_review`` (read-only tools,
+an advisory report). The mode and reasoning are the user's: every stage
+gets them as they were set. A tool the stage does not offer is refused,
+naming those it does.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from steward.actors.stages import (
+    PLACEHOLDER,
+    ReasoningOutcome,
+    Stage,
+    StagePolicy,
+    outcome_of,
+    policy,
+    split_reasoning,
+)
+from steward.actors.task_eval import json_value
+from steward.events.protocol import ChatMessage
+from steward.events.run import RunSettings
+
+__all__ = [
+    "ACTING",
+    "Reading",
+    "followup_stage",
+    "first_stage",
+    "interpolated",
+    "reading",
+    "stage_policy",
+    "variables",
+]
+
+ACTING: frozenset[str] = frozenset({"act", "tool_followup", "micro_step"})
+"""The stages whose replies call tools to do the work."""
+
+MAX_RECOVERIES = 5
+"""Recoveries and delivery-gate corrections a staged run takes, at most:
+past them it fails, rather than loop."""
+
+_ASKS_FOR_FILES = re.compile(
+    r"\b(please\s+)?(send|share|provide|paste|upload|attach|give)\s+(me\s+)?"
+    r"(the\s+|your\s+|a\s+)?(file|files|diff|diffs|contents|code|logs?)\b",
+    re.IGNORECASE,
+)
+_DONE = re.compile(r"^\s*\**\s*delivery\s*\**\s*:\s*\**\s*DONE\b.*$", re.I | re.M)
+
+
+def first_stage(settings: RunSettings) -> Stage:
+    """The stage a staged run starts in: warmup when it reasons."""
+    return "warmup" if _reasons(settings) else "act"
+
+
+def followup_stage(settings: RunSettings) -> Stage:
+    """The stage after tool results: a micro step when the run reasons."""
+    return "micro_step" if _reasons(settings) else "tool_followup"
+
+
+def _reasons(settings: RunSettings) -> bool:
+    return settings.mode == "agent" and settings.reasoning
+
+
+def stage_policy(settings: RunSettings, stage: str) -> StagePolicy:
+    """The policy of ``stage`` for a run of ``settings``: its tools of the
+    run's own (the user's mode and reasoning as they were set)."""
+    names = [t.name for t in settings.tools]
+    return policy(settings.mode, settings.reasoning, stage, names)  # type: ignore[arg-type]
+
+
+def variables(
+    settings: RunSettings,
+    conversation: tuple[ChatMessage, ...],
+    transcript: tuple[ChatMessage, ...],
+    tools: tuple[str, ...],
+) -> dict[str, str]:
+    """The values of a staged run's prompt variables, from its state."""
+    user = next((m.content for m in conversation if m.role == "user"), "")
+    last = next((m.content for m in reversed(transcript) if m.role == "tool"), "")
+    return {
+        "project_root": settings.project_root,
+        "user_input": user,
+        "tool_summary": ", ".join(tools) or "none",
+        "last_step_outcome": last[:2000],
+    }
+
+
+def interpolated(text: str, values: dict[str, str]) -> str:
+    """``text`` with its ``{{variable}}`` placeholders filled."""
+    return PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), text)
+
+
+class Reading:
+    """What a staged run's reply says: its visible text (the reasoning
+    block taken out), the outcome of its reasoning if it had any, whether it
+    is empty, asks the user for files, says its delivery is done, and (in
+    QA) its report."""
+
+    __slots__ = ("done", "empty", "asks_for_files", "outcome", "report", "visible")
+
+    def __init__(self, text: str, stage: str) -> None:
+        block, visible = split_reasoning(text)
+        self.outcome: ReasoningOutcome | None = (
+            outcome_of(block) if block is not None else None
+        )
+        self.empty = not visible.strip()
+        self.asks_for_files = bool(_ASKS_FOR_FILES.search(visible))
+        said_done = self.outcome is not None and self.outcome.delivery_state == "DONE"
+        self.done = bool(_DONE.search(visible)) or said_done
+        self.visible = _DONE.sub("", visible).strip()
+        self.report: dict[str, Any] | None = (
+            _report(visible) if stage == "qa_review" else None
+        )
+
+
+def reading(text: str, stage: str) -> Reading:
+    """How a staged run reads reply ``text`` in ``stage``; never raises."""
+    return Reading(text, stage)
+
+
+def _report(text: str) -> dict[str, Any]:
+    """A QA reply's report: its JSON object, or the text kept as it is."""
+    stripped = re.sub(r"^```(?:json)?\s*|\s*```$", "", text.strip())
+    data = json_value(stripped)
+    if isinstance(data, dict):
+        return data
+    return {"verdict": "unparsed", "text": text.strip()}
