@@ -104,6 +104,9 @@ class ModelCall(msgspec.Struct, frozen=True, kw_only=True):
     profile: str | None = None
     table: str | None = None
     """The ``[models.<name>]`` table the call goes to, when the actor names one."""
+    labels: dict[str, str] = {}
+    """What the host's log line of the call says of it besides its stream
+    and request (a staged run's conversation, mode, stage, tools, reasoning)."""
 
 
 class Want(msgspec.Struct, frozen=True, kw_only=True):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from msgspec.structs import replace
 
+from steward.actors import run_staged as staged
 from steward.actors.effects import (
     ArmTimer,
     Create,
@@ -258,11 +259,24 @@ def model_call(
     """What model call ``request`` of the run at ``state`` sends: ``prompt``
     if given (the one the decider hashed), else the one built from ``state``."""
     created = state.created
+    settings = state.settings
+    labels = {}
+    if settings.policy == "staged":  # spec 004 §9.1: what each request says
+        stage = staged.stage_policy(settings, state.stage)
+        labels = {
+            "conversation": (created.context_id if created else None) or state.run_id,
+            "run": state.run_id,
+            "mode": settings.mode,
+            "stage": state.stage,
+            "tools": str(len(stage.tools)),
+            "reasoning": "on" if settings.reasoning else "off",
+        }
     return ModelCall(
         prompt=prompt or build_prompt(state),
         actor_id=state.run_id,
         profile=None if created is None else created.profile,
-        table=state.settings.model_table,
+        table=settings.model_table,
+        labels=labels,
     )
 
 

@@ -120,6 +120,9 @@ class Calls:
         if not _awaits(kind, state, rid) or kind.reactor.model_call is None:
             return None  # answered already; nothing to do
         call = kind.reactor.model_call(state, request, self._prompt_cache, kept)
+        if call.labels:
+            said = " ".join(f"{k}={v}" for k, v in call.labels.items())
+            log.info("model call %s of %s: %s", rid, rec.stream, said)
         prompt = call.prompt
         info = RequestInfo(
             run_id=call.actor_id,

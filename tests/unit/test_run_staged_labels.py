@@ -1,0 +1,69 @@
+"""Every model request of a staged run says, in its event and its log line,
+its conversation, run, the user's mode, its stage, how many tools it offers
+and whether it reasons (spec 004 §9.1), and each of its stages keeps the
+invariants of §2 and §9.2 in the recorded log."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from steward import events, replay
+from steward.actors import run_effects
+from steward.actors.stages import policy
+from steward.events import LlmRequested, StageEntered
+
+GOLDEN = Path(__file__).parents[1] / "golden" / "staged.jsonl"
+
+
+def _streams() -> dict[str, list[events.Recorded]]:
+    streams: dict[str, list[events.Recorded]] = {}
+    for line in GOLDEN.read_bytes().splitlines():
+        rec = events.recorded_from_json(line)
+        streams.setdefault(rec.stream, []).append(rec)
+    return streams
+
+
+def test_each_request_is_labelled_with_its_stage_mode_tools_and_reasoning() -> None:
+    for stream, records in _streams().items():
+        for rec in records:
+            if not isinstance(rec.event, LlmRequested):
+                continue
+            state = replay.rebuild(records, rec.version)
+            call = run_effects.model_call(state, rec.event)
+            entered = records[rec.version - 2].event  # recorded just before
+            assert isinstance(entered, StageEntered), stream
+            assert call.labels == {
+                "conversation": state.run_id,
+                "run": state.run_id,
+                "mode": state.settings.mode,
+                "stage": entered.stage,
+                "tools": str(len(entered.tools)),
+                "reasoning": "on" if state.settings.reasoning else "off",
+            }
+            assert len(call.prompt.tools) == len(entered.tools)
+
+
+def test_the_recorded_stages_keep_the_users_mode_reasoning_and_tools() -> None:
+    """Mode, reasoning and tool invariance (§9.2), held in the log: every
+    stage entered has the run's mode and reasoning as set, and the tools the
+    policy gives that stage; every tool requested is one of its stage's."""
+    for stream, records in _streams().items():
+        settings = records[0].event.settings  # type: ignore[attr-defined]
+        names = [t.name for t in settings.tools]
+        stage = None
+        for rec in records:
+            match rec.event:
+                case StageEntered() as entered:
+                    assert (entered.mode, entered.reasoning) == (
+                        settings.mode,
+                        settings.reasoning,
+                    ), stream
+                    given = policy(
+                        settings.mode, settings.reasoning, entered.stage, names
+                    )
+                    assert entered.tools == given.tools, (stream, entered.stage)
+                    stage = entered
+                case events.ToolRequested(name=name):
+                    assert stage is not None and name in stage.tools, (stream, name)
+                case _:
+                    pass
