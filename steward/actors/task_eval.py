@@ -422,10 +422,10 @@ class _Evaluation:
     ) -> Result:
         self.calls += 1
         n = self.calls
-        label = f"tool {tool}" if tool else template
         if n <= len(self.started):
             was = self.started[n - 1]
             if was != (template, tool, args):
+                label = f"tool {tool}" if tool else template
                 raise _Error(
                     f"call {n} is now {label} {_args(args)}, but the task "
                     f"recorded {was[1] or was[0]} {_args(was[2])}: the program "
@@ -438,6 +438,7 @@ class _Evaluation:
             raise _Stop(Need(call=n, template=template, args=args, tool=tool))
         result = self.results[n - 1]
         if self.trace is not None:
+            label = f"tool {tool}" if tool else template
             self.note("call", f"{label} {_args(args)}", n)
         if result.status != "COMPLETE":
             limits = self.failed_limits
@@ -787,6 +788,8 @@ def _storable(leaf: Any) -> Any:
     number as text."""
     match leaf:
         case str():
+            if leaf.isascii():  # no surrogate, as most text: as it is
+                return leaf
             return leaf.encode("utf-16-le", "surrogatepass").decode(
                 "utf-16-le", "replace"
             )
