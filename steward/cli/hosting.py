@@ -11,7 +11,7 @@ import secrets
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +23,15 @@ from steward.actors.llm import ModelRouter, Provider, RequestInfo
 from steward.actors.run_effects import run_stream
 from steward.actors.tools import ToolRegistry
 from steward.bus import EventLog, JetStreamEventLog
-from steward.cli.env import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_PIPE, EXIT_WAITING, Env
-from steward.errors import ConfigError, NoHostError
+from steward.cli.env import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_PIPE,
+    EXIT_WAITING,
+    Env,
+    shown,
+)
+from steward.errors import ConfigError, NoHostError, StewardError
 from steward.host import Host
 from steward.hostlock import Holder, HostLock
 from steward.kinds import RUN
@@ -74,6 +81,48 @@ def new_host(env: Env, log: EventLog, projector: Projector | None, **kw: Any) ->
         kinds=env.kinds,
         **kw,
     )
+
+
+def pair(text: str, option: str) -> tuple[str, str]:
+    """``NAME=VALUE`` given to ``option``, as (name, value).
+
+    Raises:
+        StewardError: it is not NAME=VALUE.
+    """
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise StewardError(f"{option} {text!r} is not NAME=VALUE")
+    return name, value
+
+
+async def follow(
+    env: Env,
+    log: EventLog,
+    stream: str,
+    interrupted: asyncio.Event,
+    *,
+    quiet: bool,
+    line: Callable[[events.Event], str | None],
+    ended: Callable[[Any], bool],
+) -> Any:
+    """Print a line (``line``) for each of ``stream``'s events as they are
+    recorded, until its state is ``ended`` or Ctrl-C; its state then."""
+    seen = 0
+    kind = env.kinds.of(stream)
+    state = kind.decider.initial
+    while True:
+        for rec in await log.read(stream, seen + 1):
+            seen = rec.version
+            state = kind.decider.evolve(state, rec.event)
+            said = line(rec.event)
+            if said and not quiet:
+                env.out(shown(said))
+        if ended(state) or interrupted.is_set():
+            return state
+        try:
+            await asyncio.wait_for(interrupted.wait(), 0.05)
+        except TimeoutError:
+            pass
 
 
 @contextlib.asynccontextmanager

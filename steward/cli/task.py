@@ -36,7 +36,7 @@ from steward.cli.env import (
     shown,
     stream_records,
 )
-from steward.cli.hosting import checked_provider, foreground
+from steward.cli.hosting import checked_provider, follow, foreground, pair
 from steward.cli.output import columns, cut, json_line, listed, total_of
 from steward.errors import NotAllowedError, StewardError
 from steward.events.protocol import ChildFinished
@@ -101,7 +101,7 @@ async def cmd_task_run(env: Env, args: argparse.Namespace) -> int:
         env.settings,
         task_id,
         templates=templates,
-        args=dict(_pair(text) for text in args.arg),
+        args=dict(pair(text, "--arg") for text in args.arg),
         context=tuple(args.context),
         source=str(path),
     )
@@ -121,7 +121,15 @@ async def cmd_task_run(env: Env, args: argparse.Namespace) -> int:
                 if await host.submit(stream, first) is None:
                     raise StewardError(f"task {task_id} was refused")
                 env.out(f"task {task_id}: {path} ({len(templates)} templates)")
-                state = await _follow(env, log, stream, interrupted, args.quiet)
+                state: Task = await follow(
+                    env,
+                    log,
+                    stream,
+                    interrupted,
+                    quiet=args.quiet,
+                    line=step_line,
+                    ended=lambda task: task.status in TERMINAL,
+                )
         finally:
             loop.remove_signal_handler(signal.SIGINT)
     if state.status not in TERMINAL:
@@ -136,36 +144,6 @@ async def cmd_task_run(env: Env, args: argparse.Namespace) -> int:
         env.out(line)
     env.out(task_id)
     return 0 if state.status == "completed" else EXIT_FAILED
-
-
-def _pair(text: str) -> tuple[str, str]:
-    name, sep, value = text.partition("=")
-    if not sep or not name:
-        raise StewardError(f"--arg {text!r} is not NAME=VALUE")
-    return name, value
-
-
-async def _follow(
-    env: Env, log: EventLog, stream: str, interrupted: asyncio.Event, quiet: bool
-) -> Task:
-    """Print the task's steps as they are recorded, until it ends or Ctrl-C;
-    its state then."""
-    seen = 0
-    kind = env.kinds.of(stream)
-    state: Task = kind.decider.initial
-    while True:
-        for rec in await log.read(stream, seen + 1):
-            seen = rec.version
-            state = kind.decider.evolve(state, rec.event)
-            line = step_line(rec.event)
-            if line and not quiet:
-                env.out(shown(line))
-        if state.status in TERMINAL or interrupted.is_set():
-            return state
-        try:
-            await asyncio.wait_for(interrupted.wait(), 0.05)
-        except TimeoutError:
-            pass
 
 
 def step_line(event: events.Event) -> str | None:

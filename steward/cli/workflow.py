@@ -23,7 +23,6 @@ from steward import events
 from steward.actors.tools import ToolRegistry
 from steward.actors.workflow import Workflow, workflow_stream
 from steward.actors.workflow_graph import auto_loops
-from steward.bus import EventLog
 from steward.cli.env import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -32,7 +31,7 @@ from steward.cli.env import (
     shown,
     stream_records,
 )
-from steward.cli.hosting import checked_provider, foreground
+from steward.cli.hosting import checked_provider, follow, foreground, pair
 from steward.cli.output import columns, cut, listed, total_of
 from steward.errors import NotAllowedError, StewardError
 from steward.host import Host
@@ -109,7 +108,7 @@ async def cmd_list(env: Env, args: argparse.Namespace) -> int:
 
 async def cmd_run(env: Env, args: argparse.Namespace) -> int:
     definition = load_definition(args.file, env.settings)
-    inputs = dict(_pair(text) for text in args.input)
+    inputs = dict(pair(text, "--input") for text in args.input)
     if args.id is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", args.id):
         raise StewardError(
             f"--id {args.id!r}: letters, digits, _ and - only, starting with a "
@@ -155,7 +154,16 @@ async def cmd_run(env: Env, args: argparse.Namespace) -> int:
                     env.out(
                         f"  worktree {tree.path} on branch {tree.branch} ({tree.base})"
                     )
-                state = await _follow(env, log, stream, interrupted, args.quiet)
+                state: Workflow = await follow(
+                    env,
+                    log,
+                    stream,
+                    interrupted,
+                    quiet=args.quiet,
+                    line=step_line,
+                    # ended, and its worktree's pull request and removal done
+                    ended=lambda run: run.status in TERMINAL and run.tool is None,
+                )
         finally:
             loop.remove_signal_handler(signal.SIGINT)
     if state.status not in TERMINAL:
@@ -171,37 +179,6 @@ async def cmd_run(env: Env, args: argparse.Namespace) -> int:
     env.out(f"workflow {workflow_id} {state.status}{end}")
     env.out(workflow_id)
     return 0 if state.status == "completed" else EXIT_FAILED
-
-
-def _pair(text: str) -> tuple[str, str]:
-    name, sep, value = text.partition("=")
-    if not sep or not name:
-        raise StewardError(f"--input {text!r} is not NAME=VALUE")
-    return name, value
-
-
-async def _follow(
-    env: Env, log: EventLog, stream: str, interrupted: asyncio.Event, quiet: bool
-) -> Workflow:
-    """Print the run's steps as they are recorded, until it ends or Ctrl-C;
-    its state then."""
-    seen = 0
-    kind = kind_of(stream)
-    state: Workflow = kind.decider.initial
-    while True:
-        for rec in await log.read(stream, seen + 1):
-            seen = rec.version
-            state = kind.decider.evolve(state, rec.event)
-            line = step_line(rec.event)
-            if line and not quiet:
-                env.out(line)
-        # ended, and its worktree's pull request and removal done
-        if (state.status in TERMINAL and state.tool is None) or interrupted.is_set():
-            return state
-        try:
-            await asyncio.wait_for(interrupted.wait(), 0.05)
-        except TimeoutError:
-            pass
 
 
 def step_line(event: events.Event) -> str | None:
