@@ -594,9 +594,7 @@ def _react(input: Event, state: Run) -> list[Event] | None:
         ) and claimable(state.claims, input):
             return []
         case LlmFailed(request_id=rid), "running" if rid == state.llm_pending:
-            return [
-                RunFailed(reason=f"model call failed: {input.kind}: {input.message}")
-            ]
+            return _stopped(state, f"model call failed: {input.kind}: {input.message}")
         case ToolResulted(request_id=rid), "running" | "waiting" if _find(
             state.calls, rid
         ):
@@ -846,12 +844,21 @@ def _corrected(state: Run, decisions: list[Event], name: str) -> list[Event]:
     and the next call; past `staged.MAX_RECOVERIES` of them, the run's end."""
     if state.recoveries >= staged.MAX_RECOVERIES:
         why = name.rpartition("/")[2].replace("_", " ")
-        failed = RunFailed(
-            reason=f"a staged run took {staged.MAX_RECOVERIES} recoveries and "
+        reason = (
+            f"a staged run took {staged.MAX_RECOVERIES} recoveries and "
             f"corrections, and needed another: {why}"
         )
-        return [*decisions, failed]
+        return [*decisions, *_stopped(state, reason)]
     return _continue(state, [*decisions, _recovery(state, name)])
+
+
+def _stopped(state: Run, reason: str) -> list[Event]:
+    """The end of a run a limit or a failure stops: failed for ``reason``;
+    but a staged run whose answer was delivered completes with it, as
+    nothing after its delivery (QA, a retry) takes it back (spec 004 §2.5)."""
+    if state.delivered is not None:
+        return [RunCompleted(output=state.delivered)]
+    return [RunFailed(reason=reason)]
 
 
 def _recovery(state: Run, name: str) -> SystemNoteAdded:
@@ -1008,11 +1015,16 @@ def _next_call(state: Run, decisions: list[Event]) -> list[Event]:
     """
     rounds = state.settings.max_tool_call_rounds
     if state.settings.revision >= 4 and state.rounds >= rounds:
-        return [RunFailed(reason=_loop_limit(rounds))]
+        return _stopped(state, _loop_limit(rounds))
     limit = state.settings.max_iterations
-    if state.iteration >= limit:
+    # a staged run completes only with an answer its delivery check passed;
+    # its recoveries, not the stall count, bound the replies that make none
+    if state.settings.policy == "staged":
+        if state.iteration >= limit:
+            return _stopped(state, _out_of_calls(limit))
+    elif state.iteration >= limit:
         return [RunCompleted(output=_fallback(state, limit), reason="max_iterations")]
-    if state.stall >= max(min(5, limit - 1), 1):
+    elif state.stall >= max(min(5, limit - 1), 1):
         return [RunCompleted(output=_fallback(state, limit), reason="stalled")]
     if not state.budget_lifted and (spent := _spent_budget(state)) is not None:
         return spent
@@ -1033,6 +1045,13 @@ def _next_call(state: Run, decisions: list[Event]) -> list[Event]:
         )
         return [entered, request]
     return [request]
+
+
+def _out_of_calls(limit: int) -> str:
+    return (
+        f"a staged run made {limit} model calls, the most a run makes "
+        f"(max_iterations), and delivered no answer"
+    )
 
 
 def _loop_limit(rounds: int) -> str:
