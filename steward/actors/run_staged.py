@@ -49,10 +49,15 @@ MAX_RECOVERIES = 5
 past them it fails, rather than loop."""
 
 _ASKS_FOR_FILES = re.compile(
-    r"\b(please\s+)?(send|share|provide|paste|upload|attach|give)\s+(me\s+)?"
-    r"(the\s+|your\s+|a\s+)?(file|files|diff|diffs|contents|code|logs?)\b",
+    r"\b(please|could you|can you|would you|kindly)\b[^.?!\n]{0,40}?"
+    r"\b(send|share|provide|paste|upload|attach|give)\b[^.?!\n]{0,30}?"
+    r"\b(files?|diffs?|contents|code|logs?)\b"
+    r"|\b(send|share|give|show)\s+me\s+(the\s+|your\s+|a\s+)?"
+    r"(files?|diffs?|contents|code|logs?)\b",
     re.IGNORECASE,
 )
+"""A reply asking the user for files or diffs (spec 004 §10.2): a request
+to them, not an answer that mentions providing code."""
 _DONE = re.compile(r"^\s*\**\s*delivery\s*\**\s*:\s*\**\s*DONE\b.*$", re.I | re.M)
 
 
