@@ -39,6 +39,7 @@ from steward.actors.run_prompt import (
     JSON_PROTOCOL,
     build_prompt,
     native_tools,
+    window_start,
 )
 from steward.actors.stages import outcome_text
 from steward.events.base import Event
@@ -64,6 +65,7 @@ from steward.events.run import (
     ApprovalDecided,
     ApprovalRequested,
     BudgetExceeded,
+    ContextCompressed,
     DecisionRecorded,
     MessageSent,
     NoteRecorded,
@@ -154,6 +156,12 @@ class Run(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     qa_report: dict[str, Any] | None = None
     recoveries: int = 0
     """A staged run's recoveries and delivery-gate corrections so far."""
+    plans: tuple[str, ...] = ()
+    """A staged run's plans, as its reasoning recorded them."""
+    summary: str = ""
+    """A staged run's summary of the transcript entries before ``summarized``
+    (`ContextCompressed`), shown in their place."""
+    summarized: int = 0
     """(request id, worker, until) of effects a worker has claimed."""
     reason: str | None = None
 
@@ -351,9 +359,14 @@ def _stage_entered(s: Run, event: StageEntered) -> Run:
 
 
 def _reasoning_recorded(s: Run, event: ReasoningRecorded) -> Run:
+    plans = (*s.plans, event.plan_delta) if event.plan_delta else s.plans
     if event.stage == "warmup":
-        return replace(s, next_stage="act")
-    return s
+        return replace(s, next_stage="act", plans=plans)
+    return replace(s, plans=plans)
+
+
+def _context_compressed(s: Run, event: ContextCompressed) -> Run:
+    return replace(s, summary=event.summary, summarized=event.upto)
 
 
 def _answer_delivered(s: Run, event: AnswerDelivered) -> Run:
@@ -502,6 +515,7 @@ _APPLY: Mapping[type[Event], _Apply] = MappingProxyType(
         ReasoningRecorded: _reasoning_recorded,
         AnswerDelivered: _answer_delivered,
         QaReported: _qa_reported,
+        ContextCompressed: _context_compressed,
     }
 )
 """The function that applies each kind of event that changes a run's state."""
@@ -1043,7 +1057,7 @@ def _next_call(state: Run, decisions: list[Event]) -> list[Event]:
             tools=stage.tools,
             prompts=stage.prompts,
         )
-        return [entered, request]
+        return [*_compressed(state), entered, request]
     return [request]
 
 
@@ -1052,6 +1066,18 @@ def _out_of_calls(limit: int) -> str:
         f"a staged run made {limit} model calls, the most a run makes "
         f"(max_iterations), and delivered no answer"
     )
+
+
+def _compressed(state: Run) -> list[Event]:
+    """A staged run's summary of the entries that left its window since the
+    last one, if any did (spec 004 §7: by the window's entry and token
+    limits, so the same at every replay)."""
+    start = window_start(state)
+    if start <= state.summarized:
+        return []
+    goal = next((m.content for m in state.conversation if m.role == "user"), "")
+    text = staged.summary(goal, state.transcript[:start], state.plans)
+    return [ContextCompressed(summary=text, upto=start)]
 
 
 def _loop_limit(rounds: int) -> str:

@@ -36,6 +36,8 @@ class PromptState(Protocol):
     def offered(self) -> tuple[ToolSpec, ...]: ...
     @property
     def stage(self) -> str: ...
+    @property
+    def summary(self) -> str: ...
 
 
 JSON_PROTOCOL = """\
@@ -88,12 +90,16 @@ def build_prompt(state: PromptState) -> Prompt:
     A staged run's system prompt and tools are its stage's (`run_staged`)."""
     settings = state.settings
     system, tools = _system(settings), state.offered
+    summary: tuple[ChatMessage, ...] = ()
     if settings.policy == "staged":
         system, tools = _staged(state)
+        if state.summary:  # what left the window, summarized (spec 004 §7)
+            text = f"[summary of the work so far]\n{state.summary}"
+            summary = (ChatMessage(role="user", content=text),)
     return Prompt(
         model=settings.model,
         system=system,
-        messages=(*state.conversation, *_window(state)),
+        messages=(*state.conversation, *summary, *_window(state)),
         tools=tools,
         protocol=settings.protocol,
         temperature=settings.temperature,
@@ -131,7 +137,13 @@ def _system(settings: RunSettings) -> str:
 
 
 def _window(state: PromptState) -> tuple[ChatMessage, ...]:
-    """The newest transcript entries within the entry and token limits.
+    """The newest transcript entries within the entry and token limits."""
+    return state.transcript[window_start(state) :]
+
+
+def window_start(state: PromptState) -> int:
+    """Where the window of the newest transcript entries within the entry
+    and token limits starts.
 
     Tokens are estimated as characters / 4. The newest entry is always kept, so
     the model sees the result it must act on. In the native protocol a window
@@ -140,22 +152,17 @@ def _window(state: PromptState) -> tuple[ChatMessage, ...]:
     settings = state.settings
     transcript, totals = state.transcript, state.transcript_totals
     if not transcript:
-        return ()
+        return 0
     # Entries start.. fit when the total before ``start`` is at least
     # everything minus the budget: the first such start is a binary search.
     over = totals[-1] - settings.transcript_token_limit
     start = bisect_left(totals, over) + 1 if over > 0 else 0
     start = max(start, len(transcript) - max(settings.transcript_limit, 1))
     start = min(start, len(transcript) - 1)
-    if transcript[start].role != "tool":
-        return transcript[start:]
-    kept = list(transcript[start:])
-    while len(kept) > 1 and kept[0].role == "tool":
-        kept.pop(0)
-    if kept and kept[0].role == "tool":
+    while len(transcript) - start > 1 and transcript[start].role == "tool":
+        start += 1
+    if transcript[start].role == "tool":
         # The lone newest entry answers a call: show the message that made it.
-        start = len(state.transcript) - 1
-        while start > 0 and state.transcript[start].role == "tool":
+        while start > 0 and transcript[start].role == "tool":
             start -= 1
-        return state.transcript[start:]
-    return tuple(kept)
+    return start

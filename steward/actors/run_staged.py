@@ -38,6 +38,7 @@ __all__ = [
     "interpolated",
     "reading",
     "stage_policy",
+    "summary",
     "variables",
 ]
 
@@ -102,6 +103,40 @@ def variables(
 def interpolated(text: str, values: dict[str, str]) -> str:
     """``text`` with its ``{{variable}}`` placeholders filled."""
     return PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), text)
+
+
+def summary(goal: str, entries: tuple[ChatMessage, ...], plans: tuple[str, ...]) -> str:
+    """The structured summary of a staged run's transcript ``entries`` that
+    left its window (spec 004 §7): its goal, the plans its reasoning
+    recorded (the decisions; the last is the current plan), the tool
+    failures among them (open issues) and the newest tool outputs, each cut
+    short. Built from the entries alone, the same every time; the entries
+    hold no reasoning block (a reply keeps only its outcome)."""
+    failures = [m.content for m in entries if m.role == "tool" and _failed(m.content)]
+    outputs = [
+        m.content for m in entries if m.role == "tool" and not _failed(m.content)
+    ]
+    sections = {
+        "Goals": [goal],
+        "Decisions": list(plans[-5:]),
+        "Current plan": list(plans[-1:]),
+        "Open issues": failures[-5:],
+        "Important tool outputs": outputs[-5:],
+    }
+    lines = []
+    for title, items in sections.items():
+        lines.append(f"## {title}")
+        lines += [f"- {_cut(item)}" for item in items] or ["- (none)"]
+    return "\n".join(lines)
+
+
+def _failed(content: str) -> bool:
+    return content.startswith(("Tool ", "error:")) and "failed" in content[:200]
+
+
+def _cut(text: str, limit: int = 300) -> str:
+    one = " ".join(text.split())
+    return one if len(one) <= limit else one[: limit - 1] + "…"
 
 
 class Reading:

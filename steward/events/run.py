@@ -36,6 +36,7 @@ __all__ = [
     "EVENT_TYPES",
     "LATEST_REVISION",
     "AnswerDelivered",
+    "ContextCompressed",
     "QaReported",
     "ReasoningRecorded",
     "StageEntered",
@@ -350,6 +351,16 @@ class ReasoningRecorded(Event, frozen=True, kw_only=True):
     delivery_state: Literal["DONE", "NEEDS_WORK"] = "NEEDS_WORK"
 
 
+class ContextCompressed(Event, frozen=True, kw_only=True):
+    """A staged run's transcript entries before ``upto`` left its window:
+    ``summary`` (goals, decisions, current plan, open issues, important tool
+    outputs; never a reasoning block), built from them without a model, is
+    shown in their place (spec 004 §7)."""
+
+    summary: str
+    upto: int
+
+
 class AnswerDelivered(Event, frozen=True, kw_only=True):
     """A staged run's delivery check passed: ``output`` is its answer, which
     nothing after (QA, a retry) changes."""
@@ -412,6 +423,7 @@ RunDecision = (
     | ReasoningRecorded
     | AnswerDelivered
     | QaReported
+    | ContextCompressed
 )
 RunEvent = RunInput | RunDecision
 EVENT_TYPES: tuple[type[Event], ...] = typing.get_args(RunEvent)

@@ -1258,6 +1258,44 @@ async def staged(rig: Rig) -> None:
     await rig.until("stg-chat", "completed", "failed")
 
 
+async def staged_compressed(rig: Rig) -> None:
+    """A staged run whose transcript outgrows its window (``transcript_limit``
+    4): each time entries leave it, a structured summary of them is recorded
+    (`ContextCompressed`: its goal, the plan its warmup recorded, a failed
+    tool as an open issue, the tool outputs) and shown in their place."""
+    prompts = load_prompts()
+    reads = [
+        ToolCall(id=f"c{n}", name="files.read", args={"path": path})
+        for n, path in enumerate(["notes.txt", "missing.txt", "notes.txt"], 1)
+    ]
+    listing = ToolCall(id="c4", name="files.list", args={})
+    warmup = (
+        "<ide_reasoning>\nPlan: read notes.txt and list the files\n"
+        "Action: files.read\nDelivery: NEEDS_WORK\n</ide_reasoning>\nReading."
+    )
+    script: dict[str, list[Reply | str]] = {
+        "stg-long": [
+            warmup,
+            *(Reply(tool_calls=(call,)) for call in (*reads, listing)),
+            "The notes say hello; the workspace holds notes.txt.",
+            "The notes say hello; the workspace holds notes.txt.\nDelivery: DONE",
+        ]
+    }
+    host = await rig.host(per_run(script))
+    (rig.workspace / "notes.txt").write_text("hello\n")
+    await rig.start(
+        host,
+        "stg-long",
+        protocol="native",
+        policy="staged",
+        reasoning=True,
+        qa=False,
+        prompts=prompts,
+        transcript_limit=4,
+    )
+    await rig.until("stg-long", "completed", "failed")
+
+
 _NOON = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
 
 
@@ -1293,6 +1331,7 @@ SCENARIOS: dict[str, Scenario] = {
     "workflow_revision_3": workflow_revision_3,
     "tasks": tasks,
     "staged": staged,
+    "staged_compressed": staged_compressed,
 }
 
 

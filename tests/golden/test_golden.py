@@ -146,6 +146,11 @@ EXPECTED["staged"] = {
     "stg-agent": Final("completed", "The notes say hello."),
     "stg-chat": Final("completed", "They say hello."),
 }
+EXPECTED["staged_compressed"] = {
+    "stg-long": Final(
+        "completed", "The notes say hello; the workspace holds notes.txt."
+    ),
+}
 """Each golden log's runs (by run id) and their final states."""
 
 SESSIONS: dict[str, dict[str, tuple[str, ...]]] = {

@@ -268,7 +268,11 @@ NOBODY_WAITS = [
         "subagents",
         "tool_rounds",
     ]
-] + [("staged", "stg-agent"), ("staged", "stg-chat")]
+] + [
+    ("staged", "stg-agent"),
+    ("staged", "stg-chat"),
+    ("staged_compressed", "stg-long"),
+]
 """The golden runs (log, run id) with no parent and no ``reply_to``."""
 
 OPEN_AT_END: dict[tuple[str, str, str], str] = {

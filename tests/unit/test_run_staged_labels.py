@@ -9,8 +9,9 @@ from pathlib import Path
 
 from steward import events, replay
 from steward.actors import run_effects
+from steward.actors.run_prompt import build_prompt
 from steward.actors.stages import policy
-from steward.events import LlmRequested, StageEntered
+from steward.events import ContextCompressed, LlmRequested, StageEntered
 
 GOLDEN = Path(__file__).parents[1] / "golden" / "staged.jsonl"
 
@@ -67,3 +68,31 @@ def test_the_recorded_stages_keep_the_users_mode_reasoning_and_tools() -> None:
                     assert stage is not None and name in stage.tools, (stream, name)
                 case _:
                     pass
+
+
+def test_entries_that_left_the_window_are_shown_as_their_summary() -> None:
+    """Context compression (spec 004 §7): once entries leave a staged run's
+    window, its prompts show their structured summary (goals, decisions,
+    current plan, open issues, tool outputs), never a reasoning block, and
+    the summary is what the log recorded."""
+    golden = GOLDEN.with_name("staged_compressed.jsonl")
+    lines = golden.read_bytes().splitlines()
+    records = [events.recorded_from_json(line) for line in lines]
+    summaries = [r for r in records if isinstance(r.event, ContextCompressed)]
+    assert summaries, "the run's transcript outgrew its window"
+    first = summaries[0].event
+    for title in ("Goals", "Decisions", "Current plan", "Open issues"):
+        assert f"## {title}" in first.summary
+    assert "read notes.txt and list the files" in first.summary  # its plan
+    assert "missing.txt" in summaries[1].event.summary  # the failed tool
+    asked = [
+        r
+        for r in records
+        if isinstance(r.event, LlmRequested) and r.version > summaries[0].version
+    ]
+    for rec in asked:
+        state = replay.rebuild(records, rec.version)
+        prompt = build_prompt(state)
+        shown = [m.content for m in prompt.messages]
+        assert shown[1] == f"[summary of the work so far]\n{state.summary}"
+        assert not any("<ide_reasoning" in text for text in shown)
