@@ -321,38 +321,36 @@ class _Evaluation:
                 f"the program took more than {MAX_STEPS:,} evaluation steps "
                 "without a call (a loop or a recursion that does not end)",
             )
-        if type(node) is Lit:
-            return node.value
+        kind = type(node)
+        if kind is Lit:
+            return node.value  # type: ignore[union-attr]
+        if kind is Sym:
+            name = node.name  # type: ignore[union-attr]
+            found, value = env.find(name)
+            if found:
+                return value
+            if name in self.templates:
+                return QSym(name)
+            raise _Error(f"{name} is not bound", node)
+        assert type(node) is Form
+        if not node.items:
+            return ()
+        # only a form evaluates others: the nesting is counted here
         if self.levels >= MAX_LEVELS:
             raise _Error(f"forms and lambdas nest deeper than {MAX_LEVELS}", node)
         self.levels += 1
         try:
-            return self._eval(node, env)
+            head = node.items[0]
+            if type(head) is Sym:
+                special = _SPECIAL.get(head.name)
+                if special is not None:
+                    return special(self, node, env)
+                return self.apply_named(head, node, env)
+            fn = self.eval(head, env)
+            args = [self.eval(a, env) for a in node.items[1:]]
+            return self.apply(fn, args, node)
         finally:
             self.levels -= 1
-
-    def _eval(self, node: Node, env: _Env) -> Any:
-        if type(node) is Lit:
-            return node.value
-        if type(node) is Sym:
-            found, value = env.find(node.name)
-            if found:
-                return value
-            if node.name in self.templates:
-                return QSym(node.name)
-            raise _Error(f"{node.name} is not bound", node)
-        assert type(node) is Form
-        if not node.items:
-            return ()
-        head = node.items[0]
-        if type(head) is Sym:
-            special = _SPECIAL.get(head.name)
-            if special is not None:
-                return special(self, node, env)
-            return self.apply_named(head, node, env)
-        fn = self.eval(head, env)
-        args = [self.eval(a, env) for a in node.items[1:]]
-        return self.apply(fn, args, node)
 
     def body(self, nodes: Sequence[Node], env: _Env) -> Any:
         value: Any = None
@@ -408,7 +406,8 @@ class _Evaluation:
                 node,
             )
         bound = {
-            p: plain(a, text=True) for p, a in zip(template.params, args, strict=True)
+            p: a if type(a) is str and a.isascii() else plain(a, text=True)
+            for p, a in zip(template.params, args, strict=True)
         }
         return self.call(node, template=template.name, args=bound)
 
