@@ -26,7 +26,7 @@ from steward.actors.stages import (
     policy,
     split_reasoning,
 )
-from steward.actors.task_eval import json_value
+from steward.actors.task_values import json_value
 from steward.events.protocol import ChatMessage
 from steward.events.run import RunSettings
 

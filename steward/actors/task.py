@@ -32,13 +32,9 @@ from steward.actors.task_eval import (
     Done,
     Failed,
     Need,
-    Result,
     defined_atoms,
     evaluate,
-    json_value,
-    plain,
     reserved_problems,
-    text_of,
 )
 from steward.actors.task_lang import Node, ParseError, parse
 from steward.actors.task_templates import (
@@ -52,6 +48,7 @@ from steward.actors.task_templates import (
     substitute,
     template_problems,
 )
+from steward.actors.task_values import Result, json_value, plain, text_of
 from steward.events import Event
 from steward.events.protocol import (
     CancelRequested,

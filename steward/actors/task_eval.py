@@ -24,7 +24,6 @@ parameters alone. The primitives are in ``PRIMITIVES``.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
@@ -32,27 +31,31 @@ from typing import Any
 import msgspec
 
 from steward.actors.task_lang import Form, Lit, Node, Sym, shown
-from steward.actors.task_templates import render_value
+from steward.actors.task_values import (
+    PRIMITIVES,
+    Closure,
+    Decision,
+    QSym,
+    Result,
+    bounded,
+    plain,
+    text_of,
+    truthy,
+)
 from steward.events.task import TaskError, Template
 
 __all__ = [
-    "Closure",
-    "Decision",
     "Done",
     "Failed",
+    "MAX_LEVELS",
+    "MAX_STEPS",
     "Need",
     "Outcome",
-    "PRIMITIVES",
-    "QSym",
     "RESERVED",
-    "reserved_problems",
-    "Result",
     "TraceLine",
     "defined_atoms",
     "evaluate",
-    "json_value",
-    "plain",
-    "text_of",
+    "reserved_problems",
 ]
 
 MAX_LEVELS = 100
@@ -61,52 +64,11 @@ lambda that recurses deep, fails here): low enough that Python's own stack
 limit is never what stops an evaluation, wherever it is called from, so the
 outcome is the same on every host and in every replay."""
 
-MAX_VALUE = 100_000
-"""The size a value may reach (elements of lists and objects, and a unit
-per 100 characters of text), and `MAX_VALUE_DEPTH` how deep it may nest: a
-program that builds more fails (an eval error) instead of holding the host."""
-
-MAX_VALUE_DEPTH = 64
-
 MAX_STEPS = 1_000_000
 """Forms one evaluation may evaluate, at most: a guard, not a limit a
 program is meant to reach (its loops' own counts are), so that a loop of a
 billion iterations or a recursion that branches fails the task (limit
 ``steps``) instead of holding the host."""
-
-
-class Result(msgspec.Struct, frozen=True, gc=False):
-    """A call's result as the program sees it (the spec's ``TaskResult``):
-    its ``content`` when put in a prompt or compared with a string."""
-
-    status: str
-    content: str
-    notes: dict[str, Any]
-
-
-class QSym(msgspec.Struct, frozen=True, gc=False):
-    """A quoted symbol (``'continue``)."""
-
-    name: str
-
-
-class Decision(msgspec.Struct, frozen=True, gc=False):
-    """A loop controller's answer: ``continue`` with the next input, or
-    ``stop`` with the loop's value."""
-
-    action: str
-    value: Any
-
-
-class Closure:
-    """A ``lambda``: its parameters, body and the scope it was made in."""
-
-    __slots__ = ("body", "env", "params")
-
-    def __init__(self, params: tuple[str, ...], body: tuple[Node, ...], env: _Env):
-        self.params = params
-        self.body = body
-        self.env = env
 
 
 class Need(msgspec.Struct, frozen=True, gc=False):
@@ -371,7 +333,7 @@ class _Evaluation:
         if primitive is not None:
             args = [self.eval(a, env) for a in node.items[1:]]
             try:
-                return _bounded(primitive(*args))
+                return bounded(primitive(*args))
             except (TypeError, ValueError, KeyError, IndexError, ArithmeticError) as e:
                 raise _Error(f"({head.name} ...): {e}", node) from None
         raise _Error(f"{head.name} is not a template, a variable or a primitive", head)
@@ -500,7 +462,7 @@ def _if(ev: _Evaluation, node: Form, env: _Env) -> Any:
     if len(node.items) not in (3, 4):
         raise _Error("(if TEST THEN [ELSE]) takes two or three arguments", node)
     test = ev.eval(node.items[1], env)
-    taken = _truthy(test)
+    taken = truthy(test)
     branch = (
         node.items[2] if taken else (node.items[3] if len(node.items) == 4 else None)
     )
@@ -540,7 +502,7 @@ def _and(ev: _Evaluation, node: Form, env: _Env) -> Any:
     value: Any = True
     for item in node.items[1:]:
         value = ev.eval(item, env)
-        if not _truthy(value):
+        if not truthy(value):
             return value
     return value
 
@@ -549,7 +511,7 @@ def _or(ev: _Evaluation, node: Form, env: _Env) -> Any:
     value: Any = False
     for item in node.items[1:]:
         value = ev.eval(item, env)
-        if _truthy(value):
+        if truthy(value):
             return value
     return value
 
@@ -729,160 +691,6 @@ _SPECIAL: Mapping[str, Callable[[_Evaluation, Form, _Env], Any]] = MappingProxyT
 )
 
 
-# -- values and primitives ----------------------------------------------------------
-
-
-def _truthy(value: Any) -> bool:
-    if isinstance(value, Result):
-        return value.status == "COMPLETE"
-    if isinstance(value, tuple | list | dict | str):
-        return len(value) > 0
-    return value not in (None, False, 0) and value == value
-
-
-def text_of(value: Any) -> str:
-    """A value as text: a result's content, a string itself, anything else
-    as JSON (as a prompt shows it)."""
-    if isinstance(value, Result):
-        return value.content
-    if isinstance(value, QSym):
-        return value.name
-    if isinstance(value, str):
-        return str(plain(value))
-    return render_value(plain(value))
-
-
-def plain(value: Any, text: bool = False) -> Any:
-    """A value as JSON-able data: a result as its fields (with ``text``, as
-    its content), a quoted symbol as its name, a lambda as ``<lambda>``."""
-    match value:
-        case Result():
-            if text:
-                return value.content
-            return {
-                "status": value.status,
-                "content": value.content,
-                "notes": value.notes,
-            }
-        case QSym(name=name):
-            return name
-        case Decision(action=action, value=inner):
-            return {action: plain(inner, text)}
-        case Closure():
-            return "<lambda>"
-        case tuple() | list():
-            return [plain(v, text) for v in value]
-        case dict():
-            return {_storable(str(k)): plain(v, text) for k, v in value.items()}
-        case _:
-            return _storable(value)
-
-
-_INT64 = (-(2**63), 2**64 - 1)
-
-
-def _storable(leaf: Any) -> Any:
-    """A scalar as the log can store it: a string made encodable (a lone
-    surrogate replaced), an integer past 64 bits and a float that is no
-    number as text."""
-    match leaf:
-        case str():
-            if leaf.isascii():  # no surrogate, as most text: as it is
-                return leaf
-            return leaf.encode("utf-16-le", "surrogatepass").decode(
-                "utf-16-le", "replace"
-            )
-        case bool() | None:
-            return leaf
-        case int() if not _INT64[0] <= leaf <= _INT64[1]:
-            return str(leaf)
-        case float() if not math.isfinite(leaf):
-            return str(leaf)
-        case _:
-            return leaf
-
-
-def json_value(text: str) -> Any:
-    """``text`` read as JSON, if it is JSON no bigger and no deeper than a
-    value may be (`MAX_VALUE`, `MAX_VALUE_DEPTH`), as plain data the log can
-    store; ``None`` otherwise. Never raises: it reads a model's reply."""
-    try:
-        return plain(_bounded(json.loads(text)))
-    except (ValueError, RecursionError):
-        return None
-
-
-def _get_field(value: Any, key: Any) -> Any:
-    key = text_of(key)
-    if isinstance(value, Result):
-        if key in ("status", "content", "notes"):
-            return getattr(value, key)
-        return value.notes.get(key)
-    if isinstance(value, dict):
-        return value.get(key)
-    raise ValueError(
-        f"get-field reads a result or a dictionary, not {text_of(value)!r}"
-    )
-
-
-def _parse_json(value: Any) -> Any:
-    return json_value(text_of(value))
-
-
-def _number(value: Any) -> float | int:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"{text_of(value)!r} is not a number")
-    return value
-
-
-def _equal(a: Any, b: Any) -> bool:
-    if isinstance(a, Result | QSym) or isinstance(b, Result | QSym):
-        return text_of(a) == text_of(b)
-    return bool(plain(a) == plain(b))
-
-
-def _contains(haystack: Any, needle: Any) -> bool:
-    if isinstance(haystack, tuple | list):
-        return any(_equal(x, needle) for x in haystack)
-    return text_of(needle) in text_of(haystack)
-
-
-def _log(*values: Any) -> None:
-    return None
-
-
-PRIMITIVES: Mapping[str, Callable[..., Any]] = MappingProxyType(
-    {
-        "list": lambda *xs: tuple(xs),
-        "get-field": _get_field,
-        "content": lambda r: text_of(r),
-        "status": lambda r: r.status if isinstance(r, Result) else None,
-        "notes": lambda r: r.notes if isinstance(r, Result) else {},
-        "json-parse": _parse_json,
-        "concat": lambda *xs: "".join(text_of(x) for x in xs),
-        "string=?": lambda a, b: text_of(a) == text_of(b),
-        "eq?": _equal,
-        "=": _equal,
-        "not": lambda x: not _truthy(x),
-        "null?": lambda x: x is None or x == (),
-        "contains?": _contains,
-        "length": lambda x: (
-            len(x) if isinstance(x, tuple | list | dict) else len(text_of(x))
-        ),
-        "first": lambda x: x[0] if x else None,
-        "rest": lambda x: tuple(x[1:]),
-        "+": lambda *xs: sum(_number(x) for x in xs),
-        "-": lambda a, *xs: (
-            _number(a) - sum(_number(x) for x in xs) if xs else -_number(a)
-        ),
-        "<": lambda a, b: _number(a) < _number(b),
-        ">": lambda a, b: _number(a) > _number(b),
-        "<=": lambda a, b: _number(a) <= _number(b),
-        ">=": lambda a, b: _number(a) >= _number(b),
-        "log-message": _log,
-    }
-)
-
 RESERVED = frozenset({*_SPECIAL, *PRIMITIVES, "true", "false", "nil"})
 """Names the language keeps: a template or parameter of one of these names
 could never be called or bound, so it is refused when it is read."""
@@ -966,30 +774,3 @@ def _failed(
             last_iteration=plain(ev.last_iteration),
         )
     )
-
-
-def _bounded(value: Any) -> Any:
-    """``value``, if it is no bigger than `MAX_VALUE` and nests no deeper
-    than `MAX_VALUE_DEPTH`; an error (`ValueError`) otherwise."""
-    budget = MAX_VALUE
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if depth > MAX_VALUE_DEPTH:
-            raise ValueError(f"the value nests deeper than {MAX_VALUE_DEPTH}")
-        if isinstance(item, str):
-            budget -= 1 + len(item) // 100
-        elif isinstance(item, tuple | list):
-            budget -= 1 + len(item)
-            stack.extend((v, depth + 1) for v in item)
-        elif isinstance(item, dict):
-            budget -= 1 + len(item)
-            stack.extend((v, depth + 1) for v in item.values())
-        elif isinstance(item, Result):
-            budget -= 1 + len(item.content) // 100
-            stack.append((item.notes, depth + 1))
-        else:
-            budget -= 1
-        if budget < 0:
-            raise ValueError(f"the value grows past {MAX_VALUE:,} units")
-    return value

@@ -24,7 +24,8 @@ from msgspec.structs import replace
 
 from steward import events
 from steward.actors.task import Task, task_stream
-from steward.actors.task_eval import Result, TraceLine, evaluate
+from steward.actors.task_eval import TraceLine, evaluate
+from steward.actors.task_values import Result
 from steward.bus import EventLog
 from steward.cli.env import (
     EXIT_FAILED,

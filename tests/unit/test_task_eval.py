@@ -16,18 +16,15 @@ from hypothesis import strategies as st
 
 from steward.actors.task_eval import (
     MAX_LEVELS,
-    Decision,
     Done,
     Failed,
     Need,
-    QSym,
-    Result,
     TraceLine,
     defined_atoms,
     evaluate,
-    plain,
 )
 from steward.actors.task_lang import MAX_DEPTH, parse
+from steward.actors.task_values import Decision, QSym, Result, plain
 from steward.events.task import TaskError, Template
 
 
