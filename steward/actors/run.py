@@ -587,6 +587,11 @@ def _react(input: Event, state: Run) -> list[Event] | None:
     match input, state.status:
         case RunCreated(queued=True), "new":
             return []  # pending until a host takes it
+        case RunCreated(settings=settings), "new" if (
+            settings.policy == "staged" and not settings.prompts
+        ):
+            why = "a staged run needs its prompts in its settings (stage_prompts)"
+            return [RunStarted(), RunFailed(reason=why)]
         case RunCreated(), "new":
             return [RunStarted(), *_next_call(fold([input, RunStarted()], state), [])]
         case RunTaken(), "pending":
@@ -615,7 +620,7 @@ def _react(input: Event, state: Run) -> list[Event] | None:
             return _on_tool_result(input, state)
         case ApprovalDecided(request_id=rid), "waiting" if rid == state.budget_hold:
             if not input.approved:
-                return [RunFailed(reason=f"budget spent; denied: {input.reason}")]
+                return _stopped(state, f"budget spent; denied: {input.reason}")
             resumed = RunResumed(reason="budget approved")
             after = evolve(evolve(state, input), resumed)
             return [resumed, *_next_call(after, [])]
@@ -774,12 +779,11 @@ def _on_tool_result(result: ToolResulted, state: Run) -> list[Event]:
         )
         return [retry]
     if not result.ok and result.retryable:
-        return [
-            RunFailed(
-                reason=f"tool {call.name} failed after {call.attempt} attempt(s): "
-                f"{result.error or 'unknown error'}"
-            )
-        ]
+        return _stopped(
+            state,
+            f"tool {call.name} failed after {call.attempt} attempt(s): "
+            f"{result.error or 'unknown error'}",
+        )
     if after.calls or after.approvals:
         return []
     if not result.ok and after.settings.policy == "staged":
@@ -845,7 +849,7 @@ def _on_staged_reply(reply: LlmResponded, state: Run) -> list[Event]:
         draft = OutputUpdated(text=said.visible, mode="replace")
         return _continue(state, [*decisions, draft])
     # the delivery check
-    if not said.done:
+    if not said.done or not (said.visible or state.output):
         return _corrected(state, decisions, "stages/delivery_gate")
     delivered = AnswerDelivered(output=said.visible or state.output)
     if state.settings.qa:
@@ -878,9 +882,8 @@ def _stopped(state: Run, reason: str) -> list[Event]:
 def _recovery(state: Run, name: str) -> SystemNoteAdded:
     """The stage's correction ``name``, its variables filled."""
     tools = staged.stage_policy(state.settings, state.stage).tools
-    values = staged.variables(
-        state.settings, state.conversation, state.transcript, tools
-    )
+    user = state.created.input_text if state.created else ""
+    values = staged.variables(state.settings, user, state.transcript, tools)
     text = staged.interpolated(state.settings.prompts.get(name, ""), values)
     if name == "stages/delivery_gate":
         return SystemNoteAdded(reason="delivery_gate", content=text.strip())
@@ -1075,7 +1078,7 @@ def _compressed(state: Run) -> list[Event]:
     start = window_start(state)
     if start <= state.summarized:
         return []
-    goal = next((m.content for m in state.conversation if m.role == "user"), "")
+    goal = state.created.input_text if state.created else ""
     text = staged.summary(goal, state.transcript[:start], state.plans)
     return [ContextCompressed(summary=text, upto=start)]
 
@@ -1118,13 +1121,8 @@ def _spent_budget(state: Run) -> list[Event] | None:
         return None
     if exceeded.policy == "pause":
         return [exceeded]
-    return [
-        exceeded,
-        RunFailed(
-            reason=f"{exceeded.kind} budget spent: {exceeded.used:g} of "
-            f"{exceeded.limit:g}"
-        ),
-    ]
+    spent = f"{exceeded.kind} budget spent: {exceeded.used:g} of {exceeded.limit:g}"
+    return [exceeded, *_stopped(state, spent)]
 
 
 def _fallback(state: Run, limit: int) -> str:

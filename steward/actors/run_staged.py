@@ -26,7 +26,7 @@ from steward.actors.stages import (
     policy,
     split_reasoning,
 )
-from steward.actors.task_values import json_value
+from steward.actors.task_values import json_value, unfenced
 from steward.events.protocol import ChatMessage
 from steward.events.run import RunSettings
 
@@ -59,7 +59,11 @@ _ASKS_FOR_FILES = re.compile(
 )
 """A reply asking the user for files or diffs (spec 004 §10.2): a request
 to them, not an answer that mentions providing code."""
-_DONE = re.compile(r"^\s*\**\s*delivery\s*\**\s*:\s*\**\s*DONE\b.*$", re.I | re.M)
+_DONE = re.compile(
+    r"^[ \t]*+\**+[ \t]*+delivery[ \t]*+\**+[ \t]*+:[ \t]*+\**+[ \t]*+DONE\b[^\n]*",
+    re.I | re.M,
+)
+"""A line saying ``Delivery: DONE`` (possessive, so no text makes it slow)."""
 
 
 def first_stage(settings: RunSettings) -> Stage:
@@ -85,12 +89,12 @@ def stage_policy(settings: RunSettings, stage: str) -> StagePolicy:
 
 def variables(
     settings: RunSettings,
-    conversation: tuple[ChatMessage, ...],
+    user: str,
     transcript: tuple[ChatMessage, ...],
     tools: tuple[str, ...],
 ) -> dict[str, str]:
-    """The values of a staged run's prompt variables, from its state."""
-    user = next((m.content for m in conversation if m.role == "user"), "")
+    """The values of a staged run's prompt variables: ``user`` is the run's
+    own input (the last of its conversation)."""
     last = next((m.content for m in reversed(transcript) if m.role == "tool"), "")
     return {
         "project_root": settings.project_root,
@@ -126,8 +130,17 @@ def summary(goal: str, entries: tuple[ChatMessage, ...], plans: tuple[str, ...])
     lines = []
     for title, items in sections.items():
         lines.append(f"## {title}")
-        lines += [f"- {_cut(item)}" for item in items] or ["- (none)"]
+        lines += [f"- {_cut(_scrubbed(item))}" for item in items] or ["- (none)"]
     return "\n".join(lines)
+
+
+_TAG = re.compile(r"</?\s*ide_reasoning\s*>", re.IGNORECASE)
+
+
+def _scrubbed(text: str) -> str:
+    """``text`` without reasoning blocks or stray reasoning tags (a tool's
+    output may hold any text)."""
+    return _TAG.sub("", split_reasoning(text)[1])
 
 
 def _failed(content: str) -> bool:
@@ -152,11 +165,11 @@ class Reading:
         self.outcome: ReasoningOutcome | None = (
             outcome_of(block) if block is not None else None
         )
-        self.empty = not visible.strip()
         self.asks_for_files = bool(_ASKS_FOR_FILES.search(visible))
         said_done = self.outcome is not None and self.outcome.delivery_state == "DONE"
         self.done = bool(_DONE.search(visible)) or said_done
         self.visible = _DONE.sub("", visible).strip()
+        self.empty = not self.visible
         self.report: dict[str, Any] | None = (
             _report(visible) if stage == "qa_review" else None
         )
@@ -169,8 +182,7 @@ def reading(text: str, stage: str) -> Reading:
 
 def _report(text: str) -> dict[str, Any]:
     """A QA reply's report: its JSON object, or the text kept as it is."""
-    stripped = re.sub(r"^```(?:json)?\s*|\s*```$", "", text.strip())
-    data = json_value(stripped)
+    data = json_value(unfenced(text))
     if isinstance(data, dict):
         return data
     return {"verdict": "unparsed", "text": text.strip()}

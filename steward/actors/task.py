@@ -48,7 +48,7 @@ from steward.actors.task_templates import (
     substitute,
     template_problems,
 )
-from steward.actors.task_values import Result, json_value, plain, text_of
+from steward.actors.task_values import Result, json_value, plain, text_of, unfenced
 from steward.events import Event
 from steward.events.protocol import (
     CancelRequested,
@@ -568,8 +568,7 @@ def _reading(text: str) -> tuple[str, str, dict[str, Any], Any]:
     """A reply's text as (status, content, notes, subtask request): JSON
     with a ``status`` is read as the spec's result; any other text is a
     complete result."""
-    stripped = re.sub(r"^```(?:json)?\s*|\s*```$", "", text.strip())
-    data = json_value(stripped)
+    data = json_value(unfenced(text))
     if not isinstance(data, dict) or data.get("status") not in (
         "COMPLETE",
         "FAILED",

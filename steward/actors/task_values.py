@@ -32,6 +32,7 @@ __all__ = [
     "plain",
     "text_of",
     "truthy",
+    "unfenced",
 ]
 
 MAX_VALUE = 100_000
@@ -144,6 +145,17 @@ def _storable(leaf: Any) -> Any:
             return str(leaf)
         case _:
             return leaf
+
+
+def unfenced(text: str) -> str:
+    """``text`` stripped, without a Markdown code fence around it."""
+    body = text.strip()
+    if body.startswith("```") and body.endswith("```") and len(body) >= 6:
+        body = body[3:-3]
+        first, newline, rest = body.partition("\n")
+        if newline and first.strip().isalnum():  # ```json
+            body = rest
+    return body.strip()
 
 
 def json_value(text: str) -> Any:

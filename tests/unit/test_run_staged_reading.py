@@ -47,3 +47,101 @@ def test_any_reply_reads_without_raising(text: str) -> None:
     said = reading(text, "qa_review")
     assert said.report is not None
     assert "<ide_reasoning>" not in said.visible.lower()
+
+
+def test_a_long_run_of_blanks_reads_at_once() -> None:
+    """A reply of a long run of blanks is read in linear time: the delivery
+    line and fence patterns never backtrack over it (counted in regex steps
+    by the text's length, not timed: 400,000 characters would take minutes
+    with a backtracking pattern, and the test would not end)."""
+    for text in ("delivery" + " " * 400_000 + "x", "a" + " " * 400_000 + "b"):
+        said = reading(text, "qa_review")
+        assert not said.done
+        assert said.report is not None
+
+
+def test_a_delivery_line_alone_is_an_empty_answer() -> None:
+    said = reading("**Delivery:** DONE", "delivery_check")
+    assert said.done and said.empty and said.visible == ""
+
+
+def test_a_summary_holds_no_reasoning_from_a_tool_output() -> None:
+    """A tool's output is any text: a reasoning block in it, or a stray tag,
+    never reaches the summary the model is shown."""
+    from steward.actors.run_staged import summary
+    from steward.events import ChatMessage
+
+    output = "<ide_reasoning>Plan: hidden thoughts</ide_reasoning>kept </ide_reasoning>"
+    entries = (ChatMessage(role="tool", content=output, tool_call_id="c1"),)
+    text = summary("goal", entries, ())
+    assert "hidden" not in text and "ide_reasoning" not in text
+    assert "- kept" in text
+
+
+def _staged_run(**changes: object) -> list[object]:
+    """The decisions of a staged run (no reasoning, QA on) whose act answers
+    and whose delivery check delivers, the delivery's reply spending 200
+    tokens; ``changes`` to its settings."""
+    import msgspec
+
+    from steward.actors import run
+    from steward.actors.tools import ToolRegistry
+    from steward.config import Settings
+    from steward.events import LlmResponded, RunCreated, Usage
+    from steward.stage_prompts import load_prompts
+
+    base = Settings().run_settings(tools=ToolRegistry.with_builtins().specs())
+    settings = msgspec.structs.replace(
+        base, protocol="native", policy="staged", prompts=load_prompts(), **changes
+    )
+    state = run.initial
+    decided: list[object] = []
+    inputs = [
+        RunCreated(run_id="s1", input_text="answer it", settings=settings),
+        "The answer",
+        "The answer\nDelivery: DONE",
+    ]
+    for n, item in enumerate(inputs):
+        if isinstance(item, str):
+            usage = Usage(input_tokens=200 if n == 2 else 10)
+            item = LlmResponded(request_id=state.llm_pending, text=item, usage=usage)
+        step = run.decide(item, state)
+        assert step is not None, item
+        decided += step
+        state = run.fold([item, *step], state)
+    return decided
+
+
+def test_a_budget_spent_after_delivery_completes_with_the_answer() -> None:
+    """Delivery is authoritative (spec 004 §2.5): a budget spent by the
+    delivery check's reply ends the run completed with the delivered answer,
+    not failed."""
+    from steward.events import AnswerDelivered, BudgetExceeded, RunCompleted
+
+    decided = _staged_run(token_budget=100)
+    kinds = [type(e) for e in decided]
+    assert AnswerDelivered in kinds and BudgetExceeded in kinds
+    last = decided[-1]
+    assert isinstance(last, RunCompleted) and last.output == "The answer"
+
+
+def test_a_staged_run_without_its_prompts_fails_at_once() -> None:
+    from steward.events import RunFailed
+
+    decided = _staged_run_created(prompts={})
+    assert isinstance(decided[-1], RunFailed)
+    assert "prompts" in decided[-1].reason
+
+
+def _staged_run_created(**changes: object) -> list[object]:
+    import msgspec
+
+    from steward.actors import run
+    from steward.config import Settings
+    from steward.events import RunCreated
+
+    settings = msgspec.structs.replace(
+        Settings().run_settings(), protocol="native", policy="staged", **changes
+    )
+    created = RunCreated(run_id="s1", input_text="go", settings=settings)
+    return list(run.decide(created, run.initial) or [])
