@@ -882,8 +882,9 @@ def _stopped(state: Run, reason: str) -> list[Event]:
 def _recovery(state: Run, name: str) -> SystemNoteAdded:
     """The stage's correction ``name``, its variables filled."""
     tools = staged.stage_policy(state.settings, state.stage).tools
-    user = state.created.input_text if state.created else ""
-    values = staged.variables(state.settings, user, state.transcript, tools)
+    values = staged.variables(
+        state.settings, state.conversation, state.transcript, tools
+    )
     text = staged.interpolated(state.settings.prompts.get(name, ""), values)
     if name == "stages/delivery_gate":
         return SystemNoteAdded(reason="delivery_gate", content=text.strip())
@@ -1078,7 +1079,7 @@ def _compressed(state: Run) -> list[Event]:
     start = window_start(state)
     if start <= state.summarized:
         return []
-    goal = state.created.input_text if state.created else ""
+    goal = staged.user_input(state.conversation)
     text = staged.summary(goal, state.transcript[:start], state.plans)
     return [ContextCompressed(summary=text, upto=start)]
 

@@ -112,10 +112,9 @@ def _staged(state: PromptState) -> tuple[str, tuple[ToolSpec, ...]]:
     variables filled) and the tools its stage offers."""
     settings = state.settings
     stage = staged.stage_policy(settings, state.stage)
-    user = next(
-        (m.content for m in reversed(state.conversation) if m.role == "user"), ""
+    values = staged.variables(
+        settings, state.conversation, state.transcript, stage.tools
     )
-    values = staged.variables(settings, user, state.transcript, stage.tools)
     prompts = {**dict.fromkeys(stage.prompts, ""), **settings.prompts}
     tools = tuple(t for t in settings.tools if t.name in stage.tools)
     return compose(prompts, stage, values), tools

@@ -39,6 +39,7 @@ __all__ = [
     "reading",
     "stage_policy",
     "summary",
+    "user_input",
     "variables",
 ]
 
@@ -87,18 +88,23 @@ def stage_policy(settings: RunSettings, stage: str) -> StagePolicy:
     return policy(settings.mode, settings.reasoning, stage, names)  # type: ignore[arg-type]
 
 
+def user_input(conversation: tuple[ChatMessage, ...]) -> str:
+    """A run's own input: the last user message of the conversation it
+    started from (a session turn's earlier chat comes before it)."""
+    return next((m.content for m in reversed(conversation) if m.role == "user"), "")
+
+
 def variables(
     settings: RunSettings,
-    user: str,
+    conversation: tuple[ChatMessage, ...],
     transcript: tuple[ChatMessage, ...],
     tools: tuple[str, ...],
 ) -> dict[str, str]:
-    """The values of a staged run's prompt variables: ``user`` is the run's
-    own input (the last of its conversation)."""
+    """The values of a staged run's prompt variables, from its state."""
     last = next((m.content for m in reversed(transcript) if m.role == "tool"), "")
     return {
         "project_root": settings.project_root,
-        "user_input": user,
+        "user_input": user_input(conversation),
         "tool_summary": ", ".join(tools) or "none",
         "last_step_outcome": last[:2000],
     }

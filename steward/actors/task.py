@@ -32,6 +32,8 @@ from steward.actors.task_eval import (
     Done,
     Failed,
     Need,
+    Outcome,
+    TraceLine,
     defined_atoms,
     evaluate,
     reserved_problems,
@@ -88,6 +90,7 @@ __all__ = [
     "awaits",
     "claim_on_task",
     "decide",
+    "evaluation",
     "evolve",
     "initial",
     "signature",
@@ -127,8 +130,9 @@ class Atom(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     usage: Usage = Usage()
     asked: str | None = None
     """The model call in flight."""
-    waiting: tuple[str, ...] = ()
-    """The tool calls in flight (request ids)."""
+    waiting: tuple[tuple[str, str | None], ...] = ()
+    """The tool calls in flight: each one's request id and the model's id of
+    the call it carries out."""
     child: str | None = None
     """The subtask in flight (its stream)."""
     child_call: str | None = None
@@ -199,8 +203,9 @@ def evolve(state: Task, event: Event) -> Task:
             return replace(state, started=(*state.started, started))
         case ToolRequested(request_id=rid) if atom is None:
             return replace(state, tool=rid)
-        case ToolRequested(request_id=rid) if atom is not None:
-            return replace(state, atom=replace(atom, waiting=(*atom.waiting, rid)))
+        case ToolRequested(request_id=rid, call_id=call_id) if atom is not None:
+            waiting = (*atom.waiting, (rid, call_id))
+            return replace(state, atom=replace(atom, waiting=waiting))
         case LlmRequested(request_id=rid) if atom is not None:
             return replace(
                 state,
@@ -232,10 +237,10 @@ def evolve(state: Task, event: Event) -> Task:
                 atom=replace(atom, asked=None),
                 claims=unclaimed(state.claims, rid),
             )
-        case ToolResulted(request_id=rid) as result if rid == state.tool:
+        case ToolResulted(request_id=rid) if rid == state.tool:
             return replace(state, tool=None, claims=unclaimed(state.claims, rid))
-        case ToolResulted(request_id=rid) as result if atom and rid in atom.waiting:
-            call_id = _call_id_of(atom, rid)
+        case ToolResulted(request_id=rid) as result if atom and _waits(atom, rid):
+            call_id = dict(atom.waiting)[rid]
             answer = ChatMessage(
                 role="tool",
                 content=result.output if result.ok else f"error: {result.error}",
@@ -245,7 +250,7 @@ def evolve(state: Task, event: Event) -> Task:
                 state,
                 atom=replace(
                     atom,
-                    waiting=tuple(w for w in atom.waiting if w != rid),
+                    waiting=tuple(w for w in atom.waiting if w[0] != rid),
                     messages=(*atom.messages, answer),
                 ),
                 claims=unclaimed(state.claims, rid),
@@ -363,11 +368,9 @@ def _tool_names(specs: tuple[ToolSpec, ...]) -> frozenset[str]:
     return frozenset(t.name for t in specs)
 
 
-def _call_id_of(atom: Atom, request_id: str) -> str | None:
-    """The model's id of the tool call that ``request_id`` carries out."""
-    index = int(request_id.rpartition("-")[2])
-    said = next(m for m in reversed(atom.messages) if m.role == "assistant")
-    return said.tool_calls[index].id if index < len(said.tool_calls) else None
+def _waits(atom: Atom, request_id: str) -> bool:
+    """Whether the atom waits for tool call ``request_id``."""
+    return any(rid == request_id for rid, _ in atom.waiting)
 
 
 def _child_answer(atom: Atom, done: ChildFinished, depth: int) -> ChatMessage:
@@ -423,7 +426,7 @@ def decide(input: Event, state: Task, scorer: Scorer = score) -> list[Event] | N
                 content=content,
             )
             return [finished, *_advance(evolve(after, finished))]
-        case ToolResulted(request_id=rid) as result if atom and rid in atom.waiting:
+        case ToolResulted(request_id=rid) as result if atom and _waits(atom, rid):
             after = evolve(state, result)
             assert after.atom is not None
             return [] if after.atom.waiting else _ask(after)
@@ -447,16 +450,7 @@ def _advance(state: Task) -> list[Event]:
     if state.problem is not None:
         error = TaskError(kind="eval", message=f"the program: {state.problem}")
         return [TaskFailed(error=error, reply_to=created.reply_to)]
-    outcome = evaluate(
-        state.program,
-        templates=state.templates,
-        args=created.args,
-        results=[Result(f.status, f.content, f.notes) for f in state.finished],
-        started=[(s.template, s.tool, s.args) for s in state.started],
-        failed_limits=[f.limit for f in state.finished],
-        max_calls=created.limits.max_calls,
-    )
-    match outcome:
+    match evaluation(state):
         case Done(value=value):
             return [
                 TaskCompleted(
@@ -479,7 +473,24 @@ def _advance(state: Task) -> list[Event]:
                 context=_context_for(state, state.templates[need.template]),
             )
             return [started, *_ask(evolve(state, started))]
-    raise AssertionError(outcome)
+    raise AssertionError(state)
+
+
+def evaluation(state: Task, trace: list[TraceLine] | None = None) -> Outcome:
+    """The task's program evaluated over the calls it started and finished
+    (`task_eval.evaluate`), the lines of its tree added to ``trace`` if given."""
+    created = state.created
+    assert created is not None
+    return evaluate(
+        state.program,
+        templates=state.templates,
+        args=created.args,
+        results=[Result(f.status, f.content, f.notes) for f in state.finished],
+        started=[(s.template, s.tool, s.args) for s in state.started],
+        failed_limits=[f.limit for f in state.finished],
+        max_calls=created.limits.max_calls,
+        trace=trace,
+    )
 
 
 def _ask(state: Task) -> list[Event]:
@@ -811,7 +822,7 @@ def awaits(state: Task, request_id: str) -> bool:
         return False
     if request_id == state.tool:
         return True
-    return atom is not None and (request_id == atom.asked or request_id in atom.waiting)
+    return atom is not None and (request_id == atom.asked or _waits(atom, request_id))
 
 
 def claim_on_task(state: Task, request_id: str) -> tuple[str, float] | None:

@@ -23,9 +23,8 @@ from typing import Any
 from msgspec.structs import replace
 
 from steward import events
-from steward.actors.task import Task, task_stream
-from steward.actors.task_eval import TraceLine, evaluate
-from steward.actors.task_values import Result
+from steward.actors.task import Task, evaluation, task_stream
+from steward.actors.task_eval import TraceLine
 from steward.bus import EventLog
 from steward.cli.env import (
     EXIT_FAILED,
@@ -214,16 +213,7 @@ async def task_tree(log: EventLog, stream: str, env: Env) -> dict[str, Any]:
     created = state.created
     assert created is not None
     if state.problem is None:
-        evaluate(
-            state.program,
-            templates=state.templates,
-            args=created.args,
-            results=[Result(f.status, f.content, f.notes) for f in state.finished],
-            started=[(s.template, s.tool, s.args) for s in state.started],
-            failed_limits=[f.limit for f in state.finished],
-            max_calls=created.limits.max_calls,
-            trace=trace,
-        )
+        evaluation(state, trace)
     lines: list[dict[str, Any]] = []
     for line in trace:
         row: dict[str, Any] = {
