@@ -425,17 +425,8 @@ def program_problems(path: Path, text: str | None = None) -> list[Problem]:
     problems = []
     for atom in atoms:
         found = [*task_templates.template_problems(atom), *reserved_problems(atom)]
-        for problem in found:
-            at = text.find(f"defatom {atom.name}")
-            line, column = _line_column(text, max(at, 0))
-            problems.append(
-                Problem(
-                    file=file,
-                    line=line,
-                    column=column,
-                    message=f"defatom {atom.name}: {problem}",
-                )
-            )
+        at = max(text.find(f"defatom {atom.name}"), 0)
+        problems += [_at(file, text, at, f"defatom {atom.name}", p) for p in found]
     return problems
 
 
@@ -585,11 +576,6 @@ def _specs(registry: ToolRegistry, names: list[str]) -> tuple[ToolSpec, ...]:
     that names one offers it)."""
     offered = {spec.name: spec for spec in registry.specs(names)}
     return tuple(offered[n] for n in names if n in offered)
-
-
-def _line_column(text: str, offset: int) -> tuple[int, int]:
-    line = text.count("\n", 0, offset) + 1
-    return line, offset - (text.rfind("\n", 0, offset) + 1) + 1
 
 
 _POSITIONED = re.compile(r"line (\d+), column (\d+): (.*)", re.S)

@@ -41,7 +41,7 @@ from steward.actors.run_prompt import (
     native_tools,
     window_start,
 )
-from steward.actors.stages import outcome_text
+from steward.actors.stages import interpolate, outcome_text
 from steward.events.base import Event
 from steward.events.protocol import (
     CancelRequested,
@@ -885,7 +885,7 @@ def _recovery(state: Run, name: str) -> SystemNoteAdded:
     values = staged.variables(
         state.settings, state.conversation, state.transcript, tools
     )
-    text = staged.interpolated(state.settings.prompts.get(name, ""), values)
+    text = interpolate(state.settings.prompts.get(name, ""), values)
     if name == "stages/delivery_gate":
         return SystemNoteAdded(reason="delivery_gate", content=text.strip())
     return SystemNoteAdded(reason="recovery", content=text.strip())

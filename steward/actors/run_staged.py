@@ -18,7 +18,6 @@ import re
 from typing import Any
 
 from steward.actors.stages import (
-    PLACEHOLDER,
     ReasoningOutcome,
     Stage,
     StagePolicy,
@@ -35,7 +34,6 @@ __all__ = [
     "Reading",
     "followup_stage",
     "first_stage",
-    "interpolated",
     "reading",
     "stage_policy",
     "summary",
@@ -108,11 +106,6 @@ def variables(
         "tool_summary": ", ".join(tools) or "none",
         "last_step_outcome": last[:2000],
     }
-
-
-def interpolated(text: str, values: dict[str, str]) -> str:
-    """``text`` with its ``{{variable}}`` placeholders filled."""
-    return PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), text)
 
 
 def summary(goal: str, entries: tuple[ChatMessage, ...], plans: tuple[str, ...]) -> str:

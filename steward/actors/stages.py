@@ -34,6 +34,8 @@ from typing import Literal, get_args
 
 import msgspec
 
+from steward.actors.task_templates import PLACEHOLDER, placeholders
+
 __all__ = [
     "ALLOWED_VARIABLES",
     "MODES",
@@ -49,6 +51,7 @@ __all__ = [
     "compose",
     "outcome_of",
     "outcome_text",
+    "interpolate",
     "placeholders",
     "policy",
     "read_only",
@@ -138,10 +141,6 @@ ALLOWED_VARIABLES = frozenset(
 )
 """The variables a prompt may use, as ``{{name}}`` (spec §5.3)."""
 
-PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z0-9_.\-]+)\s*\}\}")
-"""A ``{{ name }}`` placeholder; group 1 is the name (spaces inside the
-braces are allowed)."""
-
 
 # -- the policy -------------------------------------------------------------------
 
@@ -225,12 +224,6 @@ def policy(
 # -- composing the system prompt ----------------------------------------------------
 
 
-def placeholders(text: str) -> list[tuple[str, int]]:
-    """Each ``{{ name }}`` of ``text``: its name and the offset of its ``{{``,
-    in the order they appear."""
-    return [(found[1], found.start()) for found in PLACEHOLDER.finditer(text)]
-
-
 def compose(
     prompts: Mapping[str, str], policy: StagePolicy, variables: Mapping[str, str]
 ) -> str:
@@ -246,17 +239,24 @@ def compose(
     Raises:
         KeyError: a prompt the policy names is not in ``prompts``.
     """
+    parts = []
+    for name in policy.prompts:
+        if name not in prompts:
+            raise KeyError(f"no prompt {name!r} (the policy of {policy.stage} uses it)")
+        parts.append(interpolate(prompts[name], variables).strip())
+    return "\n\n".join(part for part in parts if part)
+
+
+def interpolate(text: str, variables: Mapping[str, str]) -> str:
+    """``text`` with each `ALLOWED_VARIABLES` placeholder filled with its
+    value in ``variables`` (or nothing), in one pass; another ``{{name}}``
+    is left as it is."""
 
     def filled(found: re.Match[str]) -> str:
         name = found[1]
         return variables.get(name, "") if name in ALLOWED_VARIABLES else found[0]
 
-    parts = []
-    for name in policy.prompts:
-        if name not in prompts:
-            raise KeyError(f"no prompt {name!r} (the policy of {policy.stage} uses it)")
-        parts.append(PLACEHOLDER.sub(filled, prompts[name]).strip())
-    return "\n\n".join(part for part in parts if part)
+    return PLACEHOLDER.sub(filled, text)
 
 
 # -- reasoning ---------------------------------------------------------------------
