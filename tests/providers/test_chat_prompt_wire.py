@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from conftest import DIALECTS, KEY, Dialect
 from fake_api import FakeAPI, Reply, Request, sse_reply
+from wire import system_of, text_of
 
 from steward import cli, events, replay
 from steward.actors.session import session_stream
@@ -34,21 +35,6 @@ SESSION = "cli:wire"
 STREAM = session_stream(SESSION)
 
 
-def _text(content: Any) -> str:
-    """A message's text, of either dialect's content forms."""
-    if isinstance(content, list):
-        return "".join(b.get("text", "") for b in content if isinstance(b, dict))
-    return content or ""
-
-
-def system_of(request: Request) -> str:
-    body = request.body
-    system = _text(body.get("system"))
-    return system + "".join(
-        _text(m["content"]) for m in body["messages"] if m["role"] == "system"
-    )
-
-
 def said(request: Request) -> list[tuple[str, str]]:
     """The request's user and assistant messages, (role, text), in order;
     each text block of one as its own (Anthropic's API merges consecutive
@@ -58,7 +44,7 @@ def said(request: Request) -> list[tuple[str, str]]:
         for m in request.body["messages"]
         if m["role"] in ("user", "assistant")
         for text in (
-            [_text([b]) for b in m["content"] if b.get("type") == "text"]
+            [text_of([b]) for b in m["content"] if b.get("type") == "text"]
             if isinstance(m["content"], list)
             else [m["content"] or ""]
         )

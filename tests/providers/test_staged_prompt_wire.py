@@ -23,6 +23,7 @@ import msgspec
 import pytest
 from conftest import Dialect
 from fake_api import FakeAPI, Reply, Request, sse_reply
+from wire import system_of, text_of
 
 from steward import events, replay
 from steward.actors import stages
@@ -54,21 +55,6 @@ ANSWER = "The notes say hello."
 REPORT = {"verdict": "pass", "findings": [], "guidance": ""}
 
 
-def _text(content: Any) -> str:
-    """A message's text, of either dialect's content forms."""
-    if isinstance(content, list):
-        return "".join(b.get("text", "") for b in content if isinstance(b, dict))
-    return content or ""
-
-
-def system_of(request: Request) -> str:
-    body = request.body
-    system = _text(body.get("system"))
-    return system + "".join(
-        _text(m["content"]) for m in body["messages"] if m["role"] == "system"
-    )
-
-
 def history_of(request: Request) -> str:
     """Everything the request's messages but the system prompt hold, as
     its JSON text: texts, tool calls and tool results."""
@@ -78,9 +64,9 @@ def history_of(request: Request) -> str:
 
 def assistant_texts(request: Request) -> list[str]:
     return [
-        _text(m["content"])
+        text_of(m["content"])
         for m in request.body["messages"]
-        if m["role"] == "assistant" and _text(m["content"])
+        if m["role"] == "assistant" and text_of(m["content"])
     ]
 
 
@@ -97,10 +83,10 @@ def tool_results(request: Request) -> list[tuple[str, str]]:
     found = []
     for m in request.body["messages"]:
         if m["role"] == "tool":
-            found.append((m["tool_call_id"], _text(m["content"])))
+            found.append((m["tool_call_id"], text_of(m["content"])))
         elif isinstance(m["content"], list):
             found += [
-                (b["tool_use_id"], _text(b.get("content")))
+                (b["tool_use_id"], text_of(b.get("content")))
                 for b in m["content"]
                 if b.get("type") == "tool_result"
             ]

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from conftest import Dialect
 from fake_api import FakeAPI, Reply, Request, sse_reply
+from wire import system_of, text_of
 
 from steward import replay
 from steward.actors.task import SUBTASK_TOOL
@@ -33,21 +34,6 @@ from steward.events.task import TaskCreated, Template
 from steward.host import Host
 
 STREAM = "task.t1"
-
-
-def _text(content: Any) -> str:
-    """A message's text, of either dialect's content forms."""
-    if isinstance(content, list):
-        return "".join(b.get("text", "") for b in content if isinstance(b, dict))
-    return content or ""
-
-
-def system_of(request: Request) -> str:
-    body = request.body
-    system = _text(body.get("system"))
-    return system + "".join(
-        _text(m["content"]) for m in body["messages"] if m["role"] == "system"
-    )
 
 
 def user_texts(request: Request) -> list[str]:
@@ -80,10 +66,10 @@ def tool_results(request: Request) -> list[tuple[str, str]]:
     found = []
     for m in request.body["messages"]:
         if m["role"] == "tool":
-            found.append((m["tool_call_id"], _text(m["content"])))
+            found.append((m["tool_call_id"], text_of(m["content"])))
         elif isinstance(m["content"], list):
             found += [
-                (b["tool_use_id"], _text(b.get("content")))
+                (b["tool_use_id"], text_of(b.get("content")))
                 for b in m["content"]
                 if b.get("type") == "tool_result"
             ]
