@@ -52,6 +52,8 @@ async def open_session(
     stream = session_stream(session_id)
     if (await host.state(stream))[1] == 0:
         registry = host.tools or ToolRegistry.with_builtins(session=True)
+        agent = settings.profile(profile or settings.session.profile)
+        await registry.load(settings.servers(agent.mcp, "agents.mcp"))
         opened = settings.session_settings(registry.specs(), profile, session_id)
         run = with_prompts(opened.run, settings, opened.profile)
         opening = SessionOpened(

@@ -494,6 +494,15 @@ def created(
     except (ParseError, ValueError):
         pass  # the task fails on it, naming the problem
     named = sorted({name for t in atoms for name in t.tools})
+    for name in named:
+        server = name.partition(".")[0]
+        if settings.serves(name) and server not in config.mcp:
+            raise ConfigError(
+                "settings",
+                "task.mcp",
+                f"{name} is a tool of [mcp.{server}], which [task] mcp does not "
+                f'list: add mcp = ["{server}"] to [task]',
+            )
     unknown = [name for name in named if name not in registry]
     if unknown:
         raise ConfigError(

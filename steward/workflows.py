@@ -59,6 +59,7 @@ __all__ = [
     "branch_name",
     "created",
     "load_definition",
+    "mcp_of",
     "sanitize_ref",
     "worktree",
 ]
@@ -255,6 +256,21 @@ def _settings_problems(
                 (place, f"profile {node.profile!r} is no [agents] profile ({known})")
             )
     return found
+
+
+def mcp_of(definition: WorkflowDef, settings: Settings) -> list[str]:
+    """The ``[mcp]`` servers the profiles of ``definition``'s nodes use.
+
+    Raises:
+        ConfigError: a profile names a server that is not configured.
+    """
+    named: dict[str, None] = {}
+    for profile in dict.fromkeys(node.profile for node in definition.nodes):
+        agent = settings.profile(profile)
+        named.update(
+            dict.fromkeys(settings.servers(agent.mcp, f"agents.{profile}.mcp"))
+        )
+    return list(named)
 
 
 def created(

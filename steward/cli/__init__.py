@@ -65,7 +65,7 @@ def main(argv: Sequence[str] | None = None, kinds: Kinds = KINDS) -> int:
             kinds = with_scorer(kinds, settings.task.scorer)
         env = replace(env_of(settings, args), kinds=kinds)
         fn: Callable[[Env, argparse.Namespace], Coroutine[Any, Any, int]] = args.fn
-        code = _run(fn(env, args))
+        code = _run(_closing(env, fn(env, args)))
         sys.stdout.flush()  # a reader that went away shows here, not at exit
         return code
     except NotAllowedError as e:
@@ -85,6 +85,14 @@ def main(argv: Sequence[str] | None = None, kinds: Kinds = KINDS) -> int:
         # of Python's signal module documentation).
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_PIPE
+
+
+async def _closing(env: Env, command: Coroutine[Any, Any, int]) -> int:
+    """``command``'s exit status, the ``[mcp]`` servers it started stopped."""
+    try:
+        return await command
+    finally:
+        await env.close()
 
 
 def _warn(message: str) -> None:

@@ -35,7 +35,7 @@ async def cmd_demo(env: Env, args: argparse.Namespace) -> int:
         env.script = str(path)
         tools = replace(env.settings.tools, workspace=str(workspace))
         env.settings = replace(env.settings, tools=tools)
-        created = new_run(
+        created = await new_run(
             env,
             "Write a note, have a helper read it back, rest a moment, then report.",
             "default",

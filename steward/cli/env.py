@@ -9,16 +9,18 @@ import re
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from steward import events
 from steward.actors.kind import Kinds
 from steward.actors.run_effects import run_id_of, run_stream
+from steward.actors.tools import ToolRegistry, mcp
 from steward.bus import EventLog, log_file, open_log
 from steward.bus.sqlite import check_file
 from steward.config import LogConfig, Settings
-from steward.errors import ConfigError, NotFoundError, StewardError
+from steward.errors import ConfigError, NotFoundError, StewardError, ToolError
+from steward.events.protocol import ToolSpec
 from steward.kinds import KINDS
 from steward.projections.store import Projector
 
@@ -52,9 +54,59 @@ class Env:
     """The event log: the ``db`` file, or a ``nats://`` URL."""
     kinds: Kinds = KINDS
     """The actor kinds the commands serve (the log decodes their events)."""
+    _tools: ToolRegistry | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.log_url = self.log_url or str(self.db)
+
+    def tools(self) -> ToolRegistry:
+        """This process's tools: the built-in ones and those of the ``[mcp]``
+        servers, each server started the first time its tools are needed
+        (one client session per server, however many hosts and commands of
+        the process use it).
+
+        Raises:
+            ConfigError: an ``[mcp.<name>]`` server's name is taken by the
+                built-in tools.
+        """
+        if self._tools is None:
+            config = self.settings.tools
+            tools = ToolRegistry.with_builtins(
+                output_limit=config.output_limit,
+                timeout=config.timeout,
+                session=True,  # offered to session turns only (as they list them)
+            )
+            for server in mcp.servers(self.settings.mcp, timeout=config.timeout):
+                try:
+                    tools.add_toolset(server)
+                except ToolError as e:
+                    raise ConfigError(
+                        "settings", f"mcp.{server.name}", str(e)
+                    ) from None
+            self._tools = tools
+        return self._tools
+
+    async def close(self) -> None:
+        """Stop the ``[mcp]`` servers this process started."""
+        if self._tools is not None:
+            await self._tools.close()
+
+    async def offered(self, servers: list[str]) -> tuple[ToolSpec, ...]:
+        """What a new actor may be offered: the built-in tools of runs and
+        the tools of the ``[mcp]`` servers named in ``servers`` (listed
+        now), sorted by name.
+
+        Raises:
+            ToolError: a server could not be started or listed.
+        """
+        tools = self.tools()
+        await tools.load(servers)
+        served = frozenset(servers)
+        specs = (
+            *ToolRegistry.with_builtins().specs(),
+            *(s for s in tools.specs() if s.name.partition(".")[0] in served),
+        )
+        return tuple(sorted(specs, key=lambda s: s.name))
 
     @property
     def distributed(self) -> bool:

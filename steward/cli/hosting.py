@@ -21,7 +21,6 @@ from steward import events, replay
 from steward.actors import run as run_actor
 from steward.actors.llm import ModelRouter, Provider, RequestInfo
 from steward.actors.run_effects import run_stream
-from steward.actors.tools import ToolRegistry
 from steward.bus import EventLog, JetStreamEventLog
 from steward.cli.env import (
     EXIT_FAILED,
@@ -62,15 +61,10 @@ def checked_provider(env: Env) -> Provider:
 
 
 def new_host(env: Env, log: EventLog, projector: Projector | None, **kw: Any) -> Host:
-    tools = ToolRegistry.with_builtins(
-        output_limit=env.settings.tools.output_limit,
-        timeout=env.settings.tools.timeout,
-        session=True,  # offered to session turns only (their settings list them)
-    )
     return Host(
         log,
         provider=kw.pop("provider", None) or checked_provider(env),
-        tools=tools,
+        tools=env.tools(),
         workspace=Path(env.settings.tools.workspace),
         llm_concurrency=env.settings.llm_max_concurrency,
         tool_timeout=env.settings.tools.timeout,

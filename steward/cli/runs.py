@@ -16,7 +16,6 @@ from steward import events, replay
 from steward.actors import run as run_actor
 from steward.actors.kind import Kind
 from steward.actors.run_effects import run_id_of, run_stream
-from steward.actors.tools import ToolRegistry
 from steward.bus import EventLog
 from steward.cli.env import (
     Env,
@@ -37,7 +36,7 @@ from steward.projections.summary import summary
 from steward.stage_prompts import with_prompts
 
 
-def new_run(
+async def new_run(
     env: Env,
     text: str,
     profile: str,
@@ -49,13 +48,11 @@ def new_run(
 
     Raises:
         StewardError: ``--mode`` or ``--reasoning`` for a profile that is not
-            staged.
+            staged; a ``[mcp]`` server of the profile could not be listed.
     """
-    tools = ToolRegistry.with_builtins()
-    allowed = (
-        env.settings.agents[profile].tools if profile in env.settings.agents else None
-    )
-    settings = env.settings.run_settings(profile, tools.specs(allowed))
+    agent = env.settings.profile(profile)
+    servers = env.settings.servers(agent.mcp, f"agents.{profile}.mcp")
+    settings = env.settings.run_settings(profile, await env.offered(servers))
     if mode is not None or reasoning is not None:
         if settings.policy != "staged":
             raise StewardError(
@@ -77,7 +74,7 @@ def new_run(
 
 
 async def cmd_run(env: Env, args: argparse.Namespace) -> int:
-    created = new_run(env, args.text, args.profile, args.mode, args.reasoning)
+    created = await new_run(env, args.text, args.profile, args.mode, args.reasoning)
     provider = checked_provider(env)  # bad settings fail before the log is made
     async with opened(env) as (log, projector):
         return await see_run(
@@ -93,7 +90,7 @@ async def cmd_run(env: Env, args: argparse.Namespace) -> int:
 
 
 async def cmd_start(env: Env, args: argparse.Namespace) -> int:
-    first = new_run(env, args.text, args.profile, args.mode, args.reasoning)
+    first = await new_run(env, args.text, args.profile, args.mode, args.reasoning)
     created = replace(first, queued=True)
     stream = run_stream(created.run_id)
     async with opened(env) as (log, projector):

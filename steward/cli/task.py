@@ -96,10 +96,13 @@ async def cmd_task_run(env: Env, args: argparse.Namespace) -> int:
     directory = _templates_dir(env, args.templates)
     templates = load_templates(directory) if directory is not None else ()
     task_id = args.id or f"task-{secrets.token_hex(4)}"
+    tools = env.tools()
+    await tools.load(env.settings.servers(env.settings.task.mcp, "task.mcp"))
     first = created(
         program,
         env.settings,
         task_id,
+        tools=tools,
         templates=templates,
         args=dict(pair(text, "--arg") for text in args.arg),
         context=tuple(args.context),

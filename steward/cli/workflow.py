@@ -20,7 +20,6 @@ from typing import Any
 from msgspec.structs import replace
 
 from steward import events
-from steward.actors.tools import ToolRegistry
 from steward.actors.workflow import Workflow, workflow_stream
 from steward.actors.workflow_graph import auto_loops
 from steward.cli.env import (
@@ -37,7 +36,7 @@ from steward.errors import NotAllowedError, StewardError
 from steward.host import Host
 from steward.isotime import iso_time
 from steward.kinds import kind_of
-from steward.workflows import created, load_definition, worktree
+from steward.workflows import created, load_definition, mcp_of, worktree
 
 TERMINAL = ("completed", "failed", "cancelled")
 
@@ -129,7 +128,7 @@ async def cmd_run(env: Env, args: argparse.Namespace) -> int:
         env.settings,
         workflow_id,
         inputs,
-        ToolRegistry.with_builtins().specs(),
+        await env.offered(mcp_of(definition, env.settings)),
         file=args.file,
         worktree=tree,
     )

@@ -90,6 +90,7 @@ def load_settings(
     if ignored and unknown is not None:
         unknown(_ignoring(ignored))
     settings = _build(data, source)
+    _check_servers(settings, source)
     if tools is not None:
         _check_approval(settings, source, environ, tools)
     models = data.get("models")
@@ -118,6 +119,17 @@ def _keyed_default(environ: Mapping[str, str]) -> ModelConfig | None:
 
 
 _APPROVAL_VARIABLE = f"{ENV_PREFIX}TOOLS_REQUIRE_APPROVAL"
+
+
+def _check_servers(settings: Settings, source: str) -> None:
+    """Refuse an ``mcp`` list (of a profile, of ``[task]``) naming a server
+    with no ``[mcp.<name>]`` table."""
+    lists = [(f"agents.{n}.mcp", a.mcp) for n, a in sorted(settings.agents.items())]
+    for key, names in [*lists, ("task.mcp", settings.task.mcp)]:
+        try:
+            settings.servers(names, key)
+        except ConfigError as e:
+            raise ConfigError(source, e.key, e.problem) from None
 
 
 def _check_approval(

@@ -21,6 +21,7 @@ __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
     "AgentProfile",
     "LogConfig",
+    "McpServerConfig",
     "MetricsConfig",
     "ModelConfig",
     "RunConfig",
@@ -145,6 +146,50 @@ class ToolsConfig(_Section, frozen=True, kw_only=True):
     tool (a tool registered in code declares ``requires_approval`` itself)."""
 
 
+class McpServerConfig(_Section, frozen=True, kw_only=True):
+    """``[mcp.<name>]``: a Model Context Protocol server whose tools runs,
+    sessions, phases and tasks may call as ``<name>.<tool>``.
+
+    Give ``command`` (a server started as a subprocess, spoken to over its
+    stdin and stdout) or ``url`` (streamable HTTP), not both. ``${VAR}`` in
+    ``env`` and ``headers`` is read from the environment when the server is
+    started, so a secret stays out of the file and out of every event.
+    """
+
+    command: str | None = None
+    """The program that starts a stdio server, e.g. ``"python"``."""
+    args: list[str] = []
+    """Its arguments, e.g. ``["examples/mcp/notes_server.py"]``."""
+    env: dict[str, str] = {}
+    """Variables added to the server's environment (``${VAR}`` expanded)."""
+    url: str | None = None
+    """A streamable HTTP server's endpoint, e.g. ``http://127.0.0.1:8000/mcp``."""
+    headers: dict[str, str] = {}
+    """HTTP headers sent with each request (``${VAR}`` expanded), e.g.
+    ``{ Authorization = "Bearer ${NOTES_TOKEN}" }``."""
+    tools: list[str] | None = None
+    """The server's tools offered, by their own names; ``None`` offers all."""
+    deny: list[str] = []
+    """The server's tools never offered or called, by their own names."""
+    require_approval: bool | list[str] = False
+    """``true``: every call waits for ``steward runs approve``; a list: those
+    tools' calls do."""
+    timeout: Seconds | None = None
+    """Seconds a call may take; unset takes ``[tools] timeout``."""
+    idempotent: bool = False
+    """Whether a call may be made again when the host died during it: ``true``
+    retries it on the next host; ``false`` records it as failed with its
+    outcome unknown, for the model to decide."""
+
+    def __post_init__(self) -> None:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("give command (a stdio server) or url (HTTP), one of them")
+        if self.command is not None and self.headers:
+            raise ValueError("headers are for an HTTP server (url); this one is stdio")
+        if self.url is not None and (self.args or self.env):
+            raise ValueError("args and env are for a stdio server (command)")
+
+
 class MetricsConfig(_Section, frozen=True, kw_only=True):
     """``[metrics]``: the Prometheus endpoint of ``steward serve`` and ``worker``."""
 
@@ -267,6 +312,10 @@ class AgentProfile(_Section, frozen=True, kw_only=True):
     """A directory of a staged run's prompts of your own (Markdown, as
     `steward prompts list` names them); a prompt it lacks is the shipped one."""
 
+    mcp: list[str] = []
+    """The ``[mcp.<name>]`` servers whose tools (``NAME.tool``) the profile's
+    runs are offered, beside the built-in tools its ``tools`` list keeps."""
+
 
 def _default_models() -> dict[str, ModelConfig]:
     return {"default": ModelConfig()}
@@ -354,6 +403,9 @@ class TaskConfig(_Section, frozen=True, kw_only=True):
     requests: ``(Template, SubtaskRequest) -> float``, the highest wins
     (`steward.actors.task_templates.score` when unset). It must be pure, and
     stay the same for a task's life: `replay --verify` re-decides with it."""
+    mcp: list[str] = []
+    """The ``[mcp.<name>]`` servers whose tools a program's templates may
+    name (``NAME.tool``)."""
 
 
 class Settings(_Section, frozen=True, kw_only=True):
@@ -395,6 +447,10 @@ class Settings(_Section, frozen=True, kw_only=True):
 
     task: TaskConfig = msgspec.field(default_factory=TaskConfig)
     """``[task]``: task programs' templates, model and limits."""
+
+    mcp: dict[str, McpServerConfig] = msgspec.field(default_factory=dict)
+    """``[mcp.<name>]``: Model Context Protocol servers whose tools profiles
+    (``[agents.<name>] mcp``) and task programs (``[task] mcp``) may use."""
 
     def profile(self, name: str = "default") -> AgentProfile:
         """The ``[agents.<name>]`` profile; a ``ConfigError`` lists the known ones."""
@@ -496,20 +552,49 @@ class Settings(_Section, frozen=True, kw_only=True):
             direct=any(fnmatch.fnmatchcase(session_id, p) for p in config.direct_chats),
         )
 
+    def servers(self, names: list[str], key: str) -> list[str]:
+        """``names``, each a ``[mcp.<name>]`` server.
+
+        Raises:
+            ConfigError: one is not configured (named by ``key``).
+        """
+        for n, name in enumerate(names):
+            if name not in self.mcp:
+                known = ", ".join(sorted(self.mcp)) or "none"
+                raise ConfigError(
+                    "settings",
+                    f"{key}[{n}]",
+                    f"no [mcp.{name}] server is configured; known servers: {known}",
+                )
+        return names
+
+    def serves(self, tool: str) -> bool:
+        """Whether ``tool`` is an ``[mcp.<name>]`` server's (``NAME.tool``)."""
+        server, dot, _ = tool.partition(".")
+        return bool(dot) and server in self.mcp
+
     def run_settings(
         self, profile: str = "default", tools: tuple[ToolSpec, ...] = ()
     ) -> RunSettings:
         """The ``RunSettings`` a run started with ``profile`` records.
 
-        ``tools`` are the specs the host offers; a profile with a ``tools`` list
-        keeps only those names, and those in ``[tools] require_approval`` ask
-        for approval.
+        ``tools`` are the specs the host offers: the profile keeps the
+        built-in ones its ``tools`` list names (all without a list) and those
+        of the ``[mcp]`` servers its ``mcp`` list names; those in ``[tools]
+        require_approval`` ask for approval.
         """
         agent = self.profile(profile)
         model = self.model_for(profile)
-        if agent.tools is not None:
-            allowed = frozenset(agent.tools)
-            tools = tuple(t for t in tools if t.name in allowed)
+        servers = frozenset(self.servers(agent.mcp, f"agents.{profile}.mcp"))
+        tools = tuple(
+            t
+            for t in tools
+            if (
+                t.name.partition(".")[0] in servers
+                if self.serves(t.name)
+                else agent.tools is None or t.name in agent.tools
+            )
+        )
         if self.tools.require_approval:
             approve = frozenset(self.tools.require_approval)
             tools = tuple(

@@ -171,7 +171,16 @@ class Calls:
         kind = self._kinds.of(rec.stream)
         if not _awaits(kind, state, rid):
             return  # answered already (read back from the log, as a fork's copy)
-        if not await self._claims.claim(rec, rid):
+        assert self._tools is not None
+        found = await self._tools.find(request.name)  # an MCP server's: listed
+        if found is not None and not found.idempotent:
+            taken = await self._claims.once(rec, rid)
+            if taken == "unknown":
+                await self._record_answer(rec, _outcome_unknown(request, self._clock))
+                return
+            if taken == "theirs":
+                return
+        elif not await self._claims.claim(rec, rid):
             return  # another worker runs it, or it is answered already
         own = None if kind.reactor.workspace is None else kind.reactor.workspace(state)
         ctx = ToolContext(
@@ -183,7 +192,6 @@ class Calls:
             reads=self._reads,
             now=self._clock.now(),
         )
-        assert self._tools is not None
         try:
             result = await call_tool(
                 self._tools,
@@ -193,6 +201,7 @@ class Calls:
                 clock=self._clock,
             )
         finally:
+            self._claims.ended(rid)
             if self._claims.renewing:
                 await self._claims.stop_renewing(rid)
         await self._record_answer(rec, result)
@@ -223,6 +232,20 @@ class Calls:
             raise StewardError(f"stream {rec.stream}: {problem}")
         log.warning("stream %s: %s", rec.stream, failed)
         return await submit(rec.stream, failed, causation_id=rec.id)
+
+
+def _outcome_unknown(request: events.ToolRequested, clock: Clock) -> Event:
+    """The result of a call that must not be made twice (its tool is not
+    idempotent) and that a host which is gone began."""
+    return events.ToolResulted(
+        request_id=request.request_id,
+        ok=False,
+        error=f"{request.name}: the host stopped during this call, so whether "
+        "it took effect is unknown; it is not made again (the tool is not "
+        "idempotent): check before calling it again",
+        retryable=False,
+        at=clock.now(),
+    )
 
 
 def _awaits(kind: Kind[Any], state: Any, request_id: str) -> bool:

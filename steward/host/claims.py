@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Literal
 
 from steward import events
 from steward.actors.kind import Kinds
@@ -22,6 +23,10 @@ from steward.host.mailbox import Mailboxes
 from steward.host.states import States
 
 log = logging.getLogger("steward.host")
+
+ONE_HOST = "host"
+"""The worker of a claim recorded by the one host of an embedded log (for a
+call that must not be made twice: `Claims.once`)."""
 
 
 class Claims:
@@ -47,6 +52,8 @@ class Claims:
         self._renewals: dict[str, tuple[asyncio.Task[None], asyncio.Event]] = {}
         self.tasks: set[asyncio.Task[None]] = set()
         """The renewals running (`Host.stop` cancels them)."""
+        self._begun: set[str] = set()
+        """The calls taken with `once` that this host is making."""
 
     @property
     def renewing(self) -> bool:
@@ -87,6 +94,48 @@ class Claims:
         renewing.add_done_callback(self.tasks.discard)
         self._renewals[request_id] = (renewing, stop)
         return True
+
+    async def once(
+        self, rec: Recorded, request_id: str
+    ) -> Literal["ours", "theirs", "unknown"]:
+        """Take a call that must not be made twice (a tool that is not
+        idempotent): ``ours`` to make it now (its claim recorded first, with
+        one host too), ``theirs`` when a live worker (or this one) makes it,
+        ``unknown`` when a host that is gone began it: whether it took effect
+        cannot be known, and it is not made again."""
+        if request_id in self._begun:
+            return "theirs"
+        state, _ = await self._states.get(rec.stream)
+        kind = self._kinds.of(rec.stream)
+        held = (
+            None
+            if kind.reactor.claim is None
+            else kind.reactor.claim(state, request_id)
+        )
+        if held is not None:
+            worker, until = held
+            alive = until > self._clock.now() and worker != self._worker_id
+            return "theirs" if self._worker_id is not None and alive else "unknown"
+        if self._worker_id is not None:
+            ours = await self.claim(rec, request_id)
+        else:
+            now = self._clock.now()
+            claim = events.EffectClaimed(
+                request_id=request_id,
+                worker=ONE_HOST,
+                until=now + self._claim_seconds,
+                at=now,
+            )
+            submit = self._mailboxes.submit
+            ours = await submit(rec.stream, claim, causation_id=rec.id) is not None
+        if not ours:
+            return "theirs"
+        self._begun.add(request_id)
+        return "ours"
+
+    def ended(self, request_id: str) -> None:
+        """Call ``request_id`` taken with `once` has ended."""
+        self._begun.discard(request_id)
 
     async def stop_renewing(self, request_id: str) -> None:
         """Stop renewing this worker's claim on ``request_id`` (if it is)."""

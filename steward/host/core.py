@@ -309,6 +309,8 @@ class Host:
                 except (asyncio.CancelledError, Exception):
                     pass
         await self.mailboxes.join()
+        if self.tools is not None:
+            await self.tools.close()  # an MCP stdio server's process with it
         if self.projector is not None:
             await self.projector.catch_up(self.log)
         close = getattr(self.provider, "aclose", None)

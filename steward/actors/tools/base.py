@@ -24,6 +24,7 @@ from steward.errors import ToolError
 
 __all__ = [
     "Actors",
+    "AnyArgs",
     "ReadModels",
     "Tool",
     "ToolContext",
@@ -78,6 +79,13 @@ class ToolContext(msgspec.Struct, frozen=True, kw_only=True):
     """When the call started, on the host's clock."""
 
 
+class AnyArgs(msgspec.Struct, frozen=True, kw_only=True):
+    """The arguments of a tool whose schema another program owns (an MCP
+    server's): whatever the model sent, as it sent it."""
+
+    values: dict[str, Any]
+
+
 class ToolFn(Protocol[A_contra]):
     """The shape of a tool's implementation."""
 
@@ -104,6 +112,15 @@ class Tool(msgspec.Struct, Generic[A], frozen=True, kw_only=True):
     offered: bool = True
     """Whether models are told of it (`ToolRegistry.specs`); ``False`` for a
     tool the host runs for an actor's own decisions (a workflow's git)."""
+    parameters: dict[str, Any] | None = None
+    """The JSON schema of its arguments as another program gave it (an MCP
+    server's tool): offered as it is, and the arguments reach ``fn`` as the
+    ``args_type`` Struct `AnyArgs`, unchecked here (the server checks them).
+    ``None`` derives the schema from ``args_type``."""
+    idempotent: bool = True
+    """Whether a call may be made again when the host died during it; a call
+    of a tool that is not is recorded as failed with its outcome unknown
+    instead (`steward.host.calls`)."""
 
     def __post_init__(self) -> None:
         # Checked here so a mis-declared tool fails when the module is imported,

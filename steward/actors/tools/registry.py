@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -21,6 +21,7 @@ from steward.actors.tools import memory as memory_tools
 from steward.actors.tools import script as script_tools
 from steward.actors.tools import session as session_tools
 from steward.actors.tools.base import (
+    AnyArgs,
     Tool,
     ToolContext,
     ToolFn,
@@ -38,6 +39,7 @@ __all__ = [
     "ToolFn",
     "ToolOutcome",
     "ToolRegistry",
+    "Toolset",
     "tool",
 ]
 
@@ -58,6 +60,25 @@ class ToolOutcome(msgspec.Struct, frozen=True, kw_only=True):
     error: str | None = None
     retryable: bool = True
     truncated: bool = False
+
+
+class Toolset(Protocol):
+    """Tools another program serves (an MCP server's), each named
+    ``NAME.tool``, listed the first time they are needed."""
+
+    name: str
+
+    async def tools(self) -> tuple[Tool[Any], ...]:
+        """Its tools, as the registry holds them.
+
+        Raises:
+            ToolError: they could not be listed (the server is down, say).
+        """
+        ...
+
+    async def close(self) -> None:
+        """Stop its server, if this process started one."""
+        ...
 
 
 class ToolRegistry:
@@ -86,6 +107,8 @@ class ToolRegistry:
         self.timeout = timeout
         self._tools: dict[str, Tool[Any]] = {}
         self._schemas: dict[str, dict[str, Any]] = {}
+        self._toolsets: dict[str, Toolset] = {}
+        self._loaded: set[str] = set()
         for t in tools:
             self.register(t)
 
@@ -114,8 +137,53 @@ class ToolRegistry:
                 "give the new one another name"
             )
         # Derived once: specs() is called for every run that starts.
-        self._schemas[tool.name] = parameters_schema(tool.args_type)
+        self._schemas[tool.name] = (
+            parameters_schema(tool.args_type)
+            if tool.parameters is None
+            else tool.parameters
+        )
         self._tools[tool.name] = tool
+
+    def add_toolset(self, toolset: Toolset) -> None:
+        """Serve the tools of ``toolset`` as ``NAME.tool``, listed the first
+        time `load` or a call needs them."""
+        prefix = f"{toolset.name}."
+        taken = [n for n in self._tools if n.startswith(prefix)]
+        if toolset.name in self._toolsets or taken:
+            raise ToolError(
+                f"tools named {prefix}* are already registered; give the server "
+                f"{toolset.name!r} another name"
+            )
+        self._toolsets[toolset.name] = toolset
+
+    @property
+    def toolsets(self) -> tuple[Toolset, ...]:
+        """The toolsets added, by name."""
+        return tuple(self._toolsets[n] for n in sorted(self._toolsets))
+
+    async def load(self, names: Iterable[str]) -> None:
+        """List and register the tools of toolsets ``names`` not yet loaded.
+
+        Raises:
+            ToolError: one is not added, or could not be listed (naming it).
+        """
+        for name in names:
+            toolset = self._toolsets.get(name)
+            if toolset is None:
+                raise ToolError(f"no tool server {name!r} is configured")
+            if name in self._loaded:
+                continue
+            for t in await toolset.tools():
+                if t.name.partition(".")[0] != name:
+                    raise ToolError(f"{name}: its tool {t.name!r} is not {name}.*")
+                if t.name not in self._tools:
+                    self.register(t)
+            self._loaded.add(name)
+
+    async def close(self) -> None:
+        """Stop the toolsets' servers (a host that stops calls this)."""
+        for toolset in self._toolsets.values():
+            await toolset.close()
 
     def get(self, name: str) -> Tool[Any]:
         """The tool called ``name``; `ToolError` listing the others if none."""
@@ -166,11 +234,15 @@ class ToolRegistry:
         caller still cancels the call (and a KeyboardInterrupt or SystemExit
         still stops the process).
         """
-        t = self._tools.get(name)
-        if t is None:
-            return ToolOutcome(ok=False, error=self._unknown(name), retryable=False)
+        t = await self._find(name)
+        if isinstance(t, ToolOutcome):
+            return t
         try:
-            parsed = msgspec.convert(args, t.args_type)
+            parsed = (
+                AnyArgs(values=args)
+                if t.parameters is not None
+                else msgspec.convert(args, t.args_type)
+            )
         except msgspec.ValidationError as e:
             return ToolOutcome(
                 ok=False,
@@ -220,6 +292,25 @@ class ToolRegistry:
                     retryable=False,
                 )
         return self._bounded(output)
+
+    async def find(self, name: str) -> Tool[Any] | None:
+        """Tool ``name``, its toolset loaded first if it has one; ``None``
+        if there is no such tool or its toolset cannot be listed."""
+        t = await self._find(name)
+        return None if isinstance(t, ToolOutcome) else t
+
+    async def _find(self, name: str) -> Tool[Any] | ToolOutcome:
+        server = name.partition(".")[0]
+        if name not in self._tools and server in self._toolsets:
+            try:
+                await self.load([server])
+            except ToolError as e:
+                # the server may be back for the next try
+                return ToolOutcome(ok=False, error=_one_line(str(e)))
+        t = self._tools.get(name)
+        if t is None:
+            return ToolOutcome(ok=False, error=self._unknown(name), retryable=False)
+        return t
 
     def _bounded(self, output: str) -> ToolOutcome:
         over = len(output) - self.output_limit
