@@ -15,6 +15,7 @@ from steward.cli.chat import cmd_chat
 from steward.cli.demo import cmd_demo
 from steward.cli.env import DEFAULT_NATS_URL, EXIT_INPUT
 from steward.cli.history import cmd_export, cmd_fork, cmd_rebuild, cmd_replay
+from steward.cli.mcp import cmd_mcp_call, cmd_mcp_list
 from steward.cli.output import FORMATS
 from steward.cli.prompts import cmd_prompts_list, cmd_prompts_show
 from steward.cli.runs import (
@@ -770,6 +771,42 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _prompt_dir_option(s)
     s.set_defaults(fn=cmd_prompts_show)
+
+    mcp = sub.add_parser(
+        "mcp",
+        help="the configured MCP tool servers, and a tool tried by hand",
+        description="Model Context Protocol servers are configured in "
+        "[mcp.NAME] tables (command + args + env for a stdio server, url + "
+        "headers for streamable HTTP; ${VAR} in env and headers is read from "
+        "the environment). Their tools are NAME.tool; a profile's runs are "
+        "offered those of the servers its [agents.NAME] mcp list names, and a "
+        "task program may call those of [task] mcp.",
+    )
+    msub = mcp.add_subparsers(dest="mcp_command", required=True, metavar="ACTION")
+    s = msub.add_parser(
+        "list",
+        help="each server, reachable or not, and its tools",
+        description="Start (or reach) each configured server, list the tools "
+        "its table offers (tools, less deny), and stop it again: a line a "
+        "server (name, transport, command or URL, ok or why it is "
+        "unreachable), then a line a tool. Exit 1 when a server is unreachable.",
+    )
+    _output_option(s, listing=True)
+    s.set_defaults(fn=cmd_mcp_list)
+    s = msub.add_parser(
+        "call",
+        help="call a server's tool by hand and print its result",
+        description="Call NAME.tool once, through the same registry runs use "
+        "(allow and deny lists, time limit, output limit), and print its "
+        "result; a tool's error is printed on standard error (exit 1). Bad "
+        "--args or a name that is no server's tool: one line, exit 2.",
+    )
+    s.add_argument("tool", metavar="NAME.tool", help="the server's tool")
+    s.add_argument(
+        "--args", default="{}", help="its arguments, a JSON object (default: {})"
+    )
+    _output_option(s, listing=False)
+    s.set_defaults(fn=cmd_mcp_call)
 
     s = sub.add_parser(
         "demo", help="a scripted run with a tool, a subagent and a sleep"
