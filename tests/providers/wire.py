@@ -3,6 +3,7 @@ the wire tests read the system prompt and messages from these."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from fake_api import Request
@@ -23,3 +24,48 @@ def system_of(request: Request) -> str:
     return system + "".join(
         text_of(m["content"]) for m in body["messages"] if m["role"] == "system"
     )
+
+
+def tools_of(request: Request) -> dict[str, Any]:
+    """The tools the request offers, by wire name: their JSON schemas."""
+    offered = {}
+    for tool in request.body.get("tools", []):
+        if "function" in tool:  # OpenAI's
+            offered[tool["function"]["name"]] = tool["function"]["parameters"]
+        else:
+            offered[tool["name"]] = tool["input_schema"]
+    return offered
+
+
+def tool_results(request: Request) -> list[tuple[str, str]]:
+    """The tool results the request holds: (call id, content)."""
+    found = []
+    for m in request.body["messages"]:
+        if m["role"] == "tool":
+            found.append((m["tool_call_id"], text_of(m["content"])))
+        elif isinstance(m["content"], list):
+            found += [
+                (b["tool_use_id"], text_of(b.get("content")))
+                for b in m["content"]
+                if b.get("type") == "tool_result"
+            ]
+    return found
+
+
+def tool_calls(request: Request) -> list[tuple[str, str, dict[str, Any]]]:
+    """The assistant's tool calls the request holds: (id, wire name, args)."""
+    found = []
+    for m in request.body["messages"]:
+        if m["role"] != "assistant":
+            continue
+        for call in m.get("tool_calls") or []:
+            function = call["function"]
+            args = json.loads(function["arguments"])
+            found.append((call["id"], function["name"], args))
+        if isinstance(m["content"], list):
+            found += [
+                (b["id"], b["name"], b["input"])
+                for b in m["content"]
+                if b.get("type") == "tool_use"
+            ]
+    return found

@@ -387,4 +387,6 @@ def _said(error: BaseException) -> str:
     """One line for ``error``, the first of a group's."""
     while isinstance(error, BaseExceptionGroup) and error.exceptions:
         error = error.exceptions[0]
+    if isinstance(error, ToolError):
+        return str(error)
     return describe(error) if isinstance(error, Exception) else type(error).__name__
