@@ -6,13 +6,15 @@ streamable HTTP on 127.0.0.1:PORT (``--token T`` refuses a request without
 ``MCP_STATE`` (default: the working directory), so a restarted server, or the
 test, sees what an earlier one did: ``notes.txt`` (one note a line) and
 ``calls.txt`` (one line a call: tool and argument). ``MCP_TOOLS=2`` serves a
-second version of the tool list (``add`` described anew, ``extra`` added).
+second version of the tool list (``add`` described anew, ``extra`` added);
+``--legacy`` speaks the 2025 protocol only (sessions with ids).
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import json
 import os
 import time
 from pathlib import Path
@@ -129,10 +131,52 @@ def _guarded(inner: Any, token: str) -> Any:
     return guarded
 
 
+def _legacy(inner: Any) -> Any:
+    """``inner`` as a server of the 2025 protocol only: it answers the 2026
+    probe ``server/discover`` with "method not found", so a client falls
+    back to the initialize handshake and a session id (which a restarted
+    server no longer knows)."""
+
+    async def legacy(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await inner(scope, receive, send)
+            return
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+        request = json.loads(body or b"{}")
+        if isinstance(request, dict) and request.get("method") == "server/discover":
+            error = {"code": -32601, "message": "Method not found"}
+            said = {"jsonrpc": "2.0", "id": request.get("id"), "error": error}
+            headers = [(b"content-type", b"application/json")]
+            await send(
+                {"type": "http.response.start", "status": 200, "headers": headers}
+            )
+            await send(
+                {"type": "http.response.body", "body": json.dumps(said).encode()}
+            )
+            return
+        replayed = False
+
+        async def again() -> Any:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await inner(scope, again, send)
+
+    return legacy
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--http", type=int)
     parser.add_argument("--token")
+    parser.add_argument("--legacy", action="store_true", help="2025 protocol only")
     args = parser.parse_args()
     if args.http is None:
         app.run()
@@ -140,7 +184,8 @@ def main() -> None:
     import uvicorn
 
     web = app.streamable_http_app()
-    served = web if args.token is None else _guarded(web, args.token)
+    served = _legacy(web) if args.legacy else web
+    served = served if args.token is None else _guarded(served, args.token)
     uvicorn.run(served, host="127.0.0.1", port=args.http, log_level="warning")
 
 

@@ -39,8 +39,11 @@ class HttpServer:
     """The test server over streamable HTTP on a loopback port, which the
     test may stop and start again (the same port)."""
 
-    def __init__(self, state: Path, *, token: str | None = None) -> None:
+    def __init__(
+        self, state: Path, *, token: str | None = None, legacy: bool = False
+    ) -> None:
         self.state = state
+        self._legacy = legacy
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         self._token = token
@@ -50,6 +53,8 @@ class HttpServer:
         argv = [sys.executable, str(SERVER), "--http", str(self.port)]
         if self._token is not None:
             argv += ["--token", self._token]
+        if self._legacy:
+            argv.append("--legacy")
         self._process = subprocess.Popen(
             argv,
             env={"MCP_STATE": str(self.state), "PATH": "/usr/bin:/bin"},
@@ -77,8 +82,10 @@ class HttpServer:
 
 
 @contextlib.contextmanager
-def http_server(state: Path, *, token: str | None = None) -> Iterator[HttpServer]:
-    server = HttpServer(state, token=token)
+def http_server(
+    state: Path, *, token: str | None = None, legacy: bool = False
+) -> Iterator[HttpServer]:
+    server = HttpServer(state, token=token, legacy=legacy)
     server.start()
     try:
         yield server
