@@ -76,7 +76,9 @@ class Env:
                 timeout=config.timeout,
                 session=True,  # offered to session turns only (as they list them)
             )
-            for server in mcp.servers(self.settings.mcp, timeout=config.timeout):
+            logs = self.db.parent / "mcp"  # a stdio server's standard error
+            servers = mcp.servers(self.settings.mcp, timeout=config.timeout, logs=logs)
+            for server in servers:
                 try:
                     tools.add_toolset(server)
                 except ToolError as e:

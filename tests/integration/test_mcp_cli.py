@@ -158,7 +158,9 @@ def test_mcp_list_and_call(tmp_path: Path) -> None:
     assert (called.returncode, called.stdout) == (0, "added note 1\n"), called.stderr
     failed = steward(tmp_path, "mcp", "call", "notes.fail")
     assert failed.returncode == 1
-    assert failed.stderr.splitlines()[-1] == "steward: Error executing tool fail"
+    assert failed.stderr == "steward: Error executing tool fail\n"
+    # the server's own account of it is in its log, beside the log's file
+    assert "ValueError: the disk is full" in (tmp_path / "mcp/notes.log").read_text()
     bad = steward(tmp_path, "mcp", "call", "notes.add", "--args", "{text")
     assert bad.returncode == 2 and bad.stderr.startswith("steward: --args is not JSON")
     unknown = steward(tmp_path, "mcp", "call", "files.read")

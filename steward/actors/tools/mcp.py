@@ -25,13 +25,15 @@ import contextlib
 import logging
 import os
 import re
+import sys
 import time
 from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import httpx2
 import msgspec
-from mcp import Client, StdioServerParameters
+from mcp import Client, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
@@ -65,11 +67,19 @@ def servers(
     configs: Mapping[str, McpServerConfig],
     *,
     timeout: float,
+    logs: Path | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> tuple[McpServer, ...]:
-    """An `McpServer` for each ``[mcp.<name>]`` table, none started."""
+    """An `McpServer` for each ``[mcp.<name>]`` table, none started; a stdio
+    server's standard error goes to ``logs/<name>.log`` (with ``logs``)."""
     return tuple(
-        McpServer(name, config, timeout=timeout, environ=environ)
+        McpServer(
+            name,
+            config,
+            timeout=timeout,
+            errlog=None if logs is None else logs / f"{name}.log",
+            environ=environ,
+        )
         for name, config in sorted(configs.items())
     )
 
@@ -83,6 +93,7 @@ class McpServer:
         config: McpServerConfig,
         *,
         timeout: float,
+        errlog: Path | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> None:
         """Server ``name`` of ``config``, not started.
@@ -90,10 +101,13 @@ class McpServer:
         Args:
             timeout: Seconds a call may take when the table sets none (and
                 starting the server may take).
+            errlog: The file a stdio server's standard error is added to;
+                ``None`` leaves it this process's.
             environ: Where ``${VAR}`` is looked up; ``None`` is ``os.environ``.
         """
         self.name = name
         self.config = config
+        self._errlog = errlog
         self.timeout = config.timeout or timeout
         self._environ = os.environ if environ is None else environ
         self._lock = asyncio.Lock()
@@ -238,8 +252,14 @@ class McpServer:
             args=list(config.args),
             env={k: self._expand(v, f"env.{k}") for k, v in config.env.items()} or None,
         )
-        async with Client(params, read_timeout_seconds=self.timeout) as client:
-            yield client
+        with contextlib.ExitStack() as files:
+            errors = sys.stderr
+            if self._errlog is not None:
+                self._errlog.parent.mkdir(parents=True, exist_ok=True)
+                errors = files.enter_context(self._errlog.open("a"))
+            transport = stdio_client(params, errlog=errors)
+            async with Client(transport, read_timeout_seconds=self.timeout) as client:
+                yield client
 
     def _expand(self, value: str, key: str) -> str:
         def variable(m: re.Match[str]) -> str:
