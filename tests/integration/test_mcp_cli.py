@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,8 @@ from steward import events, replay
 from steward.bus import SqliteEventLog
 
 pytestmark = pytest.mark.slow
+
+EXAMPLE = Path(__file__).parents[2] / "examples/mcp"
 
 
 def config(
@@ -212,3 +215,38 @@ async def test_a_call_in_flight_when_the_host_is_killed(
         assert "whether it took effect is unknown" in (result.error or "")
         assert calls(tmp_path) == ["hold a"]
     assert replay.verify(recorded) is None
+
+
+def test_the_readme_example_lists_and_runs(tmp_path: Path) -> None:
+    """examples/mcp as README shows it, run from a copy of the repository's
+    layout: its server listed, called by hand and by the scripted run."""
+    shutil.copytree(EXAMPLE, tmp_path / "examples/mcp")
+    path = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"
+
+    def example(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "steward", "--config", "examples/mcp/steward.toml"]
+            + list(argv),
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "PATH": path},
+        )
+
+    listed = example("mcp", "list")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.splitlines() == [
+        "notes  stdio  python3 examples/mcp/notes_server.py  ok",
+        "  TOOL          DESCRIPTION",
+        "  notes.add     Add a note (one line).",
+        "  notes.count   How many notes there are.",
+        "  notes.search  The notes that contain query, case ignored.",
+    ]
+    called = example("mcp", "call", "notes.add", "--args", '{"text": "buy milk"}')
+    assert called.stdout == "note 1 added\n", called.stderr
+    ran = example("run", "Keep a note about MCP")
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert ran.stdout.splitlines()[-1] == "Noted, and found it again."
+    notes = (tmp_path / ".steward/notes.txt").read_text().splitlines()
+    assert notes == ["buy milk", "steward records every MCP call"]
