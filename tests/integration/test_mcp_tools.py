@@ -10,11 +10,12 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from mcp_support import calls, http_server, stdio
 from support import act
 
-from steward import events
+from steward import chats, events
 from steward.actors.llm import ScriptedProvider
 from steward.actors.run_effects import run_stream
 from steward.actors.tools import ToolContext, ToolRegistry
@@ -23,8 +24,13 @@ from steward.cli.env import Env
 from steward.config import Settings, load_settings
 from steward.config.settings import AgentProfile, McpServerConfig, RunConfig
 from steward.errors import ConfigError
+from steward.workflows import load_definition, mcp_of
 
 pytestmark = pytest.mark.slow
+
+EXAMPLE_WORKFLOW = (
+    Path(__file__).parents[2] / "examples/workflows/design-implement-review.toml"
+)
 
 
 def registry(*servers: McpServer) -> ToolRegistry:
@@ -289,3 +295,35 @@ async def test_a_run_offered_a_servers_tool_calls_it_after_approval(
     assert state.status == "completed", state
     assert calls(tmp_path) == ["add milk"]
     assert "added note 1" in seen[1]
+
+
+async def test_a_session_and_a_workflow_use_the_servers_of_their_profiles(
+    tmp_path: Path, make_host: Any, log: Any, closing: Any
+) -> None:
+    """A session opened with a profile that names a server records its
+    tools for its turns; a workflow's phases' profiles name the servers it
+    lists before it is created."""
+    settings = Settings(
+        agents={"default": AgentProfile(), "noting": AgentProfile(mcp=["notes"])},
+        mcp={"notes": stdio(tmp_path, tools=["add"])},
+    )
+    tools = ToolRegistry.with_builtins(session=True)
+    tools.add_toolset(McpServer("notes", settings.mcp["notes"], timeout=10))
+    closing(tools)
+    host = await make_host([], tools)
+    plain = await chats.open_session(settings, host, "cli:plain")
+    noting = await chats.open_session(settings, host, "cli:noting", "noting")
+    offered = {}
+    for stream in (plain, noting):
+        (opened, *_) = await log.read(stream)
+        offered[stream] = {t.name for t in opened.event.settings.run.tools}
+    assert "notes.add" in offered[noting]
+    assert "memory.search" in offered[noting]  # the session's own, as ever
+    assert not any(n.startswith("notes.") for n in offered[plain])
+
+    definition = load_definition(EXAMPLE_WORKFLOW)
+    assert mcp_of(definition, settings) == []
+    uses = msgspec.structs.replace(
+        settings, agents={"default": AgentProfile(mcp=["notes"])}
+    )
+    assert mcp_of(definition, uses) == ["notes"]
