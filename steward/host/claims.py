@@ -71,13 +71,7 @@ class Claims:
         # a look at the state first spares a claim another host (a
         # `steward run` of this run, a worker that held the partition
         # before) holds still.
-        state, _ = await self._states.get(rec.stream)
-        kind = self._kinds.of(rec.stream)
-        held = (
-            None
-            if kind.reactor.claim is None
-            else kind.reactor.claim(state, request_id)
-        )
+        held = await self._held(rec, request_id)
         if (
             held is not None
             and held[0] != self._worker_id
@@ -105,13 +99,7 @@ class Claims:
         cannot be known, and it is not made again."""
         if request_id in self._begun:
             return "theirs"
-        state, _ = await self._states.get(rec.stream)
-        kind = self._kinds.of(rec.stream)
-        held = (
-            None
-            if kind.reactor.claim is None
-            else kind.reactor.claim(state, request_id)
-        )
+        held = await self._held(rec, request_id)
         if held is not None:
             worker, until = held
             alive = until > self._clock.now() and worker != self._worker_id
@@ -132,6 +120,13 @@ class Claims:
             return "theirs"
         self._begun.add(request_id)
         return "ours"
+
+    async def _held(self, rec: Recorded, request_id: str) -> tuple[str, float] | None:
+        """The worker whose claim on ``request_id`` the stream holds, and
+        until when; ``None`` if none."""
+        state, _ = await self._states.get(rec.stream)
+        claim = self._kinds.of(rec.stream).reactor.claim
+        return None if claim is None else claim(state, request_id)
 
     def ended(self, request_id: str) -> None:
         """Call ``request_id`` taken with `once` has ended."""

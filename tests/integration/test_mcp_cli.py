@@ -204,6 +204,7 @@ async def test_a_call_in_flight_when_the_host_is_killed(
                 break
             await asyncio.sleep(0.05)
     finally:
+        (tmp_path / "release").touch()  # no server is left holding
         errors = stop_all([p for p in (runner, serve) if p is not None])
     (result,) = [r.event for r in recorded if isinstance(r.event, events.ToolResulted)]
     assert isinstance(recorded[-1].event, events.RunCompleted), errors
