@@ -15,7 +15,8 @@ from steward.actors import run_effects, session_effects, task_effects, workflow_
 from steward.actors import session as session_actor
 from steward.actors import task as task_actor
 from steward.actors import workflow as workflow_actor
-from steward.actors.kind import Decider, Kind, Kinds, Reactor, Surface
+from steward.actors.kind import Decider, Kind, Kinds, Listing, Reactor, Surface
+from steward.events import protocol
 from steward.events import run as run_events
 from steward.events import session as session_events
 from steward.events import task as task_events
@@ -60,6 +61,17 @@ RUN: Kind[run_actor.Run] = Kind(
         carried=True,
         projection=RUNS,
         derived=("run_id", "request_id", "timer_id"),
+        listing=Listing(
+            table="runs",
+            id="id",
+            status="status",
+            created="created_at",
+            updated="updated_at",
+            text="input_text",
+            parent="COALESCE(reply_to, 'run.' || parent_run_id)",
+            tokens="input_tokens + output_tokens",
+        ),
+        cancel=lambda reason, at: protocol.CancelRequested(reason=reason, at=at),
     ),
 )
 
@@ -89,6 +101,14 @@ SESSION: Kind[session_actor.Session] = Kind(
         forked=session_effects.forked,
         projection=SESSIONS,
         derived=("session_id", "run_id", "request_id", "timer_id"),
+        listing=Listing(
+            table="sessions",
+            id="session_id",
+            status="'open'",
+            created="opened_at",
+            updated="updated_at",
+            text="model || ', ' || messages || ' messages, ' || turns || ' turns'",
+        ),
     ),
 )
 
@@ -114,6 +134,17 @@ WORKFLOW: Kind[workflow_actor.Workflow] = Kind(
         detach=workflow_effects.detach,
         projection=WORKFLOWS,
         derived=("workflow_id", "run_id", "request_id", "timer_id"),
+        listing=Listing(
+            table="workflow_runs",
+            id="workflow_id",
+            status="status",
+            created="created_at",
+            updated="updated_at",
+            text="name || ' ' || inputs",
+        ),
+        cancel=lambda reason, at: workflow_events.WorkflowCancelRequested(
+            reason=reason, at=at
+        ),
     ),
 )
 
@@ -141,6 +172,17 @@ TASK: Kind[task_actor.Task] = Kind(
         show=task_effects.show,
         projection=TASKS,
         derived=("task_id", "request_id", "stream"),
+        listing=Listing(
+            table="tasks",
+            id="task_id",
+            status="status",
+            created="created_at",
+            updated="updated_at",
+            text="COALESCE(source, program)",
+            parent="parent",
+            tokens="input_tokens + output_tokens",
+        ),
+        cancel=lambda reason, at: protocol.CancelRequested(reason=reason, at=at),
     ),
 )
 

@@ -1,0 +1,70 @@
+"""`steward console`: the operator console, a web page over the log."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import socket
+
+import uvicorn
+
+from steward.cli.env import Env, opened
+from steward.console.app import Console, create_app
+from steward.errors import ConfigError
+
+
+async def cmd_console(env: Env, args: argparse.Namespace) -> int:
+    settings = env.settings.console
+    port = settings.port if args.port is None else args.port
+    address = args.address or settings.address
+    if settings.token is None and not _loopback(address):
+        raise ConfigError(
+            "settings",
+            "console.address",
+            f"{address} is reachable from other machines, and the console "
+            "then needs a token: set [console] token (STEWARD_CONSOLE_TOKEN), "
+            "or keep it on 127.0.0.1",
+        )
+    listening = _bound(address, port)
+    async with opened(env, create=False) as (log, projector):
+        console = Console(log, projector, env.kinds, token=settings.token)
+        server = uvicorn.Server(
+            uvicorn.Config(
+                create_app(console),
+                log_level="warning",
+                timeout_graceful_shutdown=2,
+            )
+        )
+        host, bound = listening.getsockname()[:2]
+        shown = f"[{host}]" if ":" in host else host
+        env.out(f"console: http://{shown}:{bound}/")
+        await server.serve(sockets=[listening])
+    return 0
+
+
+def _loopback(address: str) -> bool:
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+def _bound(address: str, port: int) -> socket.socket:
+    """A socket listening on ``address``:``port``, or one clear error."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((address, port))
+        sock.listen(128)
+    except OSError as e:
+        sock.close()
+        raise ConfigError(
+            "settings",
+            "console.port",
+            f"cannot serve the console on {address}:{port}: {e.strerror}; "
+            "choose another (--port, --address or [console] port, address)",
+        ) from None
+    return sock
