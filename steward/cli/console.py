@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import ipaddress
+import signal
 import socket
+from collections.abc import Iterator
 
 import uvicorn
 
@@ -28,7 +32,7 @@ async def cmd_console(env: Env, args: argparse.Namespace) -> int:
     listening = _bound(address, port)
     async with opened(env, create=False) as (log, projector):
         console = Console(log, projector, env.kinds, token=settings.token)
-        server = uvicorn.Server(
+        server = _Server(
             uvicorn.Config(
                 create_app(console),
                 log_level="warning",
@@ -38,8 +42,20 @@ async def cmd_console(env: Env, args: argparse.Namespace) -> int:
         host, bound = listening.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
         env.out(f"console: http://{shown}:{bound}/")
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, server.handle_exit, signum, None)
         await server.serve(sockets=[listening])
     return 0
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, stopped by the command's own signal handlers: a
+    SIGTERM ends the command with status 0, as it does `serve`."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
 
 def _loopback(address: str) -> bool:

@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import parse_qsl, urlencode
 
 import jinja2
 import msgspec
@@ -52,6 +52,8 @@ __all__ = ["Console", "create_app"]
 HERE = Path(__file__).parent
 COOKIE = "steward_console_token"
 VIEWS = ("raw", "compact", "timeline")
+FORM_LIMIT = 16_384
+"""The bytes an action's form may hold (a reason, a version, the CSRF value)."""
 
 
 @dataclass
@@ -351,7 +353,10 @@ async def verify(request: Request) -> Response:
 async def _form(request: Request) -> dict[str, str]:
     """The form of an action, refused unless it carries this page's CSRF
     value and comes from this origin (when the browser says)."""
-    form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
+    body = await request.body()
+    if len(body) > FORM_LIMIT:
+        raise reads.BadRequest(f"a form of more than {FORM_LIMIT} bytes is refused")
+    form = dict(parse_qsl(body.decode("utf-8", "replace")))
     origin = request.headers.get("origin")
     host = request.headers.get("host", "")
     if origin is not None and origin.split("://", 1)[-1] != host:
