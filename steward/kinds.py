@@ -69,7 +69,9 @@ RUN: Kind[run_actor.Run] = Kind(
             updated="updated_at",
             text="input_text",
             parent="COALESCE(reply_to, 'run.' || parent_run_id)",
+            output="COALESCE(output_text, reason)",
             tokens="input_tokens + output_tokens",
+            cost="cost_usd",
         ),
         cancel=lambda reason, at: protocol.CancelRequested(reason=reason, at=at),
     ),
@@ -141,6 +143,7 @@ WORKFLOW: Kind[workflow_actor.Workflow] = Kind(
             created="created_at",
             updated="updated_at",
             text="name || ' ' || inputs",
+            output="reason",
         ),
         cancel=lambda reason, at: workflow_events.WorkflowCancelRequested(
             reason=reason, at=at
@@ -180,6 +183,7 @@ TASK: Kind[task_actor.Task] = Kind(
             updated="updated_at",
             text="COALESCE(source, program)",
             parent="parent",
+            output="COALESCE(output, error)",
             tokens="input_tokens + output_tokens",
         ),
         cancel=lambda reason, at: protocol.CancelRequested(reason=reason, at=at),

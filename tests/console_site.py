@@ -3,6 +3,7 @@ a process of its own (importable as ``console_site``)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import json
@@ -13,6 +14,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,11 +44,20 @@ class Site:
 
 
 def steward(tmp: Path, *argv: str) -> str:
-    """``steward --db tmp/log.db ARGV`` in this process; what it printed."""
+    """``steward --db tmp/log.db ARGV`` in this process (on a thread of its
+    own where this one runs an event loop, as Playwright's does); what it
+    printed."""
     raw = io.BytesIO()  # `events export` writes bytes to stdout's buffer
     out = io.TextIOWrapper(raw, encoding="utf-8")
+    argv = ("--db", str(tmp / "log.db"), *argv)
     with contextlib.redirect_stdout(out), _cwd(tmp):
-        code = cli.main(["--db", str(tmp / "log.db"), *argv])
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            code = cli.main(argv)
+        else:
+            with ThreadPoolExecutor(1) as thread:
+                code = thread.submit(cli.main, argv).result()
     out.flush()
     said = raw.getvalue().decode()
     assert code == 0, f"steward {' '.join(argv)} exited {code}:\n{said}"

@@ -157,8 +157,12 @@ class Listing:
     """What the actor is about (a run's input, a workflow's name)."""
     parent: str = "NULL"
     """The stream of the actor it answers, if any."""
+    output: str = "NULL"
+    """What it gave back, if anything yet."""
     tokens: str = "0"
     """The tokens its model calls took, in and out."""
+    cost: str = "0"
+    """What its model calls cost, in US dollars."""
 
 
 @dataclass(frozen=True)

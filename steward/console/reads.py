@@ -63,7 +63,9 @@ class ActorRow:
     updated: float
     text: str
     parent: str | None
+    output: str | None
     tokens: int
+    cost: float
 
     @property
     def created_at(self) -> str:
@@ -79,7 +81,8 @@ def _select(kind: Kind[Any], listing: Listing) -> str:
         f"SELECT ? AS kind, {listing.id} AS id, {listing.status} AS status, "
         f"{listing.created} AS created, {listing.updated} AS updated, "
         f"COALESCE({listing.text}, '') AS text, {listing.parent} AS parent, "
-        f"COALESCE({listing.tokens}, 0) AS tokens FROM {listing.table}"
+        f"{listing.output} AS output, COALESCE({listing.tokens}, 0) AS tokens, "
+        f"COALESCE({listing.cost}, 0) AS cost FROM {listing.table}"
     )
 
 
@@ -97,7 +100,8 @@ def _listed(kinds: Kinds, kind: str | None) -> list[Kind[Any]]:
 
 def _union(listed: list[Kind[Any]]) -> tuple[str, list[Any]]:
     """Every listed kind's actors as one SQL table (``kind``, ``id``,
-    ``status``, ``created``, ``updated``, ``text``, ``parent``, ``tokens``)."""
+    ``status``, ``created``, ``updated``, ``text``, ``parent``, ``output``,
+    ``tokens``, ``cost``)."""
     parts, params = [], []
     for kind in listed:
         assert kind.surface.listing is not None
@@ -107,7 +111,7 @@ def _union(listed: list[Kind[Any]]) -> tuple[str, list[Any]]:
 
 
 def _row(row: Sequence[Any]) -> ActorRow:
-    kind, actor_id, status, created, updated, text, parent, tokens = row
+    kind, actor_id, status, created, updated, text, parent, output, tokens, cost = row
     return ActorRow(
         stream=f"{kind}.{actor_id}",
         kind=kind,
@@ -117,7 +121,9 @@ def _row(row: Sequence[Any]) -> ActorRow:
         updated=float(updated or 0),
         text=str(text),
         parent=parent,
+        output=None if output is None else str(output),
         tokens=int(tokens or 0),
+        cost=float(cost or 0),
     )
 
 

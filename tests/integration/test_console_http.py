@@ -125,7 +125,7 @@ def test_a_run_page_shows_its_summary_children_and_escapes_the_log(
     page = web.get("/actor", params={"stream": f"run.{runs.root}"}).text
     assert 'id="status">completed<' in page
     assert f'class="child" href="/actor?stream=run.{runs.child}"' in page
-    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert 'id="output">&lt;script&gt;alert(1)&lt;/script&gt;' in page
     assert XSS not in page and "<img src=x" not in page
     assert "show me &lt;b&gt;it&lt;/b&gt;" in page
     child = web.get("/actor", params={"stream": f"run.{runs.child}"}).text
