@@ -73,7 +73,7 @@ class Console:
     _host: Host | None = None
 
     def __post_init__(self) -> None:
-        self.history = reads.History(self.log)
+        self.history = reads.History(self.log, self.kinds)
 
     async def current(self) -> None:
         """Bring the projections up to the log's head."""
@@ -167,9 +167,7 @@ async def _stream(request: Request) -> str:
     stream = _one(request, "stream") or ""
     if not stream:
         raise reads.BadRequest("name an actor: ?stream=KIND.ID")
-    console = _console(request)
-    console.kinds.of(stream)
-    await console.history.records(stream)
+    await _console(request).history.held(stream)
     return stream
 
 
@@ -257,7 +255,8 @@ async def actor_page(request: Request) -> Response:
     stream = await _stream(request)
     kind = console.kinds.of(stream)
     await console.current()
-    records = await console.history.records(stream)
+    held = await console.history.held(stream)
+    records = held.records
     row, whole = await reads.row_of(console.projector, console.kinds, stream)
     values: dict[str, Any] = {
         "title": stream,
@@ -271,15 +270,14 @@ async def actor_page(request: Request) -> Response:
         "seconds": round(records[-1].at - records[0].at, 3),
         "cancellable": kind.surface.cancel is not None,
         "said": _one(request, "said"),
-        "ends": {step[-1].version for step in replay.commits(records, console.kinds)},
+        "ends_step": lambda version: held.ends_step(version, kind),
         **_history(console, records, request),
     }
     fragment = _one(request, "fragment")
     if fragment == "history":
         return _page(console, "history.html", **values)
-    state = kind.fold(r.event for r in records)
     values["shown_state"] = (
-        kind.surface.show(stream, len(records), state)
+        kind.surface.show(stream, len(records), held.state)
         if kind.surface.show is not None
         else []
     )
@@ -296,7 +294,7 @@ async def actor_page(request: Request) -> Response:
 async def download(request: Request) -> Response:
     console = _console(request)
     stream = await _stream(request)
-    records = await console.history.records(stream)
+    records = (await console.history.held(stream)).records
     body = b"".join(events.recorded_to_json(r) + b"\n" for r in records)
     name = "".join(c if c.isalnum() or c in "-_." else "_" for c in stream)
     return Response(
@@ -314,7 +312,7 @@ async def prompt(request: Request) -> Response:
         version = int(_one(request, "version") or "")
     except ValueError:
         raise reads.BadRequest("give the version of a model call: ?version=N") from None
-    records = await console.history.records(stream)
+    records = (await console.history.held(stream)).records
     found = reads.prompt_of(records, console.kinds.of(stream), version)
     return _page(console, "prompt.html", prompt=found)
 
@@ -323,7 +321,7 @@ async def prompt(request: Request) -> Response:
 async def verify(request: Request) -> Response:
     console = _console(request)
     stream = await _stream(request)
-    records = await console.history.records(stream)
+    records = (await console.history.held(stream)).records
     mismatch = replay.verify(records, kinds=console.kinds)
     sides: dict[str, str] = {}
     if mismatch is not None:
@@ -419,7 +417,7 @@ async def fork(request: Request) -> Response:
         raise reads.BadRequest(
             "give the version to fork at (where a step ends)"
         ) from None
-    records = await console.history.records(stream)
+    records = (await console.history.held(stream)).records
     forked, copy, correlation = replay.fork(records, at, console.kinds)
     await console.log.append(forked, copy, 0, correlation_id=correlation)
     return _back(

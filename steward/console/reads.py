@@ -29,6 +29,7 @@ from steward.projections.summary import summary
 __all__ = [
     "ActorRow",
     "Group",
+    "Held",
     "History",
     "Page",
     "actor_rows",
@@ -220,29 +221,51 @@ async def children(projector: Projector, kinds: Kinds, stream: str) -> list[Acto
     return [_row(r) for r in found]
 
 
-class History:
-    """The records of the streams the console shows, read from the log once
-    and then only what was appended since (a few streams at a time)."""
+@dataclass(frozen=True)
+class Held:
+    """A stream's records, and its actor's state after them."""
 
-    def __init__(self, log: EventLog, keep: int = 8) -> None:
+    records: list[events.Recorded]
+    state: Any
+
+    def ends_step(self, version: int, kind: Kind[Any]) -> bool:
+        """Whether a step ends at ``version`` (the next record is an input,
+        or there is none): where a fork may be made."""
+        return version == len(self.records) or kind.is_input(
+            self.records[version].event  # the record of version + 1
+        )
+
+
+class History:
+    """The records of the streams the console shows, and each one's state,
+    read from the log and folded once, then only what was appended since
+    (a few streams at a time)."""
+
+    def __init__(self, log: EventLog, kinds: Kinds, keep: int = 8) -> None:
         self._log = log
+        self._kinds = kinds
         self._keep = keep
-        self._streams: OrderedDict[str, list[events.Recorded]] = OrderedDict()
+        self._streams: OrderedDict[str, Held] = OrderedDict()
         self._lock = asyncio.Lock()
 
-    async def records(self, stream: str) -> list[events.Recorded]:
-        """Every record of ``stream``.
+    async def held(self, stream: str) -> Held:
+        """Every record of ``stream``, and the state after them.
 
         Raises:
-            NotFoundError: the log holds no such stream.
+            NotFoundError: the log holds no such stream (or its name is of
+                no kind).
         """
+        kind = self._kinds.of(stream)
         async with self._lock:
-            held = self._streams.pop(stream, [])
-            held = held + await self._log.read(stream, len(held) + 1)
+            held = self._streams.pop(stream, None) or Held([], kind.decider.initial)
+            new = await self._log.read(stream, len(held.records) + 1)
+            if new:
+                state = kind.fold((r.event for r in new), held.state)
+                held = Held(held.records + new, state)
             self._streams[stream] = held
             while len(self._streams) > self._keep:
                 self._streams.popitem(last=False)
-        if not held:
+        if not held.records:
             raise NotFoundError(f"no stream {stream!r} in the log")
         return held
 
