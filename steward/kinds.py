@@ -10,13 +10,18 @@ events, decider, effects and read models, and one entry here.
 
 from __future__ import annotations
 
+from steward.actors import (
+    effects,
+    run_effects,
+    session_effects,
+    task_effects,
+    workflow_effects,
+)
 from steward.actors import run as run_actor
-from steward.actors import run_effects, session_effects, task_effects, workflow_effects
 from steward.actors import session as session_actor
 from steward.actors import task as task_actor
 from steward.actors import workflow as workflow_actor
 from steward.actors.kind import Decider, Kind, Kinds, Listing, Reactor, Surface
-from steward.events import protocol
 from steward.events import run as run_events
 from steward.events import session as session_events
 from steward.events import task as task_events
@@ -73,7 +78,7 @@ RUN: Kind[run_actor.Run] = Kind(
             tokens="input_tokens + output_tokens",
             cost="cost_usd",
         ),
-        cancel=lambda reason, at: protocol.CancelRequested(reason=reason, at=at),
+        cancel=effects.cancel,
     ),
 )
 
@@ -145,9 +150,7 @@ WORKFLOW: Kind[workflow_actor.Workflow] = Kind(
             text="name || ' ' || inputs",
             output="reason",
         ),
-        cancel=lambda reason, at: workflow_events.WorkflowCancelRequested(
-            reason=reason, at=at
-        ),
+        cancel=workflow_effects.cancel,
     ),
 )
 
@@ -186,7 +189,7 @@ TASK: Kind[task_actor.Task] = Kind(
             output="COALESCE(output, error)",
             tokens="input_tokens + output_tokens",
         ),
-        cancel=lambda reason, at: protocol.CancelRequested(reason=reason, at=at),
+        cancel=effects.cancel,
     ),
 )
 
