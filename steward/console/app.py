@@ -269,6 +269,7 @@ async def actor_page(request: Request) -> Response:
         "last_at": iso_time(records[-1].at),
         "seconds": round(records[-1].at - records[0].at, 3),
         "cancellable": kind.surface.cancel is not None,
+        "prompts": kind.reactor.model_call is not None,
         "said": _one(request, "said"),
         "ends_step": lambda version: held.ends_step(version, kind),
         **_history(console, records, request),
