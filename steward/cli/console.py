@@ -29,8 +29,8 @@ async def cmd_console(env: Env, args: argparse.Namespace) -> int:
             "then needs a token: set [console] token (STEWARD_CONSOLE_TOKEN), "
             "or keep it on 127.0.0.1",
         )
-    listening = _bound(address, port)
     async with opened(env, create=False) as (log, projector):
+        listening = _bound(address, port)
         console = Console(log, projector, env.kinds, token=settings.token)
         server = _Server(
             uvicorn.Config(

@@ -217,7 +217,7 @@ def _history(
         raise reads.BadRequest(
             f"no event of type {only!r} in this history; it has {', '.join(types)}"
         )
-    failures = _one(request, "failures") in ("1", "on", "true")
+    failures = (_one(request, "failures") or "").lower() in ("1", "on", "true")
     kept = [
         r
         for r in records
