@@ -147,6 +147,14 @@ class Served:
             raise AssertionError(f"the console said {line!r}:\n{err}")
         return found[1]
 
+    def __enter__(self) -> Served:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Stop it: it must end with status 0 and no traceback."""
+        err = self.stop()
+        assert self.process.returncode == 0 and "Traceback" not in err, err
+
     def stop(self) -> str:
         """SIGTERM it and wait for it to end; its standard error."""
         if self.process.poll() is None:

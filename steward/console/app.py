@@ -161,14 +161,13 @@ def _one(request: Request, name: str) -> str | None:
     return value.strip() if value is not None else None
 
 
-async def _stream(request: Request) -> str:
+async def _actor(request: Request) -> tuple[str, reads.Held]:
     """The stream the request names (``?stream=KIND.ID``), which must be of a
-    kind of the table and in the log."""
+    kind of the table and in the log, and what the log holds of it."""
     stream = _one(request, "stream") or ""
     if not stream:
         raise reads.BadRequest("name an actor: ?stream=KIND.ID")
-    await _console(request).history.held(stream)
-    return stream
+    return stream, await _console(request).history.held(stream)
 
 
 @_handled
@@ -252,10 +251,9 @@ def _history(
 @_handled
 async def actor_page(request: Request) -> Response:
     console = _console(request)
-    stream = await _stream(request)
-    kind = console.kinds.of(stream)
     await console.current()
-    held = await console.history.held(stream)
+    stream, held = await _actor(request)
+    kind = console.kinds.of(stream)
     records = held.records
     row, whole = await reads.row_of(console.projector, console.kinds, stream)
     values: dict[str, Any] = {
@@ -293,10 +291,8 @@ async def actor_page(request: Request) -> Response:
 
 @_handled
 async def download(request: Request) -> Response:
-    console = _console(request)
-    stream = await _stream(request)
-    records = (await console.history.held(stream)).records
-    body = b"".join(events.recorded_to_json(r) + b"\n" for r in records)
+    stream, held = await _actor(request)
+    body = b"".join(events.recorded_to_json(r) + b"\n" for r in held.records)
     name = "".join(c if c.isalnum() or c in "-_." else "_" for c in stream)
     return Response(
         body,
@@ -308,22 +304,20 @@ async def download(request: Request) -> Response:
 @_handled
 async def prompt(request: Request) -> Response:
     console = _console(request)
-    stream = await _stream(request)
+    stream, held = await _actor(request)
     try:
         version = int(_one(request, "version") or "")
     except ValueError:
         raise reads.BadRequest("give the version of a model call: ?version=N") from None
-    records = (await console.history.held(stream)).records
-    found = reads.prompt_of(records, console.kinds.of(stream), version)
+    found = reads.prompt_of(held.records, console.kinds.of(stream), version)
     return _page(console, "prompt.html", prompt=found)
 
 
 @_handled
 async def verify(request: Request) -> Response:
     console = _console(request)
-    stream = await _stream(request)
-    records = (await console.history.held(stream)).records
-    mismatch = replay.verify(records, kinds=console.kinds)
+    stream, held = await _actor(request)
+    mismatch = replay.verify(held.records, kinds=console.kinds)
     sides: dict[str, str] = {}
     if mismatch is not None:
         pretty = msgspec.json.Encoder()
@@ -343,7 +337,7 @@ async def verify(request: Request) -> Response:
         "verify.html",
         title=f"verify {stream}",
         stream=stream,
-        count=len(records),
+        count=len(held.records),
         mismatch=mismatch,
         sides=sides,
     )
@@ -390,7 +384,7 @@ def _back(stream: str, said: str) -> RedirectResponse:
 async def cancel(request: Request) -> Response:
     console = _console(request)
     form = await _form(request)
-    stream = await _stream(request)
+    stream, _ = await _actor(request)
     kind = console.kinds.of(stream)
     if kind.surface.cancel is None:
         raise reads.BadRequest(f"a {kind.name} cannot be cancelled")
@@ -411,15 +405,14 @@ async def cancel(request: Request) -> Response:
 async def fork(request: Request) -> Response:
     console = _console(request)
     form = await _form(request)
-    stream = await _stream(request)
+    stream, held = await _actor(request)
     try:
         at = int(form.get("at", ""))
     except ValueError:
         raise reads.BadRequest(
             "give the version to fork at (where a step ends)"
         ) from None
-    records = (await console.history.held(stream)).records
-    forked, copy, correlation = replay.fork(records, at, console.kinds)
+    forked, copy, correlation = replay.fork(held.records, at, console.kinds)
     await console.log.append(forked, copy, 0, correlation_id=correlation)
     return _back(
         forked,

@@ -45,12 +45,8 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Site]:
 @pytest.fixture(scope="module")
 def served(site: tuple[Path, Site]) -> Iterator[Served]:
     tmp, _ = site
-    console = Served(tmp, "--db", str(tmp / "log.db"))
-    try:
+    with Served(tmp, "--db", str(tmp / "log.db")) as console:
         yield console
-    finally:
-        err = console.stop()
-        assert console.process.returncode == 0 and "Traceback" not in err, err
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,12 +28,8 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Site]:
 @pytest.fixture(scope="module")
 def served(site: tuple[Path, Site]) -> Iterator[Served]:
     tmp, _ = site
-    console = Served(tmp, "--db", str(tmp / "log.db"))
-    try:
+    with Served(tmp, "--db", str(tmp / "log.db")) as console:
         yield console
-    finally:
-        err = console.stop()
-        assert console.process.returncode == 0 and "Traceback" not in err, err
 
 
 @pytest.fixture
@@ -279,28 +277,26 @@ def test_a_token_guards_every_page(site: tuple[Path, Site]) -> None:
     """With a token set, a request without it is refused; given once, it is
     kept in a cookie."""
     tmp, _ = site
-    console = Served(tmp, "--db", str(tmp / "log.db"), STEWARD_CONSOLE_TOKEN="s3cret")
-    try:
-        with httpx.Client(base_url=console.url, timeout=20) as client:
-            refused = client.get("/")
-            assert refused.status_code == 401 and "token" in refused.text
-            assert client.get("/", params={"token": "wrong"}).status_code == 401
-            given = client.get("/", params={"token": "s3cret"})
-            assert given.status_code == 303 and given.headers["location"] == "/"
-            assert client.get("/").status_code == 200
-            bearer = httpx.get(
-                f"{console.url}/", headers={"Authorization": "Bearer s3cret"}
-            )
-            assert bearer.status_code == 200
-    finally:
-        console.stop()
+    with (
+        Served(
+            tmp, "--db", str(tmp / "log.db"), STEWARD_CONSOLE_TOKEN="s3cret"
+        ) as console,
+        httpx.Client(base_url=console.url, timeout=20) as client,
+    ):
+        refused = client.get("/")
+        assert refused.status_code == 401 and "token" in refused.text
+        assert client.get("/", params={"token": "wrong"}).status_code == 401
+        given = client.get("/", params={"token": "s3cret"})
+        assert given.status_code == 303 and given.headers["location"] == "/"
+        assert client.get("/").status_code == 200
+        bearer = httpx.get(
+            f"{console.url}/", headers={"Authorization": "Bearer s3cret"}
+        )
+        assert bearer.status_code == 200
 
 
 def test_an_exposed_console_without_a_token_is_refused(tmp_path: Path) -> None:
     """Listening beyond loopback without a token is one clear line, exit 2."""
-    import subprocess
-    import sys
-
     ran = subprocess.run(
         [sys.executable, "-m", "steward", "console", "--address", "0.0.0.0"],
         cwd=tmp_path,
@@ -320,12 +316,10 @@ def test_the_console_reads_a_jetstream_log(tmp_path: Path, nats: NatsServer) -> 
     (tmp_path / "s.json").write_text(json.dumps({"replies": replies}))
     steward(tmp_path, *log, "--script", "s.json", "run", "hello nats", "-q")
     run = json.loads(steward(tmp_path, *log, "runs", "list", "-o", "json"))["id"]
-    console = Served(tmp_path, *log)
-    try:
-        with httpx.Client(base_url=console.url, timeout=20) as client:
-            assert run in client.get("/").text
-            page = client.get("/actor", params={"stream": f"run.{run}"}).text
-            assert "RunCompleted" in page and "on nats" in page
-    finally:
-        err = console.stop()
-    assert console.process.returncode == 0, err
+    with (
+        Served(tmp_path, *log) as console,
+        httpx.Client(base_url=console.url, timeout=20) as client,
+    ):
+        assert run in client.get("/").text
+        page = client.get("/actor", params={"stream": f"run.{run}"}).text
+        assert "RunCompleted" in page and "on nats" in page
