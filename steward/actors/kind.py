@@ -209,7 +209,7 @@ class Surface(Generic[S]):
     by default; a kind adds its own (``run_id``, ``session_id``, ...)."""
     listing: Listing | None = None
     """How the console lists the kind's actors from its read models;
-    ``None``: from the log's stream names, without a status."""
+    ``None``: they are not listed (the console opens one by its stream)."""
     cancel: Callable[[str, float], Event] | None = None
     """The operator's input asking an actor to stop, given a reason and the
     time it is asked (the console's cancel); ``None``: it cannot be asked."""

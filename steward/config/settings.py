@@ -20,8 +20,8 @@ from steward.events.workflow import DEFAULT_MAX_STEPS
 __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
     "AgentProfile",
-    "LogConfig",
     "ConsoleConfig",
+    "LogConfig",
     "MetricsConfig",
     "ModelConfig",
     "RunConfig",
