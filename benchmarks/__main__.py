@@ -3,6 +3,7 @@
 Usage: ``python -m benchmarks [--only NAME]``, NAME being a module of
 ``MODULES`` (``log_bench``, ``runtime_bench``, ``floor_bench``,
 ``workers_bench``, ``session_bench``, ``workflow_bench``, ``task_bench``,
+``console_bench``,
 or just ``log``).
 """
 
@@ -25,6 +26,7 @@ MODULES = [
     "benchmarks.session_bench",
     "benchmarks.workflow_bench",
     "benchmarks.task_bench",
+    "benchmarks.console_bench",
 ]
 
 

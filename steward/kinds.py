@@ -10,12 +10,18 @@ events, decider, effects and read models, and one entry here.
 
 from __future__ import annotations
 
+from steward.actors import (
+    effects,
+    run_effects,
+    session_effects,
+    task_effects,
+    workflow_effects,
+)
 from steward.actors import run as run_actor
-from steward.actors import run_effects, session_effects, task_effects, workflow_effects
 from steward.actors import session as session_actor
 from steward.actors import task as task_actor
 from steward.actors import workflow as workflow_actor
-from steward.actors.kind import Decider, Kind, Kinds, Reactor, Surface
+from steward.actors.kind import Decider, Kind, Kinds, Listing, Reactor, Surface
 from steward.events import run as run_events
 from steward.events import session as session_events
 from steward.events import task as task_events
@@ -60,6 +66,19 @@ RUN: Kind[run_actor.Run] = Kind(
         carried=True,
         projection=RUNS,
         derived=("run_id", "request_id", "timer_id"),
+        listing=Listing(
+            table="runs",
+            id="id",
+            status="status",
+            created="created_at",
+            updated="updated_at",
+            text="input_text",
+            parent="COALESCE(reply_to, 'run.' || parent_run_id)",
+            output="COALESCE(output_text, reason)",
+            tokens="input_tokens + output_tokens",
+            cost="cost_usd",
+        ),
+        cancel=effects.cancel,
     ),
 )
 
@@ -89,6 +108,14 @@ SESSION: Kind[session_actor.Session] = Kind(
         forked=session_effects.forked,
         projection=SESSIONS,
         derived=("session_id", "run_id", "request_id", "timer_id"),
+        listing=Listing(
+            table="sessions",
+            id="session_id",
+            status="'open'",
+            created="opened_at",
+            updated="updated_at",
+            text="model || ', ' || messages || ' messages, ' || turns || ' turns'",
+        ),
     ),
 )
 
@@ -114,6 +141,16 @@ WORKFLOW: Kind[workflow_actor.Workflow] = Kind(
         detach=workflow_effects.detach,
         projection=WORKFLOWS,
         derived=("workflow_id", "run_id", "request_id", "timer_id"),
+        listing=Listing(
+            table="workflow_runs",
+            id="workflow_id",
+            status="status",
+            created="created_at",
+            updated="updated_at",
+            text="name || ' ' || inputs",
+            output="reason",
+        ),
+        cancel=workflow_effects.cancel,
     ),
 )
 
@@ -141,6 +178,18 @@ TASK: Kind[task_actor.Task] = Kind(
         show=task_effects.show,
         projection=TASKS,
         derived=("task_id", "request_id", "stream"),
+        listing=Listing(
+            table="tasks",
+            id="task_id",
+            status="status",
+            created="created_at",
+            updated="updated_at",
+            text="COALESCE(source, program)",
+            parent="parent",
+            output="COALESCE(output, error)",
+            tokens="input_tokens + output_tokens",
+        ),
+        cancel=effects.cancel,
     ),
 )
 

@@ -8,6 +8,10 @@ sides, like Temporal's non-determinism check.
 
 from __future__ import annotations
 
+import bisect
+import itertools
+import re
+import secrets
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -181,3 +185,70 @@ def fork_events(
         copy += [event, *decided]
         state = kind.fold([event, *decided], state)
     return copy
+
+
+def fork(
+    records: Sequence[Recorded], at: int, kinds: Kinds = KINDS
+) -> tuple[str, list[Event], str | None]:
+    """A fork of the actor of ``records`` at version ``at``, where a step
+    ends: the fork's stream (``KIND.ID-forkXXXXXX``), the events that start
+    it (`fork_events`: one commit's worth) and that commit's correlation id.
+
+    Raises:
+        StewardError: ``at`` is not where a step ends (naming versions that
+            are), or the decider refuses a copied input.
+    """
+    stream = records[0].stream
+    kind = kinds.of(stream)
+    old = stream.partition(".")[2]
+    new = _fork_id(old)
+    kept = _fork_steps(commits(records, kinds), at)
+    copy = fork_events(kept, old, new, kind.surface.detach, kinds)
+    correlation = kind.correlation_of(kind.decider.initial, copy[0]) or new
+    return f"{kind.name}.{new}", copy, correlation
+
+
+_FORKED = re.compile(r"-fork[0-9a-f]{6}$")
+"""The suffix a fork's id has (a fork of a fork gets a new one, not two)."""
+
+
+def _fork_id(old: str) -> str:
+    """A new id for a fork of actor ``old``: ``OLD-forkXXXXXX``."""
+    return _FORKED.sub("", old) + "-fork" + secrets.token_hex(3)
+
+
+def _fork_steps(steps: list[list[Recorded]], at: int) -> list[list[Recorded]]:
+    """The steps a fork at version ``at`` copies: those up to the one ending
+    there. Any other version is refused, naming the versions that work."""
+    ends = [step[-1].version for step in steps]
+    if at in ends:
+        return steps[: ends.index(at) + 1]
+    if at > ends[-1]:
+        problem = f"version {at} is past the run's last version {ends[-1]}"
+    elif at < 1:
+        problem = f"version {at} is before the run's first step"
+    else:
+        step = next(step for step in steps if step[-1].version > at)
+        problem = (
+            f"version {at} is inside a step "
+            f"(versions {step[0].version}..{step[-1].version})"
+        )
+    raise StewardError(
+        f"{problem}; fork at a version where a step ends: {_near(ends, at)}"
+    )
+
+
+def _near(versions: list[int], at: int) -> str:
+    """Sorted ``versions`` as a short list: all of up to ten; of more, the
+    first two, the last two and the two around ``at``, with … for the rest."""
+    if len(versions) <= 10:
+        return ", ".join(map(str, versions))
+    n = len(versions)
+    i = bisect.bisect_left(versions, at)
+    shown = sorted({0, 1, n - 2, n - 1} | {j for j in (i - 1, i) if 0 <= j < n})
+    parts: list[str] = []
+    for before, j in itertools.pairwise([-1, *shown]):
+        if j > before + 1:
+            parts.append("…")
+        parts.append(str(versions[j]))
+    return ", ".join(parts)

@@ -16,6 +16,7 @@ import msgspec
 from steward.actors.prompt import Prompt
 from steward.events import Event
 from steward.events.protocol import (
+    CancelRequested,
     EffectClaimed,
     LlmFailed,
     LlmRequested,
@@ -36,6 +37,7 @@ __all__ = [
     "Told",
     "Claims",
     "Want",
+    "cancel",
     "cancel_key",
     "claim_on",
     "claim_takes",
@@ -175,6 +177,12 @@ def notify_key(child: str) -> str:
 def take_key(run_id: str) -> str:
     """The key of a host taking queued run ``run_id`` (its `RunTaken`)."""
     return f"take:{run_id}"
+
+
+def cancel(reason: str, at: float) -> CancelRequested:
+    """An operator's cancel in the shared vocabulary (the `Surface.cancel` of
+    the kinds that take it: the run, the task)."""
+    return CancelRequested(reason=reason, at=at)
 
 
 def cancel_key(child: str) -> str:

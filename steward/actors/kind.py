@@ -34,7 +34,16 @@ from steward.errors import NotFoundError
 from steward.events import Event, EventUnion, Recorded
 from steward.events.protocol import LlmRequested
 
-__all__ = ["Decider", "Kind", "Kinds", "Views", "Reactor", "Step", "Surface"]
+__all__ = [
+    "Decider",
+    "Kind",
+    "Kinds",
+    "Listing",
+    "Views",
+    "Reactor",
+    "Step",
+    "Surface",
+]
 
 S = TypeVar("S")
 
@@ -132,6 +141,31 @@ class Reactor(Generic[S]):
 
 
 @dataclass(frozen=True)
+class Listing:
+    """How a kind's actors are listed from its read models (the console's
+    lists): the table with a row per actor, and an SQL expression over it
+    for each column the lists show. An actor's stream is ``KIND.ID``."""
+
+    table: str
+    id: str
+    """The actor's id (its stream is the kind's name, a dot and this)."""
+    status: str
+    created: str
+    """When the actor began (seconds since the epoch)."""
+    updated: str
+    text: str
+    """What the actor is about (a run's input, a workflow's name)."""
+    parent: str = "NULL"
+    """The stream of the actor it answers, if any."""
+    output: str = "NULL"
+    """What it gave back, if anything yet."""
+    tokens: str = "0"
+    """The tokens its model calls took, in and out."""
+    cost: str = "0"
+    """What its model calls cost, in US dollars."""
+
+
+@dataclass(frozen=True)
 class Surface(Generic[S]):
     """How a kind shows itself: its read models, what it tells a channel,
     how the command line shows it and its forks, and the ids a fork renames.
@@ -173,6 +207,12 @@ class Surface(Generic[S]):
     (``<id>/llm/1``, ``<id>-t2``): a fork renames them for its own
     (`steward.replay.remap`). The shared vocabulary's request and timer ids
     by default; a kind adds its own (``run_id``, ``session_id``, ...)."""
+    listing: Listing | None = None
+    """How the console lists the kind's actors from its read models;
+    ``None``: they are not listed (the console opens one by its stream)."""
+    cancel: Callable[[str, float], Event] | None = None
+    """The operator's input asking an actor to stop, given a reason and the
+    time it is asked (the console's cancel); ``None``: it cannot be asked."""
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from steward.events.run import RunCreated, RunSettings
 from steward.events.workflow import (
     PhaseStarted,
     WorkflowCancelled,
+    WorkflowCancelRequested,
     WorkflowCompleted,
     WorkflowCreated,
     WorkflowFailed,
@@ -156,3 +157,8 @@ def correlation(state: Workflow, input: Event) -> str | None:
     if isinstance(input, WorkflowCreated):
         return input.workflow_id
     return state.workflow_id or None
+
+
+def cancel(reason: str, at: float) -> WorkflowCancelRequested:
+    """An operator's cancel of a workflow run (its `Surface.cancel`)."""
+    return WorkflowCancelRequested(reason=reason, at=at)

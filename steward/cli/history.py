@@ -4,10 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import bisect
-import itertools
-import re
-import secrets
 import sys
 from pathlib import Path
 
@@ -23,7 +19,6 @@ from steward.cli.env import (
 )
 from steward.cli.hosting import checked_provider, see_run
 from steward.cli.output import CUT, clip, json_line
-from steward.errors import StewardError
 
 
 async def cmd_replay(env: Env, args: argparse.Namespace) -> int:
@@ -101,19 +96,14 @@ async def cmd_fork(env: Env, args: argparse.Namespace) -> int:
     async with opened(env, create=False) as (log, projector):  # the actor's log
         stream = await resolved(log, args.id, env.kinds)
         kind = env.kinds.of(stream)
-        old = stream.partition(".")[2]
-        new = _FORKED.sub("", old) + "-fork" + secrets.token_hex(3)
         records = await log.read(stream)
-        kept = _fork_steps(replay.commits(records, env.kinds), args.at)
+        fork, copy, correlation = replay.fork(records, args.at, env.kinds)
         carry = kind.surface.carried and not args.no_run
         provider = checked_provider(env) if carry else None
         # Every input re-decided, and all of them recorded in one commit: a
         # host beside this process (a serve) sees the copy whole and carries
         # out only what its last step asks for. The fork is an actor of its
         # own, answering no one.
-        copy = replay.fork_events(kept, old, new, kind.surface.detach, env.kinds)
-        correlation = kind.correlation_of(kind.decider.initial, copy[0]) or new
-        fork = f"{kind.name}.{new}"
         await log.append(fork, copy, 0, correlation_id=correlation)
         if kind.surface.forked is not None:
             lines = kind.surface.forked(stream, fork, args.at, kind.fold(copy))
@@ -126,50 +116,9 @@ async def cmd_fork(env: Env, args: argparse.Namespace) -> int:
             env.out(line)
         if provider is None:
             return 0
-        return await see_run(env, log, projector, new, args.quiet, provider=provider)
-
-
-_FORKED = re.compile(r"-fork[0-9a-f]{6}$")
-"""The suffix a fork's id has (a fork of a fork gets a new one, not two)."""
-
-
-def _fork_steps(
-    steps: list[list[events.Recorded]], at: int
-) -> list[list[events.Recorded]]:
-    """The steps a fork at version ``at`` copies: those up to the one ending
-    there. Any other version is refused, naming the versions that work."""
-    ends = [step[-1].version for step in steps]
-    if at in ends:
-        return steps[: ends.index(at) + 1]
-    if at > ends[-1]:
-        problem = f"version {at} is past the run's last version {ends[-1]}"
-    elif at < 1:
-        problem = f"version {at} is before the run's first step"
-    else:
-        step = next(step for step in steps if step[-1].version > at)
-        problem = (
-            f"version {at} is inside a step "
-            f"(versions {step[0].version}..{step[-1].version})"
+        return await see_run(
+            env, log, projector, fork.partition(".")[2], args.quiet, provider=provider
         )
-    raise StewardError(
-        f"{problem}; fork at a version where a step ends: {_near(ends, at)}"
-    )
-
-
-def _near(versions: list[int], at: int) -> str:
-    """Sorted ``versions`` as a short list: all of up to ten; of more, the
-    first two, the last two and the two around ``at``, with … for the rest."""
-    if len(versions) <= 10:
-        return ", ".join(map(str, versions))
-    n = len(versions)
-    i = bisect.bisect_left(versions, at)
-    shown = sorted({0, 1, n - 2, n - 1} | {j for j in (i - 1, i) if 0 <= j < n})
-    parts: list[str] = []
-    for before, j in itertools.pairwise([-1, *shown]):
-        if j > before + 1:
-            parts.append("…")
-        parts.append(str(versions[j]))
-    return ", ".join(parts)
 
 
 async def cmd_export(env: Env, args: argparse.Namespace) -> int:

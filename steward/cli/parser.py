@@ -12,6 +12,7 @@ import msgspec
 from steward import events
 from steward.actors import stages
 from steward.cli.chat import cmd_chat
+from steward.cli.console import cmd_console
 from steward.cli.demo import cmd_demo
 from steward.cli.env import DEFAULT_NATS_URL, EXIT_INPUT
 from steward.cli.history import cmd_export, cmd_fork, cmd_rebuild, cmd_replay
@@ -807,6 +808,33 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _output_option(s, listing=False)
     s.set_defaults(fn=cmd_mcp_call)
+
+    s = sub.add_parser(
+        "console",
+        help="serve the operator console: a web page over the log",
+        description="Serve a web page over the log and its projections until "
+        "stopped: every kind's actors, filtered and paged, with counts by "
+        "status; an actor's summary, its history (raw events, requests with "
+        "their answers, a timeline), what it waits for and the prompt of "
+        "each model call; cancel, fork at a step, replay --verify and a "
+        "download of its events as JSON lines. Pages update as events are "
+        "committed. It listens on 127.0.0.1 unless told otherwise; on any "
+        "other address [console] token (STEWARD_CONSOLE_TOKEN) must be set, "
+        "and every page and action asks for it.",
+    )
+    s.add_argument(
+        "--port",
+        type=_port,
+        metavar="PORT",
+        help="the port to listen on (default: [console] port, 8080; 0 takes a "
+        "free port)",
+    )
+    s.add_argument(
+        "--address",
+        metavar="ADDRESS",
+        help="the address to listen on (default: [console] address, 127.0.0.1)",
+    )
+    s.set_defaults(fn=cmd_console)
 
     s = sub.add_parser(
         "demo", help="a scripted run with a tool, a subagent and a sleep"

@@ -8,6 +8,7 @@ from steward.config.loader import DEFAULT_PATH, ENV_PREFIX, load_settings
 from steward.config.settings import (
     DEFAULT_SYSTEM_PROMPT,
     AgentProfile,
+    ConsoleConfig,
     LogConfig,
     McpServerConfig,
     MetricsConfig,
@@ -22,6 +23,7 @@ __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
     "ENV_PREFIX",
     "AgentProfile",
+    "ConsoleConfig",
     "LogConfig",
     "McpServerConfig",
     "MetricsConfig",

@@ -20,6 +20,7 @@ from steward.events.workflow import DEFAULT_MAX_STEPS
 __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
     "AgentProfile",
+    "ConsoleConfig",
     "LogConfig",
     "McpServerConfig",
     "MetricsConfig",
@@ -200,6 +201,22 @@ class MetricsConfig(_Section, frozen=True, kw_only=True):
     address: str = "127.0.0.1"
     """Address the endpoint listens on; the default keeps it to this machine,
     ``0.0.0.0`` serves every interface (for a Prometheus on another host)."""
+
+
+class ConsoleConfig(_Section, frozen=True, kw_only=True):
+    """``[console]``: the web page of ``steward console``."""
+
+    port: Port = 8080
+    """TCP port the console listens on; ``0`` takes any free port."""
+
+    address: str = "127.0.0.1"
+    """Address the console listens on; the default keeps it to this
+    machine. Any other needs a ``token``."""
+
+    token: str | None = None
+    """A secret every page and action must give (``?token=`` once, then a
+    cookie; or an ``Authorization: Bearer`` header); set it from the
+    environment, ``STEWARD_CONSOLE_TOKEN``. ``None``: no token is asked."""
 
 
 class ModelConfig(_Section, frozen=True, kw_only=True):
@@ -422,6 +439,9 @@ class Settings(_Section, frozen=True, kw_only=True):
 
     metrics: MetricsConfig = msgspec.field(default_factory=MetricsConfig)
     """``[metrics]``: the Prometheus endpoint."""
+
+    console: ConsoleConfig = msgspec.field(default_factory=ConsoleConfig)
+    """``[console]``: the web page of ``steward console``."""
 
     models: dict[str, ModelConfig] = msgspec.field(default_factory=_default_models)
     """``[models.<name>]``: the models profiles may use; ``default`` is the

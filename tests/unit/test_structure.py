@@ -26,7 +26,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset(
         {"host", "chats", "workflows", "tasks", "stage_prompts", "ingress", "egress"}
     ),
-    frozenset({"cli", "__main__", "steward"}),
+    frozenset({"cli", "console", "__main__", "steward"}),
 )
 """Each unit of steward (a subpackage or top-level module; ``steward`` is
 the package's own ``__init__``), in the layer it stands in."""
@@ -145,6 +145,8 @@ GENERIC = (
     "projections/store.py",
     "egress.py",
     "cli/history.py",
+    "cli/console.py",
+    *(f"console/{path.name}" for path in sorted((ROOT / "console").glob("*.py"))),
 )
 """The modules that serve every kind through the kind table, and name none."""
 

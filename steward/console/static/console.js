@@ -1,0 +1,51 @@
+// The console's one script: live updates by server-sent events, and a
+// model call's prompt shown in place. Every piece of HTML it inserts comes
+// from the server, which escapes what the log holds.
+"use strict";
+
+function refresh() {
+  document.querySelectorAll("[data-fragment]").forEach(function (section) {
+    var url = new URL(window.location.href);
+    url.searchParams.set("fragment", section.dataset.fragment);
+    fetch(url, { credentials: "same-origin" })
+      .then(function (r) { return r.ok ? r.text() : null; })
+      .then(function (html) {
+        if (html === null) return;
+        var open = new Set();
+        section.querySelectorAll("details[open]").forEach(function (d, i) {
+          open.add(d.closest("[data-version]") ? d.closest("[data-version]").dataset.version : "#" + i);
+        });
+        section.innerHTML = html;
+        section.querySelectorAll("[data-version] details").forEach(function (d) {
+          if (open.has(d.closest("[data-version]").dataset.version)) d.open = true;
+        });
+        document.body.dataset.refreshed = String(Number(document.body.dataset.refreshed || 0) + 1);
+      });
+  });
+}
+
+function live() {
+  if (!("live" in document.body.dataset) || !window.EventSource) return;
+  var stream = document.body.dataset.live;
+  var state = document.getElementById("live-state");
+  var source = new EventSource("/live" + (stream ? "?stream=" + encodeURIComponent(stream) : ""));
+  var timer = null;
+  source.onopen = function () { state.textContent = "live"; document.body.dataset.liveOpen = "1"; };
+  source.onerror = function () { state.textContent = "reconnecting…"; };
+  source.addEventListener("record", function () {
+    if (timer !== null) return;
+    timer = setTimeout(function () { timer = null; refresh(); }, 250);
+  });
+}
+
+document.addEventListener("click", function (e) {
+  var link = e.target.closest("a.prompt-link");
+  if (!link) return;
+  e.preventDefault();
+  var slot = link.nextElementSibling;
+  fetch(link.href, { credentials: "same-origin" })
+    .then(function (r) { return r.text(); })
+    .then(function (html) { slot.innerHTML = html; });
+});
+
+live();
