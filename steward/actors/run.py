@@ -59,6 +59,7 @@ from steward.events.protocol import (
     ToolResulted,
     ToolSpec,
     WakeDue,
+    assistant_message,
 )
 from steward.events.run import (
     AnswerDelivered,
@@ -212,10 +213,10 @@ def _llm_responded(s: Run, event: LlmResponded) -> Run:
         text = said.visible
         if said.outcome is not None:
             text = f"{text}\n\n{outcome_text(said.outcome)}".strip()
-    message = ChatMessage(
-        role="assistant",
-        content=text,
-        tool_calls=event.tool_calls if native else (),
+    # the provider's reasoning stays with the message: the provider sends it
+    # back within this tool loop if it must (`llm._wire.echoed`)
+    message = assistant_message(
+        text, event.tool_calls if native else (), event.reasoning
     )
     transcript, totals = _said(s, message)
     return replace(
