@@ -41,7 +41,7 @@ from steward.actors.run_prompt import (
     native_tools,
     window_start,
 )
-from steward.actors.stages import interpolate, outcome_text
+from steward.actors.stages import ReasoningOutcome, interpolate, outcome_text
 from steward.events.base import Event
 from steward.events.protocol import (
     CancelRequested,
@@ -159,6 +159,10 @@ class Run(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A staged run's recoveries and delivery-gate corrections so far."""
     plans: tuple[str, ...] = ()
     """A staged run's plans, as its reasoning recorded them."""
+    outcome: ReasoningOutcome | None = None
+    """A staged run's reasoning outcome so far: each part as its reasoning
+    last gave one, the delivery ``DONE`` once delivered. What its result
+    hands a session's history (`SubagentResult.outcome`)."""
     summary: str = ""
     """A staged run's summary of the transcript entries before ``summarized``
     (`ContextCompressed`), shown in their place."""
@@ -361,9 +365,16 @@ def _stage_entered(s: Run, event: StageEntered) -> Run:
 
 def _reasoning_recorded(s: Run, event: ReasoningRecorded) -> Run:
     plans = (*s.plans, event.plan_delta) if event.plan_delta else s.plans
+    was = s.outcome or ReasoningOutcome()
+    outcome = ReasoningOutcome(
+        plan_delta=event.plan_delta or was.plan_delta,
+        next_action=event.next_action or was.next_action,
+        known_risks=event.known_risks or was.known_risks,
+        delivery_state=event.delivery_state,
+    )
     if event.stage == "warmup":
-        return replace(s, next_stage="act", plans=plans)
-    return replace(s, plans=plans)
+        return replace(s, next_stage="act", plans=plans, outcome=outcome)
+    return replace(s, plans=plans, outcome=outcome)
 
 
 def _context_compressed(s: Run, event: ContextCompressed) -> Run:
@@ -371,8 +382,13 @@ def _context_compressed(s: Run, event: ContextCompressed) -> Run:
 
 
 def _answer_delivered(s: Run, event: AnswerDelivered) -> Run:
+    outcome = s.outcome and replace(s.outcome, delivery_state="DONE")
     return replace(
-        s, delivered=event.output, output=event.output, next_stage="qa_review"
+        s,
+        delivered=event.output,
+        output=event.output,
+        next_stage="qa_review",
+        outcome=outcome,
     )
 
 

@@ -130,6 +130,10 @@ class SubagentResult(
     output: str
     metadata: dict[str, Any] = {}
     """The result's structured part (a finish's ``metadata``)."""
+    outcome: str = ""
+    """A staged run's compact reasoning outcome (``Reasoning outcome: plan:
+    ...; next: ...; risks: ...; delivery: DONE``), what a session's history
+    keeps of its reasoning; empty for a run that recorded none."""
 
 
 class LlmRequested(Event, frozen=True, kw_only=True):
