@@ -82,11 +82,11 @@ from steward.isotime import duration, iso_time
 
 __all__ = [
     "COMMANDS",
-    "SWITCH_COMMANDS",
     "CORE_MEMORY_CHARS",
     "MAX_SCHEDULES",
     "MAX_SUBAGENTS",
     "SEEN_MESSAGES",
+    "SWITCH_COMMANDS",
     "Session",
     "claim_on",
     "commands",
@@ -106,6 +106,7 @@ __all__ = [
     "session_stream",
     "staged_switches",
     "subagent_problem",
+    "switchable",
     "window_turns",
     "writer_request",
 ]
@@ -137,15 +138,9 @@ SWITCH_COMMANDS = (
     ("/mode [agent|chat]", "show the staged agent's mode, or set it (yours alone)"),
     ("/reasoning [on|off]", "show whether the staged agent reasons, or switch it"),
 )
-"""The commands a session has from revision 4, beside `COMMANDS`: the
-user's switches of its staged turns, which no model reply changes."""
-
-
-def commands(revision: int) -> tuple[tuple[str, str], ...]:
-    """The commands (usage, what it does) of a session of ``revision``."""
-    if revision < 4:
-        return COMMANDS
-    return (*COMMANDS[:-1], *SWITCH_COMMANDS, COMMANDS[-1])
+"""The commands a session whose turns are staged runs has from revision
+4, beside `COMMANDS`: the user's switches of its staged turns, which no
+model reply changes."""
 
 
 class Session(Struct, frozen=True, kw_only=True):
@@ -217,6 +212,19 @@ class Session(Struct, frozen=True, kw_only=True):
 
 
 initial = Session()
+
+
+def switchable(state: Session) -> bool:
+    """Whether the session has `SWITCH_COMMANDS`: its turns are staged runs
+    and it was opened at revision 4 or later."""
+    return state.revision >= 4 and state.settings.run.policy == "staged"
+
+
+def commands(state: Session) -> tuple[tuple[str, str], ...]:
+    """The commands (usage, what it does) of the session."""
+    if not switchable(state):
+        return COMMANDS
+    return (*COMMANDS[:-1], *SWITCH_COMMANDS, COMMANDS[-1])
 
 
 def session_stream(session_id: str) -> str:
@@ -842,14 +850,14 @@ def _command(input: MessageReceived, state: Session) -> list[Event]:
             reply = core_memory_text(state) or "core memory is empty"
         case "/status":
             reply = _status(input, state)
-        case "/mode" | "/reasoning" if state.revision >= 4:
+        case "/mode" | "/reasoning" if switchable(state):
             reply = _switch(state, name, arg, changes)
         case "/help":
             reply = "commands:\n" + "\n".join(
-                f"{c} - {what}" for c, what in commands(state.revision)
+                f"{c} - {what}" for c, what in commands(state)
             )
         case _:
-            known = ", ".join(c.split()[0] for c, _ in commands(state.revision))
+            known = ", ".join(c.split()[0] for c, _ in commands(state))
             reply = f"unknown command {name}; commands: {known}"
     answer = CommandAnswered(message_id=input.message_id, command=name, reply=reply)
     return [*changes, answer]
@@ -866,12 +874,6 @@ def staged_switches(state: Session) -> tuple[Literal["agent", "chat"], bool]:
 def _switch(state: Session, name: str, arg: str, changes: list[Event]) -> str:
     """``/mode`` or ``/reasoning``: its answer, and into ``changes`` the
     switch it sets, if it sets one."""
-    if state.settings.run.policy != "staged":
-        return (
-            f"{name} sets a staged agent's switch; this chat's agent "
-            f"({state.settings.profile}) is not staged (set [agents.NAME] "
-            'policy = "staged")'
-        )
     mode, reasoning = staged_switches(state)
     if name == "/mode":
         if not arg:

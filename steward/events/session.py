@@ -219,9 +219,10 @@ class SessionOpened(Event, frozen=True, kw_only=True):
     answer, and a window cut by its budget or ``sliding_window`` never
     starts with an answer whose question it left out (until 3, the older
     half was the first ``len // 2`` messages, and a window could start with
-    an answer). From 4: the commands ``/mode`` and ``/reasoning`` set the
-    mode and the reasoning switch of the session's staged turns (and
-    ``/help`` lists them; until 4 they were unknown commands), and a
+    an answer). From 4: in a session whose turns are staged runs, the
+    commands ``/mode`` and ``/reasoning`` set the mode and the reasoning
+    switch of its turns (and ``/help`` lists them; until 4 they were
+    unknown commands, as they are in a session of another agent), and a
     staged turn's reply keeps its run's compact reasoning outcome in the
     history after the answer (`ReplySent.outcome`; until 4, the answer
     alone)."""

@@ -12,7 +12,7 @@ import shutil
 import typing
 from functools import cache
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import msgspec
 import pytest
@@ -364,18 +364,13 @@ def test_a_revision_1_session_compacts_once_its_writer_has_written() -> None:
     assert state.summary == "Ada likes tea." and state.revision == 1
 
 
-def test_a_revision_3_session_starts_its_runs_as_it_did() -> None:
-    """The runs of ``session_revision_3`` start as the session's effects
-    start them now: a turn's conversation ends with the turn's message, a
-    subagent's with its task, the window after a compaction with a
-    question. A change to what a chat's model is asked fails here. (The
-    runs of sessions recorded before replay from their recorded first
-    event, so they replay as they were decided.)"""
-    streams = by_stream(load("session_revision_3"))
+def runs_started(streams: dict[str, list[Recorded]], session: str) -> dict[str, Any]:
+    """The first input of each run ``session`` starts, as its effects start
+    them now, by run stream: each the run's recorded first event."""
     kind = kind_of("session.")
     assert kind.reactor.effects is not None
     state, started = kind.decider.initial, {}
-    for rec in streams["session.cli:three"]:
+    for rec in streams[session]:
         state = kind.decider.evolve(state, rec.event)
         for effect in kind.reactor.effects(rec, state, state):
             if isinstance(effect, Create):
@@ -384,6 +379,18 @@ def test_a_revision_3_session_starts_its_runs_as_it_did() -> None:
     for stream, created in started.items():
         first = streams[stream][0].event
         assert msgspec.structs.replace(created, at=first.at) == first, stream
+    return started
+
+
+def test_a_revision_3_session_starts_its_runs_as_it_did() -> None:
+    """The runs of ``session_revision_3`` start as the session's effects
+    start them now: a turn's conversation ends with the turn's message, a
+    subagent's with its task, the window after a compaction with a
+    question. A change to what a chat's model is asked fails here. (The
+    runs of sessions recorded before replay from their recorded first
+    event, so they replay as they were decided.)"""
+    streams = by_stream(load("session_revision_3"))
+    started = runs_started(streams, "session.cli:three")
     last = {
         s: (e.conversation[0].role, e.conversation[-1].content)
         for s, e in started.items()
@@ -413,18 +420,7 @@ def test_a_revision_4_session_starts_its_staged_runs_as_it_did() -> None:
     turn's conversation holds an earlier turn's reasoning as its outcome
     only, and its provider reasoning not at all."""
     streams = by_stream(load("session_revision_4"))
-    kind = kind_of("session.")
-    assert kind.reactor.effects is not None
-    state, started = kind.decider.initial, {}
-    for rec in streams["session.cli:four"]:
-        state = kind.decider.evolve(state, rec.event)
-        for effect in kind.reactor.effects(rec, state, state):
-            if isinstance(effect, Create):
-                started[effect.stream] = effect.input
-    assert sorted(started) == sorted(s for s in streams if s.startswith("run."))
-    for stream, created in started.items():
-        first = streams[stream][0].event
-        assert msgspec.structs.replace(created, at=first.at) == first, stream
+    started = runs_started(streams, "session.cli:four")
     switches = {
         s: (e.settings.mode, e.settings.reasoning)
         for s, e in started.items()

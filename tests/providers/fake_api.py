@@ -240,37 +240,30 @@ def anthropic_frames(
         a_event("ping", {"type": "ping"}),
     ]
     index = 0
-    for thought, signature in thinking:
-        start = {"type": "thinking", "thinking": "", "signature": ""}
-        frames.append(
-            a_event(
-                "content_block_start",
-                {"type": "content_block_start", "index": index, "content_block": start},
-            )
+    blocks: list[tuple[dict[str, Any], list[dict[str, Any]]]] = [
+        (
+            {"type": "thinking", "thinking": "", "signature": ""},
+            [
+                {"type": "thinking_delta", "thinking": thought},
+                {"type": "signature_delta", "signature": signature},
+            ],
         )
-        for delta in (
-            {"type": "thinking_delta", "thinking": thought},
-            {"type": "signature_delta", "signature": signature},
-        ):
-            frames.append(
-                a_event(
-                    "content_block_delta",
-                    {"type": "content_block_delta", "index": index, "delta": delta},
-                )
-            )
-        frames.append(
-            a_event(
-                "content_block_stop", {"type": "content_block_stop", "index": index}
-            )
-        )
-        index += 1
-    for data in redacted:
-        block = {"type": "redacted_thinking", "data": data}
+        for thought, signature in thinking
+    ]
+    blocks += [({"type": "redacted_thinking", "data": data}, []) for data in redacted]
+    for block, deltas in blocks:
         frames.append(
             a_event(
                 "content_block_start",
                 {"type": "content_block_start", "index": index, "content_block": block},
             )
+        )
+        frames.extend(
+            a_event(
+                "content_block_delta",
+                {"type": "content_block_delta", "index": index, "delta": delta},
+            )
+            for delta in deltas
         )
         frames.append(
             a_event(

@@ -73,14 +73,18 @@ def test_the_user_sets_mode_and_reasoning_and_turns_run_with_them() -> None:
 
 def test_a_bad_switch_is_answered_and_changes_nothing() -> None:
     """An unknown mode or reasoning value is answered with the ones there
-    are; a session whose agent is not staged says so; nothing is set."""
+    are; a session whose agent is not staged has no such commands; nothing
+    is set."""
     chat = Chat(STAGED, revision=SESSION_REVISION)
     assert reply(chat.say("/mode sideways", at=1001.0)) == (
         "unknown mode 'sideways'; modes: agent, chat"
     )
     assert "use on or off" in reply(chat.say("/reasoning maybe", at=1002.0))
-    plain = Chat(SETTINGS, revision=SESSION_REVISION)
-    assert "is not staged" in reply(plain.say("/mode chat", at=1001.0))
+    plain = Chat(SETTINGS, revision=SESSION_REVISION)  # its agent is not staged
+    assert reply(plain.say("/mode chat", at=1001.0)).startswith(
+        "unknown command /mode; commands: /new, /model"
+    )
+    assert "/mode" not in reply(plain.say("/help", at=1002.0)).replace("/model", "")
     assert (chat.state.mode, chat.state.reasoning) == (None, None)
     assert (plain.state.mode, plain.state.reasoning) == (None, None)
 
@@ -142,4 +146,4 @@ def test_sessions_before_revision_4_decide_as_recorded() -> None:
         run_id=turn.run_id, text="Read."
     )
     assert chat.state.messages[-1].content == "Read."
-    assert s.commands(3) == s.COMMANDS
+    assert s.commands(chat.state) == s.COMMANDS
