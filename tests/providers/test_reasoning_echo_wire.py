@@ -35,6 +35,8 @@ from fake_api import (
 )
 
 from steward import events, replay
+from steward.actors.llm.base import RequestInfo, collect
+from steward.actors.prompt import Prompt
 from steward.actors.tools import ToolRegistry
 from steward.bus import SqliteEventLog
 from steward.clock import FakeClock
@@ -282,3 +284,31 @@ async def test_anthropic_gets_its_thinking_blocks_back_unchanged(
         "thinking": THOUGHT,
         "signature": SIGNATURE,
     }
+
+
+async def test_a_whole_reply_keeps_its_reasoning(
+    api: FakeAPI, dialect: Dialect
+) -> None:
+    """A reply asked for whole (``stream = false``) gives its reasoning as
+    a streamed one does: DeepSeek's reasoning_content, a signed thinking
+    block."""
+    provider = dialect.build(api, stream=False)
+    body = dialect.whole("Hi.")
+    if dialect.name == "openai":
+        body["choices"][0]["message"]["reasoning_content"] = THOUGHT
+        expected = events.Reasoning(text=THOUGHT)
+    else:
+        thinking = {"type": "thinking", "thinking": THOUGHT, "signature": SIGNATURE}
+        body["content"].insert(0, thinking)
+        expected = events.Reasoning(text=THOUGHT, signature=SIGNATURE)
+    api.queue(json_reply(body))
+    prompt = Prompt(
+        model="", system="", messages=(events.ChatMessage(role="user", content="hi"),)
+    )
+    try:
+        result = await collect(
+            provider.stream(prompt, RequestInfo(run_id="r", request_id="r/1"))
+        )
+    finally:
+        await provider.aclose()
+    assert (result.text, result.reasoning) == ("Hi.", (expected,))
