@@ -1363,6 +1363,48 @@ async def staged_compressed(rig: Rig) -> None:
 _NOON = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
 
 
+async def staged_revision_5(rig: Rig) -> None:
+    """Staged runs of revision 5: ``stg-batch`` asks for two reads in one
+    reply, the one that fails answered first, and gets the tool-failure
+    recovery all the same (naming the failure); ``stg-cancel`` is cancelled
+    while QA reviews its delivered answer, and completes with it."""
+    settings = {
+        "protocol": "native",
+        "policy": "staged",
+        "prompts": load_prompts(),
+        "project_root": "/work",
+        "revision": 5,
+    }
+    missing = ToolCall(id="c1", name="files.read", args={"path": "missing.txt"})
+    read = ToolCall(id="c2", name="files.read", args={"path": "notes.txt"})
+    answer = "The notes say hello."
+    script: dict[str, list[Reply | str]] = {
+        "stg-batch": [
+            Reply(tool_calls=(missing, read)),
+            answer,
+            f"{answer}\nDelivery: DONE",
+        ],
+        "stg-cancel": [
+            answer,
+            f"{answer}\nDelivery: DONE",
+            Reply(text='{"verdict": "pass"}', delay=60.0),
+        ],
+    }
+    host = await rig.host(per_run(script, sleep=rig.clock.sleep))
+    (rig.workspace / "notes.txt").write_text("hello\n")
+    await rig.start(host, "stg-batch", qa=False, **settings)
+    await rig.until("stg-batch", "completed", "failed")
+    await rig.start(host, "stg-cancel", **settings)
+    await rig.until(
+        "stg-cancel",
+        "running",
+        when=lambda s: s.delivered is not None and s.llm_pending is not None,
+    )
+    cancel = events.CancelRequested(reason="stopped by an operator", at=rig.clock.now())
+    await host.submit(run_stream("stg-cancel"), cancel)
+    await rig.until("stg-cancel", "completed")
+
+
 Scenario = Callable[[Rig], Awaitable[None]]
 SCENARIOS: dict[str, Scenario] = {
     "json_protocol": json_protocol,
@@ -1397,6 +1439,7 @@ SCENARIOS: dict[str, Scenario] = {
     "tasks": tasks,
     "staged": staged,
     "staged_compressed": staged_compressed,
+    "staged_revision_5": staged_revision_5,
 }
 
 

@@ -156,6 +156,10 @@ EXPECTED["staged_compressed"] = {
         "completed", "The notes say hello; the workspace holds notes.txt."
     ),
 }
+EXPECTED["staged_revision_5"] = {
+    "stg-batch": Final("completed", "The notes say hello."),
+    "stg-cancel": Final("completed", "The notes say hello."),
+}
 """Each golden log's runs (by run id) and their final states."""
 
 SESSIONS: dict[str, dict[str, tuple[str, ...]]] = {
