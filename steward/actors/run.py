@@ -41,7 +41,7 @@ from steward.actors.run_prompt import (
     native_tools,
     window_start,
 )
-from steward.actors.stages import interpolate, outcome_text
+from steward.actors.stages import ReasoningOutcome, interpolate, outcome_text
 from steward.events.base import Event
 from steward.events.protocol import (
     CancelRequested,
@@ -59,6 +59,7 @@ from steward.events.protocol import (
     ToolResulted,
     ToolSpec,
     WakeDue,
+    assistant_message,
 )
 from steward.events.run import (
     AnswerDelivered,
@@ -156,8 +157,17 @@ class Run(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     qa_report: dict[str, Any] | None = None
     recoveries: int = 0
     """A staged run's recoveries and delivery-gate corrections so far."""
+    stage_recoveries: int = 0
+    """Those since it entered the stage it is in (from revision 5 what
+    `staged.MAX_RECOVERIES` bounds)."""
+    batch_failed: bool = False
+    """A tool call the model's last reply asked for failed for good."""
     plans: tuple[str, ...] = ()
     """A staged run's plans, as its reasoning recorded them."""
+    outcome: ReasoningOutcome | None = None
+    """A staged run's reasoning outcome so far: each part as its reasoning
+    last gave one, the delivery ``DONE`` once delivered. What its result
+    hands a session's history (`SubagentResult.outcome`)."""
     summary: str = ""
     """A staged run's summary of the transcript entries before ``summarized``
     (`ContextCompressed`), shown in their place."""
@@ -212,10 +222,10 @@ def _llm_responded(s: Run, event: LlmResponded) -> Run:
         text = said.visible
         if said.outcome is not None:
             text = f"{text}\n\n{outcome_text(said.outcome)}".strip()
-    message = ChatMessage(
-        role="assistant",
-        content=text,
-        tool_calls=event.tool_calls if native else (),
+    # the provider's reasoning stays with the message: the provider sends it
+    # back within this tool loop if it must (`llm._wire.echoed`)
+    message = assistant_message(
+        text, event.tool_calls if native else (), event.reasoning
     )
     transcript, totals = _said(s, message)
     return replace(
@@ -223,6 +233,7 @@ def _llm_responded(s: Run, event: LlmResponded) -> Run:
         transcript=transcript,
         transcript_totals=totals,
         llm_pending=None,
+        batch_failed=False,
         claims=unclaimed(s.claims, event.request_id),
         stall=s.stall + 1,
         rounds=s.rounds + 1 if event.tool_calls else s.rounds,
@@ -280,6 +291,7 @@ def _tool_resulted(s: Run, event: ToolResulted) -> Run:
         calls=calls,
         claims=claims,
         tool_failed=True,
+        batch_failed=True,
     )
 
 
@@ -317,6 +329,7 @@ def _system_note_added(s: Run, event: SystemNoteAdded) -> Run:
         invalid_replies=s.invalid_replies + 1 if invalid else s.invalid_replies,
         tool_failed=s.tool_failed or event.reason == "tool_error",
         recoveries=s.recoveries + 1 if corrected else s.recoveries,
+        stage_recoveries=s.stage_recoveries + 1 if corrected else s.stage_recoveries,
         next_stage=next_stage,
     )
 
@@ -355,14 +368,22 @@ def _run_started(s: Run, event: RunStarted) -> Run:
 
 
 def _stage_entered(s: Run, event: StageEntered) -> Run:
-    return replace(s, stage=event.stage, next_stage=event.stage)
+    kept = s.stage_recoveries if event.stage == s.stage else 0
+    return replace(s, stage=event.stage, next_stage=event.stage, stage_recoveries=kept)
 
 
 def _reasoning_recorded(s: Run, event: ReasoningRecorded) -> Run:
     plans = (*s.plans, event.plan_delta) if event.plan_delta else s.plans
+    was = s.outcome or ReasoningOutcome()
+    outcome = ReasoningOutcome(
+        plan_delta=event.plan_delta or was.plan_delta,
+        next_action=event.next_action or was.next_action,
+        known_risks=event.known_risks or was.known_risks,
+        delivery_state=event.delivery_state,
+    )
     if event.stage == "warmup":
-        return replace(s, next_stage="act", plans=plans)
-    return replace(s, plans=plans)
+        return replace(s, next_stage="act", plans=plans, outcome=outcome)
+    return replace(s, plans=plans, outcome=outcome)
 
 
 def _context_compressed(s: Run, event: ContextCompressed) -> Run:
@@ -370,8 +391,13 @@ def _context_compressed(s: Run, event: ContextCompressed) -> Run:
 
 
 def _answer_delivered(s: Run, event: AnswerDelivered) -> Run:
+    outcome = s.outcome and replace(s.outcome, delivery_state="DONE")
     return replace(
-        s, delivered=event.output, output=event.output, next_stage="qa_review"
+        s,
+        delivered=event.output,
+        output=event.output,
+        next_stage="qa_review",
+        outcome=outcome,
     )
 
 
@@ -638,6 +664,9 @@ def _react(input: Event, state: Run) -> list[Event] | None:
             resumed = RunResumed(reason="subagents finished")
             return [resumed, *_next_call(evolve(after, resumed), [])]
         case CancelRequested(), "pending" | "running" | "waiting":
+            if state.delivered is not None and state.settings.revision >= 5:
+                # a delivered answer is authoritative (spec 004 §2.5)
+                return [RunCompleted(output=state.delivered, reason="cancelled")]
             return [RunCancelled(reason=input.reason, children=state.children)]
         case _:
             return None
@@ -786,7 +815,10 @@ def _on_tool_result(result: ToolResulted, state: Run) -> list[Event]:
         )
     if after.calls or after.approvals:
         return []
-    if not result.ok and after.settings.policy == "staged":
+    # from revision 5 a failed call of the batch is followed up whichever
+    # result came last (before, only when the last one had failed)
+    failed = after.batch_failed if state.settings.revision >= 5 else not result.ok
+    if failed and after.settings.policy == "staged":
         return _corrected(after, [], "recovery/tool_failure")
     return _continue(after, [])
 
@@ -859,12 +891,17 @@ def _on_staged_reply(reply: LlmResponded, state: Run) -> list[Event]:
 
 def _corrected(state: Run, decisions: list[Event], name: str) -> list[Event]:
     """``decisions``, then the stage's correction ``name`` told to the model
-    and the next call; past `staged.MAX_RECOVERIES` of them, the run's end."""
-    if state.recoveries >= staged.MAX_RECOVERIES:
+    and the next call; past `staged.MAX_RECOVERIES` of them (from revision 5
+    since the run entered its stage; before, in the whole run), the run's
+    end."""
+    limit = staged.MAX_RECOVERIES
+    per_stage = state.settings.revision >= 5
+    if (state.stage_recoveries if per_stage else state.recoveries) >= limit:
         why = name.rpartition("/")[2].replace("_", " ")
+        where = f" in its {state.stage} stage" if per_stage else ""
         reason = (
-            f"a staged run took {staged.MAX_RECOVERIES} recoveries and "
-            f"corrections, and needed another: {why}"
+            f"a staged run took {limit} recoveries and corrections{where}, and "
+            f"needed another: {why}"
         )
         return [*decisions, *_stopped(state, reason)]
     return _continue(state, [*decisions, _recovery(state, name)])
@@ -885,6 +922,8 @@ def _recovery(state: Run, name: str) -> SystemNoteAdded:
     values = staged.variables(
         state.settings, state.conversation, state.transcript, tools
     )
+    if name == "recovery/tool_failure":  # the failure, whichever came last
+        values["last_step_outcome"] = staged.last_failure(state.transcript)
     text = interpolate(state.settings.prompts.get(name, ""), values)
     if name == "stages/delivery_gate":
         return SystemNoteAdded(reason="delivery_gate", content=text.strip())

@@ -37,6 +37,7 @@ from steward.actors.prompt import (
 )
 from steward.actors.run import Run, child_created
 from steward.actors.run_prompt import build_prompt
+from steward.actors.stages import outcome_text
 from steward.events import Event, Recorded
 from steward.events.protocol import (
     CancelRequested,
@@ -223,6 +224,7 @@ def _answer(rec: Recorded, state: Run) -> list[Effect]:
         status=state.status,
         output=state.output or (state.reason or ""),
         metadata=state.metadata,
+        outcome="" if state.outcome is None else outcome_text(state.outcome),
     )
     finished = SubagentFinished(result=result, at=rec.at)
     return [Deliver(key=notify_key(state.run_id), stream=reply_to, input=finished)]

@@ -34,6 +34,7 @@ __all__ = [
     "Reading",
     "followup_stage",
     "first_stage",
+    "last_failure",
     "reading",
     "stage_policy",
     "summary",
@@ -106,6 +107,14 @@ def variables(
         "tool_summary": ", ".join(tools) or "none",
         "last_step_outcome": last[:2000],
     }
+
+
+def last_failure(transcript: tuple[ChatMessage, ...]) -> str:
+    """The newest failed tool call's message in ``transcript`` (what the
+    tool-failure recovery names as ``{{last_step_outcome}}``, though a call
+    of the same batch answered after it)."""
+    failed = (m.content for m in reversed(transcript) if m.role == "tool")
+    return next((text for text in failed if _failed(text)), "")[:2000]
 
 
 def summary(goal: str, entries: tuple[ChatMessage, ...], plans: tuple[str, ...]) -> str:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
+from typing import Literal
 
 import msgspec
 from croniter import croniter  # pure computation over a base time we pass in
@@ -61,6 +62,8 @@ from steward.events.session import (
     MessageReceived,
     MessageRefused,
     ModelSwitched,
+    ModeSwitched,
+    ReasoningSwitched,
     ReplySent,
     Schedule,
     ScheduleAsked,
@@ -83,8 +86,10 @@ __all__ = [
     "MAX_SCHEDULES",
     "MAX_SUBAGENTS",
     "SEEN_MESSAGES",
+    "SWITCH_COMMANDS",
     "Session",
     "claim_on",
+    "commands",
     "core_memory_text",
     "core_set_problem",
     "cross_channel",
@@ -99,7 +104,9 @@ __all__ = [
     "next_firing",
     "schedule_problem",
     "session_stream",
+    "staged_switches",
     "subagent_problem",
+    "switchable",
     "window_turns",
     "writer_request",
 ]
@@ -125,6 +132,15 @@ COMMANDS = (
     ("/status", "uptime, model, segment start and model calls waiting"),
     ("/help", "this list"),
 )
+"""The commands of a session before revision 4."""
+
+SWITCH_COMMANDS = (
+    ("/mode [agent|chat]", "show the staged agent's mode, or set it (yours alone)"),
+    ("/reasoning [on|off]", "show whether the staged agent reasons, or switch it"),
+)
+"""The commands a session whose turns are staged runs has from revision
+4, beside `COMMANDS`: the user's switches of its staged turns, which no
+model reply changes."""
 
 
 class Session(Struct, frozen=True, kw_only=True):
@@ -187,9 +203,28 @@ class Session(Struct, frozen=True, kw_only=True):
     """`SessionOpened.revision`: what a compaction does while the memory
     writer's call is in flight, and whether a call asked before `/new`
     gives the new segment its summary."""
+    mode: Literal["agent", "chat"] | None = None
+    """The mode of the session's staged turns as ``/mode`` set it
+    (``None``: the profile's)."""
+    reasoning: bool | None = None
+    """The reasoning switch of its staged turns as ``/reasoning`` set it
+    (``None``: the profile's)."""
 
 
 initial = Session()
+
+
+def switchable(state: Session) -> bool:
+    """Whether the session has `SWITCH_COMMANDS`: its turns are staged runs
+    and it was opened at revision 4 or later."""
+    return state.revision >= 4 and state.settings.run.policy == "staged"
+
+
+def commands(state: Session) -> tuple[tuple[str, str], ...]:
+    """The commands (usage, what it does) of the session."""
+    if not switchable(state):
+        return COMMANDS
+    return (*COMMANDS[:-1], *SWITCH_COMMANDS, COMMANDS[-1])
 
 
 def session_stream(session_id: str) -> str:
@@ -428,8 +463,10 @@ def evolve(state: Session, event: Event) -> Session:
                 buffer=(),
                 messages=(*state.messages, asked),
             )
-        case ReplySent(run_id=run_id, text=text):
-            answer = ChatMessage(role="assistant", content=text)
+        case ReplySent(run_id=run_id, text=text, outcome=outcome):
+            # the history keeps a staged turn's reasoning as its outcome only
+            shown = f"{text}\n\n{outcome}" if outcome else text
+            answer = ChatMessage(role="assistant", content=shown)
             return replace(
                 state,
                 turn=None,
@@ -446,6 +483,10 @@ def evolve(state: Session, event: Event) -> Session:
             )
         case ModelSwitched(model=model):
             return replace(state, model=model)
+        case ModeSwitched(mode=mode):
+            return replace(state, mode=mode)
+        case ReasoningSwitched(reasoning=reasoning):
+            return replace(state, reasoning=reasoning)
         case CoreMemoryChanged(key=key, value=value):
             keys = [k for k, _ in state.core_memory]
             kept = tuple((k, v) for k, v in state.core_memory if k != key)
@@ -597,9 +638,11 @@ def decide(input: Event, state: Session) -> list[Event] | None:
             text = result.output
             if result.status != "completed":
                 text = f"(the turn {result.status}: {result.output})"
-            return _replied(
-                state, ReplySent(run_id=result.run_id, text=text, status=result.status)
+            outcome = result.outcome if state.revision >= 4 else ""
+            reply = ReplySent(
+                run_id=result.run_id, text=text, status=result.status, outcome=outcome
             )
+            return _replied(state, reply)
         case LlmResponded(request_id=rid, text=text) if rid == direct_call(state):
             assert state.turn is not None
             return _replied(state, ReplySent(run_id=state.turn, text=text))
@@ -807,13 +850,44 @@ def _command(input: MessageReceived, state: Session) -> list[Event]:
             reply = core_memory_text(state) or "core memory is empty"
         case "/status":
             reply = _status(input, state)
+        case "/mode" | "/reasoning" if switchable(state):
+            reply = _switch(state, name, arg, changes)
         case "/help":
-            reply = "commands:\n" + "\n".join(f"{c} - {what}" for c, what in COMMANDS)
+            reply = "commands:\n" + "\n".join(
+                f"{c} - {what}" for c, what in commands(state)
+            )
         case _:
-            known = ", ".join(c.split()[0] for c, _ in COMMANDS)
+            known = ", ".join(c.split()[0] for c, _ in commands(state))
             reply = f"unknown command {name}; commands: {known}"
     answer = CommandAnswered(message_id=input.message_id, command=name, reply=reply)
     return [*changes, answer]
+
+
+def staged_switches(state: Session) -> tuple[Literal["agent", "chat"], bool]:
+    """The mode and reasoning switch the session's staged turns run with:
+    as the user set them (``/mode``, ``/reasoning``), else the profile's."""
+    run = state.settings.run
+    reasoning = run.reasoning if state.reasoning is None else state.reasoning
+    return state.mode or run.mode, reasoning
+
+
+def _switch(state: Session, name: str, arg: str, changes: list[Event]) -> str:
+    """``/mode`` or ``/reasoning``: its answer, and into ``changes`` the
+    switch it sets, if it sets one."""
+    mode, reasoning = staged_switches(state)
+    if name == "/mode":
+        if not arg:
+            return f"mode: {mode}"
+        if arg not in ("agent", "chat"):
+            return f"unknown mode {arg!r}; modes: agent, chat"
+        changes.append(ModeSwitched(mode="agent" if arg == "agent" else "chat"))
+        return f"mode set to {arg}: later turns run in it"
+    if not arg:
+        return f"reasoning: {'on' if reasoning else 'off'}"
+    if arg not in ("on", "off"):
+        return f"unknown reasoning switch {arg!r}; use on or off"
+    changes.append(ReasoningSwitched(reasoning=arg == "on"))
+    return f"reasoning {arg}: later turns run with it {arg}"
 
 
 def _models(state: Session) -> str:

@@ -28,6 +28,7 @@ from steward.actors.session import (
     direct_call,
     direct_prompt,
     model_id,
+    staged_switches,
 )
 from steward.actors.session_context import build_context
 from steward.actors.session_memory import writer_prompt
@@ -112,9 +113,17 @@ def turn_run(state: Session, turn: TurnStarted, stream: str) -> RunCreated:
     """The run of ``turn``, given the session's state just after it: its
     conversation is the context (spec 003: core memory, summary, the window
     of earlier messages), then the turn's merged messages, what the model
-    answers."""
+    answers; a staged run in the mode and with the reasoning switch the
+    user set (`staged_switches`)."""
     settings = state.settings
-    run_settings = replace(settings.run, model=model_id(state), model_table=state.model)
+    mode, reasoning = staged_switches(state)  # the user's, as the session holds
+    run_settings = replace(
+        settings.run,
+        model=model_id(state),
+        model_table=state.model,
+        mode=mode,
+        reasoning=reasoning,
+    )
     context = build_context(
         settings,
         model=state.model,
@@ -146,11 +155,14 @@ def subagent_run(state: Session, started: SubagentStarted, stream: str) -> RunCr
     model, and the turn's tools less the session's own (`SESSION_TOOLS`)."""
     settings = state.settings
     tools = tuple(t for t in settings.run.tools if t.name not in SESSION_TOOLS)
+    mode, reasoning = staged_switches(state)
     run_settings = replace(
         settings.run,
         model=model_id(state, started.model),
         model_table=started.model or state.model,
         tools=tools,
+        mode=mode,
+        reasoning=reasoning,
     )
     context = build_context(
         settings,

@@ -282,6 +282,13 @@ class ModelConfig(_Section, frozen=True, kw_only=True):
     tokens_per_minute: Positive | None = None
     """Prompt tokens (estimated as characters / 4) per minute; more wait."""
 
+    echo_reasoning: bool | None = None
+    """Send the reasoning a reply carried back with it in the next requests
+    of its tool loop (never across user messages), as some APIs refuse a
+    tool loop's turn without it: DeepSeek's ``reasoning_content``,
+    Anthropic's thinking blocks. ``None``: the provider's default, on for
+    ``anthropic``, off for ``openai`` (set it for DeepSeek's API)."""
+
     def __repr__(self) -> str:
         # The key must never reach a log line, a traceback or an error message.
         parts = []

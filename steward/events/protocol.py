@@ -28,6 +28,8 @@ __all__ = [
     "LlmRequested",
     "LlmResponded",
     "LlmStreamRecorded",
+    "Reasoning",
+    "ReasonedMessage",
     "SubagentFinished",
     "SubagentResult",
     "ToolCall",
@@ -36,6 +38,7 @@ __all__ = [
     "ToolSpec",
     "Usage",
     "WakeDue",
+    "assistant_message",
 ]
 
 
@@ -70,6 +73,46 @@ class ChatMessage(msgspec.Struct, frozen=True, kw_only=True, gc=False, cache_has
     tool_call_id: str | None = None
 
 
+class Reasoning(
+    msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=True
+):
+    """Reasoning a provider returned beside a reply, kept as it must be sent
+    back: DeepSeek's ``reasoning_content`` (``text``), an Anthropic thinking
+    block (``text`` and its ``signature``) or a redacted one (``redacted``,
+    its opaque data)."""
+
+    text: str = ""
+    signature: str | None = None
+    redacted: str | None = None
+
+
+class ReasonedMessage(
+    ChatMessage, frozen=True, kw_only=True, gc=False, cache_hash=True
+):
+    """An assistant message with the reasoning its provider returned, which
+    a provider that needs it sends back within the run's tool loop (a
+    subclass, so a message without reasoning is a `ChatMessage` and encodes,
+    for a prompt's hash, as it always has)."""
+
+    reasoning: tuple[Reasoning, ...]
+
+
+def assistant_message(
+    content: str,
+    tool_calls: tuple[ToolCall, ...] = (),
+    reasoning: tuple[Reasoning, ...] = (),
+) -> ChatMessage:
+    """An assistant message, a `ReasonedMessage` when it has ``reasoning``."""
+    if reasoning:
+        return ReasonedMessage(
+            role="assistant",
+            content=content,
+            tool_calls=tool_calls,
+            reasoning=reasoning,
+        )
+    return ChatMessage(role="assistant", content=content, tool_calls=tool_calls)
+
+
 class Usage(msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=True):
     """Tokens one model call used."""
 
@@ -87,6 +130,10 @@ class SubagentResult(
     output: str
     metadata: dict[str, Any] = {}
     """The result's structured part (a finish's ``metadata``)."""
+    outcome: str = ""
+    """A staged run's compact reasoning outcome (``Reasoning outcome: plan:
+    ...; next: ...; risks: ...; delivery: DONE``), what a session's history
+    keeps of its reasoning; empty for a run that recorded none."""
 
 
 class LlmRequested(Event, frozen=True, kw_only=True):
@@ -113,6 +160,9 @@ class LlmResponded(Event, frozen=True, kw_only=True):
     attempts: int = 1
     """Attempts it took; each failed one is an `LlmAttemptFailed` before this."""
     at: float = 0.0
+    reasoning: tuple[Reasoning, ...] = ()
+    """The reasoning the provider returned beside the reply, if any, as it
+    must be sent back (`Reasoning`); the reply's text holds none of it."""
 
 
 class LlmAttemptFailed(Event, frozen=True, kw_only=True):

@@ -22,6 +22,7 @@ from steward.events.protocol import (
     LlmRequested,
     LlmResponded,
     LlmStreamRecorded,
+    Reasoning,
     SubagentFinished,
     SubagentResult,
     ToolCall,
@@ -38,6 +39,7 @@ __all__ = [
     "AnswerDelivered",
     "ContextCompressed",
     "QaReported",
+    "Reasoning",
     "ReasoningRecorded",
     "StageEntered",
     "ApprovalDecided",
@@ -156,10 +158,17 @@ class RunSettings(
     makes at most ``max_tool_call_rounds`` model calls (Klaw's bound): once
     that many replies asked for tools, their answers end the run failed
     instead of asking the model again (before, one more call was made, and
-    the run failed only if it asked for tools too)."""
+    the run failed only if it asked for tools too). Revision 5, of staged
+    runs: the recoveries and corrections bounded by
+    `steward.actors.run_staged.MAX_RECOVERIES` are counted from the run's
+    entry into the stage it is in (before, over the whole run); a reply's
+    batch of tool calls with one that failed is followed by the stage's
+    recovery note whichever result came last (before, only when the last
+    to arrive had failed); and a cancel after the answer was delivered
+    completes the run with that answer (before, it was cancelled)."""
 
 
-LATEST_REVISION = 4
+LATEST_REVISION = 5
 """The revision new runs are created with; see `RunSettings.revision`."""
 
 

@@ -10,6 +10,8 @@ start turns and record the replies. Shared with the run kind: `WakeDue`
 
 from __future__ import annotations
 
+from typing import Literal
+
 import msgspec
 
 from steward.events.base import Event
@@ -39,7 +41,9 @@ __all__ = [  # EVENT_TYPES and INPUT_TYPES are read from the module (as the run'
     "MessageRefused",
     "MessageReceived",
     "ModelBudget",
+    "ModeSwitched",
     "ModelSwitched",
+    "ReasoningSwitched",
     "RejectedOp",
     "ReplySent",
     "SESSION_REVISION",
@@ -215,10 +219,16 @@ class SessionOpened(Event, frozen=True, kw_only=True):
     answer, and a window cut by its budget or ``sliding_window`` never
     starts with an answer whose question it left out (until 3, the older
     half was the first ``len // 2`` messages, and a window could start with
-    an answer)."""
+    an answer). From 4: in a session whose turns are staged runs, the
+    commands ``/mode`` and ``/reasoning`` set the mode and the reasoning
+    switch of its turns (and ``/help`` lists them; until 4 they were
+    unknown commands, as they are in a session of another agent), and a
+    staged turn's reply keeps its run's compact reasoning outcome in the
+    history after the answer (`ReplySent.outcome`; until 4, the answer
+    alone)."""
 
 
-SESSION_REVISION = 3
+SESSION_REVISION = 4
 """The `SessionOpened.revision` of sessions opened now."""
 
 
@@ -309,6 +319,10 @@ class ReplySent(Event, frozen=True, kw_only=True):
     run_id: str
     text: str
     status: str = "completed"
+    outcome: str = ""
+    """The run's compact reasoning outcome (`SubagentResult.outcome`, from
+    revision 4), kept in the history after the answer so the next turn's
+    model sees it; the chat is sent the answer alone."""
 
 
 class CommandAnswered(Event, frozen=True, kw_only=True):
@@ -339,6 +353,20 @@ class ModelSwitched(Event, frozen=True, kw_only=True):
     """``/model NAME``: the session's turns use model ``model`` from now on."""
 
     model: str
+
+
+class ModeSwitched(Event, frozen=True, kw_only=True):
+    """``/mode MODE``: the session's staged turns run in ``mode`` from now
+    on. Only the user sets it: no reply of a model does."""
+
+    mode: Literal["agent", "chat"]
+
+
+class ReasoningSwitched(Event, frozen=True, kw_only=True):
+    """``/reasoning on|off``: the session's staged turns reason (or not)
+    from now on. Only the user sets it: no reply of a model does."""
+
+    reasoning: bool
 
 
 class CoreMemoryChanged(Event, frozen=True, kw_only=True):
@@ -437,6 +465,8 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     CommandAnswered,
     SegmentStarted,
     ModelSwitched,
+    ModeSwitched,
+    ReasoningSwitched,
     MessageRefused,
     CoreMemorySet,
     CoreMemoryChanged,

@@ -877,6 +877,70 @@ async def session_revision_3(rig: Rig) -> None:
     await rig.recorded(events.MemoryWritten, 2)
 
 
+async def session_revision_4(rig: Rig) -> None:
+    """A chat of a staged agent opened at revision 4 (``session.cli:four``):
+    ``/help`` lists ``/mode`` and ``/reasoning``; the user turns reasoning
+    on (`ReasoningSwitched`); the first turn's run plans, reads a file (its
+    reply's provider reasoning recorded, `LlmResponded.reasoning`) and
+    delivers, and its reply keeps the run's reasoning outcome in the
+    history (`ReplySent.outcome`); the second turn's model says it switches
+    to chat mode, which stays text; the user sets chat mode
+    (`ModeSwitched`), and the third turn's run is in it."""
+    prompts = load_prompts()
+    opened = Settings().session_settings(rig.tools.specs())
+    run = msgspec.structs.replace(
+        opened.run,
+        protocol="native",
+        policy="staged",
+        qa=False,
+        prompts=prompts,
+        project_root="/work",
+    )
+    opened = msgspec.structs.replace(opened, run=run)
+    read = ToolCall(id="c1", name="files.read", args={"path": "notes.txt"})
+    thought = events.Reasoning(text="The notes are in notes.txt; read it.")
+
+    def warmup(plan: str) -> str:
+        return (
+            f"<ide_reasoning>\nAnalyze: the notes\nPlan: {plan}\nReflect: none\n"
+            "Action: files.read\nDelivery: NEEDS_WORK\n</ide_reasoning>\nOn it."
+        )
+
+    switching = "Switching to chat mode now: /mode chat"
+    host = await rig.host(
+        per_run(
+            {
+                "cli:four-t1": [
+                    warmup("read notes.txt"),
+                    Reply(tool_calls=(read,), reasoning=(thought,)),
+                    "The notes say hello.",
+                    "The notes say hello.\nDelivery: DONE",
+                ],
+                "cli:four-t2": [
+                    warmup("answer"),
+                    switching,
+                    f"{switching}\nDelivery: DONE",
+                ],
+                "cli:four-t3": ["Still hello.", "Still hello.\nDelivery: DONE"],
+            }
+        )
+    )
+    (rig.workspace / "notes.txt").write_text("hello\n")
+    say = await open_chat(rig, host, "four", opened, 4)
+    for command in ("/help", "/mode", "/reasoning on", "/mode sideways"):
+        await say(command)
+    await say("what do the notes say?")
+    await rig.advance(2.0)
+    await rig.recorded(events.ReplySent, 1)
+    await say("switch to chat mode")
+    await rig.advance(2.0)
+    await rig.recorded(events.ReplySent, 2)
+    await say("/mode chat")
+    await say("and now?")
+    await rig.advance(2.0)
+    await rig.recorded(events.ReplySent, 3)
+
+
 async def workflow(rig: Rig, revision: int = 0) -> None:
     """Workflow runs: one loops (review asks for changes, implement goes
     again), retries a failed phase, is paused and resumed, skips a branch it
@@ -1299,6 +1363,48 @@ async def staged_compressed(rig: Rig) -> None:
 _NOON = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
 
 
+async def staged_revision_5(rig: Rig) -> None:
+    """Staged runs of revision 5: ``stg-batch`` asks for two reads in one
+    reply, the one that fails answered first, and gets the tool-failure
+    recovery all the same (naming the failure); ``stg-cancel`` is cancelled
+    while QA reviews its delivered answer, and completes with it."""
+    settings = {
+        "protocol": "native",
+        "policy": "staged",
+        "prompts": load_prompts(),
+        "project_root": "/work",
+        "revision": 5,
+    }
+    missing = ToolCall(id="c1", name="files.read", args={"path": "missing.txt"})
+    read = ToolCall(id="c2", name="files.read", args={"path": "notes.txt"})
+    answer = "The notes say hello."
+    script: dict[str, list[Reply | str]] = {
+        "stg-batch": [
+            Reply(tool_calls=(missing, read)),
+            answer,
+            f"{answer}\nDelivery: DONE",
+        ],
+        "stg-cancel": [
+            answer,
+            f"{answer}\nDelivery: DONE",
+            Reply(text='{"verdict": "pass"}', delay=60.0),
+        ],
+    }
+    host = await rig.host(per_run(script, sleep=rig.clock.sleep))
+    (rig.workspace / "notes.txt").write_text("hello\n")
+    await rig.start(host, "stg-batch", qa=False, **settings)
+    await rig.until("stg-batch", "completed", "failed")
+    await rig.start(host, "stg-cancel", **settings)
+    await rig.until(
+        "stg-cancel",
+        "running",
+        when=lambda s: s.delivered is not None and s.llm_pending is not None,
+    )
+    cancel = events.CancelRequested(reason="stopped by an operator", at=rig.clock.now())
+    await host.submit(run_stream("stg-cancel"), cancel)
+    await rig.until("stg-cancel", "completed")
+
+
 Scenario = Callable[[Rig], Awaitable[None]]
 SCENARIOS: dict[str, Scenario] = {
     "json_protocol": json_protocol,
@@ -1323,6 +1429,7 @@ SCENARIOS: dict[str, Scenario] = {
     "session_revision_1": session_revision_1,
     "session_revision_2": session_revision_2,
     "session_revision_3": session_revision_3,
+    "session_revision_4": session_revision_4,
     "workflow": workflow,
     "workflow_worktree": workflow_worktree,
     # the same runs created at workflow revision 1: phase run ids with ":"
@@ -1332,6 +1439,7 @@ SCENARIOS: dict[str, Scenario] = {
     "tasks": tasks,
     "staged": staged,
     "staged_compressed": staged_compressed,
+    "staged_revision_5": staged_revision_5,
 }
 
 

@@ -12,7 +12,7 @@ import shutil
 import typing
 from functools import cache
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import msgspec
 import pytest
@@ -104,6 +104,11 @@ EXPECTED: dict[str, dict[str, Final]] = {
         "cli:three-s1": Final("completed", "Three."),
         "cli:three-t3": Final("completed", "You are welcome."),
     },
+    "session_revision_4": {
+        "cli:four-t1": Final("completed", "The notes say hello."),
+        "cli:four-t2": Final("completed", "Switching to chat mode now: /mode chat"),
+        "cli:four-t3": Final("completed", "Still hello."),
+    },
     "session_revision_1": {
         "cli:later-t1": Final("completed", "Hello."),
         "cli:later-t2": Final("completed", "Noted."),
@@ -151,6 +156,10 @@ EXPECTED["staged_compressed"] = {
         "completed", "The notes say hello; the workspace holds notes.txt."
     ),
 }
+EXPECTED["staged_revision_5"] = {
+    "stg-batch": Final("completed", "The notes say hello."),
+    "stg-cancel": Final("completed", "The notes say hello."),
+}
 """Each golden log's runs (by run id) and their final states."""
 
 SESSIONS: dict[str, dict[str, tuple[str, ...]]] = {
@@ -158,6 +167,18 @@ SESSIONS: dict[str, dict[str, tuple[str, ...]]] = {
     "session_memory": {"session.cli:memory": ("bye", "Bye.")},
     "session_revision_1": {"session.cli:later": ("bye", "Bye.")},
     "session_revision_3": {"session.cli:three": ("thanks", "You are welcome.")},
+    "session_revision_4": {
+        "session.cli:four": (
+            "what do the notes say?",
+            "The notes say hello.\n\nReasoning outcome: plan: read notes.txt; "
+            "next: files.read; risks: none; delivery: DONE",
+            "switch to chat mode",
+            "Switching to chat mode now: /mode chat\n\nReasoning outcome: plan: "
+            "answer; next: files.read; risks: none; delivery: DONE",
+            "and now?",
+            "Still hello.",
+        )
+    },
     "session_revision_2": {
         "session.cli:paths": ("/etc/hosts is broken", "Check its permissions."),
         "session.cli:paths-fork0a1b2c": (
@@ -347,18 +368,13 @@ def test_a_revision_1_session_compacts_once_its_writer_has_written() -> None:
     assert state.summary == "Ada likes tea." and state.revision == 1
 
 
-def test_a_revision_3_session_starts_its_runs_as_it_did() -> None:
-    """The runs of ``session_revision_3`` start as the session's effects
-    start them now: a turn's conversation ends with the turn's message, a
-    subagent's with its task, the window after a compaction with a
-    question. A change to what a chat's model is asked fails here. (The
-    runs of sessions recorded before replay from their recorded first
-    event, so they replay as they were decided.)"""
-    streams = by_stream(load("session_revision_3"))
+def runs_started(streams: dict[str, list[Recorded]], session: str) -> dict[str, Any]:
+    """The first input of each run ``session`` starts, as its effects start
+    them now, by run stream: each the run's recorded first event."""
     kind = kind_of("session.")
     assert kind.reactor.effects is not None
     state, started = kind.decider.initial, {}
-    for rec in streams["session.cli:three"]:
+    for rec in streams[session]:
         state = kind.decider.evolve(state, rec.event)
         for effect in kind.reactor.effects(rec, state, state):
             if isinstance(effect, Create):
@@ -367,6 +383,18 @@ def test_a_revision_3_session_starts_its_runs_as_it_did() -> None:
     for stream, created in started.items():
         first = streams[stream][0].event
         assert msgspec.structs.replace(created, at=first.at) == first, stream
+    return started
+
+
+def test_a_revision_3_session_starts_its_runs_as_it_did() -> None:
+    """The runs of ``session_revision_3`` start as the session's effects
+    start them now: a turn's conversation ends with the turn's message, a
+    subagent's with its task, the window after a compaction with a
+    question. A change to what a chat's model is asked fails here. (The
+    runs of sessions recorded before replay from their recorded first
+    event, so they replay as they were decided.)"""
+    streams = by_stream(load("session_revision_3"))
+    started = runs_started(streams, "session.cli:three")
     last = {
         s: (e.conversation[0].role, e.conversation[-1].content)
         for s, e in started.items()
@@ -386,6 +414,34 @@ def test_a_revision_3_session_starts_its_runs_as_it_did() -> None:
         "assistant",
         "user",
     ]
+
+
+def test_a_revision_4_session_starts_its_staged_runs_as_it_did() -> None:
+    """The runs of ``session_revision_4`` start as the session's effects
+    start them now: in the mode and with the reasoning the user set, not
+    what a model said (the second turn's reply asks for chat mode; the
+    third turn runs in it only after the user's ``/mode chat``); the next
+    turn's conversation holds an earlier turn's reasoning as its outcome
+    only, and its provider reasoning not at all."""
+    streams = by_stream(load("session_revision_4"))
+    started = runs_started(streams, "session.cli:four")
+    switches = {
+        s: (e.settings.mode, e.settings.reasoning)
+        for s, e in started.items()
+        if isinstance(e, events.RunCreated)
+    }
+    assert switches == {
+        "run.cli:four-t1": ("agent", True),
+        "run.cli:four-t2": ("agent", True),
+        "run.cli:four-t3": ("chat", True),
+    }
+    second = started["run.cli:four-t2"]
+    assert isinstance(second, events.RunCreated)
+    history = [m.content for m in second.conversation]
+    assert "Reasoning outcome: plan: read notes.txt" in history[-2]
+    assert not any(
+        "<ide_reasoning" in text or "notes.txt; read it" in text for text in history
+    )
 
 
 def test_a_revision_2_workflow_cancel_names_its_phase_in_flight() -> None:

@@ -577,34 +577,46 @@ async def test_a_recovery_sends_its_prompt_and_the_run_goes_on(
 
 
 @pytest.mark.parametrize(
-    ("reply", "why"),
+    ("reply", "why", "stage", "before"),
     [
-        ("", "empty response"),
-        ("Please send me the diff", "asks for files"),
-        (Reply(tool_calls=(MISSING,)), "tool failure"),
+        ("", "empty response", "act", 0),
+        ("Please send me the diff", "asks for files", "act", 0),
+        # the first failure is act's; the follow-up stage takes five more
+        (Reply(tool_calls=(MISSING,)), "tool failure", "tool_followup", 1),
     ],
     ids=["empty", "asks_for_files", "tool_failure"],
 )
+@pytest.mark.parametrize("revision", [4, events.LATEST_REVISION])
 async def test_past_its_recoveries_a_staged_run_fails(
-    host_of: Any, log: Any, reply: str | Reply, why: str
+    host_of: Any,
+    log: Any,
+    reply: str | Reply,
+    why: str,
+    stage: str,
+    before: int,
+    revision: int,
 ) -> None:
     """§10 and §2.5: a model that keeps needing a recovery gets
-    MAX_RECOVERIES of them, then the run fails naming the limit; it is
-    never completed without a delivered answer (a bug: five replies without
-    progress ended it "stalled", completed with a made-up output)."""
+    MAX_RECOVERIES of them in a stage (from revision 5; before, in the
+    whole run), then the run fails naming the limit; it is never completed
+    without a delivered answer (a bug: five replies without progress ended
+    it "stalled", completed with a made-up output)."""
     limit = run_staged.MAX_RECOVERIES
     model = Model(act=[reply] * (limit + 1), tool_followup=[reply] * (limit + 1))
-    recorded = await run(host_of, log, model, staged(reasoning=False))
+    settings = msgspec.structs.replace(staged(reasoning=False), revision=revision)
+    recorded = await run(host_of, log, model, settings)
     notes = of(events.SystemNoteAdded, recorded)
-    assert Counter(n.reason for n in notes) == {"recovery": limit}
+    taken = limit + before if revision >= 5 else limit
+    assert Counter(n.reason for n in notes) == {"recovery": taken}
     (failed,) = of(events.RunFailed, recorded)
+    where = f" in its {stage} stage" if revision >= 5 else ""
     assert failed.reason == (
-        f"a staged run took {limit} recoveries and corrections, and needed "
+        f"a staged run took {limit} recoveries and corrections{where}, and needed "
         f"another: {why}"
     )
     assert of(events.AnswerDelivered, recorded) == []
     assert of(events.RunCompleted, recorded) == []
-    assert len(model.asked["stg-1"]) == limit + 1
+    assert len(model.asked["stg-1"]) == taken + 1
 
 
 async def test_a_staged_run_out_of_model_calls_fails_undelivered(

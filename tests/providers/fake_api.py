@@ -209,8 +209,12 @@ def anthropic_frames(
     cache_write: int = 0,
     stop: bool = True,
     model: str = "claude-test",
+    thinking: Sequence[tuple[str, str]] = (),
+    redacted: Sequence[str] = (),
 ) -> list[bytes]:
-    """A Messages API stream: a text block, tool_use blocks, usage, stop."""
+    """A Messages API stream: thinking blocks (``(thinking, signature)``,
+    each streamed as a thinking and a signature delta) and redacted ones
+    (their data), a text block, tool_use blocks, usage, stop."""
     frames = [
         a_event(
             "message_start",
@@ -236,6 +240,37 @@ def anthropic_frames(
         a_event("ping", {"type": "ping"}),
     ]
     index = 0
+    blocks: list[tuple[dict[str, Any], list[dict[str, Any]]]] = [
+        (
+            {"type": "thinking", "thinking": "", "signature": ""},
+            [
+                {"type": "thinking_delta", "thinking": thought},
+                {"type": "signature_delta", "signature": signature},
+            ],
+        )
+        for thought, signature in thinking
+    ]
+    blocks += [({"type": "redacted_thinking", "data": data}, []) for data in redacted]
+    for block, deltas in blocks:
+        frames.append(
+            a_event(
+                "content_block_start",
+                {"type": "content_block_start", "index": index, "content_block": block},
+            )
+        )
+        frames.extend(
+            a_event(
+                "content_block_delta",
+                {"type": "content_block_delta", "index": index, "delta": delta},
+            )
+            for delta in deltas
+        )
+        frames.append(
+            a_event(
+                "content_block_stop", {"type": "content_block_stop", "index": index}
+            )
+        )
+        index += 1
     if text:
         frames.append(
             a_event(
@@ -392,14 +427,17 @@ def openai_frames(
     finish: bool = True,
     usage: bool = True,
     interleave: bool = False,
+    reasoning: Sequence[str] = (),
 ) -> list[bytes]:
-    """A Chat Completions stream: text deltas, tool-call deltas by index, the
-    finish chunk, the usage chunk and ``[DONE]``.
+    """A Chat Completions stream: ``reasoning_content`` deltas (DeepSeek's
+    reasoning), text deltas, tool-call deltas by index, the finish chunk,
+    the usage chunk and ``[DONE]``.
 
     ``interleave`` sends the argument pieces of all tool calls round-robin, as
     parallel tool calls may arrive.
     """
     chunks = [o_chunk({"role": "assistant", "content": ""})]
+    chunks.extend(o_chunk({"reasoning_content": piece}) for piece in reasoning)
     chunks.extend(o_chunk({"content": piece}) for piece in text)
     starts = [
         o_chunk(

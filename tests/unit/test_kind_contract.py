@@ -272,6 +272,8 @@ NOBODY_WAITS = [
     ("staged", "stg-agent"),
     ("staged", "stg-chat"),
     ("staged_compressed", "stg-long"),
+    ("staged_revision_5", "stg-batch"),
+    ("staged_revision_5", "stg-cancel"),
 ]
 """The golden runs (log, run id) with no parent and no ``reply_to``."""
 

@@ -48,7 +48,13 @@ from steward.actors.llm.retry import retry_after_from_headers
 from steward.actors.prompt import Prompt
 from steward.config import ModelConfig
 from steward.errors import ProviderError
-from steward.events.protocol import ToolCall, Usage
+from steward.events.protocol import (
+    ChatMessage,
+    ReasonedMessage,
+    Reasoning,
+    ToolCall,
+    Usage,
+)
 
 _DETAIL_LIMIT = 300  # characters of a server's error message kept in ours
 
@@ -406,19 +412,39 @@ def whole_reply(
     calls: Sequence[ToolCall],
     usage: Usage,
     metadata: dict[str, Any],
+    reasoning: tuple[Reasoning, ...] = (),
 ) -> list[StreamEvent]:
     """The events of a reply that came whole (not streamed): the system event
     (``started`` is its message), the text as one delta, the tool calls, the
-    usage and the result."""
+    usage and the result (with the ``reasoning`` that came beside the text)."""
     events: list[StreamEvent] = [SystemEvent(message=started, metadata=metadata)]
     if text:
         events.append(AssistantDelta(text=text))
     events.extend(tool_uses(calls))
     events.append(total(usage))
     events.append(
-        ResultEvent(text=text, tool_calls=tuple(calls), usage=usage, metadata=metadata)
+        ResultEvent(
+            text=text,
+            tool_calls=tuple(calls),
+            usage=usage,
+            metadata=metadata,
+            reasoning=reasoning,
+        )
     )
     return events
+
+
+def echoed(message: ChatMessage, echo: bool) -> tuple[Reasoning, ...]:
+    """The reasoning to send back with assistant ``message``: what its
+    provider returned with it, when the provider needs it back (``echo``).
+
+    Only a run's own messages carry reasoning (`ReasonedMessage`): those of
+    its tool loop, which answers one user message. The history of earlier
+    user messages (a session's) keeps their answers and reasoning outcomes
+    as text, so no reasoning is sent back across user messages."""
+    if echo and isinstance(message, ReasonedMessage):
+        return message.reasoning
+    return ()
 
 
 # -- the provider ---------------------------------------------------------------------
@@ -478,6 +504,8 @@ class HttpProvider(abc.ABC, Generic[C]):
         stream: stream the reply; ``False`` asks for one JSON reply.
         key_source: where the key came from, named in auth errors; ``None``
             names ``key_env``.
+        echo_reasoning: send the reasoning a reply carried back with it
+            within the tool loop; ``None``: ``echoes_reasoning``.
         http_client: an ``httpx2.AsyncClient`` for the SDK to use (tests).
 
     Raises:
@@ -496,6 +524,10 @@ class HttpProvider(abc.ABC, Generic[C]):
     key is always needed."""
     errors: ClassVar[SdkErrors]
     """The SDK's exception classes."""
+    echoes_reasoning: ClassVar[bool] = False
+    """Whether the reasoning a reply carried is sent back within the tool
+    loop unless ``echo_reasoning`` says otherwise: the API refuses a tool
+    loop's next turn without it."""
 
     def __init__(
         self,
@@ -508,6 +540,7 @@ class HttpProvider(abc.ABC, Generic[C]):
         temperature: float | None = None,
         stream: bool = True,
         key_source: str | None = None,
+        echo_reasoning: bool | None = None,
         http_client: httpx2.AsyncClient | None = None,
     ) -> None:
         key_source = key_source or self.key_env
@@ -528,6 +561,7 @@ class HttpProvider(abc.ABC, Generic[C]):
         self._max_tokens = max_tokens
         self._temperature = temperature
         self._stream = stream
+        self._echo = self.echoes_reasoning if echo_reasoning is None else echo_reasoning
         self._client = self._connect(
             api_key=api_key or self.keyless,
             base_url=base_url,
@@ -563,6 +597,7 @@ class HttpProvider(abc.ABC, Generic[C]):
             temperature=config.temperature,
             stream=config.stream,
             key_source=source,
+            echo_reasoning=config.echo_reasoning,
         )
 
     def __repr__(self) -> str:

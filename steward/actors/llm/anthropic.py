@@ -6,6 +6,10 @@ default. The raw stream events map to steward's normalized ones:
 - ``message_start`` → ``SystemEvent`` (message id, model) and a cumulative
   ``UsageEvent`` (input tokens, cache reads and writes included);
 - ``text_delta`` → ``AssistantDelta``;
+- ``thinking`` and ``redacted_thinking`` blocks (with their ``signature``)
+  → the result's ``reasoning``, sent back unchanged at the start of the
+  assistant turn they came with in the tool loop's next requests, as the API
+  requires (``echo_reasoning``, on by default);
 - a ``tool_use`` block, once its ``input_json_delta`` pieces are complete →
   ``ToolUseEvent``;
 - ``message_delta`` → a cumulative ``UsageEvent`` (output tokens so far);
@@ -32,7 +36,7 @@ from steward.actors.llm.base import (
     UsageEvent,
 )
 from steward.actors.prompt import Prompt
-from steward.events.protocol import ToolCall, Usage
+from steward.events.protocol import Reasoning, ToolCall, Usage
 
 __all__ = ["API_KEY_ENV", "DEFAULT_MAX_TOKENS", "AnthropicProvider", "to_request"]
 
@@ -53,6 +57,7 @@ class AnthropicProvider(_wire.HttpProvider[anthropic.AsyncAnthropic]):
     name = "anthropic"
     key_env = API_KEY_ENV
     model_example = '"claude-sonnet-4-5"'
+    echoes_reasoning = True
     errors = _wire.SdkErrors(
         status=anthropic.APIStatusError,
         timeout=anthropic.APITimeoutError,
@@ -70,6 +75,7 @@ class AnthropicProvider(_wire.HttpProvider[anthropic.AsyncAnthropic]):
             model=self.model,
             max_tokens=self._max_tokens or DEFAULT_MAX_TOKENS,
             temperature=self._temperature,
+            echo_reasoning=self._echo,
         )
 
     async def _create(self, params: dict[str, Any]) -> object:
@@ -99,14 +105,16 @@ def to_request(
     model: str = "",
     max_tokens: int = DEFAULT_MAX_TOKENS,
     temperature: float | None = None,
+    echo_reasoning: bool = True,
 ) -> dict[str, Any]:
     """The ``messages.create`` arguments for ``prompt`` (without ``stream``).
 
     System messages join the system prompt; ``tool`` messages become
     ``tool_result`` blocks of a user message; an assistant's tool calls become
-    ``tool_use`` blocks; consecutive messages of one role merge, since the API
-    wants user and assistant turns to alternate. Tool names are made valid for
-    the API through ``names``.
+    ``tool_use`` blocks, after its thinking blocks when ``echo_reasoning``
+    sends them back (`_wire.echoed`); consecutive messages of one role merge,
+    since the API wants user and assistant turns to alternate. Tool names are
+    made valid for the API through ``names``.
     """
     system = [prompt.system] if prompt.system else []
     turns: list[dict[str, Any]] = []
@@ -120,6 +128,9 @@ def to_request(
                 continue
             case "assistant":
                 role = "assistant"
+                blocks.extend(
+                    _thinking_block(r) for r in _wire.echoed(message, echo_reasoning)
+                )
                 if message.content:
                     blocks.append({"type": "text", "text": message.content})
                 blocks.extend(
@@ -174,6 +185,17 @@ def to_request(
     return params
 
 
+def _thinking_block(reasoning: Reasoning) -> dict[str, Any]:
+    """A thinking block as the API returned it (its signature unchanged)."""
+    if reasoning.redacted is not None:
+        return {"type": "redacted_thinking", "data": reasoning.redacted}
+    return {
+        "type": "thinking",
+        "thinking": reasoning.text,
+        "signature": reasoning.signature or "",
+    }
+
+
 # -- the reply -------------------------------------------------------------------
 
 
@@ -188,6 +210,8 @@ class _Turn:
         self.text: list[str] = []
         self.tools: dict[int, _ToolBlock] = {}
         self.calls: list[ToolCall] = []
+        self.thinking: dict[int, list[str]] = {}  # block: [thinking, signature]
+        self.reasoning: list[Reasoning] = []
         self.usage = Usage()
         self.metadata: dict[str, Any] = {"provider": "anthropic"}
         self.started = False
@@ -218,6 +242,10 @@ class _Turn:
             case wire.RawContentBlockStartEvent(index=index, content_block=block):
                 if isinstance(block, wire.ToolUseBlock):
                     self.tools[index] = _ToolBlock(block.id, block.name, block.input)
+                elif isinstance(block, wire.ThinkingBlock):
+                    self.thinking[index] = [block.thinking, block.signature]
+                elif isinstance(block, wire.RedactedThinkingBlock):
+                    self.reasoning.append(Reasoning(redacted=block.data))
                 elif isinstance(block, wire.TextBlock) and block.text:
                     self.text.append(block.text)
                     return [AssistantDelta(text=block.text)]
@@ -234,8 +262,16 @@ class _Turn:
                             self.key,
                         )
                     self.tools[index].parts.append(delta.partial_json)
-                return []  # thinking, signatures, citations: not steward's
+                elif index in self.thinking:
+                    if isinstance(delta, wire.ThinkingDelta):
+                        self.thinking[index][0] += delta.thinking
+                    elif isinstance(delta, wire.SignatureDelta):
+                        self.thinking[index][1] += delta.signature
+                return []  # citations: not steward's
             case wire.RawContentBlockStopEvent(index=index):
+                if index in self.thinking:
+                    text, signature = self.thinking.pop(index)
+                    self.reasoning.append(Reasoning(text=text, signature=signature))
                 if index not in self.tools:
                     return []
                 tool = self.tools.pop(index)
@@ -280,6 +316,7 @@ class _Turn:
                 tool_calls=tuple(self.calls),
                 usage=self.usage,
                 metadata=dict(self.metadata),
+                reasoning=tuple(self.reasoning),
             )
         ]
 
@@ -316,9 +353,16 @@ def _from_message(
     with _wire.reading(label, "a message", key):
         text: list[str] = []
         calls: list[ToolCall] = []
+        reasoning: list[Reasoning] = []
         for block in message.content:
             if isinstance(block, wire.TextBlock):
                 text.append(block.text)
+            elif isinstance(block, wire.ThinkingBlock):
+                reasoning.append(
+                    Reasoning(text=block.thinking, signature=block.signature)
+                )
+            elif isinstance(block, wire.RedactedThinkingBlock):
+                reasoning.append(Reasoning(redacted=block.data))
             elif isinstance(block, wire.ToolUseBlock):
                 if not isinstance(block.input, dict):
                     raise TypeError(f"tool input {block.input!r} is not an object")
@@ -336,7 +380,12 @@ def _from_message(
         if message.stop_reason is not None:
             metadata["stop_reason"] = message.stop_reason
     return _wire.whole_reply(
-        f"{label} sent message {message.id}", "".join(text), calls, usage, metadata
+        f"{label} sent message {message.id}",
+        "".join(text),
+        calls,
+        usage,
+        metadata,
+        tuple(reasoning),
     )
 
 

@@ -18,7 +18,7 @@ import msgspec
 
 from steward.actors.prompt import Prompt
 from steward.errors import ProviderError
-from steward.events.protocol import ToolCall, Usage
+from steward.events.protocol import Reasoning, ToolCall, Usage
 
 __all__ = [
     "AssistantDelta",
@@ -87,7 +87,9 @@ class ResultEvent(
     """The terminal event: the whole reply, its tool calls and usage.
 
     ``text`` and ``tool_calls`` are authoritative: ``collect`` does not rebuild
-    them from the deltas. ``metadata`` carries typed extras such as a routing
+    them from the deltas. ``reasoning`` is what the provider returned beside
+    the text (DeepSeek's ``reasoning_content``, Anthropic's thinking blocks),
+    kept to be sent back. ``metadata`` carries typed extras such as a routing
     decision.
     """
 
@@ -95,6 +97,7 @@ class ResultEvent(
     tool_calls: tuple[ToolCall, ...] = ()
     usage: Usage = Usage()
     metadata: dict[str, Any] = {}
+    reasoning: tuple[Reasoning, ...] = ()
 
 
 StreamEvent = (

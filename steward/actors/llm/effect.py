@@ -188,6 +188,7 @@ class ModelCalls:
                 cost_usd=cost(info, result.usage) if cost is not None else 0.0,
                 attempts=attempt,
                 at=now,
+                reasoning=result.reasoning,
             )
 
     def _watchers(

@@ -7,6 +7,9 @@ point ``base_url`` at one, and a key is optional. A prompt becomes one
 
 - the first chunk → ``SystemEvent`` (completion id, model);
 - ``delta.content`` → ``AssistantDelta``;
+- ``delta.reasoning_content`` (DeepSeek's reasoning) → the result's
+  ``reasoning``, which DeepSeek wants back on the assistant message it came
+  with in the next requests of the tool loop (``echo_reasoning``);
 - ``delta.tool_calls`` pieces, joined by their ``index`` → one ``ToolUseEvent``
   per call once the stream is done;
 - the ``usage`` chunk → a cumulative ``UsageEvent``;
@@ -36,7 +39,7 @@ from steward.actors.llm.base import (
 )
 from steward.actors.prompt import Prompt
 from steward.errors import ProviderError
-from steward.events.protocol import ToolCall, Usage
+from steward.events.protocol import Reasoning, ToolCall, Usage
 
 __all__ = ["API_KEY_ENV", "KEYLESS", "OpenAIProvider", "to_request"]
 
@@ -80,6 +83,7 @@ class OpenAIProvider(_wire.HttpProvider[openai.AsyncOpenAI]):
             max_tokens=self._max_tokens,
             temperature=self._temperature,
             compatible=self._base_url is not None,
+            echo_reasoning=self._echo,
         )
 
     async def _create(self, params: dict[str, Any]) -> object:
@@ -128,6 +132,7 @@ def to_request(
     max_tokens: int | None = None,
     temperature: float | None = None,
     compatible: bool = False,
+    echo_reasoning: bool = False,
 ) -> dict[str, Any]:
     """The ``chat.completions.create`` arguments for ``prompt`` (no ``stream``).
 
@@ -135,7 +140,8 @@ def to_request(
     become ``tool_calls`` with JSON ``arguments``; ``tool`` messages answer them
     by ``tool_call_id``. Tool names are made valid for the API through
     ``names``. ``compatible`` sends ``max_tokens`` instead of OpenAI's newer
-    ``max_completion_tokens``.
+    ``max_completion_tokens``. ``echo_reasoning`` sends an assistant
+    message's reasoning back as its ``reasoning_content`` (`_wire.echoed`).
     """
     messages: list[dict[str, Any]] = []
     if prompt.system:
@@ -157,6 +163,8 @@ def to_request(
                         }
                         for call in message.tool_calls
                     ]
+                if reasoning := _wire.echoed(message, echo_reasoning):
+                    out["reasoning_content"] = "".join(r.text for r in reasoning)
                 messages.append(out)
             case "tool" if message.tool_call_id is not None:
                 messages.append(
@@ -212,6 +220,7 @@ class _Turn:
         self.names = names
         self.key = key
         self.text: list[str] = []
+        self.reasoning: list[str] | None = None  # reasoning_content, if sent
         self.calls: dict[int, _Call] = {}
         self.usage: Usage | None = None
         self.finish_reason: str | None = None
@@ -242,6 +251,11 @@ class _Turn:
             if delta.content:
                 self.text.append(delta.content)
                 events.append(AssistantDelta(text=delta.content))
+            thought = getattr(delta, "reasoning_content", None)
+            if isinstance(thought, str):
+                if self.reasoning is None:
+                    self.reasoning = []
+                self.reasoning.append(thought)
             for position, piece in enumerate(delta.tool_calls or ()):
                 index = getattr(piece, "index", None)
                 if not isinstance(index, int):
@@ -294,9 +308,16 @@ class _Turn:
                 tool_calls=tuple(calls),
                 usage=self.usage or Usage(),
                 metadata=dict(self.metadata),
+                reasoning=_reasoning(self.reasoning),
             )
         )
         return events
+
+
+def _reasoning(pieces: list[str] | None) -> tuple[Reasoning, ...]:
+    """A reply's ``reasoning_content`` (``None``: it sent none), kept even
+    when empty: DeepSeek wants the field back on a tool call's message."""
+    return () if pieces is None else (Reasoning(text="".join(pieces)),)
 
 
 def _from_completion(
@@ -334,6 +355,12 @@ def _from_completion(
         }
         if completion.usage is None:
             metadata["usage_reported"] = False
+        thought = getattr(choice.message, "reasoning_content", None)
     return _wire.whole_reply(
-        f"{label} sent completion {completion.id}", text, calls, usage, metadata
+        f"{label} sent completion {completion.id}",
+        text,
+        calls,
+        usage,
+        metadata,
+        _reasoning([thought] if isinstance(thought, str) else None),
     )

@@ -55,7 +55,7 @@ from steward.actors.llm.base import (
 )
 from steward.actors.prompt import Prompt
 from steward.errors import ProviderError, ScriptError
-from steward.events.protocol import ToolCall, Usage
+from steward.events.protocol import Reasoning, ToolCall, Usage
 
 __all__ = [
     "Reply",
@@ -100,6 +100,9 @@ class Reply(msgspec.Struct, frozen=True, kw_only=True):
     delay: float = 0.0
     error: ReplyError | None = None
     metadata: dict[str, Any] = {}
+    reasoning: tuple[Reasoning, ...] = ()
+    """Reasoning returned beside the text, as an API that wants it back
+    gives it (a reply made in code; a script file gives none)."""
 
 
 class Script(msgspec.Struct, frozen=True, kw_only=True):
@@ -290,6 +293,7 @@ def _result(prompt: Prompt, reply: Reply) -> ResultEvent:
         tool_calls=reply.tool_calls,
         usage=usage,
         metadata=reply.metadata,
+        reasoning=reply.reasoning,
     )
 
 
