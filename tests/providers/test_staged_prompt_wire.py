@@ -23,7 +23,7 @@ import msgspec
 import pytest
 from conftest import Dialect
 from fake_api import FakeAPI, Reply, Request, sse_reply
-from wire import system_of, text_of
+from wire import system_of, text_of, tool_results
 
 from steward import events, replay
 from steward.actors import stages
@@ -76,21 +76,6 @@ def tools_of(request: Request) -> list[str]:
     for tool in request.body.get("tools") or []:
         offered.append(tool["function"]["name"] if "function" in tool else tool["name"])
     return sorted(offered)
-
-
-def tool_results(request: Request) -> list[tuple[str, str]]:
-    """The tool results the request holds: (call id, content)."""
-    found = []
-    for m in request.body["messages"]:
-        if m["role"] == "tool":
-            found.append((m["tool_call_id"], text_of(m["content"])))
-        elif isinstance(m["content"], list):
-            found += [
-                (b["tool_use_id"], text_of(b.get("content")))
-                for b in m["content"]
-                if b.get("type") == "tool_result"
-            ]
-    return found
 
 
 def wire(names: tuple[str, ...]) -> list[str]:
