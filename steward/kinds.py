@@ -10,8 +10,14 @@ events, decider, effects and read models, and one entry here.
 
 from __future__ import annotations
 
+from steward.actors import (
+    effects,
+    run_effects,
+    session_effects,
+    task_effects,
+    workflow_effects,
+)
 from steward.actors import run as run_actor
-from steward.actors import run_effects, session_effects, task_effects, workflow_effects
 from steward.actors import session as session_actor
 from steward.actors import task as task_actor
 from steward.actors import workflow as workflow_actor
@@ -60,6 +66,7 @@ RUN: Kind[run_actor.Run] = Kind(
         carried=True,
         projection=RUNS,
         derived=("run_id", "request_id", "timer_id"),
+        status=effects.status,
     ),
 )
 
@@ -114,6 +121,7 @@ WORKFLOW: Kind[workflow_actor.Workflow] = Kind(
         detach=workflow_effects.detach,
         projection=WORKFLOWS,
         derived=("workflow_id", "run_id", "request_id", "timer_id"),
+        status=effects.status,
     ),
 )
 
@@ -141,6 +149,7 @@ TASK: Kind[task_actor.Task] = Kind(
         show=task_effects.show,
         projection=TASKS,
         derived=("task_id", "request_id", "stream"),
+        status=effects.status,
     ),
 )
 

@@ -173,6 +173,11 @@ class Surface(Generic[S]):
     (``<id>/llm/1``, ``<id>-t2``): a fork renames them for its own
     (`steward.replay.remap`). The shared vocabulary's request and timer ids
     by default; a kind adds its own (``run_id``, ``session_id``, ...)."""
+    status: Callable[[S], str] | None = None
+    """An actor's status: ``new`` or ``pending`` before it starts, then its
+    own, ending in ``completed``, ``failed`` or ``cancelled``. The metrics
+    count actors started and ended by kind from it; ``None``: its actors
+    neither start nor end (a chat's session)."""
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -197,6 +198,7 @@ class Mailboxes:
     ) -> Commit | None:
         """Decide ``input`` on ``state`` (at ``version``) and append the step."""
         kind = self._kinds.of(stream)
+        started = time.perf_counter()
         decided = kind.decide_and_fold(input, state, self._prompt_cache)
         if decided is None:
             METRICS.refusals += 1
@@ -213,6 +215,13 @@ class Mailboxes:
             causation_id=causation_id,
         )
         self._recorded(commit, batch, after, prompt)
+        status = kind.surface.status
+        METRICS.step(
+            kind.name,
+            time.perf_counter() - started,
+            len(batch),
+            None if status is None else (status(state), status(after)),
+        )
         return commit
 
     def _recorded(
