@@ -124,6 +124,7 @@ class HostMetrics:
         self.genai_tokens: dict[tuple[str, str, str], Histogram] = {}
         self.tool_outcomes: dict[tuple[str, str], int] = {}
         self.tool_seconds: dict[str, Histogram] = {}
+        self.dead_letters: dict[str, int] = {}
         # gauges `steward serve` and `worker` refresh every few seconds
         self.projection_lag: int | None = None
         self.members: dict[str, int] | None = None
@@ -330,6 +331,13 @@ class _HostCollector(Collector):
             "Time a tool call took, by tool",
             ["tool"],
             {(k,): h for k, h in HOST.tool_seconds.items()},
+        )
+        yield _counter(
+            "steward_inbound_dead_letters",
+            "Inbound messages refused and kept on steward.deadletter.inbound, "
+            "by the error code they were refused with",
+            ["reason"],
+            {(k,): n for k, n in HOST.dead_letters.items()},
         )
         if HOST.projection_lag is not None:
             yield GaugeMetricFamily(

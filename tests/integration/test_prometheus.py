@@ -7,6 +7,7 @@ dashboard runs. `promtool` checks the shipped files."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import shutil
@@ -18,6 +19,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import nats as nats_py
 import pytest
 import yaml
 from mcp_support import free_port
@@ -76,6 +78,8 @@ provider = "scripted"
 script = "flaky.json"
 [agents.flaky]
 model = "flaky"
+[channels]
+web = "default"
 """
     )
 
@@ -159,7 +163,7 @@ def scraped(tmp_path: Path, nats: Any) -> Any:
         stderr=subprocess.PIPE,
     )
     try:
-        yield tmp_path, Prometheus(web)
+        yield tmp_path, Prometheus(web), nats.url
     finally:
         errors = stop_all([*hosts, prometheus])
         print("\n".join(e for e in errors if e))
@@ -176,8 +180,17 @@ def _start(tmp: Path, *argv: str) -> None:
     assert done.returncode == 0, done.stderr
 
 
+async def _inbound(url: str, subject: str) -> Any:
+    client = await nats_py.connect(url)
+    try:
+        said = await client.request(subject, b'{"version": 1, "text": "hi"}', 10)
+        return json.loads(said.data)
+    finally:
+        await client.close()
+
+
 def test_prometheus_sees_what_the_runs_did(scraped: Any) -> None:
-    tmp, prometheus = scraped
+    tmp, prometheus, nats_url = scraped
     prometheus.until('count(up{job="steward"} == 1)', 2)
     prometheus.until('max(steward_members{role="worker"})', 1)
     for n in range(OK_RUNS):
@@ -216,14 +229,22 @@ def test_prometheus_sees_what_the_runs_did(scraped: Any) -> None:
     prometheus.until('max(steward_projection_lag_events{role="serve"})', 0)
     # the partitions shared: 16 in all, each held by one member
     prometheus.until("sum(steward_partitions_held)", 16)
+    # a message for a channel no profile serves: refused, dead-lettered
+    refused = asyncio.run(_inbound(nats_url, "steward.inbound.nowhere"))
+    assert refused["error"]["code"] == "unknown_channel", refused
+    dead = 'steward_inbound_dead_letters_total{reason="unknown_channel"}'
+    prometheus.until(f"sum({dead})", 1)
 
-    # 2 of 10 calls failed: over the rule's 10%, so the alert fires
-    deadline = time.monotonic() + 60
+    # more calls fail, over the rule's 10%: the alert fires. (A counter's
+    # first sample is no increase to `rate`, so the failures go on until
+    # Prometheus has seen the failure counters grow.)
     firing: list[str] = []
-    while time.monotonic() < deadline and "StewardModelCallErrors" not in firing:
+    for n in range(20):
+        _start(tmp, f"fail again, {n}", "--profile", "flaky")
         alerts = prometheus.get("/api/v1/alerts")["alerts"]
         firing = [a["labels"]["alertname"] for a in alerts if a["state"] == "firing"]
-        time.sleep(0.25)
+        if "StewardModelCallErrors" in firing:
+            break
     assert "StewardModelCallErrors" in firing
     assert "StewardModelCallsWaiting" not in firing  # nothing waited 30 s
 
