@@ -22,6 +22,7 @@ from wsgiref.simple_server import WSGIServer
 
 import prometheus_client
 
+from steward import logs
 from steward.actors.llm import Provider
 from steward.bus import EventLog, JetStreamEventLog
 from steward.bus.jetstream.inputs import Inputs
@@ -62,6 +63,8 @@ async def cmd_worker(env: Env, args: argparse.Namespace) -> int:
 
 
 async def _serve(env: Env, args: argparse.Namespace, *, services: bool) -> int:
+    # JSON lines for a log collector; lines for a person on a terminal
+    logs.configure(logging.getLogger().level)
     provider = checked_provider(env)  # bad settings fail before the log is made
     lock = None
     if not env.distributed:

@@ -21,7 +21,7 @@ import logging
 from pathlib import Path
 from typing import Any, Protocol
 
-from steward import events
+from steward import events, logs
 from steward.actors.kind import Kind, Kinds
 from steward.actors.llm import RequestInfo
 from steward.actors.llm.effect import ModelCalls
@@ -104,6 +104,12 @@ class Calls:
 
     async def model(self, rec: Recorded, request: events.LlmRequested) -> Commit | None:
         """Ask the model ``request`` and submit its answer; the answer's commit."""
+        with logs.about(rec.stream, request_id=request.request_id):
+            return await self._model(rec, request)
+
+    async def _model(
+        self, rec: Recorded, request: events.LlmRequested
+    ) -> Commit | None:
         kept = self._mailboxes.take_prompt(request.request_id)
         kind = self._kinds.of(rec.stream)
         rid = request.request_id
@@ -122,7 +128,9 @@ class Calls:
         call = kind.reactor.model_call(state, request, self._prompt_cache, kept)
         if call.labels:
             said = " ".join(f"{k}={v}" for k, v in call.labels.items())
-            log.info("model call %s of %s: %s", rid, rec.stream, said)
+            stage = call.labels.get("stage")
+            extra = {} if stage is None else {"stage": str(stage)}
+            log.info("model call %s of %s: %s", rid, rec.stream, said, extra=extra)
         prompt = call.prompt
         info = RequestInfo(
             run_id=call.actor_id,
@@ -166,6 +174,10 @@ class Calls:
 
     async def tool(self, rec: Recorded, request: events.ToolRequested) -> None:
         """Make tool call ``request`` and submit its result."""
+        with logs.about(rec.stream, request_id=request.request_id):
+            await self._tool(rec, request)
+
+    async def _tool(self, rec: Recorded, request: events.ToolRequested) -> None:
         state, _ = await self._states.get(rec.stream)
         rid = request.request_id
         kind = self._kinds.of(rec.stream)

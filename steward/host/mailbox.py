@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from steward import events
+from steward import events, logs
 from steward.actors.kind import Kind, Kinds
 from steward.actors.prompt import Prompt, PromptCache
 from steward.bus import Commit, EventLog
@@ -152,6 +152,12 @@ class Mailboxes:
     async def _decide_and_commit(
         self, stream: str, input: Event, causation_id: str | None
     ) -> Commit | None:
+        with logs.about(stream):
+            return await self._decide_and_commit_of(stream, input, causation_id)
+
+    async def _decide_and_commit_of(
+        self, stream: str, input: Event, causation_id: str | None
+    ) -> Commit | None:
         kind = self._kinds.of(stream)
         states = self._states
         # An input that begins a stream this host knows nothing of is decided
@@ -216,12 +222,10 @@ class Mailboxes:
         )
         self._recorded(commit, batch, after, prompt)
         status = kind.surface.status
-        METRICS.step(
-            kind.name,
-            time.perf_counter() - started,
-            len(batch),
-            None if status is None else (status(state), status(after)),
-        )
+        statuses = None if status is None else (status(state), status(after))
+        METRICS.step(kind.name, time.perf_counter() - started, len(batch), statuses)
+        if statuses is not None and statuses[0] != statuses[1]:
+            log.info("%s %s: %s", kind.name, statuses[1], events.type_name(input))
         return commit
 
     def _recorded(
