@@ -35,10 +35,17 @@ NOT_STARTED = frozenset({"new", "pending"})
 ENDED = frozenset({"completed", "failed", "cancelled"})
 """The statuses an actor ends in."""
 
+
+def ended(before: str, after: str) -> bool:
+    """Whether an actor whose status went from ``before`` to ``after`` ended."""
+    return after in ENDED and before not in ENDED
+
+
 __all__ = [
     "COUNTED",
     "EFFECT_KINDS",
     "TIMED_KINDS",
+    "ended",
     "HOST",
     "Histogram",
     "HostMetrics",
@@ -160,7 +167,7 @@ class HostMetrics:
         before, after = statuses
         if before in NOT_STARTED and after not in NOT_STARTED:
             self.started[kind] = self.started.get(kind, 0) + 1
-        if after in ENDED and before not in ENDED:
+        if ended(before, after):
             self.ended[(kind, after)] = self.ended.get((kind, after), 0) + 1
 
     def model_call(

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -35,6 +36,7 @@ from steward.events import Event, Recorded
 from steward.host.claims import Claims
 from steward.host.mailbox import Mailboxes
 from steward.host.states import States
+from steward.host.traces import Traces
 
 log = logging.getLogger("steward.host")
 
@@ -78,7 +80,9 @@ class Calls:
         workspace: Path,
         reads: Any,
         tool_timeout: float,
+        traces: Traces | None = None,
     ) -> None:
+        self._traces = traces
         self._host = host
         self._clock = host.clock
         self._kinds = kinds
@@ -156,6 +160,7 @@ class Calls:
                 at=self._clock.now(),
             )
         else:
+            began_ns = time.time_ns()
             try:
                 answer = await self._models.answer(self._host, rec, prompt, info)
             except Exception as e:  # a provider's set-up (profile, key) failed
@@ -168,6 +173,18 @@ class Calls:
             finally:
                 if self._claims.renewing:
                     await self._claims.stop_renewing(request.request_id)
+            if self._traces is not None and answer is not None:
+                provider, model = self._models.named(info)
+                self._traces.chat(
+                    rec.stream,
+                    rec.correlation_id,
+                    rid,
+                    provider,
+                    model,
+                    began_ns,
+                    time.time_ns(),
+                    answer,
+                )
         if answer is None:
             return None
         return await self._record_answer(rec, answer)
@@ -204,6 +221,7 @@ class Calls:
             reads=self._reads,
             now=self._clock.now(),
         )
+        began_ns = time.time_ns()
         try:
             result = await call_tool(
                 self._tools,
@@ -212,6 +230,16 @@ class Calls:
                 timeout=self._tool_timeout,
                 clock=self._clock,
             )
+            if self._traces is not None:
+                self._traces.tool(
+                    rec.stream,
+                    rec.correlation_id,
+                    rid,
+                    request.name,
+                    began_ns,
+                    time.time_ns(),
+                    result.ok,
+                )
         finally:
             self._claims.ended(rid)
             if self._claims.renewing:

@@ -27,7 +27,8 @@ from steward.bus import Commit, EventLog
 from steward.errors import ConcurrencyError, StewardError
 from steward.events import Event
 from steward.host.states import States
-from steward.metrics import COUNTED
+from steward.host.traces import Traces
+from steward.metrics import COUNTED, ended
 from steward.metrics import HOST as METRICS
 
 log = logging.getLogger("steward.host")
@@ -67,6 +68,8 @@ class Mailboxes:
         max_conflict_retries: int = 20,
     ) -> None:
         self._log = log
+        self.traces: Traces | None = None
+        """Where the steps' spans go (`Host` sets it); ``None``: nowhere."""
         self._kinds = kinds
         self._states = states
         self._prompt_cache = prompt_cache
@@ -205,6 +208,7 @@ class Mailboxes:
         """Decide ``input`` on ``state`` (at ``version``) and append the step."""
         kind = self._kinds.of(stream)
         started = time.perf_counter()
+        began_ns = time.time_ns()
         decided = kind.decide_and_fold(input, state, self._prompt_cache)
         if decided is None:
             METRICS.refusals += 1
@@ -226,6 +230,14 @@ class Mailboxes:
         METRICS.step(kind.name, time.perf_counter() - started, len(batch), statuses)
         if statuses is not None and statuses[0] != statuses[1]:
             log.info("%s %s: %s", kind.name, statuses[1], events.type_name(input))
+        if self.traces is not None:
+            now = time.time_ns()
+            last = commit.last_version
+            traces = self.traces
+            traces.step(kind.name, stream, correlation_id, input, last, began_ns, now)
+            if statuses is not None and ended(*statuses):
+                outcome = statuses[1]
+                traces.ended(kind.name, stream, correlation_id, outcome, now, self._log)
         return commit
 
     def _recorded(

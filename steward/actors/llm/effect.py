@@ -77,6 +77,11 @@ class ModelCalls:
             LLM_WAITING.labels(priority).set_function(_waiting(self.slots, priority))
         self.delta_listeners: list[DeltaListener] = []
 
+    def named(self, info: RequestInfo) -> tuple[str, str]:
+        """The provider and model request ``info`` goes to (`_named`)."""
+        assert self.provider is not None
+        return _named(self.provider, info)
+
     async def answer(
         self, port: EffectPort, rec: Recorded, prompt: Prompt, info: RequestInfo
     ) -> Event | None:
