@@ -40,6 +40,7 @@ from steward.chats import message, open_session
 from steward.config.settings import Settings
 from steward.errors import StewardError
 from steward.host import Host
+from steward.metrics import HOST as METRICS
 
 __all__ = [
     "DEADLETTER_STREAM",
@@ -361,6 +362,7 @@ class Ingress:
         }
 
     async def _refuse(self, msg: Any, channel: str, code: str, reason: str) -> None:
+        METRICS.dead_letters[code] = METRICS.dead_letters.get(code, 0) + 1
         try:
             headers = dict(msg.headers or {})
             headers["Steward-Error-Code"] = code

@@ -79,6 +79,7 @@ RUN: Kind[run_actor.Run] = Kind(
             cost="cost_usd",
         ),
         cancel=effects.cancel,
+        status=effects.status,
     ),
 )
 
@@ -151,6 +152,7 @@ WORKFLOW: Kind[workflow_actor.Workflow] = Kind(
             output="reason",
         ),
         cancel=workflow_effects.cancel,
+        status=effects.status,
     ),
 )
 
@@ -190,6 +192,7 @@ TASK: Kind[task_actor.Task] = Kind(
             tokens="input_tokens + output_tokens",
         ),
         cancel=effects.cancel,
+        status=effects.status,
     ),
 )
 

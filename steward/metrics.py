@@ -16,18 +16,36 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client import REGISTRY
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+)
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from steward.events import Event
-from steward.events.protocol import LlmFailed, LlmResponded, ToolResulted
+from steward.events.protocol import LlmFailed, LlmResponded, ToolResulted, Usage
+
+NOT_STARTED = frozenset({"new", "pending"})
+"""The statuses of an actor not started yet (made, or queued for a host)."""
+ENDED = frozenset({"completed", "failed", "cancelled"})
+"""The statuses an actor ends in."""
+
+
+def ended(before: str, after: str) -> bool:
+    """Whether an actor whose status went from ``before`` to ``after`` ended."""
+    return after in ENDED and before not in ENDED
+
 
 __all__ = [
     "COUNTED",
     "EFFECT_KINDS",
     "TIMED_KINDS",
+    "ended",
     "HOST",
     "Histogram",
     "HostMetrics",
@@ -40,24 +58,39 @@ others are a commit each, counted in ``steward_effects_total``)."""
 
 _BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0)
 """Upper bounds in seconds, those of a default Prometheus histogram."""
+CALL_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+"""Upper bounds in seconds of a model or tool call, or of its wait for a slot."""
+BATCH_BUCKETS = (1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 16.0, 32.0, 64.0)
+"""Upper bounds of the events in one commit."""
+GENAI_DURATION_BUCKETS = (
+    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48,
+    40.96, 81.92,
+)  # fmt: skip
+"""``gen_ai.client.operation.duration``'s advised bucket bounds (seconds)."""
+GENAI_TOKEN_BUCKETS = (
+    1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0,
+    1048576.0, 4194304.0, 16777216.0, 67108864.0,
+)  # fmt: skip
+"""``gen_ai.client.token.usage``'s advised bucket bounds (tokens)."""
 
 
 class Histogram:
-    """Observations counted into `_BUCKETS` (plus +Inf), and their sum."""
+    """Observations counted into its buckets (plus +Inf), and their sum."""
 
-    __slots__ = ("counts", "sum")
+    __slots__ = ("bounds", "counts", "sum")
 
-    def __init__(self) -> None:
-        self.counts = [0] * (len(_BUCKETS) + 1)
+    def __init__(self, bounds: tuple[float, ...] = _BUCKETS) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
         self.sum = 0.0
 
     def observe(self, value: float) -> None:
-        self.counts[bisect_left(_BUCKETS, value)] += 1
+        self.counts[bisect_left(self.bounds, value)] += 1
         self.sum += value
 
     def cumulative(self) -> list[tuple[str, float]]:
         """(``le``, observations at or below it), as the exposition wants."""
-        bounds = [*(repr(b) for b in _BUCKETS), "+Inf"]
+        bounds = [*(repr(b) for b in self.bounds), "+Inf"]
         total, out = 0, []
         for bound, count in zip(bounds, self.counts, strict=True):
             total += count
@@ -84,6 +117,25 @@ class HostMetrics:
         self.llm_tokens = dict.fromkeys(("input", "output"), 0)
         self.llm_cost_usd = 0.0
         self.tool_calls = dict.fromkeys(("ok", "error"), 0)
+        # by bounded labels (never an actor's id): each key a tuple of them
+        self.started: dict[str, int] = {}
+        self.ended: dict[tuple[str, str], int] = {}
+        self.steps: dict[str, Histogram] = {}
+        self.batches: dict[str, Histogram] = {}
+        self.model_calls: dict[tuple[str, str, str], int] = {}
+        self.model_seconds: dict[tuple[str, str], Histogram] = {}
+        self.model_wait: dict[str, Histogram] = {}
+        self.model_tokens: dict[tuple[str, str, str], int] = {}
+        self.model_cost: dict[tuple[str, str], float] = {}
+        self.genai_duration: dict[tuple[str, str, str], Histogram] = {}
+        self.genai_tokens: dict[tuple[str, str, str], Histogram] = {}
+        self.tool_outcomes: dict[tuple[str, str], int] = {}
+        self.tool_seconds: dict[str, Histogram] = {}
+        self.dead_letters: dict[str, int] = {}
+        # gauges `steward serve` and `worker` refresh every few seconds
+        self.projection_lag: int | None = None
+        self.members: dict[str, int] | None = None
+        self.partitions_held: int | None = None
 
     def record(self, event: Event) -> None:
         """Count ``event``, committed by this process (see `COUNTED`)."""
@@ -98,6 +150,78 @@ class HostMetrics:
             case ToolResulted(ok=ok):
                 self.tool_calls["ok" if ok else "error"] += 1
 
+    def step(
+        self,
+        kind: str,
+        seconds: float,
+        events: int,
+        statuses: tuple[str, str] | None = None,
+    ) -> None:
+        """A decision of an actor of ``kind`` committed: ``seconds`` to
+        decide and append, ``events`` in the commit, the actor's status
+        before and after (`Surface.status`) when its kind says one."""
+        _histogram(self.steps, kind, CALL_BUCKETS).observe(seconds)
+        _histogram(self.batches, kind, BATCH_BUCKETS).observe(events)
+        if statuses is None:
+            return
+        before, after = statuses
+        if before in NOT_STARTED and after not in NOT_STARTED:
+            self.started[kind] = self.started.get(kind, 0) + 1
+        if ended(before, after):
+            self.ended[(kind, after)] = self.ended.get((kind, after), 0) + 1
+
+    def model_call(
+        self,
+        provider: str,
+        model: str,
+        outcome: str,
+        seconds: float,
+        usage: Usage | None = None,
+        cost: float = 0.0,
+    ) -> None:
+        """A model call of ``model`` (a ``[models]`` table's model, through
+        ``provider``) ended: ``ok``, or the kind of its failure."""
+        key = (provider, model)
+        self.model_calls[(*key, outcome)] = self.model_calls.get((*key, outcome), 0) + 1
+        _histogram(self.model_seconds, key, CALL_BUCKETS).observe(seconds)
+        error = "" if outcome == "ok" else outcome
+        duration = _histogram(
+            self.genai_duration, (*key, error), GENAI_DURATION_BUCKETS
+        )
+        duration.observe(seconds)
+        if usage is None:
+            return
+        for kind, tokens in (
+            ("input", usage.input_tokens),
+            ("output", usage.output_tokens),
+        ):
+            self.model_tokens[(*key, kind)] = (
+                self.model_tokens.get((*key, kind), 0) + tokens
+            )
+            _histogram(self.genai_tokens, (*key, kind), GENAI_TOKEN_BUCKETS).observe(
+                tokens
+            )
+        self.model_cost[key] = self.model_cost.get(key, 0.0) + cost
+
+    def waited(self, priority: str, seconds: float) -> None:
+        """A model call of ``priority`` waited ``seconds`` for a slot."""
+        _histogram(self.model_wait, priority, CALL_BUCKETS).observe(max(0.0, seconds))
+
+    def tool_call(self, tool: str, ok: bool, seconds: float) -> None:
+        """A call of ``tool`` (a registered name, or ``unknown``) ended."""
+        key = (tool, "ok" if ok else "error")
+        self.tool_outcomes[key] = self.tool_outcomes.get(key, 0) + 1
+        _histogram(self.tool_seconds, tool, CALL_BUCKETS).observe(seconds)
+
+
+def _histogram(
+    histograms: dict[Any, Histogram], key: Any, bounds: tuple[float, ...]
+) -> Histogram:
+    found = histograms.get(key)
+    if found is None:
+        found = histograms[key] = Histogram(bounds)
+    return found
+
 
 COUNTED = frozenset({LlmResponded, LlmFailed, ToolResulted})
 """The event types `HostMetrics.record` counts; the host skips the rest."""
@@ -107,7 +231,7 @@ HOST = HostMetrics()
 
 
 class _HostCollector(Collector):
-    def collect(self) -> Iterator[CounterMetricFamily | HistogramMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         yield CounterMetricFamily(
             "steward_commits", "Commits appended by the host", value=HOST.commits
         )
@@ -147,6 +271,139 @@ class _HostCollector(Collector):
             "outcome",
             HOST.tool_calls,
         )
+        yield _counter(
+            "steward_actors_started",
+            "Actors begun by this process, by kind",
+            ["kind"],
+            {(k,): n for k, n in HOST.started.items()},
+        )
+        yield _counter(
+            "steward_actors_ended",
+            "Actors this process ended, by kind and outcome",
+            ["kind", "outcome"],
+            HOST.ended,
+        )
+        yield _histograms(
+            "steward_step_seconds",
+            "Time to decide an input and append the step, by actor kind",
+            ["kind"],
+            {(k,): h for k, h in HOST.steps.items()},
+        )
+        yield _histograms(
+            "steward_commit_events",
+            "Events in one commit, by actor kind",
+            ["kind"],
+            {(k,): h for k, h in HOST.batches.items()},
+        )
+        yield _counter(
+            "steward_model_calls",
+            "Model calls this process made, by provider, model and outcome "
+            "(ok, or the kind of failure)",
+            ["provider", "model", "outcome"],
+            HOST.model_calls,
+        )
+        yield _histograms(
+            "steward_model_call_seconds",
+            "Time a model call took, by provider and model",
+            ["provider", "model"],
+            HOST.model_seconds,
+        )
+        yield _histograms(
+            "steward_model_call_wait_seconds",
+            "Time a model call waited for a slot, by priority (schedule to "
+            "start: long waits mean add workers or slots)",
+            ["priority"],
+            {(k,): h for k, h in HOST.model_wait.items()},
+        )
+        yield _counter(
+            "steward_model_tokens",
+            "Model tokens, by provider, model and type (input, output)",
+            ["provider", "model", "type"],
+            HOST.model_tokens,
+        )
+        yield _counter(
+            "steward_model_cost_usd",
+            "US dollars spent on model calls, by provider and model",
+            ["provider", "model"],
+            HOST.model_cost,
+        )
+        yield _counter(
+            "steward_tool_calls_by_tool",
+            "Tool calls this process made, by tool and outcome",
+            ["tool", "outcome"],
+            HOST.tool_outcomes,
+        )
+        yield _histograms(
+            "steward_tool_call_seconds",
+            "Time a tool call took, by tool",
+            ["tool"],
+            {(k,): h for k, h in HOST.tool_seconds.items()},
+        )
+        yield _counter(
+            "steward_inbound_dead_letters",
+            "Inbound messages refused and kept on steward.deadletter.inbound, "
+            "by the error code they were refused with",
+            ["reason"],
+            {(k,): n for k, n in HOST.dead_letters.items()},
+        )
+        if HOST.projection_lag is not None:
+            yield GaugeMetricFamily(
+                "steward_projection_lag_events",
+                "Events recorded in the log that the projections have not applied",
+                value=HOST.projection_lag,
+            )
+        if HOST.members is not None:
+            members = GaugeMetricFamily(
+                "steward_members",
+                "Live members of the log's workers bucket, by role (serve, worker)",
+                labels=["role"],
+            )
+            for role in ("serve", "worker"):
+                members.add_metric([role], HOST.members.get(role, 0))
+            yield members
+        if HOST.partitions_held is not None:
+            yield GaugeMetricFamily(
+                "steward_partitions_held",
+                "Partitions of the log this member holds (its share of the work)",
+                value=HOST.partitions_held,
+            )
+        yield _histograms(
+            "gen_ai_client_operation_duration_seconds",
+            "GenAI operation duration (OpenTelemetry gen_ai.client.operation.duration)",
+            _GENAI + ["error_type"],
+            {(_CHAT, *k): h for k, h in HOST.genai_duration.items()},
+        )
+        yield _histograms(
+            "gen_ai_client_token_usage",
+            "Number of input and output tokens used (OpenTelemetry "
+            "gen_ai.client.token.usage)",
+            _GENAI + ["gen_ai_token_type"],
+            {(_CHAT, *k): h for k, h in HOST.genai_tokens.items()},
+        )
+
+
+_CHAT = "chat"
+"""``gen_ai.operation.name`` of every model call steward makes."""
+_GENAI = ["gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model"]
+"""The GenAI conventions' attributes, as their Prometheus mapping names them."""
+
+
+def _counter(
+    name: str, help: str, labels: list[str], counts: dict[Any, Any]
+) -> CounterMetricFamily:
+    family = CounterMetricFamily(name, help, labels=labels)
+    for key, count in sorted(counts.items()):
+        family.add_metric(list(key), count)
+    return family
+
+
+def _histograms(
+    name: str, help: str, labels: list[str], histograms: dict[Any, Histogram]
+) -> HistogramMetricFamily:
+    family = HistogramMetricFamily(name, help, labels=labels)
+    for key, histogram in sorted(histograms.items()):
+        family.add_metric(list(key), histogram.cumulative(), histogram.sum)
+    return family
 
 
 def _labelled(

@@ -11,6 +11,8 @@ under ``steward/actors/llm`` and ``steward/actors/tools`` do.
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from steward.actors.prompt import Prompt
@@ -26,6 +28,7 @@ from steward.events.protocol import (
 )
 
 __all__ = [
+    "status",
     "ArmTimer",
     "CallModel",
     "CallTool",
@@ -143,6 +146,12 @@ class Pending(msgspec.Struct, frozen=True, kw_only=True):
     wants: tuple[Want, ...] = ()
     answers: tuple[str, ...] = ()
     ended: bool = False
+
+
+def status(state: Any) -> str:
+    """``state``'s status: `Surface.status` of the kinds (run, workflow,
+    task) whose states keep it in a ``status`` field."""
+    return str(state.status)
 
 
 def calls_pending(event: Event) -> Pending | None:

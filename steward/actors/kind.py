@@ -213,6 +213,11 @@ class Surface(Generic[S]):
     cancel: Callable[[str, float], Event] | None = None
     """The operator's input asking an actor to stop, given a reason and the
     time it is asked (the console's cancel); ``None``: it cannot be asked."""
+    status: Callable[[S], str] | None = None
+    """An actor's status: ``new`` or ``pending`` before it starts, then its
+    own, ending in ``completed``, ``failed`` or ``cancelled``. The metrics
+    count actors started and ended by kind from it; ``None``: its actors
+    neither start nor end (a chat's session)."""
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from steward.bus.sqlite import check_file
 from steward.config import LogConfig, Settings
 from steward.errors import ConfigError, NotFoundError, StewardError, ToolError
 from steward.events.protocol import ToolSpec
+from steward.host.traces import Traces, from_settings
 from steward.kinds import KINDS
 from steward.projections.store import Projector
 
@@ -55,6 +56,7 @@ class Env:
     kinds: Kinds = KINDS
     """The actor kinds the commands serve (the log decodes their events)."""
     _tools: ToolRegistry | None = field(default=None, repr=False)
+    _traces: Traces | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.log_url = self.log_url or str(self.db)
@@ -88,10 +90,28 @@ class Env:
             self._tools = tools
         return self._tools
 
+    def traces(self) -> Traces | None:
+        """Where this process's hosts send their spans (``[otel]``); ``None``
+        for nowhere.
+
+        Raises:
+            ConfigError: the exporter asked for is not installed.
+        """
+        if self._traces is None:
+            config = self.settings.otel
+            try:
+                self._traces = from_settings(config.exporter, config.endpoint)
+            except ImportError as e:
+                raise ConfigError("settings", "otel.exporter", str(e)) from None
+        return self._traces
+
     async def close(self) -> None:
-        """Stop the ``[mcp]`` servers this process started."""
+        """Stop the ``[mcp]`` servers this process started, and send the
+        spans still buffered."""
         if self._tools is not None:
             await self._tools.close()
+        if self._traces is not None:
+            self._traces.shutdown()
 
     async def offered(self, servers: list[str]) -> tuple[ToolSpec, ...]:
         """What a new actor may be offered: the built-in tools of runs and

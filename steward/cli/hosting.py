@@ -65,6 +65,7 @@ def new_host(env: Env, log: EventLog, projector: Projector | None, **kw: Any) ->
         log,
         provider=kw.pop("provider", None) or checked_provider(env),
         tools=env.tools(),
+        traces=env.traces(),
         workspace=Path(env.settings.tools.workspace),
         llm_concurrency=env.settings.llm_max_concurrency,
         tool_timeout=env.settings.tools.timeout,

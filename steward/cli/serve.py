@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import signal
 import sys
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from wsgiref.simple_server import WSGIServer
 
 import prometheus_client
 
+from steward import logs
 from steward.actors.llm import Provider
 from steward.bus import EventLog, JetStreamEventLog
 from steward.bus.jetstream.inputs import Inputs
@@ -32,7 +35,11 @@ from steward.errors import ConfigError, StewardError
 from steward.host import Host
 from steward.hostlock import HostLock
 from steward.ingress import Ingress
+from steward.metrics import HOST as METRICS
 from steward.projections.metrics import endpoint_registry
+from steward.projections.store import Projector
+
+log_ = logging.getLogger("steward.serve")
 
 SHUTDOWN_SECONDS = 60.0
 """How long a stopping host waits for the calls in flight."""
@@ -56,6 +63,8 @@ async def cmd_worker(env: Env, args: argparse.Namespace) -> int:
 
 
 async def _serve(env: Env, args: argparse.Namespace, *, services: bool) -> int:
+    # JSON lines for a log collector; lines for a person on a terminal
+    logs.configure(logging.getLogger().level)
     provider = checked_provider(env)  # bad settings fail before the log is made
     lock = None
     if not env.distributed:
@@ -113,7 +122,11 @@ async def _serve_log(
             role = "serving" if services else f"working as {host.worker_id} on"
             env.out(f"steward {role} {env.log_url} (ctrl-c to stop)")
             sys.stdout.flush()  # seen at once through a pipe (`serve | tee`)
+            gauges = asyncio.create_task(
+                _gauges(log, None if worker else projector, membership)
+            )
             await stop.wait()
+            gauges.cancel()
             for close in intake:
                 await close()
             await drain(env, host, again)
@@ -125,6 +138,29 @@ async def _serve_log(
                 metrics.shutdown()
                 metrics.server_close()
     return 0
+
+
+GAUGE_SECONDS = 2.0
+"""How often the gauges read from the log and the members are refreshed."""
+
+
+async def _gauges(
+    log: EventLog, projector: Projector | None, membership: Membership | None
+) -> None:
+    """Keep the gauges a scrape reads (`steward.metrics.HostMetrics`) fresh:
+    the projections' lag behind the log, the live members by role and the
+    partitions this one holds."""
+    while True:
+        try:
+            if projector is not None:
+                METRICS.projection_lag = max(0, await log.head() - projector.position)
+            if membership is not None:
+                members = await membership.members()
+                METRICS.members = dict(Counter(m.role for m in members))
+                METRICS.partitions_held = len(membership.held)
+        except Exception as e:  # a lost connection: the next round tries again
+            log_.debug("refreshing the gauges failed: %s", e)
+        await asyncio.sleep(GAUGE_SECONDS)
 
 
 def _metrics_endpoint(env: Env, port: int | None) -> WSGIServer | None:

@@ -25,6 +25,7 @@ __all__ = [
     "McpServerConfig",
     "MetricsConfig",
     "ModelConfig",
+    "OtelConfig",
     "RunConfig",
     "Settings",
     "ToolsConfig",
@@ -189,6 +190,18 @@ class McpServerConfig(_Section, frozen=True, kw_only=True):
             raise ValueError("headers are for an HTTP server (url); this one is stdio")
         if self.url is not None and (self.args or self.env):
             raise ValueError("args and env are for a stdio server (command)")
+
+
+class OtelConfig(_Section, frozen=True, kw_only=True):
+    """``[otel]``: OpenTelemetry traces of the hosts (``pip install
+    'steward[otel]'``)."""
+
+    exporter: Literal["none", "console", "otlp"] | None = None
+    """Where spans go: ``otlp`` (with ``opentelemetry-exporter-otlp-proto-http``
+    installed), ``console`` (standard output), ``none``; unset reads
+    ``OTEL_TRACES_EXPORTER`` (none when that is unset too)."""
+    endpoint: str | None = None
+    """The OTLP endpoint; unset reads ``OTEL_EXPORTER_OTLP_ENDPOINT``."""
 
 
 class MetricsConfig(_Section, frozen=True, kw_only=True):
@@ -449,6 +462,9 @@ class Settings(_Section, frozen=True, kw_only=True):
 
     console: ConsoleConfig = msgspec.field(default_factory=ConsoleConfig)
     """``[console]``: the web page of ``steward console``."""
+
+    otel: OtelConfig = msgspec.field(default_factory=OtelConfig)
+    """``[otel]``: OpenTelemetry traces."""
 
     models: dict[str, ModelConfig] = msgspec.field(default_factory=_default_models)
     """``[models.<name>]``: the models profiles may use; ``default`` is the

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from steward import events
+from steward import events, logs
 from steward.actors.kind import Kind, Kinds
 from steward.actors.llm import RequestInfo
 from steward.actors.llm.effect import ModelCalls
@@ -35,6 +36,7 @@ from steward.events import Event, Recorded
 from steward.host.claims import Claims
 from steward.host.mailbox import Mailboxes
 from steward.host.states import States
+from steward.host.traces import Traces
 
 log = logging.getLogger("steward.host")
 
@@ -78,7 +80,9 @@ class Calls:
         workspace: Path,
         reads: Any,
         tool_timeout: float,
+        traces: Traces | None = None,
     ) -> None:
+        self._traces = traces
         self._host = host
         self._clock = host.clock
         self._kinds = kinds
@@ -104,6 +108,12 @@ class Calls:
 
     async def model(self, rec: Recorded, request: events.LlmRequested) -> Commit | None:
         """Ask the model ``request`` and submit its answer; the answer's commit."""
+        with logs.about(rec.stream, request_id=request.request_id):
+            return await self._model(rec, request)
+
+    async def _model(
+        self, rec: Recorded, request: events.LlmRequested
+    ) -> Commit | None:
         kept = self._mailboxes.take_prompt(request.request_id)
         kind = self._kinds.of(rec.stream)
         rid = request.request_id
@@ -122,7 +132,9 @@ class Calls:
         call = kind.reactor.model_call(state, request, self._prompt_cache, kept)
         if call.labels:
             said = " ".join(f"{k}={v}" for k, v in call.labels.items())
-            log.info("model call %s of %s: %s", rid, rec.stream, said)
+            stage = call.labels.get("stage")
+            extra = {} if stage is None else {"stage": str(stage)}
+            log.info("model call %s of %s: %s", rid, rec.stream, said, extra=extra)
         prompt = call.prompt
         info = RequestInfo(
             run_id=call.actor_id,
@@ -148,6 +160,7 @@ class Calls:
                 at=self._clock.now(),
             )
         else:
+            began_ns = time.time_ns()
             try:
                 answer = await self._models.answer(self._host, rec, prompt, info)
             except Exception as e:  # a provider's set-up (profile, key) failed
@@ -160,12 +173,28 @@ class Calls:
             finally:
                 if self._claims.renewing:
                     await self._claims.stop_renewing(request.request_id)
+            if self._traces is not None and answer is not None:
+                provider, model = self._models.named(info)
+                self._traces.chat(
+                    rec.stream,
+                    rec.correlation_id,
+                    rid,
+                    provider,
+                    model,
+                    began_ns,
+                    time.time_ns(),
+                    answer,
+                )
         if answer is None:
             return None
         return await self._record_answer(rec, answer)
 
     async def tool(self, rec: Recorded, request: events.ToolRequested) -> None:
         """Make tool call ``request`` and submit its result."""
+        with logs.about(rec.stream, request_id=request.request_id):
+            await self._tool(rec, request)
+
+    async def _tool(self, rec: Recorded, request: events.ToolRequested) -> None:
         state, _ = await self._states.get(rec.stream)
         rid = request.request_id
         kind = self._kinds.of(rec.stream)
@@ -192,6 +221,7 @@ class Calls:
             reads=self._reads,
             now=self._clock.now(),
         )
+        began_ns = time.time_ns()
         try:
             result = await call_tool(
                 self._tools,
@@ -200,6 +230,16 @@ class Calls:
                 timeout=self._tool_timeout,
                 clock=self._clock,
             )
+            if self._traces is not None:
+                self._traces.tool(
+                    rec.stream,
+                    rec.correlation_id,
+                    rid,
+                    request.name,
+                    began_ns,
+                    time.time_ns(),
+                    result.ok,
+                )
         finally:
             self._claims.ended(rid)
             if self._claims.renewing:

@@ -31,6 +31,7 @@ from steward.host.dispatch import Dispatcher, Listener
 from steward.host.mailbox import Mailboxes
 from steward.host.pending import Inputs, Membership, PendingIndex
 from steward.host.states import States
+from steward.host.traces import Traces
 from steward.kinds import KINDS
 
 
@@ -57,8 +58,11 @@ class Host:
         membership: Membership | None = None,
         reads: ReadModels | None = None,
         inputs: Inputs | None = None,
+        traces: Traces | None = None,
     ) -> None:
         self.log = log
+        self.traces = traces
+        """Where this host's spans go (`steward.host.traces`); ``None``: none."""
         self.kinds = kinds
         """The actor kinds this host serves (its log decodes their events)."""
         union = getattr(log, "union", None)  # a log of steward's has one
@@ -95,6 +99,7 @@ class Host:
             max_conflict_retries=max_conflict_retries,
         )
         """The streams' mailboxes and the commit loop behind `submit`."""
+        self.mailboxes.traces = traces
         self.claims = Claims(
             self.mailboxes,
             self.states,
@@ -120,6 +125,7 @@ class Host:
             workspace=self.workspace,
             reads=reads if reads is not None else projector,
             tool_timeout=tool_timeout,
+            traces=traces,
         )
         self.dispatcher = Dispatcher(
             log,
@@ -309,6 +315,8 @@ class Host:
                 except (asyncio.CancelledError, Exception):
                     pass
         await self.mailboxes.join()
+        if self.traces is not None:
+            await self.traces.settle()
         if self.tools is not None:
             await self.tools.close()  # an MCP stdio server's process with it
         if self.projector is not None:

@@ -14,19 +14,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from steward import events
+from steward import events, logs
 from steward.actors.kind import Kind, Kinds
 from steward.actors.prompt import Prompt, PromptCache
 from steward.bus import Commit, EventLog
 from steward.errors import ConcurrencyError, StewardError
 from steward.events import Event
 from steward.host.states import States
-from steward.metrics import COUNTED
+from steward.host.traces import Traces
+from steward.metrics import COUNTED, ended
 from steward.metrics import HOST as METRICS
 
 log = logging.getLogger("steward.host")
@@ -66,6 +68,8 @@ class Mailboxes:
         max_conflict_retries: int = 20,
     ) -> None:
         self._log = log
+        self.traces: Traces | None = None
+        """Where the steps' spans go (`Host` sets it); ``None``: nowhere."""
         self._kinds = kinds
         self._states = states
         self._prompt_cache = prompt_cache
@@ -151,6 +155,12 @@ class Mailboxes:
     async def _decide_and_commit(
         self, stream: str, input: Event, causation_id: str | None
     ) -> Commit | None:
+        with logs.about(stream):
+            return await self._decide_and_commit_of(stream, input, causation_id)
+
+    async def _decide_and_commit_of(
+        self, stream: str, input: Event, causation_id: str | None
+    ) -> Commit | None:
         kind = self._kinds.of(stream)
         states = self._states
         # An input that begins a stream this host knows nothing of is decided
@@ -197,6 +207,8 @@ class Mailboxes:
     ) -> Commit | None:
         """Decide ``input`` on ``state`` (at ``version``) and append the step."""
         kind = self._kinds.of(stream)
+        started = time.perf_counter()
+        began_ns = time.time_ns()
         decided = kind.decide_and_fold(input, state, self._prompt_cache)
         if decided is None:
             METRICS.refusals += 1
@@ -213,6 +225,19 @@ class Mailboxes:
             causation_id=causation_id,
         )
         self._recorded(commit, batch, after, prompt)
+        status = kind.surface.status
+        statuses = None if status is None else (status(state), status(after))
+        METRICS.step(kind.name, time.perf_counter() - started, len(batch), statuses)
+        if statuses is not None and statuses[0] != statuses[1]:
+            log.info("%s %s: %s", kind.name, statuses[1], events.type_name(input))
+        if self.traces is not None:
+            now = time.time_ns()
+            last = commit.last_version
+            traces = self.traces
+            traces.step(kind.name, stream, correlation_id, input, last, began_ns, now)
+            if statuses is not None and ended(*statuses):
+                outcome = statuses[1]
+                traces.ended(kind.name, stream, correlation_id, outcome, now, self._log)
         return commit
 
     def _recorded(

@@ -18,7 +18,7 @@ import steward
 ROOT = Path(steward.__file__).parent
 
 LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"errors", "isotime", "clock"}),
+    frozenset({"errors", "isotime", "clock", "logs"}),
     frozenset({"events"}),
     frozenset({"config", "bus", "metrics"}),
     frozenset({"actors"}),

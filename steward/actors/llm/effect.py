@@ -77,6 +77,11 @@ class ModelCalls:
             LLM_WAITING.labels(priority).set_function(_waiting(self.slots, priority))
         self.delta_listeners: list[DeltaListener] = []
 
+    def named(self, info: RequestInfo) -> tuple[str, str]:
+        """The provider and model request ``info`` goes to (`_named`)."""
+        assert self.provider is not None
+        return _named(self.provider, info)
+
     async def answer(
         self, port: EffectPort, rec: Recorded, prompt: Prompt, info: RequestInfo
     ) -> Event | None:
@@ -107,6 +112,7 @@ class ModelCalls:
             )
             whole = getattr(target, "result", None)
 
+        named = _named(provider, info)
         rate = None
         if isinstance(provider, ModelRouter):
             rate = provider.rate_limiter(info, port.clock.now, port.clock.sleep)
@@ -117,11 +123,14 @@ class ModelCalls:
         attempt = 0
         while True:
             attempt += 1
+            started = port.clock.now()  # from the slot's taking, below
             try:
                 if rate is not None:
                     await rate.acquire(tokens)
+                asked = port.clock.now()
                 if not self.slots.take(info.priority):
                     await self.slots.acquire(info.priority)
+                METRICS.waited(info.priority, port.clock.now() - asked)
                 try:
                     # claimed once a slot is free, so a worker never holds
                     # more calls than it can make
@@ -141,6 +150,7 @@ class ModelCalls:
                 finally:
                     self.slots.release()
             except ProviderError as e:
+                METRICS.model_call(*named, e.kind, port.clock.now() - started)
                 if record:
                     await keep_stream(attempt, complete=False)
                 message = str(e).removeprefix(f"{e.kind}: ")
@@ -167,6 +177,7 @@ class ModelCalls:
                     at=port.clock.now(),
                 )
             except Exception as e:  # a provider bug must not kill the host
+                METRICS.model_call(*named, "internal", port.clock.now() - started)
                 if record:
                     await keep_stream(attempt, complete=False)
                 return events.LlmFailed(
@@ -179,13 +190,15 @@ class ModelCalls:
             METRICS.effect_seconds["llm"].observe(max(0.0, now - started))
             if record:
                 await keep_stream(attempt, complete=True)
-            cost = getattr(provider, "cost", None)
+            price = getattr(provider, "cost", None)
+            cost = price(info, result.usage) if price is not None else 0.0
+            METRICS.model_call(*named, "ok", now - started, result.usage, cost)
             return events.LlmResponded(
                 request_id=info.request_id,
                 text=result.text,
                 tool_calls=result.tool_calls,
                 usage=result.usage,
-                cost_usd=cost(info, result.usage) if cost is not None else 0.0,
+                cost_usd=cost,
                 attempts=attempt,
                 at=now,
                 reasoning=result.reasoning,
@@ -226,6 +239,15 @@ class _KeepStream(Protocol):
 
 async def _keep_nothing(attempt: int, complete: bool) -> None:
     pass
+
+
+def _named(provider: Provider, info: RequestInfo) -> tuple[str, str]:
+    """The provider and model a call of ``info`` goes to, as the metrics
+    label them (the configured ``[models]`` table's, so a bounded set)."""
+    if isinstance(provider, ModelRouter):
+        model = provider.model(info.profile, info.table)
+        return model.provider, model.model or model.provider
+    return type(provider).__name__.removesuffix("Provider").lower(), ""
 
 
 def _waiting(limiter: PriorityLimiter, priority: str) -> Callable[[], float]:

@@ -31,7 +31,12 @@ async def call_tool(
     outcome = await tools.call(
         request.name, request.args, ctx=ctx, timeout=request.timeout or timeout
     )
-    METRICS.effect_seconds["tool"].observe(max(0.0, clock.now() - started))
+    took = max(0.0, clock.now() - started)
+    METRICS.effect_seconds["tool"].observe(took)
+    # a name the model made up is no label of its own: the labels stay few
+    METRICS.tool_call(
+        request.name if request.name in tools else "unknown", outcome.ok, took
+    )
     return ToolResulted(
         request_id=request.request_id,
         ok=outcome.ok,

@@ -1,0 +1,135 @@
+"""The log lines of `serve` and `worker`: JSON lines when they are not on a
+terminal, each carrying the actor it is about, and no secret.
+
+The host says which actor it works for with `about` (a context variable,
+so each effect's task keeps its own): the stream, the kind and the actor's
+id, and for a model or tool call its request id and, for a staged run, the
+stage. `Context` adds those to every log record; `JsonLines` writes a record
+as one JSON object. Both write the value of any environment variable whose
+name says it is a secret (``*_KEY``, ``*_TOKEN``, ``*_SECRET``,
+``*PASSWORD*``) as ``[redacted]``, wherever it appears.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+import logging
+import os
+import re
+import sys
+import time
+from collections.abc import Iterator, Mapping
+
+__all__ = ["Context", "JsonLines", "about", "configure", "secrets_of"]
+
+_ACTOR: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar(
+    "steward_actor", default=None
+)
+FIELDS = ("stream", "kind", "actor_id", "request_id", "stage")
+"""What a line may say of the actor it is about, in this order."""
+_SECRET_NAME = re.compile(r"(_KEY|_TOKEN|_SECRET)$|PASSWORD", re.I)
+REDACTED = "[redacted]"
+
+
+@contextlib.contextmanager
+def about(stream: str, **more: str) -> Iterator[None]:
+    """Log lines written inside are about actor ``stream`` (``KIND.ID``),
+    with ``more`` of `FIELDS` (``request_id``, ``stage``)."""
+    kind, _, actor_id = stream.partition(".")
+    said = {"stream": stream, "kind": kind, "actor_id": actor_id, **more}
+    token = _ACTOR.set(said)
+    try:
+        yield
+    finally:
+        _ACTOR.reset(token)
+
+
+def secrets_of(environ: Mapping[str, str]) -> tuple[str, ...]:
+    """The values of ``environ``'s variables whose names say they are
+    secrets, longest first (one that holds another is replaced whole)."""
+    found = {v for k, v in environ.items() if _SECRET_NAME.search(k) and len(v) >= 6}
+    return tuple(sorted(found, key=len, reverse=True))
+
+
+def _redacted(text: str, secrets: tuple[str, ...]) -> str:
+    for secret in secrets:
+        text = text.replace(secret, REDACTED)
+    return text
+
+
+class Context(logging.Filter):
+    """Adds the actor a record is about (`about`) to it, as attributes named
+    by `FIELDS`."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        for name, value in (_ACTOR.get() or {}).items():
+            setattr(record, name, value)
+        return True
+
+
+class JsonLines(logging.Formatter):
+    """A record as one JSON object: ``at`` (UTC, ISO 8601), ``level``,
+    ``logger``, ``message``, what it says of its actor, and ``error`` (the
+    traceback) when it has one; secrets redacted."""
+
+    def __init__(self, secrets: tuple[str, ...] = ()) -> None:
+        super().__init__()
+        self.secrets = secrets
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, str] = {
+            "at": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for name in FIELDS:
+            value = getattr(record, name, None)
+            if value:
+                line[name] = str(value)
+        if record.exc_info:
+            line["error"] = self.formatException(record.exc_info)
+        said = json.dumps(line, ensure_ascii=False)
+        return _redacted(said, self.secrets)
+
+
+class _Human(logging.Formatter):
+    """A line for a person: time, level, logger, the actor's stream in
+    brackets, the message; secrets redacted."""
+
+    def __init__(self, secrets: tuple[str, ...]) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+        self.secrets = secrets
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        stream = getattr(record, "stream", None)
+        said = super().formatMessage(record)
+        if stream:
+            head, _, message = said.partition(f"{record.name}: ")
+            said = f"{head}{record.name}: [{stream}] {message}"
+        return _redacted(said, self.secrets)
+
+
+def configure(level: int, *, json_lines: bool | None = None) -> None:
+    """Log at ``level`` to standard error: JSON lines when ``json_lines``
+    (``None``: when standard error is not a terminal), else lines for a
+    person; each with its actor, no secret of the environment."""
+    if json_lines is None:
+        json_lines = not sys.stderr.isatty()
+    secrets = secrets_of(os.environ)
+    root = logging.getLogger()
+    ours = [
+        h
+        for h in root.handlers
+        if type(h) is logging.StreamHandler and h.stream is sys.stderr
+    ]  # basicConfig's; another's (a test's capture) is left as it is
+    if not ours:
+        ours = [logging.StreamHandler(sys.stderr)]
+        root.addHandler(ours[0])
+    for handler in ours:
+        handler.addFilter(Context())
+        handler.setFormatter(JsonLines(secrets) if json_lines else _Human(secrets))
+    root.setLevel(level)
