@@ -125,10 +125,7 @@ def configure(level: int, *, json_lines: bool | None = None) -> None:
         h
         for h in root.handlers
         if type(h) is logging.StreamHandler and h.stream is sys.stderr
-    ]  # basicConfig's; another's (a test's capture) is left as it is
-    if not ours:
-        ours = [logging.StreamHandler(sys.stderr)]
-        root.addHandler(ours[0])
+    ]  # basicConfig's (`steward.cli.main`); another's is left as it is
     for handler in ours:
         handler.addFilter(Context())
         handler.setFormatter(JsonLines(secrets) if json_lines else _Human(secrets))
