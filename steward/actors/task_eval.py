@@ -388,8 +388,11 @@ class _Evaluation:
         started: Sequence[tuple[str, str | None, dict[str, Any]]],
         failed_limits: Sequence[str | None],
         max_calls: int,
-        trace: list[TraceLine] | None,
+        trace: list[TraceLine] | None = None,
+        saving: bool = True,
     ) -> None:
+        """An evaluation from ``checkpoint`` (``None``: the program's start),
+        which takes checkpoints if ``saving``."""
         self.templates = templates
         self.results = results
         self.started = started
@@ -407,6 +410,7 @@ class _Evaluation:
         from the top: a frame each, a ``let`` as its scope."""
         self.opaque = 0
         """The forms around it that a checkpoint cannot resume."""
+        self.saving = saving
         self.saved = checkpoint
         """The last checkpoint (``None``: the program's start)."""
         self.scopes: list[_Env] = []
@@ -511,7 +515,11 @@ class _Evaluation:
         value: Any = None
         for at in range(resumed.at if resumed else 0, len(nodes)):
             self.path.append(Body(at))
-            if not self.opaque and self.calls > (self.saved.calls if self.saved else 0):
+            if (
+                self.saving
+                and not self.opaque
+                and self.calls > (self.saved.calls if self.saved else 0)
+            ):
                 self.save()
             value = self.eval(nodes[at], env)
             self.path.pop()
@@ -963,7 +971,9 @@ def evaluate(
     result, the limit a failed call reached (``None`` if none). With a
     ``trace`` list, the lines of the evaluation's tree are appended to it.
     """
-    ev = _Evaluation(None, templates, results, started, failed_limits, max_calls, trace)
+    ev = _Evaluation(
+        None, templates, results, started, failed_limits, max_calls, trace, False
+    )
     return _run(ev, program, args).outcome
 
 
@@ -982,9 +992,7 @@ def resume(
     program with the same ``args`` over a prefix of the same results), with
     the same outcome; and the evaluation's last checkpoint. Only the calls
     after the checkpoint's are read from ``results`` and ``started``."""
-    ev = _Evaluation(
-        checkpoint, templates, results, started, failed_limits, max_calls, None
-    )
+    ev = _Evaluation(checkpoint, templates, results, started, failed_limits, max_calls)
     return _run(ev, program, args if checkpoint is None else {})
 
 
