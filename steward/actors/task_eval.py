@@ -206,13 +206,9 @@ class _Saving:
             return SavedLambda(value.params, value.body, self.scope(value.env))
         if kind is Decision:
             return Decision(value.action, self.value(value.value))
-        if kind is tuple and any(type(v) in _HOLDERS for v in value):
+        if kind is tuple and any(type(v) in (Closure, Decision, tuple) for v in value):
             return tuple(self.value(v) for v in value)
         return value  # data, kept as it is: no value is changed in place
-
-
-_HOLDERS = (Closure, Decision, tuple)
-"""The values that may hold a lambda."""
 
 
 def _scopes_of(checkpoint: Checkpoint) -> list[_Env]:
@@ -492,8 +488,8 @@ class _Evaluation:
             head = node.items[0]
             name = head.name if type(head) is Sym else None
             special = _SPECIAL.get(name) if name is not None else None
-            if name in _RESUMABLE:
-                return special(self, node, env)  # type: ignore[misc]
+            if special is not None and name in _RESUMABLE:
+                return special(self, node, env)
             self.opaque += 1
             if special is not None:
                 value = special(self, node, env)
