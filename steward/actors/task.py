@@ -2,9 +2,11 @@
 
 A task's state holds its program (read once, when it is created), the
 templates it may call, the calls it started and finished, and the atomic
-call in flight. After each finished call the program is evaluated again
-from its start over the results so far (`steward.actors.task_eval`): its
-next call is started, or the task ends with its value or its error.
+call in flight. When a call finishes, the state's program is evaluated
+again over the results so far (`steward.actors.task_eval`), from the
+checkpoint its last evaluation left (so a step costs the same however many
+calls came before it): what it does next is part of the state, and the
+decider starts its next call, or ends the task with its value or its error.
 
 An atomic call is a conversation with the model, the Handler of the spec:
 the template's instructions with its parameters substituted, the context it
@@ -21,7 +23,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar, overload
 
 import msgspec
 from msgspec.structs import replace
@@ -29,6 +32,7 @@ from msgspec.structs import replace
 from steward.actors.effects import Claims, claim_on, claimable, claimed, unclaimed
 from steward.actors.prompt import Prompt, prompt_hash
 from steward.actors.task_eval import (
+    Checkpoint,
     Done,
     Failed,
     Need,
@@ -37,6 +41,7 @@ from steward.actors.task_eval import (
     defined_atoms,
     evaluate,
     reserved_problems,
+    resume,
 )
 from steward.actors.task_lang import Node, ParseError, parse
 from steward.actors.task_templates import (
@@ -163,6 +168,12 @@ class Task(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     value: Any = None
     error: TaskError | None = None
     claims: Claims = ()
+    next: Need | TaskCompleted | TaskFailed | None = None
+    """What the program does next, evaluated when the task is created and
+    when a call finishes: the call it asks for, or the event that ends the
+    task."""
+    checkpoint: Checkpoint | None = None
+    """Where the next evaluation starts (``None``: the program's start)."""
 
 
 initial = Task()
@@ -291,7 +302,8 @@ def evolve(state: Task, event: Event) -> Task:
                 ),
             )
         case CallFinished() as finished:
-            return replace(state, finished=(*state.finished, finished), atom=None)
+            after = replace(state, finished=(*state.finished, finished), atom=None)
+            return _evaluated(after)
         case TaskCompleted(output=output, value=value):
             return replace(state, status="completed", output=output, value=value)
         case TaskFailed(error=error):
@@ -317,7 +329,7 @@ def _created(state: Task, event: TaskCreated) -> Task:
         found = [*template_problems(t), *reserved_problems(t)]
         if problem is None and found:
             problem = f"template {t.name}: {found[0]}"
-    return replace(
+    created = replace(
         state,
         id=event.task_id,
         created=event,
@@ -326,6 +338,67 @@ def _created(state: Task, event: TaskCreated) -> Task:
         problem=problem,
         status="running",
     )
+    if problem is not None:
+        error = TaskError(kind="eval", message=f"the program: {problem}")
+        return replace(created, next=TaskFailed(error=error, reply_to=event.reply_to))
+    return _evaluated(created)
+
+
+def _evaluated(state: Task) -> Task:
+    """``state`` with its program evaluated over the calls finished so far,
+    from its checkpoint: what it does next, and the next checkpoint."""
+    created = state.created
+    assert created is not None
+    evaluated = resume(state.program, state.checkpoint, **_recorded(state))
+    end: Need | TaskCompleted | TaskFailed
+    match evaluated.outcome:
+        case Need() as need:
+            end = need
+        case Done(value=value):
+            output, value = text_of(value), plain(value)
+            end = TaskCompleted(output=output, value=value, reply_to=created.reply_to)
+        case Failed(error=error):
+            end = TaskFailed(error=error, reply_to=created.reply_to)
+    return replace(state, next=end, checkpoint=evaluated.checkpoint)
+
+
+def _recorded(state: Task) -> dict[str, Any]:
+    """What the evaluator is given of the task: its templates, arguments and
+    limit, and its calls as recorded (read by index, each when needed)."""
+    created = state.created
+    assert created is not None
+    finished = state.finished
+    return {
+        "templates": state.templates,
+        "args": created.args,
+        "results": _Each(finished, lambda f: Result(f.status, f.content, f.notes)),
+        "started": _Each(state.started, lambda s: (s.template, s.tool, s.args)),
+        "failed_limits": _Each(finished, lambda f: f.limit),
+        "max_calls": created.limits.max_calls,
+    }
+
+
+_T = TypeVar("_T")
+
+
+class _Each(Sequence[_T]):
+    """``items`` as ``read`` reads each, when it is read."""
+
+    def __init__(self, items: Sequence[Any], read: Callable[[Any], _T]) -> None:
+        self.items = items
+        self.read = read
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    @overload
+    def __getitem__(self, i: int) -> _T: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[_T]: ...
+    def __getitem__(self, i: int | slice) -> _T | Sequence[_T]:
+        if isinstance(i, slice):
+            return [self.read(x) for x in self.items[i]]
+        return self.read(self.items[i])
 
 
 def _instructions(state: Task, started: CallStarted) -> str:
@@ -443,22 +516,11 @@ def decide(input: Event, state: Task, scorer: Scorer = score) -> list[Event] | N
 
 
 def _advance(state: Task) -> list[Event]:
-    """Evaluate the program over the calls finished so far: start its next
-    call, or end the task."""
-    created = state.created
-    assert created is not None
-    if state.problem is not None:
-        error = TaskError(kind="eval", message=f"the program: {state.problem}")
-        return [TaskFailed(error=error, reply_to=created.reply_to)]
-    match evaluation(state):
-        case Done(value=value):
-            return [
-                TaskCompleted(
-                    output=text_of(value), value=plain(value), reply_to=created.reply_to
-                )
-            ]
-        case Failed(error=error):
-            return [TaskFailed(error=error, reply_to=created.reply_to)]
+    """What the program does next (``state.next``): start its next call, or
+    end the task."""
+    match state.next:
+        case TaskCompleted() | TaskFailed() as end:
+            return [end]
         case Need(tool=str(tool)) as need:
             started = CallStarted(call=need.call, tool=tool, args=need.args)
             request = ToolRequested(
@@ -477,20 +539,10 @@ def _advance(state: Task) -> list[Event]:
 
 
 def evaluation(state: Task, trace: list[TraceLine] | None = None) -> Outcome:
-    """The task's program evaluated over the calls it started and finished
-    (`task_eval.evaluate`), the lines of its tree added to ``trace`` if given."""
-    created = state.created
-    assert created is not None
-    return evaluate(
-        state.program,
-        templates=state.templates,
-        args=created.args,
-        results=[Result(f.status, f.content, f.notes) for f in state.finished],
-        started=[(s.template, s.tool, s.args) for s in state.started],
-        failed_limits=[f.limit for f in state.finished],
-        max_calls=created.limits.max_calls,
-        trace=trace,
-    )
+    """The task's program evaluated from its start over the calls it started
+    and finished (`task_eval.evaluate`), the lines of its tree added to
+    ``trace`` if given."""
+    return evaluate(state.program, trace=trace, **_recorded(state))
 
 
 def _ask(state: Task) -> list[Event]:

@@ -8,10 +8,19 @@ The first call with no result yet stops the evaluation: it is what the task
 asks for next (`Need`). Evaluating again from the start, with one result
 more, reaches the next call, and so on until the program has its value
 (`Done`) or fails (`Failed`, with the variables bound so far and the last
-loop iteration's output). Nothing is kept between evaluations, so a task
-resumed on another host, replayed or forked evaluates exactly as it did.
-Calls already recorded are checked: a program that now calls another
-template, or the same with other arguments, fails naming the call.
+loop iteration's output). Calls already recorded are checked: a program
+that now calls another template, or the same with other arguments, fails
+naming the call.
+
+So that a step costs the same however many calls came before it, an
+evaluation need not start from the top: `resume` starts from a `Checkpoint`,
+where the last evaluation stood before its last call (the start of a form
+of the program, of a ``progn`` or ``let`` body or of a loop iteration, with
+the scopes and counts it had there), and gives the next one with its
+outcome. A checkpoint is data, a function of the program and the results
+alone, so resuming from it gives exactly what evaluating from the top gives
+(`evaluate`): a task resumed on another host, replayed or forked evaluates
+as it did.
 
 The forms: ``bind``, ``let``, ``if``, ``progn``, ``quote``, ``and``,
 ``or``, ``defatom``, ``lambda``, ``loop``, ``director-evaluator-loop``,
@@ -26,7 +35,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -45,7 +54,9 @@ from steward.actors.task_values import (
 from steward.events.task import TaskError, Template
 
 __all__ = [
+    "Checkpoint",
     "Done",
+    "Evaluated",
     "Failed",
     "MAX_LEVELS",
     "MAX_STEPS",
@@ -56,6 +67,7 @@ __all__ = [
     "defined_atoms",
     "evaluate",
     "reserved_problems",
+    "resume",
 ]
 
 MAX_LEVELS = 100
@@ -102,6 +114,122 @@ class TraceLine(msgspec.Struct, frozen=True, gc=False):
     what: str
     text: str
     call: int | None = None
+
+
+# -- checkpoints ----------------------------------------------------------------------
+
+
+class Body(msgspec.Struct, frozen=True, gc=False):
+    """The form ``at`` of a body (the program's, a ``progn``'s or ``let``'s, a
+    loop iteration's) is evaluated next."""
+
+    at: int
+
+
+class Iteration(msgspec.Struct, frozen=True, gc=False):
+    """A ``loop`` of ``count`` iterations is in its iteration ``number``."""
+
+    count: int
+    number: int
+
+
+class Branch(msgspec.Struct, frozen=True, gc=False):
+    """An ``if`` evaluates its item ``taken`` (2: then, 3: else)."""
+
+    taken: int
+
+
+class Let(msgspec.Struct, frozen=True, gc=False):
+    """A ``let`` evaluates its body in scope ``scope`` (`Checkpoint.scopes`)."""
+
+    scope: int
+
+
+Frame = Body | Iteration | Branch | Let
+
+
+class Scope(msgspec.Struct, frozen=True, gc=False):
+    """A scope of a checkpoint: its variables and the scope around it (an
+    index into `Checkpoint.scopes`)."""
+
+    vars: dict[str, Any]
+    parent: int | None = None
+
+
+class SavedLambda(msgspec.Struct, frozen=True, gc=False):
+    """A lambda kept in a checkpoint: its scope is an index into
+    `Checkpoint.scopes` (scopes and lambdas refer to each other)."""
+
+    params: tuple[str, ...]
+    body: tuple[Node, ...]
+    scope: int
+
+
+class Checkpoint(msgspec.Struct, frozen=True, gc=False):
+    """Where an evaluation stood at the start of a form, as data: the forms
+    around it from the program's top (`frames`, each one a loop, ``if`` or
+    ``let`` in progress or a body's next form), its scopes (the first the
+    program's), the calls and evaluation steps made, the variables bound and
+    the last loop iteration's output. Forms whose progress a frame cannot
+    hold (a call's arguments, a lambda's body, a ``director-evaluator-loop``)
+    take no checkpoint inside them: the evaluation resumes from before."""
+
+    calls: int
+    steps: int
+    frames: tuple[Frame, ...]
+    scopes: tuple[Scope, ...]
+    bound: dict[str, Any]
+    last_iteration: Any = None
+
+
+class _Saving:
+    """A checkpoint's scopes, as they are kept: each scope reachable, given
+    its index when first met, and every lambda with its scope's index."""
+
+    def __init__(self) -> None:
+        self.index: dict[_Env, int] = {}
+        self.scopes: list[Scope] = []
+
+    def scope(self, env: _Env) -> int:
+        found = self.index.get(env)
+        if found is not None:
+            return found
+        parent = None if env.parent is None else self.scope(env.parent)
+        n = self.index[env] = len(self.scopes)
+        self.scopes.append(Scope({}))  # a lambda in it may refer to it
+        self.scopes[n] = Scope({k: self.value(v) for k, v in env.vars.items()}, parent)
+        return n
+
+    def value(self, value: Any) -> Any:
+        kind = type(value)
+        if kind is Closure:
+            return SavedLambda(value.params, value.body, self.scope(value.env))
+        if kind is Decision:
+            return Decision(value.action, self.value(value.value))
+        if kind is tuple and any(type(v) in (Closure, Decision, tuple) for v in value):
+            return tuple(self.value(v) for v in value)
+        return value  # data, kept as it is: no value is changed in place
+
+
+def _scopes_of(checkpoint: Checkpoint) -> list[_Env]:
+    """The scopes of ``checkpoint`` as an evaluation uses them."""
+    envs: list[_Env] = []
+    for scope in checkpoint.scopes:  # a scope comes after the one around it
+        envs.append(_Env(None if scope.parent is None else envs[scope.parent]))
+    for env, scope in zip(envs, checkpoint.scopes, strict=True):
+        env.vars = {k: _restored(v, envs) for k, v in scope.vars.items()}
+    return envs
+
+
+def _restored(value: Any, envs: list[_Env]) -> Any:
+    kind = type(value)
+    if kind is SavedLambda:
+        return Closure(value.params, value.body, envs[value.scope])
+    if kind is Decision:
+        return Decision(value.action, _restored(value.value, envs))
+    if kind is tuple and any(type(v) in (SavedLambda, Decision, tuple) for v in value):
+        return tuple(_restored(v, envs) for v in value)
+    return value
 
 
 class _Env:
@@ -244,16 +372,23 @@ def _datum(node: Node) -> Any:
             return [_datum(i) for i in items]
 
 
+_F = TypeVar("_F", Body, Iteration, Branch, Let)
+
+
 class _Evaluation:
     def __init__(
         self,
+        checkpoint: Checkpoint | None,
         templates: Mapping[str, Template],
         results: Sequence[Result],
         started: Sequence[tuple[str, str | None, dict[str, Any]]],
         failed_limits: Sequence[str | None],
         max_calls: int,
-        trace: list[TraceLine] | None,
+        trace: list[TraceLine] | None = None,
+        saving: bool = True,
     ) -> None:
+        """An evaluation from ``checkpoint`` (``None``: the program's start),
+        which takes checkpoints if ``saving``."""
         self.templates = templates
         self.results = results
         self.started = started
@@ -266,6 +401,54 @@ class _Evaluation:
         self.bound: dict[str, Any] = {}
         self.last_iteration: Any = None
         self.trace = trace
+        self.path: list[Frame | _Env] = []
+        """The forms around the one evaluated that a checkpoint can resume,
+        from the top: a frame each, a ``let`` as its scope."""
+        self.opaque = 0
+        """The forms around it that a checkpoint cannot resume."""
+        self.saving = saving
+        self.saved = checkpoint
+        """The last checkpoint (``None``: the program's start)."""
+        self.scopes: list[_Env] = []
+        """The resumed checkpoint's scopes."""
+        self.resuming: list[Frame] = []
+        """The resumed checkpoint's frames not yet reached, the next last."""
+        if checkpoint is None:
+            self.top = _Env()
+            return
+        self.scopes = _scopes_of(checkpoint)
+        self.top = self.scopes[0]
+        self.calls = checkpoint.calls
+        self.bound = {k: _restored(v, self.scopes) for k, v in checkpoint.bound.items()}
+        self.last_iteration = _restored(checkpoint.last_iteration, self.scopes)
+        self.resuming = list(reversed(checkpoint.frames))
+
+    # -- checkpoints ----------------------------------------------------------------
+
+    def resumed(self, kind: type[_F]) -> _F | None:
+        """The frame of the form entered, if the evaluation is on its way
+        back to its checkpoint (the form is then one of its frames')."""
+        if not self.resuming:
+            return None
+        frame = self.resuming.pop()
+        assert type(frame) is kind, (frame, kind)
+        if not self.resuming and self.saved is not None:
+            # there: the forms entered on the way were counted before
+            self.steps = self.saved.steps
+        return frame
+
+    def save(self) -> None:
+        """A checkpoint here, at the start of a body's form."""
+        saving = _Saving()
+        saving.scope(self.top)
+        frames = tuple(
+            Let(saving.scope(f)) if isinstance(f, _Env) else f for f in self.path
+        )
+        bound = {k: saving.value(v) for k, v in self.bound.items()}
+        last = saving.value(self.last_iteration)
+        self.saved = Checkpoint(
+            self.calls, self.steps, frames, tuple(saving.scopes), bound, last
+        )
 
     # -- the trace ----------------------------------------------------------------
 
@@ -303,21 +486,39 @@ class _Evaluation:
         self.levels += 1
         try:
             head = node.items[0]
-            if type(head) is Sym:
-                special = _SPECIAL.get(head.name)
-                if special is not None:
-                    return special(self, node, env)
-                return self.apply_named(head, node, env)
-            fn = self.eval(head, env)
-            args = [self.eval(a, env) for a in node.items[1:]]
-            return self.apply(fn, args, node)
+            name = head.name if type(head) is Sym else None
+            special = _SPECIAL.get(name) if name is not None else None
+            if special is not None and name in _RESUMABLE:
+                return special(self, node, env)
+            self.opaque += 1
+            if special is not None:
+                value = special(self, node, env)
+            elif type(head) is Sym:
+                value = self.apply_named(head, node, env)
+            else:
+                fn = self.eval(head, env)
+                args = [self.eval(a, env) for a in node.items[1:]]
+                value = self.apply(fn, args, node)
+            self.opaque -= 1
+            return value
         finally:
             self.levels -= 1
 
     def body(self, nodes: Sequence[Node], env: _Env) -> Any:
+        """The value of ``nodes`` evaluated in turn; a checkpoint at the start
+        of the first after a call, unless a form around cannot resume it."""
+        resumed = self.resumed(Body)
         value: Any = None
-        for n in nodes:
-            value = self.eval(n, env)
+        for at in range(resumed.at if resumed else 0, len(nodes)):
+            self.path.append(Body(at))
+            if (
+                self.saving
+                and not self.opaque
+                and self.calls > (self.saved.calls if self.saved else 0)
+            ):
+                self.save()
+            value = self.eval(nodes[at], env)
+            self.path.pop()
         return value
 
     def apply_named(self, head: Sym, node: Form, env: _Env) -> Any:
@@ -444,16 +645,24 @@ def _let(ev: _Evaluation, node: Form, env: _Env) -> Any:
     pairs = node.items[1]
     if not isinstance(pairs, Form):
         raise _Error("(let ((NAME EXPR) ...) BODY ...) needs a list of bindings", node)
-    scope = _Env(env)
     if ev.trace is not None:
         ev.note("form", "let " + " ".join(shown(p, 20) for p in pairs.items))
     ev.depth += 1
-    for pair in pairs.items:
-        if not isinstance(pair, Form) or len(pair.items) != 2:
-            raise _Error("a let binding is (NAME EXPR)", pair)
-        name = _sym(pair.items[0], "a let binding's name")
-        ev.bind(scope, name, ev.eval(pair.items[1], env))
+    resumed = ev.resumed(Let)
+    if resumed is not None:
+        scope = ev.scopes[resumed.scope]
+    else:
+        scope = _Env(env)
+        ev.opaque += 1  # no checkpoint in a binding's value
+        for pair in pairs.items:
+            if not isinstance(pair, Form) or len(pair.items) != 2:
+                raise _Error("a let binding is (NAME EXPR)", pair)
+            name = _sym(pair.items[0], "a let binding's name")
+            ev.bind(scope, name, ev.eval(pair.items[1], env))
+        ev.opaque -= 1
+    ev.path.append(scope)
     value = ev.body(node.items[2:], scope)
+    ev.path.pop()
     ev.depth -= 1
     return value
 
@@ -461,19 +670,22 @@ def _let(ev: _Evaluation, node: Form, env: _Env) -> Any:
 def _if(ev: _Evaluation, node: Form, env: _Env) -> Any:
     if len(node.items) not in (3, 4):
         raise _Error("(if TEST THEN [ELSE]) takes two or three arguments", node)
-    test = ev.eval(node.items[1], env)
-    taken = truthy(test)
-    branch = (
-        node.items[2] if taken else (node.items[3] if len(node.items) == 4 else None)
-    )
-    if ev.trace is not None:
-        ev.note(
-            "form", f"if {shown(node.items[1], 40)} -> {'then' if taken else 'else'}"
-        )
-    if branch is None:
+    resumed = ev.resumed(Branch)
+    if resumed is not None:
+        taken = resumed.taken
+    else:
+        ev.opaque += 1  # no checkpoint in the test
+        taken = 2 if truthy(ev.eval(node.items[1], env)) else 3
+        ev.opaque -= 1
+        if ev.trace is not None:
+            then = "then" if taken == 2 else "else"
+            ev.note("form", f"if {shown(node.items[1], 40)} -> {then}")
+    if taken == len(node.items):  # false, with no else
         return None
     ev.depth += 1
-    value = ev.eval(branch, env)
+    ev.path.append(Branch(taken))
+    value = ev.eval(node.items[taken], env)
+    ev.path.pop()
     ev.depth -= 1
     return value
 
@@ -536,14 +748,25 @@ def _loop(ev: _Evaluation, node: Form, env: _Env) -> Any:
     iteration answers. An iteration that answers ``(continue X)`` asks for
     another: if none is left, the task fails at its ``iterations`` limit."""
     _need(node, 2, "loop")
-    count = ev.eval(node.items[1], env)
-    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-        raise _Error(f"a loop's count must be a whole number >= 0, not {count!r}", node)
+    resumed = ev.resumed(Iteration)
+    if resumed is not None:
+        count, first = resumed.count, resumed.number
+    else:
+        ev.opaque += 1  # no checkpoint in the count
+        count = ev.eval(node.items[1], env)
+        ev.opaque -= 1
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise _Error(
+                f"a loop's count must be a whole number >= 0, not {count!r}", node
+            )
+        first = 1
     value: Any = None
-    for i in range(1, count + 1):
+    for i in range(first, count + 1):
         ev.note("iteration", f"loop iteration {i} of {count}")
         ev.depth += 1
+        ev.path.append(Iteration(count, i))
         value = ev.body(node.items[2:], env)  # a bind lasts to the next iteration
+        ev.path.pop()
         ev.depth -= 1
         ev.last_iteration = value.value if isinstance(value, Decision) else value
         if isinstance(value, Decision):
@@ -691,6 +914,10 @@ _SPECIAL: Mapping[str, Callable[[_Evaluation, Form, _Env], Any]] = MappingProxyT
 )
 
 
+_RESUMABLE = frozenset({"bind", "let", "if", "progn", "loop"})
+"""The forms a checkpoint may be inside: each resumes from its frame (a
+``bind`` and a ``progn`` need none)."""
+
 RESERVED = frozenset({*_SPECIAL, *PRIMITIVES, "true", "false", "nil"})
 """Names the language keeps: a template or parameter of one of these names
 could never be called or bound, so it is refused when it is read."""
@@ -713,6 +940,14 @@ def reserved_problems(template: Template) -> list[str]:
     return problems
 
 
+class Evaluated(msgspec.Struct, frozen=True, gc=False):
+    """An evaluation's outcome, and its last checkpoint (``None``: the
+    program's start), from which the next evaluation may resume."""
+
+    outcome: Outcome
+    checkpoint: Checkpoint | None
+
+
 def evaluate(
     program: Sequence[Node],
     *,
@@ -732,14 +967,40 @@ def evaluate(
     result, the limit a failed call reached (``None`` if none). With a
     ``trace`` list, the lines of the evaluation's tree are appended to it.
     """
-    ev = _Evaluation(templates, results, started, failed_limits, max_calls, trace)
-    env = _Env()
+    ev = _Evaluation(
+        None, templates, results, started, failed_limits, max_calls, trace, False
+    )
+    return _run(ev, program, args).outcome
+
+
+def resume(
+    program: Sequence[Node],
+    checkpoint: Checkpoint | None,
+    *,
+    templates: Mapping[str, Template],
+    args: Mapping[str, Any] = {},
+    results: Sequence[Result] = (),
+    started: Sequence[tuple[str, str | None, dict[str, Any]]] = (),
+    failed_limits: Sequence[str | None] = (),
+    max_calls: int = 1_000,
+) -> Evaluated:
+    """`evaluate`, from ``checkpoint`` (an earlier evaluation's, of the same
+    program with the same ``args`` over a prefix of the same results), with
+    the same outcome; and the evaluation's last checkpoint. Only the calls
+    after the checkpoint's are read from ``results`` and ``started``."""
+    ev = _Evaluation(checkpoint, templates, results, started, failed_limits, max_calls)
+    return _run(ev, program, args if checkpoint is None else {})
+
+
+def _run(
+    ev: _Evaluation, program: Sequence[Node], args: Mapping[str, Any]
+) -> Evaluated:
     for name, value in args.items():
-        ev.bind(env, name, value)
+        ev.bind(ev.top, name, value)
     try:
-        value = ev.body(program, env)
+        value = ev.body(program, ev.top)
     except _Stop as stop:
-        return stop.outcome
+        return Evaluated(stop.outcome, ev.saved)
     except _Limit as e:
         return _failed(ev, "limit", str(e), limit=e.limit, call=e.call)
     except _CallFailed as e:
@@ -752,7 +1013,7 @@ def evaluate(
         return _failed(ev, "eval", "the program nests too deeply to evaluate")
     if isinstance(value, Decision):
         value = value.value  # a continue or stop answered outside a loop
-    return Done(value)
+    return Evaluated(Done(value), ev.saved)
 
 
 def _failed(
@@ -761,16 +1022,15 @@ def _failed(
     message: str,
     limit: str | None = None,
     call: int | None = None,
-) -> Failed:
+) -> Evaluated:
     """The evaluation failed: its error, with the variables bound so far and
     the last loop iteration's output, as data a log can store."""
-    return Failed(
-        TaskError(
-            kind=kind,
-            limit=limit,
-            message=message,
-            call=call,
-            partial=plain(ev.bound),
-            last_iteration=plain(ev.last_iteration),
-        )
+    error = TaskError(
+        kind=kind,
+        limit=limit,
+        message=message,
+        call=call,
+        partial=plain(ev.bound),
+        last_iteration=plain(ev.last_iteration),
     )
+    return Evaluated(Failed(error), ev.saved)

@@ -13,7 +13,7 @@ import msgspec
 import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
-from unit.test_task_eval import PROPERTY_TEMPLATES, programs
+from unit.test_task_eval import PROPERTY_TEMPLATES, programs, rich_programs
 
 from steward import replay
 from steward.actors import task
@@ -30,6 +30,7 @@ from steward.events import (
     recorded_from_json,
 )
 from steward.events.task import (
+    CallFinished,
     CallStarted,
     SubtaskRequest,
     SubtaskSpawned,
@@ -139,6 +140,28 @@ def test_any_program_and_answers_end_fold_and_verify(
             assert last.error.limit in ("turns", "tokens", "iterations", "calls")
     else:
         event("completed")
+    assert replay.verify(records) is None
+
+
+@settings(max_examples=40, deadline=None)
+@given(rich_programs(), st.lists(answers, max_size=30))
+def test_the_checkpoint_in_the_state_only_saves_work(
+    program: str, script: list[str]
+) -> None:
+    """The task evaluates its program from the checkpoint kept in its state;
+    without it (from the program's top), every recorded input is decided
+    the same and every finished call leaves the same state, checkpoint
+    included."""
+    records = run(program, script, TaskLimits())
+    state = task.initial
+    for r in records:
+        without = msgspec.structs.replace(state, checkpoint=None)
+        if TASK.is_input(r.event) and state.created is not None:
+            assert task.decide(r.event, without) == task.decide(r.event, state)
+        after = task.evolve(state, r.event)
+        if isinstance(r.event, CallFinished):
+            assert task.evolve(without, r.event) == after
+        state = after
     assert replay.verify(records) is None
 
 

@@ -16,15 +16,21 @@ from hypothesis import strategies as st
 
 from steward.actors.task_eval import (
     MAX_LEVELS,
+    Body,
+    Checkpoint,
     Done,
+    Evaluated,
     Failed,
+    Iteration,
     Need,
+    Scope,
     TraceLine,
     defined_atoms,
     evaluate,
+    resume,
 )
 from steward.actors.task_lang import MAX_DEPTH, parse
-from steward.actors.task_values import Decision, QSym, Result, plain
+from steward.actors.task_values import Closure, Decision, QSym, Result, plain
 from steward.events.task import TaskError, Template
 
 
@@ -1106,3 +1112,265 @@ def test_random_programs_evaluate_deterministically_to_an_end(
                 assert error.call == max_calls + 1
             else:
                 assert error.limit == "iterations"
+
+
+# --- checkpoints ----------------------------------------------------------------------
+
+
+class _Names:
+    """Fresh names for a drawn program."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def __call__(self, prefix: str) -> str:
+        self.n += 1
+        return f"{prefix}{self.n}"
+
+
+@st.composite
+def _body(
+    draw: st.DrawFn,
+    names: _Names,
+    scope: tuple[str, ...],
+    fns: tuple[str, ...],
+    depth: int,
+) -> str:
+    """Forms in turn, each seeing what the ones before it bound: values,
+    and lambdas (of one parameter) that later forms call."""
+    forms = []
+    for _ in range(draw(st.integers(1, 3))):
+        kind = draw(st.sampled_from(["expr", "expr", "bind", "lambda"]))
+        if kind == "bind":
+            name = names("b")
+            forms.append(f"(bind {name} {draw(_expr(names, scope, fns, depth))})")
+            scope = (*scope, name)
+        elif kind == "lambda" and depth > 0:
+            name, param = names("f"), names("p")
+            body = draw(_body(names, (*scope, param), fns, depth - 1))
+            forms.append(f"(bind {name} (lambda ({param}) {body}))")
+            fns = (*fns, name)
+        else:
+            forms.append(draw(_expr(names, scope, fns, depth)))
+    return " ".join(forms)
+
+
+@st.composite
+def _expr(
+    draw: st.DrawFn,
+    names: _Names,
+    scope: tuple[str, ...],
+    fns: tuple[str, ...],
+    depth: int,
+) -> str:
+    """An expression of any form, calls of templates and of lambdas among
+    them, with lambdas that escape their ``let`` and lambdas in lists."""
+    kinds = ["string"] + (["var"] * 2 if scope else [])
+    if depth > 0:
+        kinds += ["call"] * 4 + ["if", "and", "progn", "let", "let"] + ["loop"] * 4
+        kinds += ["de", "escape"] + (["apply", "apply", "listed"] if fns else [])
+    kind = draw(st.sampled_from(kinds))
+    sub = _expr(names, scope, fns, depth - 1)
+    body = _body(names, scope, fns, depth - 1)
+    match kind:
+        case "string":
+            return '"' + draw(st.sampled_from(["", "a", "ok"])) + '"'
+        case "var":
+            return draw(st.sampled_from(scope))
+        case "call":
+            name = draw(st.sampled_from(sorted(PROPERTY_TEMPLATES)))
+            params = PROPERTY_TEMPLATES[name].params
+            return f"({name}" + "".join(" " + draw(sub) for _ in params) + ")"
+        case "if":
+            parts = [draw(sub), f"(progn {draw(body)})", f"(progn {draw(body)})"]
+            return "(if " + " ".join(parts[: draw(st.integers(2, 3))]) + ")"
+        case "and":
+            return f"(and {draw(sub)} {draw(sub)})"
+        case "progn":
+            return f"(progn {draw(body)})"
+        case "let":
+            name = names("l")
+            inner = draw(_body(names, (*scope, name), fns, depth - 1))
+            return f"(let (({name} {draw(sub)})) {inner})"
+        case "loop":
+            ending = draw(st.sampled_from(["", "(stop {})", "(continue {})"]))
+            test = draw(sub)
+            choice = f"(if {test} (stop {draw(sub)}) (continue {draw(sub)}))"
+            end = draw(st.sampled_from([ending.format(draw(sub)), choice]))
+            return f"(loop {draw(st.integers(0, 3))} {draw(body)} {end})"
+        case "de":
+            phases = [
+                ("director", "(i n)", "(t1 i)"),
+                ("executor", "(p n)", "(t2 p n)"),
+                ("evaluator", "(r p n)", "(t1 r)"),
+            ]
+            return (
+                f"(director-evaluator-loop (max-iterations {draw(st.integers(1, 3))})"
+                f" (initial-director-input {draw(sub)})"
+                + "".join(f" ({n} (lambda {ps} {c}))" for n, ps, c in phases)
+                + " (controller (lambda (f p r n) (if (t1 f) (stop r) (continue f)))))"
+            )
+        case "escape":  # a lambda that outlives its let, called later
+            a = names("a")
+            return f"(let (({a} {draw(sub)})) (lambda (q) (t2 {a} q)))"
+        case "apply":
+            return f"({draw(st.sampled_from(fns))} {draw(sub)})"
+        case _:  # a lambda kept in a list, taken out and called
+            return (
+                f"((first (list {draw(st.sampled_from(fns))} {draw(sub)})) {draw(sub)})"
+            )
+
+
+@st.composite
+def rich_programs(draw: st.DrawFn) -> str:
+    """A program of binds, lambdas and every form (`_body`)."""
+    return draw(_body(_Names(), (), (), draw(st.integers(2, 4))))
+
+
+def _evaluations(
+    forms: tuple[Any, ...],
+    script: list[Result],
+    limits: list[str | None],
+    checkpoint: Checkpoint | None,
+    k: int,
+) -> Evaluated:
+    """The evaluation over the first ``k`` results, from ``checkpoint``."""
+    return resume(
+        forms,
+        checkpoint,
+        templates=PROPERTY_TEMPLATES,
+        args={"arg": "given"},
+        results=script[:k],
+        started=[],  # what resuming reads of it is checked below
+        failed_limits=limits[:k],
+        max_calls=40,
+    )
+
+
+class _After(Sequence[Any]):
+    """``items``, of which reading one before index ``start`` is an error."""
+
+    def __init__(self, items: Sequence[Any], start: int) -> None:
+        self.items, self.start = items, start
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: Any) -> Any:
+        assert isinstance(i, int) and i >= self.start, f"read {i}"
+        return self.items[i]
+
+
+def test_a_step_resumed_from_its_checkpoint_reads_only_the_calls_after_it() -> None:
+    """In a loop of calls, each step resumes at the start of the iteration
+    of its last call, whatever came before: it reads no earlier result, and
+    its checkpoint holds the loop's iteration and the variables bound."""
+    forms = parse('(bind x "start") (loop 50 (bind x (summarize x))) x')
+    checkpoint: Checkpoint | None = None
+    results: list[Result] = []
+    started: list[tuple[str, str | None, dict[str, Any]]] = []
+    for k in range(1, 51):
+        skipped = checkpoint.calls if checkpoint else 0
+        step = resume(
+            forms,
+            checkpoint,
+            templates=TEMPLATES,
+            results=_After(results, skipped),
+            started=_After(started, skipped),
+        )
+        text = f"r{k - 1}" if k > 1 else "start"
+        assert step.outcome == need(k, "summarize", text=text)
+        if k > 1:
+            x = ok(f"r{k - 1}")
+            assert step.checkpoint is not None
+            assert step.checkpoint == Checkpoint(
+                calls=k - 1,
+                steps=step.checkpoint.steps,
+                frames=(Body(1), Iteration(50, k), Body(0)),
+                scopes=(Scope({"x": x}),),
+                bound={"x": x},
+                last_iteration=x,
+            )
+        checkpoint = step.checkpoint
+        started.append(("summarize", None, {"text": text}))
+        results.append(ok(f"r{k}"))
+    last = resume(forms, checkpoint, templates=TEMPLATES, results=results)
+    assert last.outcome == Done(ok("r50"))
+
+
+def test_a_call_failing_after_a_checkpoint_keeps_what_was_bound_before_it() -> None:
+    """A failure in a step resumed at a loop's second iteration has the
+    partial results and the first iteration's output, as from the top."""
+    forms = parse('(bind n "0") (loop 3 (bind n (concat n "1")) (bind x (pick)))')
+    first = resume(forms, None, templates=TEMPLATES, results=[ok("a")])
+    assert first.checkpoint is not None
+    assert first.checkpoint.frames == (Body(1), Iteration(3, 2), Body(0))
+    results = [ok("a"), bad("no")]
+    failed = resume(forms, first.checkpoint, templates=TEMPLATES, results=results)
+    assert failed.outcome == evaluate(forms, templates=TEMPLATES, results=results)
+    assert failed.outcome == Failed(
+        TaskError(
+            kind="call",
+            message="call 2 failed: no",
+            call=2,
+            partial={"n": "011", "x": plain(ok("a"))},
+            last_iteration=plain(ok("a")),
+        )
+    )
+
+
+def _seen(outcome: Any) -> Any:
+    """An outcome to compare: a lambda in a value as its parameters and body
+    (two evaluations make two lambdas of each)."""
+
+    def seen(value: Any) -> Any:
+        match value:
+            case Closure():
+                return ("lambda", value.params, value.body)
+            case tuple():
+                return tuple(seen(v) for v in value)
+            case Decision():
+                return Decision(value.action, seen(value.value))
+        return value
+
+    return Done(seen(outcome.value)) if isinstance(outcome, Done) else outcome
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    rich_programs(),
+    st.lists(_results, min_size=40, max_size=40),
+    st.lists(st.sampled_from([None, "turns"]), min_size=40, max_size=40),
+)
+def test_resuming_from_a_checkpoint_gives_what_evaluating_from_the_top_gives(
+    program: str, script: list[Result], limits: list[str | None]
+) -> None:
+    """Over any program (binds in bodies, lambdas that escape their scope or
+    sit in lists, nested loops, director-evaluator loops) and any results,
+    each step resumed from the last step's checkpoint has exactly the
+    outcome evaluating from the top has (a need, the value, or the error
+    with its partial results), and leaves the checkpoint it leaves."""
+    forms = parse(program)
+    checkpoint: Checkpoint | None = None
+    resumed_at = []
+    for k in range(len(script) + 1):
+        step = _evaluations(forms, script, limits, checkpoint, k)
+        from_top = _evaluations(forms, script, limits, None, k)
+        assert step.checkpoint == from_top.checkpoint, f"step {k}"
+        assert _seen(step.outcome) == _seen(from_top.outcome), f"step {k}"
+        top = evaluate(
+            forms,
+            templates=PROPERTY_TEMPLATES,
+            args={"arg": "given"},
+            results=script[:k],
+            failed_limits=limits[:k],
+            max_calls=40,
+        )
+        assert _seen(step.outcome) == _seen(top), f"step {k}"
+        resumed_at.append(checkpoint.calls if checkpoint else 0)
+        if not isinstance(step.outcome, Need):
+            break
+        assert step.outcome.call == k + 1
+        checkpoint = step.checkpoint
+    event(f"resumed after a call: {any(resumed_at)}")
+    event(f"outcome: {type(step.outcome).__name__}")
