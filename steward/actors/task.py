@@ -72,6 +72,7 @@ from steward.events.protocol import (
     ToolResulted,
     ToolSpec,
     Usage,
+    assistant_message,
 )
 from steward.events.task import (
     CallFinished,
@@ -224,9 +225,8 @@ def evolve(state: Task, event: Event) -> Task:
                 atom=replace(atom, asked=rid, turns=atom.turns + 1),
             )
         case LlmResponded(request_id=rid) as reply if atom and rid == atom.asked:
-            said = ChatMessage(
-                role="assistant", content=reply.text, tool_calls=reply.tool_calls
-            )
+            # the reasoning a provider wants back within the call's tool loop
+            said = assistant_message(reply.text, reply.tool_calls, reply.reasoning)
             refused = tuple(_refusals(state, atom, reply.tool_calls))
             usage = Usage(
                 input_tokens=atom.usage.input_tokens + reply.usage.input_tokens,

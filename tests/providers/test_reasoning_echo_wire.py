@@ -41,6 +41,7 @@ from steward.actors.tools import ToolRegistry
 from steward.bus import SqliteEventLog
 from steward.clock import FakeClock
 from steward.config import Settings
+from steward.events.task import TaskCreated, Template
 from steward.host import Host
 
 RUN = "echo"
@@ -312,3 +313,37 @@ async def test_a_whole_reply_keeps_its_reasoning(
     finally:
         await provider.aclose()
     assert (result.text, result.reasoning) == ("Hi.", (expected,))
+
+
+async def test_a_task_s_call_gives_deepseek_its_reasoning_back(
+    deepseek: Looped,
+) -> None:
+    """A task program's atomic call is a tool loop too: its next request
+    sends the reasoning back on the assistant message that called the tool."""
+    model = DeepSeek()
+    deepseek.api.respond = model
+    reader = Template(
+        name="reader",
+        instructions="What do the notes say?",
+        tools=("files.read",),
+        subtasks=False,
+    )
+    task = TaskCreated(
+        task_id="t1",
+        program="(reader)",
+        templates=(reader,),
+        tools=ToolRegistry.with_builtins().specs(["files.read"]),
+    )
+    assert await deepseek.host.submit("task.t1", task) is not None
+    for _ in range(1_000):
+        state = replay.rebuild(await deepseek.log.read("task.t1"))
+        if state.status in ("completed", "failed"):
+            break
+        await asyncio.sleep(0.01)
+    assert (state.status, state.output) == ("completed", "The notes say hello."), (
+        state.error
+    )
+    assert model.refused == 0
+    (called,) = assistants(deepseek.asked[1])
+    assert called["reasoning_content"] == THOUGHT
+    assert replay.verify(await deepseek.log.read("task.t1")) is None
