@@ -123,7 +123,7 @@ async def _serve_log(
             env.out(f"steward {role} {env.log_url} (ctrl-c to stop)")
             sys.stdout.flush()  # seen at once through a pipe (`serve | tee`)
             gauges = asyncio.create_task(
-                _gauges(log, None if worker else projector, membership)
+                _gauges(host, None if worker else projector, membership)
             )
             await stop.wait()
             gauges.cancel()
@@ -145,15 +145,17 @@ GAUGE_SECONDS = 2.0
 
 
 async def _gauges(
-    log: EventLog, projector: Projector | None, membership: Membership | None
+    host: Host, projector: Projector | None, membership: Membership | None
 ) -> None:
     """Keep the gauges a scrape reads (`steward.metrics.HostMetrics`) fresh:
-    the projections' lag behind the log, the live members by role and the
-    partitions this one holds."""
+    the timers armed, the projections' lag behind the log, the live members
+    by role and the partitions this one holds."""
     while True:
         try:
+            METRICS.timers = len(host.timers)
             if projector is not None:
-                METRICS.projection_lag = max(0, await log.head() - projector.position)
+                head = await host.log.head()
+                METRICS.projection_lag = max(0, head - projector.position)
             if membership is not None:
                 members = await membership.members()
                 METRICS.members = dict(Counter(m.role for m in members))
