@@ -125,6 +125,7 @@ class HostMetrics:
         self.model_calls: dict[tuple[str, str, str], int] = {}
         self.model_seconds: dict[tuple[str, str], Histogram] = {}
         self.model_wait: dict[str, Histogram] = {}
+        self.model_first_token: dict[tuple[str, str], Histogram] = {}
         self.model_tokens: dict[tuple[str, str, str], int] = {}
         self.model_cost: dict[tuple[str, str], float] = {}
         self.genai_duration: dict[tuple[str, str, str], Histogram] = {}
@@ -136,6 +137,7 @@ class HostMetrics:
         self.projection_lag: int | None = None
         self.members: dict[str, int] | None = None
         self.partitions_held: int | None = None
+        self.timers: int | None = None
 
     def record(self, event: Event) -> None:
         """Count ``event``, committed by this process (see `COUNTED`)."""
@@ -202,6 +204,11 @@ class HostMetrics:
                 tokens
             )
         self.model_cost[key] = self.model_cost.get(key, 0.0) + cost
+
+    def first_token(self, provider: str, model: str, seconds: float) -> None:
+        """A streamed model call's first piece of answer came after ``seconds``."""
+        key = (provider, model)
+        _histogram(self.model_first_token, key, CALL_BUCKETS).observe(max(0.0, seconds))
 
     def waited(self, priority: str, seconds: float) -> None:
         """A model call of ``priority`` waited ``seconds`` for a slot."""
@@ -309,6 +316,13 @@ class _HostCollector(Collector):
             HOST.model_seconds,
         )
         yield _histograms(
+            "steward_model_time_to_first_token_seconds",
+            "Time from a streamed model call's start to its first piece of "
+            "answer (text or a tool call), by provider and model",
+            ["provider", "model"],
+            HOST.model_first_token,
+        )
+        yield _histograms(
             "steward_model_call_wait_seconds",
             "Time a model call waited for a slot, by priority (schedule to "
             "start: long waits mean add workers or slots)",
@@ -361,6 +375,12 @@ class _HostCollector(Collector):
             for role in ("serve", "worker"):
                 members.add_metric([role], HOST.members.get(role, 0))
             yield members
+        if HOST.timers is not None:
+            yield GaugeMetricFamily(
+                "steward_timers_armed",
+                "Timers this process keeps armed (sleeps, debounces, schedules)",
+                value=HOST.timers,
+            )
         if HOST.partitions_held is not None:
             yield GaugeMetricFamily(
                 "steward_partitions_held",

@@ -31,6 +31,10 @@ class Timers:
         self._heap: list[tuple[float, str, str]] = []
         self._changed = asyncio.Event()
 
+    def __len__(self) -> int:
+        """The timers armed, not fired yet."""
+        return len(self._heap)
+
     def arm(self, stream: str, timer_id: str, due: float) -> None:
         heapq.heappush(self._heap, (due, timer_id, stream))
         self._changed.set()

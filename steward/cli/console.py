@@ -21,7 +21,26 @@ async def cmd_console(env: Env, args: argparse.Namespace) -> int:
     settings = env.settings.console
     port = settings.port if args.port is None else args.port
     address = args.address or settings.address
-    if settings.token is None and not _loopback(address):
+    async with opened(env, create=False) as (log, projector):
+        console = Console(log, projector, env.kinds, token=settings.token)
+        server = served(env, console, address, port)
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, server.handle_exit, signum, None)
+        await server.serve(sockets=[server.listening])
+    return 0
+
+
+def served(env: Env, console: Console, address: str, port: int) -> _Server:
+    """A server of ``console`` listening on ``address``:``port`` (not yet
+    serving: ``await server.serve(sockets=[server.listening])``), its
+    address printed.
+
+    Raises:
+        ConfigError: the address is reachable from other machines and no
+            token is set, or it cannot be listened on.
+    """
+    if console.token is None and not _loopback(address):
         raise ConfigError(
             "settings",
             "console.address",
@@ -29,29 +48,25 @@ async def cmd_console(env: Env, args: argparse.Namespace) -> int:
             "then needs a token: set [console] token (STEWARD_CONSOLE_TOKEN), "
             "or keep it on 127.0.0.1",
         )
-    async with opened(env, create=False) as (log, projector):
-        listening = _bound(address, port)
-        console = Console(log, projector, env.kinds, token=settings.token)
-        server = _Server(
-            uvicorn.Config(
-                create_app(console),
-                log_level="warning",
-                timeout_graceful_shutdown=2,
-            )
+    listening = _bound(address, port)
+    server = _Server(
+        uvicorn.Config(
+            create_app(console), log_level="warning", timeout_graceful_shutdown=2
         )
-        host, bound = listening.getsockname()[:2]
-        shown = f"[{host}]" if ":" in host else host
-        env.out(f"console: http://{shown}:{bound}/")
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, server.handle_exit, signum, None)
-        await server.serve(sockets=[listening])
-    return 0
+    )
+    server.listening = listening
+    host, bound = listening.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    env.out(f"console: http://{shown}:{bound}/")
+    return server
 
 
 class _Server(uvicorn.Server):
     """uvicorn's server, stopped by the command's own signal handlers: a
     SIGTERM ends the command with status 0, as it does `serve`."""
+
+    listening: socket.socket
+    """The socket it serves on."""
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:

@@ -28,8 +28,10 @@ from steward.bus import EventLog, JetStreamEventLog
 from steward.bus.jetstream.inputs import Inputs
 from steward.bus.jetstream.members import Membership
 from steward.bus.jetstream.reads import RemoteReads, answer_reads
+from steward.cli.console import served
 from steward.cli.env import Env, ensure_place, opened, progress
 from steward.cli.hosting import checked_provider, new_host, worker_id
+from steward.console.app import Console
 from steward.egress import Egress
 from steward.errors import ConfigError, StewardError
 from steward.host import Host
@@ -123,10 +125,15 @@ async def _serve_log(
             env.out(f"steward {role} {env.log_url} (ctrl-c to stop)")
             sys.stdout.flush()  # seen at once through a pipe (`serve | tee`)
             gauges = asyncio.create_task(
-                _gauges(log, None if worker else projector, membership)
+                _gauges(host, None if worker else projector, membership)
             )
+            page = None
+            if services and env.settings.console.serve:
+                page = _console(env, log, projector, host)
             await stop.wait()
             gauges.cancel()
+            if page is not None:
+                await page()
             for close in intake:
                 await close()
             await drain(env, host, again)
@@ -140,20 +147,44 @@ async def _serve_log(
     return 0
 
 
+def _console(env: Env, log: EventLog, projector: Projector, host: Host) -> Closer:
+    """The operator console of ``[console] serve``, over this serve's log,
+    projections and host; what stops it."""
+    config = env.settings.console
+    console = Console(
+        log,
+        projector,
+        env.kinds,
+        token=config.token,
+        _host=host,
+        keeps_current=False,  # the host applies every record it follows
+    )
+    server = served(env, console, config.address, config.port)
+    serving = asyncio.create_task(server.serve(sockets=[server.listening]))
+
+    async def close() -> None:
+        server.should_exit = True
+        await serving
+
+    return close
+
+
 GAUGE_SECONDS = 2.0
 """How often the gauges read from the log and the members are refreshed."""
 
 
 async def _gauges(
-    log: EventLog, projector: Projector | None, membership: Membership | None
+    host: Host, projector: Projector | None, membership: Membership | None
 ) -> None:
     """Keep the gauges a scrape reads (`steward.metrics.HostMetrics`) fresh:
-    the projections' lag behind the log, the live members by role and the
-    partitions this one holds."""
+    the timers armed, the projections' lag behind the log, the live members
+    by role and the partitions this one holds."""
     while True:
         try:
+            METRICS.timers = len(host.timers)
             if projector is not None:
-                METRICS.projection_lag = max(0, await log.head() - projector.position)
+                head = await host.log.head()
+                METRICS.projection_lag = max(0, head - projector.position)
             if membership is not None:
                 members = await membership.members()
                 METRICS.members = dict(Counter(m.role for m in members))

@@ -231,6 +231,10 @@ class ConsoleConfig(_Section, frozen=True, kw_only=True):
     cookie; or an ``Authorization: Bearer`` header); set it from the
     environment, ``STEWARD_CONSOLE_TOKEN``. ``None``: no token is asked."""
 
+    serve: bool = False
+    """Whether ``steward serve`` serves the console too (on ``port`` and
+    ``address``), over its own log, projections and host."""
+
 
 class ModelConfig(_Section, frozen=True, kw_only=True):
     """``[models.<name>]``: one model and the provider that serves it."""

@@ -71,12 +71,18 @@ class Console:
     listeners: set[asyncio.Queue[events.Recorded | None]] = field(default_factory=set)
     _caught_up: asyncio.Lock = field(default_factory=asyncio.Lock)
     _host: Host | None = None
+    keeps_current: bool = True
+    """Whether the console applies the log to the projections before it
+    reads them; ``False`` in a `serve`, whose host keeps them current."""
 
     def __post_init__(self) -> None:
         self.history = reads.History(self.log, self.kinds)
 
     async def current(self) -> None:
-        """Bring the projections up to the log's head."""
+        """Bring the projections up to the log's head (unless the process's
+        host keeps them so)."""
+        if not self.keeps_current:
+            return
         async with self._caught_up:
             await self.projector.catch_up(self.log)
 

@@ -227,6 +227,7 @@ def test_prometheus_sees_what_the_runs_did(scraped: Any) -> None:
     waited = 'sum(steward_model_call_wait_seconds_count{priority="interactive"})'
     prometheus.until(waited, 2 * OK_RUNS + FAILED_RUNS)
     prometheus.until('max(steward_projection_lag_events{role="serve"})', 0)
+    prometheus.until("count(steward_timers_armed)", 2)  # each host says its own
     # the partitions shared: 16 in all, each held by one member
     prometheus.until("sum(steward_partitions_held)", 16)
     # a message for a channel no profile serves: refused, dead-lettered

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import KEY
 from fake_api import FakeAPI, json_reply, openai_error, openai_frames, sse_reply
+from prometheus_client import REGISTRY
 
 from steward import cli
 
@@ -64,8 +65,19 @@ def test_a_run_through_the_openai_sdk_retries_streams_and_replays(
     caplog.set_level(logging.DEBUG)
     base = ["--config", str(config), "--db", db]
 
+    before = _sampled()
     assert cli.main([*base, "-v", "run", "say hello", "--stream"]) == 0
     out, err = capsys.readouterr()
+    # counted by the configured provider and model: a rate-limited attempt
+    # (no first token), then a streamed answer (its first token timed)
+    moved = {k: v - before[k] for k, v in _sampled().items()}
+    assert moved == {
+        "steward_model_calls_total ok": 1.0,
+        "steward_model_calls_total rate_limit": 1.0,
+        "steward_model_time_to_first_token_seconds_count": 1.0,
+        "steward_model_tokens_total input": 100.0,
+        "gen_ai_client_token_usage_count output": 1.0,
+    }
     *_, status, output = out.strip().splitlines()
     run_id = status.split()[1]
     assert status == f"run {run_id} completed"
@@ -102,6 +114,43 @@ def test_a_run_through_the_openai_sdk_retries_streams_and_replays(
             assert secret not in file.read_bytes(), file.name
     assert KEY not in out + err
     assert KEY not in caplog.text
+
+
+def _sampled() -> dict[str, float]:
+    """The metrics of the test's model (openai's gpt-test) the run moves."""
+    model = {"provider": "openai", "model": "gpt-test"}
+    genai = {
+        "gen_ai_operation_name": "chat",
+        "gen_ai_provider_name": "openai",
+        "gen_ai_request_model": "gpt-test",
+        "gen_ai_token_type": "output",
+    }
+    samples = {
+        "steward_model_calls_total ok": (
+            "steward_model_calls_total",
+            {**model, "outcome": "ok"},
+        ),
+        "steward_model_calls_total rate_limit": (
+            "steward_model_calls_total",
+            {**model, "outcome": "rate_limit"},
+        ),
+        "steward_model_time_to_first_token_seconds_count": (
+            "steward_model_time_to_first_token_seconds_count",
+            model,
+        ),
+        "steward_model_tokens_total input": (
+            "steward_model_tokens_total",
+            {**model, "type": "input"},
+        ),
+        "gen_ai_client_token_usage_count output": (
+            "gen_ai_client_token_usage_count",
+            genai,
+        ),
+    }
+    return {
+        key: REGISTRY.get_sample_value(name, labels) or 0.0
+        for key, (name, labels) in samples.items()
+    }
 
 
 def test_recorded_streams_are_numbered_per_attempt_without_gaps(

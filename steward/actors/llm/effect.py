@@ -25,6 +25,7 @@ from steward.actors.llm.base import (
     RequestInfo,
     ResultEvent,
     StreamEvent,
+    ToolUseEvent,
     collect,
 )
 from steward.actors.llm.limits import PRIORITIES, PriorityLimiter
@@ -146,7 +147,10 @@ class ModelCalls:
                     if whole is not None:
                         result = await whole(prompt, info)
                     else:
-                        result = await collect(provider.stream(prompt, info), on_event)
+                        first = _FirstToken(port.clock, on_event)
+                        result = await collect(provider.stream(prompt, info), first)
+                        if first.at is not None:
+                            METRICS.first_token(*named, first.at - started)
                 finally:
                     self.slots.release()
             except ProviderError as e:
@@ -239,6 +243,26 @@ class _KeepStream(Protocol):
 
 async def _keep_nothing(attempt: int, complete: bool) -> None:
     pass
+
+
+class _FirstToken:
+    """Passes a stream's events on (to ``then``), noting when the first
+    piece of the answer (text or a tool call) came."""
+
+    __slots__ = ("at", "clock", "then")
+
+    def __init__(
+        self, clock: Clock, then: Callable[[StreamEvent], None] | None
+    ) -> None:
+        self.at: float | None = None
+        self.clock = clock
+        self.then = then
+
+    def __call__(self, event: StreamEvent) -> None:
+        if self.at is None and isinstance(event, AssistantDelta | ToolUseEvent):
+            self.at = self.clock.now()
+        if self.then is not None:
+            self.then(event)
 
 
 def _named(provider: Provider, info: RequestInfo) -> tuple[str, str]:
