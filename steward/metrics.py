@@ -123,10 +123,8 @@ class HostMetrics:
         self.steps: dict[str, Histogram] = {}
         self.batches: dict[str, Histogram] = {}
         self.model_calls: dict[tuple[str, str, str], int] = {}
-        self.model_seconds: dict[tuple[str, str], Histogram] = {}
         self.model_wait: dict[str, Histogram] = {}
         self.model_first_token: dict[tuple[str, str], Histogram] = {}
-        self.model_tokens: dict[tuple[str, str, str], int] = {}
         self.model_cost: dict[tuple[str, str], float] = {}
         self.genai_duration: dict[tuple[str, str, str], Histogram] = {}
         self.genai_tokens: dict[tuple[str, str, str], Histogram] = {}
@@ -182,28 +180,26 @@ class HostMetrics:
         cost: float = 0.0,
     ) -> None:
         """A model call of ``model`` (a ``[models]`` table's model, through
-        ``provider``) ended: ``ok``, or the kind of its failure."""
-        key = (provider, model)
-        self.model_calls[(*key, outcome)] = self.model_calls.get((*key, outcome), 0) + 1
-        _histogram(self.model_seconds, key, CALL_BUCKETS).observe(seconds)
+        ``provider``) ended: ``ok``, or the kind of its failure. (Its time and
+        tokens are kept once, in the GenAI histograms; the families by
+        provider and model are summed from them when Prometheus scrapes.)"""
+        called = (provider, model, outcome)
+        self.model_calls[called] = self.model_calls.get(called, 0) + 1
         error = "" if outcome == "ok" else outcome
-        duration = _histogram(
-            self.genai_duration, (*key, error), GENAI_DURATION_BUCKETS
-        )
-        duration.observe(seconds)
+        key = (provider, model, error)
+        _histogram(self.genai_duration, key, GENAI_DURATION_BUCKETS).observe(seconds)
         if usage is None:
             return
-        for kind, tokens in (
-            ("input", usage.input_tokens),
-            ("output", usage.output_tokens),
-        ):
-            self.model_tokens[(*key, kind)] = (
-                self.model_tokens.get((*key, kind), 0) + tokens
-            )
-            _histogram(self.genai_tokens, (*key, kind), GENAI_TOKEN_BUCKETS).observe(
-                tokens
-            )
-        self.model_cost[key] = self.model_cost.get(key, 0.0) + cost
+        tokens = self.genai_tokens
+        _histogram(tokens, (provider, model, "input"), GENAI_TOKEN_BUCKETS).observe(
+            usage.input_tokens
+        )
+        _histogram(tokens, (provider, model, "output"), GENAI_TOKEN_BUCKETS).observe(
+            usage.output_tokens
+        )
+        self.model_cost[(provider, model)] = (
+            self.model_cost.get((provider, model), 0.0) + cost
+        )
 
     def first_token(self, provider: str, model: str, seconds: float) -> None:
         """A streamed model call's first piece of answer came after ``seconds``."""
@@ -313,7 +309,7 @@ class _HostCollector(Collector):
             "steward_model_call_seconds",
             "Time a model call took, by provider and model",
             ["provider", "model"],
-            HOST.model_seconds,
+            _summed(HOST.genai_duration),
         )
         yield _histograms(
             "steward_model_time_to_first_token_seconds",
@@ -333,7 +329,7 @@ class _HostCollector(Collector):
             "steward_model_tokens",
             "Model tokens, by provider, model and type (input, output)",
             ["provider", "model", "type"],
-            HOST.model_tokens,
+            {key: h.sum for key, h in HOST.genai_tokens.items()},
         )
         yield _counter(
             "steward_model_cost_usd",
@@ -406,6 +402,20 @@ _CHAT = "chat"
 """``gen_ai.operation.name`` of every model call steward makes."""
 _GENAI = ["gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model"]
 """The GenAI conventions' attributes, as their Prometheus mapping names them."""
+
+
+def _summed(
+    histograms: dict[tuple[str, str, str], Histogram],
+) -> dict[tuple[str, str], Histogram]:
+    """Histograms keyed by (provider, model, error) summed over the error."""
+    out: dict[tuple[str, str], Histogram] = {}
+    for (provider, model, _), histogram in list(histograms.items()):
+        summed = _histogram(out, (provider, model), histogram.bounds)
+        summed.counts = [
+            a + b for a, b in zip(summed.counts, histogram.counts, strict=True)
+        ]
+        summed.sum += histogram.sum
+    return out
 
 
 def _counter(

@@ -21,6 +21,7 @@ async def cmd_console(env: Env, args: argparse.Namespace) -> int:
     settings = env.settings.console
     port = settings.port if args.port is None else args.port
     address = args.address or settings.address
+    exposed(settings.token, address)  # refused before the log is opened
     async with opened(env, create=False) as (log, projector):
         console = Console(log, projector, env.kinds, token=settings.token)
         server = served(env, console, address, port)
@@ -40,14 +41,7 @@ def served(env: Env, console: Console, address: str, port: int) -> _Server:
         ConfigError: the address is reachable from other machines and no
             token is set, or it cannot be listened on.
     """
-    if console.token is None and not _loopback(address):
-        raise ConfigError(
-            "settings",
-            "console.address",
-            f"{address} is reachable from other machines, and the console "
-            "then needs a token: set [console] token (STEWARD_CONSOLE_TOKEN), "
-            "or keep it on 127.0.0.1",
-        )
+    exposed(console.token, address)
     listening = _bound(address, port)
     server = _Server(
         uvicorn.Config(
@@ -59,6 +53,23 @@ def served(env: Env, console: Console, address: str, port: int) -> _Server:
     shown = f"[{host}]" if ":" in host else host
     env.out(f"console: http://{shown}:{bound}/")
     return server
+
+
+def exposed(token: str | None, address: str) -> None:
+    """Refuse to serve on ``address`` without ``token`` when other machines
+    can reach it.
+
+    Raises:
+        ConfigError: that is so.
+    """
+    if token is None and not _loopback(address):
+        raise ConfigError(
+            "settings",
+            "console.address",
+            f"{address} is reachable from other machines, and the console "
+            "then needs a token: set [console] token (STEWARD_CONSOLE_TOKEN), "
+            "or keep it on 127.0.0.1",
+        )
 
 
 class _Server(uvicorn.Server):

@@ -28,7 +28,7 @@ from steward.bus import EventLog, JetStreamEventLog
 from steward.bus.jetstream.inputs import Inputs
 from steward.bus.jetstream.members import Membership
 from steward.bus.jetstream.reads import RemoteReads, answer_reads
-from steward.cli.console import served
+from steward.cli.console import exposed, served
 from steward.cli.env import Env, ensure_place, opened, progress
 from steward.cli.hosting import checked_provider, new_host, worker_id
 from steward.console.app import Console
@@ -68,6 +68,9 @@ async def _serve(env: Env, args: argparse.Namespace, *, services: bool) -> int:
     # JSON lines for a log collector; lines for a person on a terminal
     logs.configure(logging.getLogger().level)
     provider = checked_provider(env)  # bad settings fail before the log is made
+    console = env.settings.console
+    if services and console.serve:
+        exposed(console.token, console.address)
     lock = None
     if not env.distributed:
         ensure_place(env.db)

@@ -208,7 +208,7 @@ class Mailboxes:
         """Decide ``input`` on ``state`` (at ``version``) and append the step."""
         kind = self._kinds.of(stream)
         started = time.perf_counter()
-        began_ns = time.time_ns()
+        began_ns = 0 if self.traces is None else time.time_ns()
         decided = kind.decide_and_fold(input, state, self._prompt_cache)
         if decided is None:
             METRICS.refusals += 1
