@@ -19,7 +19,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 __all__ = ["Context", "JsonLines", "about", "configure", "secrets_of"]
 
@@ -49,10 +49,17 @@ class about:  # noqa: N801  (used as a function: ``with logs.about(...)``)
         _ACTOR.reset(self.token)
 
 
-def secrets_of(environ: Mapping[str, str]) -> tuple[str, ...]:
+def secrets_of(
+    environ: Mapping[str, str], *, any_name: bool = False
+) -> tuple[str, ...]:
     """The values of ``environ``'s variables whose names say they are
-    secrets, longest first (one that holds another is replaced whole)."""
-    found = {v for k, v in environ.items() if _SECRET_NAME.search(k) and len(v) >= 6}
+    secrets (with ``any_name``, of all of them), longest first (one that
+    holds another is replaced whole)."""
+    found = {
+        v
+        for k, v in environ.items()
+        if (any_name or _SECRET_NAME.search(k)) and len(v) >= 6
+    }
     return tuple(sorted(found, key=len, reverse=True))
 
 
@@ -100,8 +107,10 @@ class JsonLines(logging.Formatter):
                 line[name] = str(value)
         if record.exc_info:
             line["error"] = self.formatException(record.exc_info)
-        said = json.dumps(line, ensure_ascii=False)
-        return _redacted(said, self.secrets)
+        # each value redacted before it is encoded (where a secret's quotes
+        # or backslashes would be escaped)
+        clean = {k: _redacted(v, self.secrets) for k, v in line.items()}
+        return json.dumps(clean, ensure_ascii=False)
 
 
 class _Human(logging.Formatter):
@@ -118,16 +127,26 @@ class _Human(logging.Formatter):
         if stream:
             head, _, message = said.partition(f"{record.name}: ")
             said = f"{head}{record.name}: [{stream}] {message}"
-        return _redacted(said, self.secrets)
+        return said
+
+    def format(self, record: logging.LogRecord) -> str:
+        # the whole line, its traceback included
+        return _redacted(super().format(record), self.secrets)
 
 
-def configure(level: int, *, json_lines: bool | None = None) -> None:
+def configure(
+    level: int, *, json_lines: bool | None = None, secret_names: Iterable[str] = ()
+) -> None:
     """Log at ``level`` to standard error: JSON lines when ``json_lines``
     (``None``: when standard error is not a terminal), else lines for a
-    person; each with its actor, no secret of the environment."""
+    person; each with its actor, no secret of the environment (the
+    variables `secrets_of` finds, and those named in ``secret_names``: the
+    ``${VAR}`` of ``[mcp]`` tables, say)."""
     if json_lines is None:
         json_lines = not sys.stderr.isatty()
-    secrets = secrets_of(os.environ)
+    named = {n: os.environ[n] for n in secret_names if os.environ.get(n)}
+    both = {*secrets_of(os.environ), *secrets_of(named, any_name=True)}
+    secrets = tuple(sorted(both, key=len, reverse=True))
     root = logging.getLogger()
     ours = [
         h

@@ -64,9 +64,10 @@ BATCH_BUCKETS = (1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 16.0, 32.0, 64.0)
 """Upper bounds of the events in one commit."""
 GENAI_DURATION_BUCKETS = (
     0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48,
-    40.96, 81.92,
+    40.96, 81.92, 163.84, 327.68,
 )  # fmt: skip
-"""``gen_ai.client.operation.duration``'s advised bucket bounds (seconds)."""
+"""``gen_ai.client.operation.duration``'s advised bucket bounds (seconds),
+and two more: a model call may take minutes."""
 GENAI_TOKEN_BUCKETS = (
     1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0,
     1048576.0, 4194304.0, 16777216.0, 67108864.0,
@@ -278,32 +279,32 @@ class _HostCollector(Collector):
             "steward_actors_started",
             "Actors begun by this process, by kind",
             ["kind"],
-            {(k,): n for k, n in HOST.started.items()},
+            _keyed(HOST.started),
         )
         yield _counter(
             "steward_actors_ended",
             "Actors this process ended, by kind and outcome",
             ["kind", "outcome"],
-            HOST.ended,
+            _keyed(HOST.ended),
         )
         yield _histograms(
             "steward_step_seconds",
             "Time to decide an input and append the step, by actor kind",
             ["kind"],
-            {(k,): h for k, h in HOST.steps.items()},
+            _keyed(HOST.steps),
         )
         yield _histograms(
             "steward_commit_events",
             "Events in one commit, by actor kind",
             ["kind"],
-            {(k,): h for k, h in HOST.batches.items()},
+            _keyed(HOST.batches),
         )
         yield _counter(
             "steward_model_calls",
             "Model calls this process made, by provider, model and outcome "
             "(ok, or the kind of failure)",
             ["provider", "model", "outcome"],
-            HOST.model_calls,
+            _keyed(HOST.model_calls),
         )
         yield _histograms(
             "steward_model_call_seconds",
@@ -316,45 +317,45 @@ class _HostCollector(Collector):
             "Time from a streamed model call's start to its first piece of "
             "answer (text or a tool call), by provider and model",
             ["provider", "model"],
-            HOST.model_first_token,
+            _keyed(HOST.model_first_token),
         )
         yield _histograms(
             "steward_model_call_wait_seconds",
             "Time a model call waited for a slot, by priority (schedule to "
             "start: long waits mean add workers or slots)",
             ["priority"],
-            {(k,): h for k, h in HOST.model_wait.items()},
+            _keyed(HOST.model_wait),
         )
         yield _counter(
             "steward_model_tokens",
             "Model tokens, by provider, model and type (input, output)",
             ["provider", "model", "type"],
-            {key: h.sum for key, h in HOST.genai_tokens.items()},
+            {key: h.sum for key, h in HOST.genai_tokens.copy().items()},
         )
         yield _counter(
             "steward_model_cost_usd",
             "US dollars spent on model calls, by provider and model",
             ["provider", "model"],
-            HOST.model_cost,
+            _keyed(HOST.model_cost),
         )
         yield _counter(
             "steward_tool_calls_by_tool",
             "Tool calls this process made, by tool and outcome",
             ["tool", "outcome"],
-            HOST.tool_outcomes,
+            _keyed(HOST.tool_outcomes),
         )
         yield _histograms(
             "steward_tool_call_seconds",
             "Time a tool call took, by tool",
             ["tool"],
-            {(k,): h for k, h in HOST.tool_seconds.items()},
+            _keyed(HOST.tool_seconds),
         )
         yield _counter(
             "steward_inbound_dead_letters",
             "Inbound messages refused and kept on steward.deadletter.inbound, "
             "by the error code they were refused with",
             ["reason"],
-            {(k,): n for k, n in HOST.dead_letters.items()},
+            _keyed(HOST.dead_letters),
         )
         if HOST.projection_lag is not None:
             yield GaugeMetricFamily(
@@ -387,14 +388,14 @@ class _HostCollector(Collector):
             "gen_ai_client_operation_duration_seconds",
             "GenAI operation duration (OpenTelemetry gen_ai.client.operation.duration)",
             _GENAI + ["error_type"],
-            {(_CHAT, *k): h for k, h in HOST.genai_duration.items()},
+            {(_CHAT, *k): h for k, h in HOST.genai_duration.copy().items()},
         )
         yield _histograms(
             "gen_ai_client_token_usage",
             "Number of input and output tokens used (OpenTelemetry "
             "gen_ai.client.token.usage)",
             _GENAI + ["gen_ai_token_type"],
-            {(_CHAT, *k): h for k, h in HOST.genai_tokens.items()},
+            {(_CHAT, *k): h for k, h in HOST.genai_tokens.copy().items()},
         )
 
 
@@ -409,7 +410,7 @@ def _summed(
 ) -> dict[tuple[str, str], Histogram]:
     """Histograms keyed by (provider, model, error) summed over the error."""
     out: dict[tuple[str, str], Histogram] = {}
-    for (provider, model, _), histogram in list(histograms.items()):
+    for (provider, model, _), histogram in histograms.copy().items():
         summed = _histogram(out, (provider, model), histogram.bounds)
         summed.counts = [
             a + b for a, b in zip(summed.counts, histogram.counts, strict=True)
@@ -425,6 +426,12 @@ def _counter(
     for key, count in sorted(counts.items()):
         family.add_metric(list(key), count)
     return family
+
+
+def _keyed(counts: dict[Any, Any]) -> dict[tuple[Any, ...], Any]:
+    """A copy of ``counts`` (made at once: the event loop may add a key
+    while a scrape, in another thread, reads), each key a tuple."""
+    return {k if isinstance(k, tuple) else (k,): v for k, v in counts.copy().items()}
 
 
 def _histograms(

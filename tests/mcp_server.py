@@ -91,6 +91,12 @@ def hold(name: str) -> str:
     return f"held {name}"
 
 
+@app.tool(name="spaced name")
+def spaced() -> str:
+    """A tool whose name no model API takes."""
+    return "never offered"
+
+
 @app.tool()
 def media() -> Any:
     """Answers with an image, an embedded resource and text."""

@@ -24,6 +24,7 @@ import prometheus_client
 
 from steward import logs
 from steward.actors.llm import Provider
+from steward.actors.tools import mcp
 from steward.bus import EventLog, JetStreamEventLog
 from steward.bus.jetstream.inputs import Inputs
 from steward.bus.jetstream.members import Membership
@@ -66,7 +67,9 @@ async def cmd_worker(env: Env, args: argparse.Namespace) -> int:
 
 async def _serve(env: Env, args: argparse.Namespace, *, services: bool) -> int:
     # JSON lines for a log collector; lines for a person on a terminal
-    logs.configure(logging.getLogger().level)
+    logs.configure(
+        logging.getLogger().level, secret_names=mcp.variables(env.settings.mcp)
+    )
     provider = checked_provider(env)  # bad settings fail before the log is made
     console = env.settings.console
     if services and console.serve:

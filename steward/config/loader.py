@@ -122,8 +122,17 @@ _APPROVAL_VARIABLE = f"{ENV_PREFIX}TOOLS_REQUIRE_APPROVAL"
 
 
 def _check_servers(settings: Settings, source: str) -> None:
-    """Refuse an ``mcp`` list (of a profile, of ``[task]``) naming a server
-    with no ``[mcp.<name>]`` table."""
+    """Refuse an ``[mcp.<name>]`` name that cannot name tools (``NAME.tool``)
+    or a log file, and an ``mcp`` list (of a profile, of ``[task]``) naming a
+    server with no table."""
+    for name in settings.mcp:
+        if not re.fullmatch(r"[A-Za-z0-9_-]{1,40}", name):
+            raise ConfigError(
+                source,
+                f"mcp.{name}",
+                "a server's name is 1-40 letters, digits, _ or - (its tools are "
+                "NAME.tool)",
+            )
     lists = [(f"agents.{n}.mcp", a.mcp) for n, a in sorted(settings.agents.items())]
     for key, names in [*lists, ("task.mcp", settings.task.mcp)]:
         try:

@@ -174,7 +174,7 @@ class Calls:
                 if self._claims.renewing:
                     await self._claims.stop_renewing(request.request_id)
             if self._traces is not None and answer is not None:
-                provider, model = self._models.named(info)
+                provider, model = self._models.named(info, answer)
                 self._traces.chat(
                     rec.stream,
                     rec.correlation_id,
@@ -201,8 +201,7 @@ class Calls:
         if not _awaits(kind, state, rid):
             return  # answered already (read back from the log, as a fork's copy)
         assert self._tools is not None
-        found = await self._tools.find(request.name)  # an MCP server's: listed
-        if found is not None and not found.idempotent:
+        if self._tools.once_only(request.name):  # known without asking a server
             taken = await self._claims.once(rec, rid)
             if taken == "unknown":
                 await self._record_answer(rec, _outcome_unknown(request, self._clock))
@@ -211,18 +210,22 @@ class Calls:
                 return
         elif not await self._claims.claim(rec, rid):
             return  # another worker runs it, or it is answered already
-        own = None if kind.reactor.workspace is None else kind.reactor.workspace(state)
-        ctx = ToolContext(
-            workspace=self._workspace if own is None else Path(own),
-            run_id=rec.stream.partition(".")[2],
-            stream=rec.stream,
-            request_id=rid,
-            actors=self._host,
-            reads=self._reads,
-            now=self._clock.now(),
-        )
-        began_ns = time.time_ns()
-        try:
+        try:  # from here on the claim taken is let go, whatever happens
+            own = (
+                None
+                if kind.reactor.workspace is None
+                else kind.reactor.workspace(state)
+            )
+            ctx = ToolContext(
+                workspace=self._workspace if own is None else Path(own),
+                run_id=rec.stream.partition(".")[2],
+                stream=rec.stream,
+                request_id=rid,
+                actors=self._host,
+                reads=self._reads,
+                now=self._clock.now(),
+            )
+            began_ns = time.time_ns()
             result = await call_tool(
                 self._tools,
                 request,

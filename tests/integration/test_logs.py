@@ -93,3 +93,22 @@ def test_a_line_names_its_actor_and_no_secret() -> None:
     outside = logging.LogRecord("steward.host", logging.INFO, "", 0, "m", (), None)
     logs.Context().filter(outside)
     assert "stream" not in json.loads(logs.JsonLines().format(outside))
+
+
+def test_a_secret_is_redacted_in_either_form_traceback_and_all() -> None:
+    secret = 'p"a\\ss-word1'
+    secrets = logs.secrets_of({"DB_PASSWORD": secret})
+    try:
+        raise RuntimeError(f"refused {secret}")
+    except RuntimeError:
+        record = logging.LogRecord(
+            "steward", logging.ERROR, "", 0, "with %s", (secret,), sys.exc_info()
+        )
+    line = logs.JsonLines(secrets).format(record)
+    assert secret not in json.dumps(json.loads(line)) and secret not in line
+    assert json.loads(line)["message"] == "with [redacted]"
+    human = logs._Human(secrets).format(record)
+    assert secret not in human and "RuntimeError: refused [redacted]" in human
+    # a ${VAR} of an [mcp] table is a secret whatever its name
+    named = logs.secrets_of({"AUTH": "opensesame"}, any_name=True)
+    assert named == ("opensesame",)

@@ -74,6 +74,7 @@ async def test_a_servers_tools_are_listed_as_name_tool_with_its_schema(
     assert add.parameters["properties"]["text"]["type"] == "string"
     assert add.parameters["required"] == ["text"]
     assert not add.requires_approval
+    assert not any("spaced" in name for name in specs)  # a name no API takes
     assert calls(tmp_path) == []  # listing calls nothing
 
 
@@ -327,3 +328,27 @@ async def test_a_session_and_a_workflow_use_the_servers_of_their_profiles(
         settings, agents={"default": AgentProfile(mcp=["notes"])}
     )
     assert mcp_of(definition, uses) == ["notes"]
+
+
+@pytest.mark.parametrize("idempotent", [False, True])
+async def test_a_call_that_times_out_is_retried_only_if_idempotent(
+    tmp_path: Path, closing: Any, idempotent: bool
+) -> None:
+    """Cut off by its time limit, a call may have taken effect: the run's
+    retries make it again only for an idempotent server."""
+    table = stdio(tmp_path, idempotent=idempotent, timeout=1.0)
+    tools = registry(McpServer("notes", table, timeout=10))
+    closing(tools)
+    assert tools.once_only("notes.hold") is not idempotent  # known unlisted
+    held = await tools.call("notes.hold", {"name": "a"}, ctx=ctx(tmp_path))
+    (tmp_path / "release").touch()
+    assert not held.ok and "timed out after 1 s" in (held.error or "")
+    assert held.retryable is idempotent
+    assert ("whether it took effect is unknown" in (held.error or "")) is not idempotent
+
+
+def test_a_server_name_that_cannot_name_tools_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "s.toml").write_text('[mcp."a.b"]\nurl = "http://h/mcp"\n')
+    with pytest.raises(ConfigError) as e:
+        load_settings(tmp_path / "s.toml", env={})
+    assert "mcp.a.b: a server's name is 1-40 letters, digits, _ or -" in str(e.value)

@@ -77,11 +77,26 @@ class ModelCalls:
         for priority in PRIORITIES:
             LLM_WAITING.labels(priority).set_function(_waiting(self.slots, priority))
         self.delta_listeners: list[DeltaListener] = []
+        self._names: dict[tuple[str | None, str | None], tuple[str, str]] = {}
 
-    def named(self, info: RequestInfo) -> tuple[str, str]:
-        """The provider and model request ``info`` goes to (`_named`)."""
+    def named(self, info: RequestInfo, answer: Event | None = None) -> tuple[str, str]:
+        """The provider and model request ``info`` goes to (`_named`);
+        ``("", "")`` when its set-up failed (``answer`` says why)."""
         assert self.provider is not None
-        return _named(self.provider, info)
+        try:
+            return self._named(info)
+        except Exception:  # the profile or its table is gone: the answer says
+            return "", ""
+
+    def _named(self, info: RequestInfo) -> tuple[str, str]:
+        """`_named`, kept per profile and table (a router's look-up may copy
+        its settings)."""
+        key = (info.profile, info.table)
+        found = self._names.get(key)
+        if found is None:
+            assert self.provider is not None
+            found = self._names[key] = _named(self.provider, info)
+        return found
 
     async def answer(
         self, port: EffectPort, rec: Recorded, prompt: Prompt, info: RequestInfo
@@ -113,7 +128,7 @@ class ModelCalls:
             )
             whole = getattr(target, "result", None)
 
-        named = _named(provider, info)
+        named = self._named(info)
         rate = None
         if isinstance(provider, ModelRouter):
             rate = provider.rate_limiter(info, port.clock.now, port.clock.sleep)

@@ -25,6 +25,7 @@ from steward.errors import ToolError
 __all__ = [
     "Actors",
     "AnyArgs",
+    "NotReached",
     "ReadModels",
     "Tool",
     "ToolContext",
@@ -77,6 +78,12 @@ class ToolContext(msgspec.Struct, frozen=True, kw_only=True):
     """The host's projections; ``None`` when it keeps none."""
     now: float = 0.0
     """When the call started, on the host's clock."""
+
+
+class NotReached(ConnectionError):
+    """A call that never reached the program that serves its tool (an MCP
+    server that could not be started): making it again is safe, whether or
+    not the tool is idempotent."""
 
 
 class AnyArgs(msgspec.Struct, frozen=True, kw_only=True):

@@ -22,6 +22,7 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import contextvars
 import logging
 import os
 import re
@@ -48,13 +49,27 @@ from mcp_types import (
 )
 from mcp_types.jsonrpc import CONNECTION_CLOSED
 
-from steward.actors.tools.base import AnyArgs, Tool, ToolContext
+from steward.actors.tools.base import AnyArgs, NotReached, Tool, ToolContext
 from steward.config.settings import McpServerConfig
 from steward.errors import ToolError, describe
 
-__all__ = ["MAX_PAUSE", "McpServer", "rendered", "servers"]
+__all__ = [
+    "MAX_PAUSE",
+    "MAX_SCHEMA_BYTES",
+    "MAX_TOOLS",
+    "McpServer",
+    "rendered",
+    "servers",
+    "variables",
+]
 
 log = logging.getLogger("steward.mcp")
+
+MAX_TOOLS = 128
+"""The tools of one server offered at most (an actor records their specs)."""
+MAX_SCHEMA_BYTES = 16_384
+"""The largest description and schema of one tool offered, in bytes."""
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 MAX_PAUSE = 30.0
 """The longest pause, in seconds, before starting a failed server again."""
@@ -81,6 +96,20 @@ def servers(
             environ=environ,
         )
         for name, config in sorted(configs.items())
+    )
+
+
+def variables(configs: Mapping[str, McpServerConfig]) -> list[str]:
+    """The environment variables ``${VAR}`` in the tables' ``env`` and
+    ``headers`` name: secrets, by the look of it (`steward.logs` keeps
+    their values out of log lines)."""
+    return sorted(
+        {
+            m.group(1)
+            for config in configs.values()
+            for value in (*config.env.values(), *config.headers.values())
+            for m in _VARIABLE.finditer(value)
+        }
     )
 
 
@@ -116,6 +145,11 @@ class McpServer:
         self._next_try = 0.0
 
     @property
+    def idempotent(self) -> bool:
+        """Whether its calls may be made again after a crash (its table's)."""
+        return self.config.idempotent
+
+    @property
     def target(self) -> str:
         """What it runs or reaches, for people: the command line or the URL."""
         if self.config.url is not None:
@@ -129,25 +163,45 @@ class McpServer:
         Raises:
             ToolError: the server could not be started or listed.
         """
-        listed = await self._ask(lambda client: _all_tools(client))
+        try:
+            listed = await self._ask(lambda client: _all_tools(client))
+        except ConnectionError as e:
+            raise ToolError(str(e)) from None
         allowed = self.config.tools
         denied = frozenset(self.config.deny)
         approval = self.config.require_approval
-        return tuple(
-            Tool(
-                name=f"{self.name}.{t.name}",
-                description=t.description or "",
-                args_type=AnyArgs,
-                fn=_Call(self, t.name),
-                parameters=_schema(t.input_schema),
-                requires_approval=approval is True
-                or (isinstance(approval, list) and t.name in approval),
-                timeout=self.config.timeout,
-                idempotent=self.config.idempotent,
+        offered = []
+        for t in listed:
+            if (allowed is not None and t.name not in allowed) or t.name in denied:
+                continue
+            schema = _schema(t.input_schema)
+            problem = _unfit(t.name, t.description or "", schema)
+            if problem is not None:
+                log.warning(
+                    "mcp server %s: tool %r left out: %s", self.name, t.name, problem
+                )
+                continue
+            offered.append(
+                Tool(
+                    name=f"{self.name}.{t.name}",
+                    description=t.description or "",
+                    args_type=AnyArgs,
+                    fn=_Call(self, t.name),
+                    parameters=schema,
+                    requires_approval=approval is True
+                    or (isinstance(approval, list) and t.name in approval),
+                    timeout=self.config.timeout,
+                    idempotent=self.config.idempotent,
+                )
             )
-            for t in listed
-            if (allowed is None or t.name in allowed) and t.name not in denied
-        )
+            if len(offered) == MAX_TOOLS:
+                log.warning(
+                    "mcp server %s lists more than %d tools: the rest are left out",
+                    self.name,
+                    MAX_TOOLS,
+                )
+                break
+        return tuple(offered)
 
     async def call(self, tool: str, args: dict[str, Any]) -> str:
         """Call the server's ``tool`` with ``args``; its result as text.
@@ -207,7 +261,8 @@ class McpServer:
                 self._session = await _Session.open(self._connect, self.timeout)
             except Exception as e:
                 self._failed()
-                raise ToolError(f"{self.name}: could not start: {_said(e)}") from None
+                # nothing reached the server: a retry is safe for any server
+                raise NotReached(f"{self.name}: could not start: {_said(e)}") from None
             log.info("mcp server %s started (%s)", self.name, self.target)
             return self._session
 
@@ -297,7 +352,10 @@ class _Session:
     async def open(cls, connect: Any, timeout: float) -> _Session:
         session = cls()
         ready: asyncio.Future[Client] = asyncio.get_running_loop().create_future()
-        session._task = asyncio.create_task(session._hold(connect, ready))
+        # a context of its own: its log lines are about no run in particular
+        session._task = asyncio.create_task(
+            session._hold(connect, ready), context=contextvars.Context()
+        )
         try:
             async with asyncio.timeout(timeout):
                 session.client = await asyncio.shield(ready)
@@ -395,6 +453,24 @@ def _schema(schema: dict[str, Any]) -> dict[str, Any]:
     out.setdefault("properties", {})
     out.setdefault("required", [])
     return out
+
+
+def _unfit(name: str, description: str, schema: dict[str, Any]) -> str | None:
+    """Why a server's tool cannot be offered to a model, if it cannot: a
+    name no API takes, a schema that is not an object's, one too large to
+    record with every actor it is offered to."""
+    if not _TOOL_NAME.fullmatch(name):
+        return "its name is not 1-64 letters, digits, _, - or ."
+    if (
+        schema.get("type") != "object"
+        or not isinstance(schema.get("properties"), dict)
+        or not isinstance(schema.get("required"), list)
+    ):
+        return "its input schema is not an object's (type, properties, required)"
+    size = len(_json.encode(schema)) + len(description)
+    if size > MAX_SCHEMA_BYTES:
+        return f"its description and schema take {size} bytes, over {MAX_SCHEMA_BYTES}"
+    return None
 
 
 def _unknown_session(error: MCPError) -> bool:

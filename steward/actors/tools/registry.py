@@ -22,6 +22,7 @@ from steward.actors.tools import script as script_tools
 from steward.actors.tools import session as session_tools
 from steward.actors.tools.base import (
     AnyArgs,
+    NotReached,
     Tool,
     ToolContext,
     ToolFn,
@@ -67,6 +68,11 @@ class Toolset(Protocol):
     ``NAME.tool``, listed the first time they are needed."""
 
     name: str
+
+    @property
+    def idempotent(self) -> bool:
+        """Whether its tools' calls may be made again after a crash."""
+        ...
 
     async def tools(self) -> tuple[Tool[Any], ...]:
         """Its tools, as the registry holds them.
@@ -271,13 +277,18 @@ class ToolRegistry:
             # A TimeoutError the tool raised itself (a socket, say) is a plain
             # transient failure, not our deadline.
             if not deadline.expired():
-                return ToolOutcome(ok=False, error=describe(e))
-            return ToolOutcome(ok=False, error=f"{name} timed out after {limit:g} s")
+                return _unless_once(t, ToolOutcome(ok=False, error=describe(e)))
+            failed = ToolOutcome(ok=False, error=f"{name} timed out after {limit:g} s")
+            return _unless_once(t, failed)
         except Exception as e:
-            _log.warning("tool %s raised", name, exc_info=True)
-            return ToolOutcome(
+            if isinstance(e, ConnectionError):  # a server gone: said, no traceback
+                _log.warning("tool %s: %s", name, describe(e))
+            else:
+                _log.warning("tool %s raised", name, exc_info=True)
+            failed = ToolOutcome(
                 ok=False, error=describe(e), retryable=not is_argument_error(e)
             )
+            return failed if isinstance(e, NotReached) else _unless_once(t, failed)
 
         if isinstance(result, str):
             output = result
@@ -292,6 +303,15 @@ class ToolRegistry:
                     retryable=False,
                 )
         return self._bounded(output)
+
+    def once_only(self, name: str) -> bool:
+        """Whether a call of ``name`` must not be made twice: its tool, or the
+        toolset it belongs to (listed or not, up or down), is not idempotent."""
+        t = self._tools.get(name)
+        if t is not None:
+            return not t.idempotent
+        toolset = self._toolsets.get(name.partition(".")[0])
+        return toolset is not None and not toolset.idempotent
 
     async def find(self, name: str) -> Tool[Any] | None:
         """Tool ``name``, its toolset loaded first if it has one; ``None``
@@ -325,6 +345,19 @@ class ToolRegistry:
     def _unknown(self, name: str) -> str:
         available = ", ".join(self.names()) or "none"
         return f"unknown tool {name!r}; available tools: {available}"
+
+
+def _unless_once(tool: Tool[Any], failed: ToolOutcome) -> ToolOutcome:
+    """``failed`` as it stands, or, for a tool that is not idempotent (a call
+    cut off may have taken effect), not to be retried, its outcome unknown."""
+    if tool.idempotent or not failed.retryable:
+        return failed
+    return ToolOutcome(
+        ok=False,
+        error=f"{failed.error}; whether it took effect is unknown, and it is "
+        "not made again (the tool is not idempotent): check before calling it",
+        retryable=False,
+    )
 
 
 def parameters_schema(args_type: type[msgspec.Struct]) -> dict[str, Any]:
