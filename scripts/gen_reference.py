@@ -470,7 +470,7 @@ def events_page() -> str:
         "at an actor (a model's reply, a tool's result, an operator's "
         "command); the other events are what its decider decides. `steward "
         "events export ID` prints a stream's events as JSON lines, each "
-        "`{\"type\": NAME, ...fields}` inside its envelope.\n\n"
+        '`{"type": NAME, ...fields}` inside its envelope.\n\n'
     )
     out.append("## The envelope\n\n")
     out.append(f"{_md(Recorded.__doc__ or '')}\n\n")
@@ -630,7 +630,9 @@ def messages_page() -> str:
         [f"`{kind}`", f"`{event}`", f"`{json.dumps(message)}`"]
         for kind, event, message in _outbound_examples()
     ]
-    out.append(_table(["kind", "on the event", "published on steward.outbound.web"], rows))
+    out.append(
+        _table(["kind", "on the event", "published on steward.outbound.web"], rows)
+    )
     out.append("\n### Updates and deltas\n\n")
     out.append(
         'An update is `{"run_id", "version", "type", "summary"}`: the event\'s '
@@ -641,6 +643,7 @@ def messages_page() -> str:
 
 
 # -- the script -----------------------------------------------------------------
+
 
 def index_page() -> str:
     """README.md as the site's front page: its links into docs/ made
