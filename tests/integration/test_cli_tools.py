@@ -215,8 +215,7 @@ def test_a_run_takes_require_approval_when_it_is_created_not_from_its_host(
     of a run `runs start` created without the variable: `[tools]
     require_approval` is recorded in `RunCreated.settings` by the process
     that creates the run (docs/configuration.md, "Which settings a run
-    takes"); the same
-    serve asks for a run created with it."""
+    takes"); the same serve asks for a run created with it."""
     script = _script(
         tmp_path,
         [
