@@ -216,12 +216,21 @@ def _arg_default(action: argparse.Action) -> str:
     return f"`{action.default}`"
 
 
+def _help(action: argparse.Action) -> str:
+    """An argument's help, its ``%(default)s`` and the like filled in as
+    argparse fills them."""
+    params = {k: v for k, v in vars(action).items() if v is not argparse.SUPPRESS}
+    if action.choices is not None:
+        params["choices"] = ", ".join(map(str, action.choices))
+    return (action.help or "") % params
+
+
 def _arguments(actions: list[argparse.Action]) -> str:
     rows = []
     for action in actions:
         if isinstance(action, argparse._SubParsersAction):
             continue
-        what = action.help or ""
+        what = _help(action)
         if isinstance(action, argparse._AppendAction):
             what += " (may be given more than once)"
         rows.append([f"`{_argument(action)}`", _arg_default(action), what])
