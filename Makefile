@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint typecheck demo bench clean
+.PHONY: install test lint typecheck demo bench docs reference clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -14,8 +14,8 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 lint: $(STAMP)
-	$(BIN)/ruff check steward tests benchmarks
-	$(BIN)/ruff format --check steward tests benchmarks
+	$(BIN)/ruff check steward tests benchmarks scripts
+	$(BIN)/ruff format --check steward tests benchmarks scripts
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -29,5 +29,18 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
 
+DOCS_STAMP := $(VENV)/.docs-installed
+
+$(DOCS_STAMP): $(STAMP)
+	$(BIN)/pip install -q -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+reference: $(STAMP)
+	$(BIN)/python scripts/gen_reference.py
+
+docs: $(DOCS_STAMP)
+	$(BIN)/python scripts/gen_reference.py --check
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) .steward .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .steward .pytest_cache .mypy_cache .ruff_cache site

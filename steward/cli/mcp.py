@@ -33,7 +33,7 @@ async def cmd_mcp_list(env: Env, args: argparse.Namespace) -> int:
     servers = [s for s in registry.toolsets if s.name in env.settings.mcp]
     if not servers:
         print(
-            "steward: no [mcp.<name>] server is configured (README: MCP tool servers)",
+            "steward: no [mcp.<name>] server is configured (docs/mcp.md)",
             file=sys.stderr,
         )
         return 0

@@ -9,11 +9,14 @@ misspelt one is never silently ignored: one that names no setting is an error,
 or, given ``unknown``, is left out and reported to it, as the command line
 does with a warning):
 
-- ``STEWARD_<SECTION>_<KEY>`` for ``[run]``, ``[log]`` and ``[tools]``, e.g.
+- ``STEWARD_<SECTION>_<KEY>`` for the tables of fixed keys (``[run]``,
+  ``[log]``, ``[tools]``, ``[session]``, ...), e.g.
   ``STEWARD_RUN_MAX_ITERATIONS=5``, ``STEWARD_LOG_SYNCHRONOUS=FULL``;
-- ``STEWARD_MODELS_<NAME>_<KEY>`` and ``STEWARD_AGENTS_<NAME>_<KEY>`` for the
-  named tables, e.g. ``STEWARD_MODELS_DEFAULT_SCRIPT=demo.yaml``; ``<NAME>``
-  matches a table of the file case-insensitively, or creates a lower-case one;
+- ``STEWARD_MODELS_<NAME>_<KEY>``, ``STEWARD_AGENTS_<NAME>_<KEY>`` and
+  ``STEWARD_MCP_<NAME>_<KEY>`` for the named tables, e.g.
+  ``STEWARD_MODELS_DEFAULT_SCRIPT=demo.yaml``; ``<NAME>`` matches a table of
+  the file case-insensitively, or creates a lower-case one (a key whose value
+  is a table, and ``[channels]``, are set in the file only);
 - ``STEWARD_LLM_MAX_CONCURRENCY`` for the top-level key.
 
 ``[tools] require_approval`` may only name the tools ``load_settings`` is

@@ -214,8 +214,8 @@ def test_a_run_takes_require_approval_when_it_is_created_not_from_its_host(
     """`STEWARD_TOOLS_REQUIRE_APPROVAL=files.write steward serve` asks nothing
     of a run `runs start` created without the variable: `[tools]
     require_approval` is recorded in `RunCreated.settings` by the process
-    that creates the run (README, "Which settings a run takes"); the same
-    serve asks for a run created with it."""
+    that creates the run (docs/configuration.md, "Which settings a run
+    takes"); the same serve asks for a run created with it."""
     script = _script(
         tmp_path,
         [

@@ -1,4 +1,6 @@
-"""README's command lines work as written, from a fresh directory."""
+"""README's and the guides' command lines work as written, from a fresh
+directory: the command line guide's "Using it" block, README's tour (and
+what it shows them print), and every `steward ...` in their prose."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from doc_pages import GUIDES, PLACEHOLDER, inline_commands
 
 from steward import cli, events, replay
 from steward.bus import SqliteEventLog
@@ -25,19 +28,19 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
+USING_IT = (ROOT / "docs" / "cli.md").read_text()
+"""The page whose "Using it" block every line of which a test runs."""
 STEWARD = str(Path(sys.executable).with_name("steward"))
 PAUSED = {"STEWARD_RUN_TOKEN_BUDGET": "1", "STEWARD_RUN_BUDGET_POLICY": "pause"}
 """A run started with these waits for `runs approve|deny` after its first reply."""
-PLACEHOLDER = re.compile(r"\b[A-Z]{2,}\b|\.\.\.|\|")
-"""What marks an inline `steward ...` as a template rather than a command."""
 
 
 def _using_it() -> list[list[str]]:
-    """Every command line of README's "Using it" block, with each ``[...]``
-    part both left out and put in."""
-    block = README.split("## Using it", 1)[1].split("```")[1]
+    """Every command line of docs/cli.md's "Using it" block, with each
+    ``[...]`` part both left out and put in."""
+    block = USING_IT.split("## Using it", 1)[1].split("```")[1]
     lines = [line for line in block.splitlines() if line.startswith(".venv/bin/")]
-    assert lines, "README's Using it block shows no .venv/bin/steward lines"
+    assert lines, "docs/cli.md's Using it block shows no .venv/bin/steward lines"
     commands = []
     for line in lines:
         optional = re.findall(r"\[([^]]*)\]", line)
@@ -54,7 +57,7 @@ def _command(argv: list[str]) -> str:
     try:
         return str(cli.build_parser().parse_args(args).fn.__name__)
     except SystemExit:
-        raise AssertionError(f"README's {shlex.join(argv)} does not parse") from None
+        raise AssertionError(f"{shlex.join(argv)} does not parse") from None
 
 
 COMMANDS = _using_it()
@@ -236,11 +239,18 @@ def test_make_demo_writes_only_under_steward(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == [".steward"]
 
 
-def test_inline_steward_commands_are_templates_or_shown_in_using_it() -> None:
-    """A `steward ...` in README's prose either has placeholders (ID, ...,
-    a|b) or is a command the Using it block runs, so none goes untested."""
-    covered = {_command(argv) for argv in COMMANDS}
-    for span in re.findall(r"`+ ?(steward [^`]*?) ?`+", README):
+@pytest.mark.parametrize("page", [ROOT / "README.md", *GUIDES], ids=lambda p: p.name)
+def test_inline_steward_commands_are_templates_or_shown_in_using_it(
+    page: Path,
+) -> None:
+    """A `steward ...` in the prose of README or a guide made of what it
+    held either has placeholders (ID, ..., a|b) or is a command the Using
+    it block runs, so none goes untested."""
+    toured = [c.rsplit("| ", 1)[-1] for c, _ in TOUR]
+    covered = {_command(argv) for argv in COMMANDS} | {
+        _command([".venv/bin/steward", *shlex.split(c)[1:]]) for c in toured
+    }
+    for span in inline_commands(page.read_text()):
         if PLACEHOLDER.search(span):
             continue
         argv = [".venv/bin/steward", *shlex.split(span)[1:]]
@@ -252,4 +262,71 @@ def test_inline_steward_commands_are_templates_or_shown_in_using_it() -> None:
                 == 0
             )
             continue
-        assert _command(argv) in covered, f"README shows `{span}`: test it"
+        assert _command(argv) in covered, f"{page.name} shows `{span}`: test it"
+
+
+def _tour() -> list[tuple[str, list[str]]]:
+    """Each ``$ `` command of README's code blocks (continued lines joined)
+    and the lines it shows the command printing."""
+    tour = []
+    for block in re.findall(r"^```\n(.*?)^```$", README, re.MULTILINE | re.DOTALL):
+        if not block.startswith("$ "):
+            continue
+        for line in block.replace("\\\n", " ").splitlines():
+            if line.startswith("$ "):
+                tour.append((line[2:], []))
+            else:
+                tour[-1][1].append(line)
+    return tour
+
+
+TOUR = _tour()
+IDS = re.compile(r"\b(r[0-9a-f]{12}|wf-[0-9a-f]{8}|task-[0-9a-f]{8})\b")
+TIMES = re.compile(r"\d{4}-\d\d-\d\dT[\d:.]+Z|\b\d+s\b")
+
+
+def _normal(line: str) -> str:
+    """A printed line with its ids and times made alike, blanks collapsed."""
+    line = IDS.sub(lambda m: re.sub(r"[0-9a-f]", "x", m[1]), line)
+    return " ".join(TIMES.sub("TIME", line).split())
+
+
+def test_the_tour_in_readme_prints_what_it_shows(tmp_path: Path) -> None:
+    """README's tour, in order, in a fresh copy of the repository's
+    examples, as a shell runs it with .venv/bin first on its PATH: each
+    command exits 0, and prints the lines README shows (in that order; a
+    line `…` stands for lines left out), ids and times aside."""
+    assert [c.split()[:2] for c, _ in TOUR][:4] == [
+        ["steward", "--script"],
+        ["printf", "'hello\\n/status\\n'"],
+        ["steward", "--script"],
+        ["steward", "--script"],
+    ], TOUR
+    (tmp_path / "steward").mkdir()
+    shutil.copy(ROOT / "steward" / "demo.yaml", tmp_path / "steward" / "demo.yaml")
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    path = f"{Path(STEWARD).parent}:{os.environ.get('PATH', '')}"
+    imports = os.pathsep.join(  # as here, whatever the directory
+        str(Path(p).resolve()) for p in os.environ.get("PYTHONPATH", "").split(":") if p
+    )
+    for command, shown in TOUR:
+        done = subprocess.run(
+            ["bash", "-c", command],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "PATH": path, "PYTHONPATH": imports},
+        )
+        assert done.returncode == 0 and "Traceback" not in done.stderr, (
+            command,
+            done.stderr[-2000:],
+        )
+        printed = iter(_normal(line) for line in done.stdout.splitlines())
+        for line in shown:
+            if line.strip() in ("…", "..."):
+                continue
+            assert _normal(line) in printed, (
+                f"README shows `{command}` printing {line!r} (in this order); "
+                f"it printed:\n{done.stdout}"
+            )
