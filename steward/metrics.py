@@ -60,8 +60,6 @@ _BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0
 """Upper bounds in seconds, those of a default Prometheus histogram."""
 CALL_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 """Upper bounds in seconds of a model or tool call, or of its wait for a slot."""
-BATCH_BUCKETS = (1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 16.0, 32.0, 64.0)
-"""Upper bounds of the events in one commit."""
 GENAI_DURATION_BUCKETS = (
     0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48,
     40.96, 81.92, 163.84, 327.68,
@@ -122,7 +120,7 @@ class HostMetrics:
         self.started: dict[str, int] = {}
         self.ended: dict[tuple[str, str], int] = {}
         self.steps: dict[str, Histogram] = {}
-        self.batches: dict[str, Histogram] = {}
+        self.committed: dict[str, int] = {}
         self.model_calls: dict[tuple[str, str, str], int] = {}
         self.model_wait: dict[str, Histogram] = {}
         self.model_first_token: dict[tuple[str, str], Histogram] = {}
@@ -162,7 +160,7 @@ class HostMetrics:
         decide and append, ``events`` in the commit, the actor's status
         before and after (`Surface.status`) when its kind says one."""
         _histogram(self.steps, kind, CALL_BUCKETS).observe(seconds)
-        _histogram(self.batches, kind, BATCH_BUCKETS).observe(events)
+        self.committed[kind] = self.committed.get(kind, 0) + events
         if statuses is None:
             return
         before, after = statuses
@@ -293,11 +291,12 @@ class _HostCollector(Collector):
             ["kind"],
             _keyed(HOST.steps),
         )
-        yield _histograms(
-            "steward_commit_events",
-            "Events in one commit, by actor kind",
+        yield _counter(
+            "steward_committed_events",
+            "Events this process committed, by actor kind (over the steps by "
+            "kind, steward_step_seconds_count: the events in a commit)",
             ["kind"],
-            _keyed(HOST.batches),
+            _keyed(HOST.committed),
         )
         yield _counter(
             "steward_model_calls",

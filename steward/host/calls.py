@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from steward import events, logs
+from steward import events
 from steward.actors.kind import Kind, Kinds
 from steward.actors.llm import RequestInfo
 from steward.actors.llm.effect import ModelCalls
@@ -108,12 +108,6 @@ class Calls:
 
     async def model(self, rec: Recorded, request: events.LlmRequested) -> Commit | None:
         """Ask the model ``request`` and submit its answer; the answer's commit."""
-        with logs.about(rec.stream, request_id=request.request_id):
-            return await self._model(rec, request)
-
-    async def _model(
-        self, rec: Recorded, request: events.LlmRequested
-    ) -> Commit | None:
         kept = self._mailboxes.take_prompt(request.request_id)
         kind = self._kinds.of(rec.stream)
         rid = request.request_id
@@ -191,10 +185,6 @@ class Calls:
 
     async def tool(self, rec: Recorded, request: events.ToolRequested) -> None:
         """Make tool call ``request`` and submit its result."""
-        with logs.about(rec.stream, request_id=request.request_id):
-            await self._tool(rec, request)
-
-    async def _tool(self, rec: Recorded, request: events.ToolRequested) -> None:
         state, _ = await self._states.get(rec.stream)
         rid = request.request_id
         kind = self._kinds.of(rec.stream)

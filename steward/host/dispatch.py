@@ -29,7 +29,7 @@ from typing import Any, cast
 
 import msgspec
 
-from steward import events
+from steward import events, logs
 from steward.actors.effects import (
     ArmTimer,
     CallModel,
@@ -313,9 +313,14 @@ class Dispatcher:
             return
         match effect:
             case CallModel(request=request):
-                self._spawn(request.request_id, partial(self._call_model, rec, request))
+                # the call's task takes the log lines' actor with its context
+                with logs.about(rec.stream, request_id=request.request_id):
+                    work = partial(self._call_model, rec, request)
+                    self._spawn(request.request_id, work)
             case CallTool(request=request):
-                self._spawn(request.request_id, partial(self._calls.tool, rec, request))
+                with logs.about(rec.stream, request_id=request.request_id):
+                    work = partial(self._calls.tool, rec, request)
+                    self._spawn(request.request_id, work)
             case ArmTimer(timer_id=timer_id, due=due):
                 self.timers.arm(rec.stream, timer_id, due)
             case Deliver(key=key):

@@ -113,7 +113,8 @@ class Mailboxes:
         # inputs find their stream idle); later arrivals queue in its mailbox.
         box = self._mailboxes[stream] = _Mailbox()
         try:
-            return await self._decide_and_commit(stream, input, causation_id)
+            with logs.about(stream):
+                return await self._decide_and_commit(stream, input, causation_id)
         except Exception:
             log.exception("stream %s: input %s failed", stream, _brief(input))
             raise
@@ -137,6 +138,10 @@ class Mailboxes:
     async def _drain(self, stream: str, box: _Mailbox) -> None:
         # Started only when inputs queued up behind an inline decision; it
         # ends when the mailbox is empty so idle streams cost nothing.
+        with logs.about(stream):
+            await self._drain_all(stream, box)
+
+    async def _drain_all(self, stream: str, box: _Mailbox) -> None:
         while box.queue:
             item = box.queue.popleft()
             try:
@@ -153,12 +158,6 @@ class Mailboxes:
         del self._mailboxes[stream]
 
     async def _decide_and_commit(
-        self, stream: str, input: Event, causation_id: str | None
-    ) -> Commit | None:
-        with logs.about(stream):
-            return await self._decide_and_commit_of(stream, input, causation_id)
-
-    async def _decide_and_commit_of(
         self, stream: str, input: Event, causation_id: str | None
     ) -> Commit | None:
         kind = self._kinds.of(stream)
