@@ -51,6 +51,7 @@ async def cmd_mcp_list(env: Env, args: argparse.Namespace) -> int:
         specs = registry.specs(
             [n for n in registry.names() if n.startswith(f"{server.name}.")]
         )
+        left_out: dict[str, str] = getattr(server, "left_out", {})
         if args.output == "json":
             env.out(
                 json_line(
@@ -69,6 +70,7 @@ async def cmd_mcp_list(env: Env, args: argparse.Namespace) -> int:
                             }
                             for s in specs
                         ],
+                        "left_out": left_out,
                     }
                 )
             )
@@ -85,6 +87,8 @@ async def cmd_mcp_list(env: Env, args: argparse.Namespace) -> int:
         ]
         for line in columns(("  TOOL", "DESCRIPTION"), rows) if rows else []:
             env.out(line)
+        for name, why in left_out.items():
+            env.out(shown(f"  left out: {name}: {why}"))
     return EXIT_FAILED if unreachable else 0
 
 

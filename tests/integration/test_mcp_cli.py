@@ -148,6 +148,10 @@ def test_mcp_list_and_call(tmp_path: Path) -> None:
         "approval)",
     ]
     assert not any("notes.die" in line for line in lines)
+    assert (
+        "  left out: spaced name: its name is not 1-64 letters, digits, _, - or ."
+        in lines
+    )
     assert lines[-1].startswith("web  http  http://127.0.0.1:1/mcp  unreachable: ")
     as_json = steward(tmp_path, "mcp", "list", "-o", "json")
     servers = [json.loads(line) for line in as_json.stdout.splitlines()]

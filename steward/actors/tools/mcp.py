@@ -143,6 +143,9 @@ class McpServer:
         self._session: _Session | None = None
         self._failures = 0
         self._next_try = 0.0
+        self.left_out: dict[str, str] = {}
+        """The server's tools its last listing left out, and why (a name
+        no API takes, a schema that is not an object's, too many)."""
 
     @property
     def idempotent(self) -> bool:
@@ -171,15 +174,15 @@ class McpServer:
         denied = frozenset(self.config.deny)
         approval = self.config.require_approval
         offered = []
+        left_out: dict[str, str] = {}
         for t in listed:
             if (allowed is not None and t.name not in allowed) or t.name in denied:
                 continue
             schema = _schema(t.input_schema)
             problem = _unfit(t.name, t.description or "", schema)
             if problem is not None:
-                log.warning(
-                    "mcp server %s: tool %r left out: %s", self.name, t.name, problem
-                )
+                log.info("mcp server %s left out %r: %s", self.name, t.name, problem)
+                left_out[t.name] = problem
                 continue
             offered.append(
                 Tool(
@@ -195,12 +198,9 @@ class McpServer:
                 )
             )
             if len(offered) == MAX_TOOLS:
-                log.warning(
-                    "mcp server %s lists more than %d tools: the rest are left out",
-                    self.name,
-                    MAX_TOOLS,
-                )
+                left_out["..."] = f"more than {MAX_TOOLS} tools: the rest"
                 break
+        self.left_out = left_out
         return tuple(offered)
 
     async def call(self, tool: str, args: dict[str, Any]) -> str:
