@@ -44,6 +44,20 @@ def steward_process(cwd: Path, *argv: str, **env: str) -> subprocess.Popen[bytes
     )
 
 
+def start_run(cwd: Path, text: str, *argv: str) -> str:
+    """``steward runs start TEXT`` in ``cwd`` (``argv`` before it): the id
+    of the run it queued for the `serve` there."""
+    started = subprocess.run(
+        [sys.executable, "-m", "steward", *argv, "runs", "start", text],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert started.returncode == 0, started.stderr
+    return started.stdout.strip()
+
+
 def stop_all(processes: list[subprocess.Popen[bytes]]) -> list[str]:
     """SIGTERM each process still running, wait up to 15 s each (then kill
     it); the tail of each one's standard error."""

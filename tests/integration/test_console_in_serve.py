@@ -12,7 +12,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from support import act
+from support import act, start_run
 
 REPLIES = [{"text": act(type="finish", output="done")}]
 
@@ -38,24 +38,7 @@ def test_serve_serves_the_console(tmp_path: Path) -> None:
                 url = line.split()[1]
                 break
         assert url.startswith("http://127.0.0.1:"), line
-        started = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "steward",
-                "--script",
-                "s.json",
-                "runs",
-                "start",
-                "hi",
-            ],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert started.returncode == 0, started.stderr
-        run_id = started.stdout.strip()
+        run_id = start_run(tmp_path, "hi", "--script", "s.json")
         page = ""
         for _ in range(100):
             with urllib.request.urlopen(url, timeout=10) as response:

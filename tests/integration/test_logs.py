@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from support import act
+from support import act, start_run
 
 from steward import logs
 
@@ -31,24 +31,7 @@ def test_serve_writes_json_lines_about_each_actor(tmp_path: Path) -> None:
     try:
         assert serve.stdout is not None
         serve.stdout.readline()  # "steward serving ...": it hosts the log
-        started = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "steward",
-                "--script",
-                "s.json",
-                "runs",
-                "start",
-                "hi",
-            ],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert started.returncode == 0, started.stderr
-        run_id = started.stdout.strip()
+        run_id = start_run(tmp_path, "hi", "--script", "s.json")
         for _ in range(200):
             done = subprocess.run(
                 [sys.executable, "-m", "steward", "runs", "show", run_id, "-o", "json"],
