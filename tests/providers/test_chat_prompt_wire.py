@@ -22,12 +22,11 @@ from typing import Any
 import pytest
 from conftest import DIALECTS, KEY, Dialect
 from fake_api import FakeAPI, Reply, Request, sse_reply
-from wire import system_of, text_of
+from wire import hosted, system_of, text_of
 
 from steward import cli, events, replay
 from steward.actors.session import session_stream
 from steward.actors.tools import ToolRegistry
-from steward.bus import SqliteEventLog
 from steward.clock import FakeClock
 from steward.host import Host
 
@@ -141,22 +140,14 @@ async def chat(
 ) -> AsyncIterator[Chat]:
     model = Model(dialect)
     api.respond = model
-    log = await SqliteEventLog.open(tmp_path / "log.db")
-    provider = dialect.build(api)
-    host = Host(
-        log,
-        provider=provider,
+    async with hosted(
+        tmp_path,
+        dialect.build(api),
+        clock,
         tools=ToolRegistry.with_builtins(session=True),
         workspace=tmp_path,
-        clock=clock,
-    )
-    await host.start()
-    try:
+    ) as (host, log):
         yield Chat(host=host, log=log, clock=clock, model=model)
-    finally:
-        await host.stop()
-        await provider.aclose()
-        await log.close()
 
 
 async def test_each_turn_asks_the_model_about_its_own_message(chat: Chat) -> None:

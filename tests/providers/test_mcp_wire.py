@@ -17,12 +17,11 @@ import pytest
 from conftest import Dialect
 from fake_api import FakeAPI, Reply, Request, sse_reply
 from mcp_support import calls, stdio
-from wire import tool_calls, tool_results, tools_of
+from wire import hosted, tool_calls, tool_results, tools_of
 
 from steward import events, replay
 from steward.actors.tools import ToolRegistry
 from steward.actors.tools.mcp import McpServer
-from steward.bus import SqliteEventLog
 from steward.clock import FakeClock
 from steward.config.settings import AgentProfile, Settings
 from steward.events.task import TaskCreated, Template
@@ -75,18 +74,8 @@ async def wired(
     tools = ToolRegistry.with_builtins()
     tools.add_toolset(McpServer("notes", settings.mcp["notes"], timeout=10))
     await tools.load(["notes"])
-    log = await SqliteEventLog.open(tmp_path / "log.db")
-    provider = dialect.build(api)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    host = Host(log, provider=provider, tools=tools, workspace=workspace, clock=clock)
-    await host.start()
-    try:
+    async with hosted(tmp_path, dialect.build(api), clock, tools=tools) as (host, log):
         yield Wired(host, log, api, dialect, tools, settings)
-    finally:
-        await host.stop()
-        await provider.aclose()
-        await log.close()
 
 
 SCHEMA = {

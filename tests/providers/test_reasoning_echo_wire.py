@@ -33,12 +33,12 @@ from fake_api import (
     openai_frames,
     sse_reply,
 )
+from wire import hosted
 
 from steward import events, replay
 from steward.actors.llm.base import RequestInfo, collect
 from steward.actors.prompt import Prompt
 from steward.actors.tools import ToolRegistry
-from steward.bus import SqliteEventLog
 from steward.clock import FakeClock
 from steward.config import Settings
 from steward.events.task import TaskCreated, Template
@@ -181,25 +181,12 @@ def looped(name: str, **provider: Any) -> Callable[..., Any]:
         tmp_path: Path, api: FakeAPI, clock: FakeClock
     ) -> AsyncIterator[Looped]:
         dialect = DIALECTS[name]
-        log = await SqliteEventLog.open(tmp_path / "log.db")
-        built = dialect.build(api, **provider)
         workspace = tmp_path / "workspace"
         workspace.mkdir()
         (workspace / "notes.txt").write_text("hello\n")
-        host = Host(
-            log,
-            provider=built,
-            tools=ToolRegistry.with_builtins(),
-            workspace=workspace,
-            clock=clock,
-        )
-        await host.start()
-        try:
+        built = dialect.build(api, **provider)
+        async with hosted(tmp_path, built, clock) as (host, log):
             yield Looped(host=host, log=log, api=api, dialect=dialect)
-        finally:
-            await host.stop()
-            await built.aclose()
-            await log.close()
 
     return fixture
 

@@ -23,12 +23,11 @@ import msgspec
 import pytest
 from conftest import Dialect
 from fake_api import FakeAPI, Reply, Request, sse_reply
-from wire import system_of, text_of, tool_results
+from wire import hosted, system_of, text_of, tool_results
 
 from steward import events, replay
 from steward.actors import stages
 from steward.actors.tools import ToolRegistry
-from steward.bus import SqliteEventLog
 from steward.clock import FakeClock
 from steward.config import Settings
 from steward.host import Host
@@ -114,25 +113,11 @@ class Staged:
 async def staged(
     tmp_path: Path, api: FakeAPI, dialect: Dialect, clock: FakeClock
 ) -> AsyncIterator[Staged]:
-    log = await SqliteEventLog.open(tmp_path / "log.db")
-    provider = dialect.build(api)
     workspace = tmp_path / "workspace"
     workspace.mkdir()
     (workspace / "notes.txt").write_text("hello\n")
-    host = Host(
-        log,
-        provider=provider,
-        tools=ToolRegistry.with_builtins(),
-        workspace=workspace,
-        clock=clock,
-    )
-    await host.start()
-    try:
+    async with hosted(tmp_path, dialect.build(api), clock) as (host, log):
         yield Staged(host=host, log=log, api=api, dialect=dialect)
-    finally:
-        await host.stop()
-        await provider.aclose()
-        await log.close()
 
 
 def settings() -> events.RunSettings:

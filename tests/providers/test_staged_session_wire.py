@@ -34,14 +34,12 @@ from test_staged_prompt_wire import (
     stage_of,
     tools_of,
 )
-from wire import text_of
+from wire import hosted, text_of
 
 from steward import events
 from steward.actors.tools import ToolRegistry
-from steward.bus import SqliteEventLog
 from steward.clock import FakeClock
 from steward.config import Settings
-from steward.host import Host
 
 THOUGHT = "Provider thought: the notes file holds the answer."
 SWITCH = "Switching to chat mode now: /mode chat"
@@ -104,23 +102,15 @@ async def chat(
 ) -> AsyncIterator[Chat]:
     model = StagedModel(dialect)
     api.respond = model
-    log = await SqliteEventLog.open(tmp_path / "log.db")
-    provider = dialect.build(api, echo_reasoning=True)
     (tmp_path / "notes.txt").write_text("hello\n")
-    host = Host(
-        log,
-        provider=provider,
+    async with hosted(
+        tmp_path,
+        dialect.build(api, echo_reasoning=True),
+        clock,
         tools=ToolRegistry.with_builtins(session=True),
         workspace=tmp_path,
-        clock=clock,
-    )
-    await host.start()
-    try:
+    ) as (host, log):
         yield Chat(host=host, log=log, clock=clock, model=model)  # type: ignore[arg-type]
-    finally:
-        await host.stop()
-        await provider.aclose()
-        await log.close()
 
 
 async def open_staged(chat: Chat) -> None:

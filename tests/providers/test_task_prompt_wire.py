@@ -23,12 +23,11 @@ from typing import Any
 import pytest
 from conftest import Dialect
 from fake_api import FakeAPI, Reply, Request, sse_reply
-from wire import system_of, tool_calls, tool_results, tools_of
+from wire import hosted, system_of, tool_calls, tool_results, tools_of
 
 from steward import replay
 from steward.actors.task import SUBTASK_TOOL
 from steward.actors.tools import ToolRegistry
-from steward.bus import SqliteEventLog
 from steward.clock import FakeClock
 from steward.events.task import TaskCreated, Template
 from steward.host import Host
@@ -94,24 +93,8 @@ class Tasks:
 async def tasks(
     tmp_path: Path, api: FakeAPI, dialect: Dialect, clock: FakeClock
 ) -> AsyncIterator[Tasks]:
-    log = await SqliteEventLog.open(tmp_path / "log.db")
-    provider = dialect.build(api)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    host = Host(
-        log,
-        provider=provider,
-        tools=ToolRegistry.with_builtins(),
-        workspace=workspace,
-        clock=clock,
-    )
-    await host.start()
-    try:
+    async with hosted(tmp_path, dialect.build(api), clock) as (host, log):
         yield Tasks(host=host, log=log, api=api, dialect=dialect)
-    finally:
-        await host.stop()
-        await provider.aclose()
-        await log.close()
 
 
 OUTLINE = Template(

@@ -3,10 +3,18 @@ the wire tests read the system prompt and messages from these."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 from fake_api import Request
+
+from steward.actors.tools import ToolRegistry
+from steward.bus import SqliteEventLog
+from steward.clock import FakeClock
+from steward.host import Host
 
 
 def text_of(content: Any) -> str:
@@ -69,3 +77,36 @@ def tool_calls(request: Request) -> list[tuple[str, str, dict[str, Any]]]:
                 if b.get("type") == "tool_use"
             ]
     return found
+
+
+@contextlib.asynccontextmanager
+async def hosted(
+    tmp: Path,
+    provider: Any,
+    clock: FakeClock,
+    *,
+    tools: ToolRegistry | None = None,
+    workspace: Path | None = None,
+) -> AsyncIterator[tuple[Host, SqliteEventLog]]:
+    """A started host over a new SQLite log in ``tmp`` whose model is
+    ``provider`` (an SDK's, against the fake API), with the built-in tools
+    (or ``tools``), working in ``workspace`` (``tmp/workspace``, made, by
+    default); the host, the provider and the log closed after."""
+    log = await SqliteEventLog.open(tmp / "log.db")
+    if workspace is None:
+        workspace = tmp / "workspace"
+        workspace.mkdir(exist_ok=True)
+    host = Host(
+        log,
+        provider=provider,
+        tools=tools or ToolRegistry.with_builtins(),
+        workspace=workspace,
+        clock=clock,
+    )
+    await host.start()
+    try:
+        yield host, log
+    finally:
+        await host.stop()
+        await provider.aclose()
+        await log.close()
