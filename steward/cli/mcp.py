@@ -18,6 +18,7 @@ from pathlib import Path
 import msgspec
 
 from steward.actors.tools import ToolContext
+from steward.actors.tools.mcp import McpServer
 from steward.cli.env import EXIT_FAILED, Env, shown
 from steward.cli.output import columns, cut, json_line
 from steward.errors import StewardError, ToolError
@@ -30,7 +31,7 @@ DESCRIPTION_CHARS = 70
 
 async def cmd_mcp_list(env: Env, args: argparse.Namespace) -> int:
     registry = env.tools()
-    servers = [s for s in registry.toolsets if s.name in env.settings.mcp]
+    servers = [s for s in registry.toolsets if isinstance(s, McpServer)]
     if not servers:
         print(
             "steward: no [mcp.<name>] server is configured (docs/mcp.md)",
@@ -39,9 +40,8 @@ async def cmd_mcp_list(env: Env, args: argparse.Namespace) -> int:
         return 0
     unreachable = 0
     for server in servers:
-        config = env.settings.mcp[server.name]
-        transport = "http" if config.url is not None else "stdio"
-        target = config.url or " ".join([str(config.command), *config.args])
+        transport = "http" if server.config.url is not None else "stdio"
+        target = server.target
         try:
             await registry.load([server.name])
             error = None
@@ -51,7 +51,7 @@ async def cmd_mcp_list(env: Env, args: argparse.Namespace) -> int:
         specs = registry.specs(
             [n for n in registry.names() if n.startswith(f"{server.name}.")]
         )
-        left_out: dict[str, str] = getattr(server, "left_out", {})
+        left_out = server.left_out
         if args.output == "json":
             env.out(
                 json_line(

@@ -28,6 +28,7 @@ from steward.actors.llm import RequestInfo
 from steward.actors.llm.effect import ModelCalls
 from steward.actors.prompt import PromptCache, prompt_matches
 from steward.actors.tools import ToolContext, ToolRegistry
+from steward.actors.tools.base import OUTCOME_UNKNOWN
 from steward.actors.tools.effect import call_tool
 from steward.bus import Commit
 from steward.clock import Clock
@@ -273,9 +274,7 @@ def _outcome_unknown(request: events.ToolRequested, clock: Clock) -> Event:
     return events.ToolResulted(
         request_id=request.request_id,
         ok=False,
-        error=f"{request.name}: the host stopped during this call, so whether "
-        "it took effect is unknown; it is not made again (the tool is not "
-        "idempotent): check before calling it again",
+        error=f"{request.name}: the host stopped during this call; {OUTCOME_UNKNOWN}",
         retryable=False,
         at=clock.now(),
     )

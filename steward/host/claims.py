@@ -107,13 +107,7 @@ class Claims:
         if self._worker_id is not None:
             ours = await self.claim(rec, request_id)
         else:
-            now = self._clock.now()
-            claim = events.EffectClaimed(
-                request_id=request_id,
-                worker=ONE_HOST,
-                until=now + self._claim_seconds,
-                at=now,
-            )
+            claim = self._claim_of(request_id, ONE_HOST)
             submit = self._mailboxes.submit
             ours = await submit(rec.stream, claim, causation_id=rec.id) is not None
         if not ours:
@@ -171,13 +165,17 @@ class Claims:
             except Exception:
                 log.exception("renewing the claim on %s failed", request_id)
 
-    def _claim_of(self, request_id: str) -> events.EffectClaimed:
-        """This worker's claim on ``request_id`` from now (new or renewed)."""
-        assert self._worker_id is not None
+    def _claim_of(
+        self, request_id: str, worker: str | None = None
+    ) -> events.EffectClaimed:
+        """This worker's claim on ``request_id`` from now (new or renewed),
+        or ``worker``'s (the one host's)."""
+        worker = worker or self._worker_id
+        assert worker is not None
         now = self._clock.now()
         return events.EffectClaimed(
             request_id=request_id,
-            worker=self._worker_id,
+            worker=worker,
             until=now + self._claim_seconds,
             at=now,
         )

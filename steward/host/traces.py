@@ -281,8 +281,8 @@ class Traces:
         start_ns = int(records[0].at * 1e9) if records else end_ns
         trace_id, span_id = self._actor_ids(stream, correlation)
         tree = self._tree(stream, correlation)
-        root = span_id == _id(f"root:{tree}", 64)
-        parent = None if root else self._under(trace_id, _id(f"root:{tree}", 64))
+        root_id = _id(f"root:{tree}", 64)
+        parent = None if span_id == root_id else self._under(trace_id, root_id)
         operation = "invoke_workflow" if kind == "workflow" else "invoke_agent"
         token = _CHOSEN.set((trace_id, span_id))
         try:

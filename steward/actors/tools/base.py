@@ -23,6 +23,7 @@ import msgspec
 from steward.errors import ToolError
 
 __all__ = [
+    "OUTCOME_UNKNOWN",
     "Actors",
     "AnyArgs",
     "NotReached",
@@ -78,6 +79,14 @@ class ToolContext(msgspec.Struct, frozen=True, kw_only=True):
     """The host's projections; ``None`` when it keeps none."""
     now: float = 0.0
     """When the call started, on the host's clock."""
+
+
+OUTCOME_UNKNOWN = (
+    "whether it took effect is unknown, and it is not made again (the tool is "
+    "not idempotent): check before calling it again"
+)
+"""What the model is told of a call of a tool that is not idempotent, cut
+off where it may have taken effect."""
 
 
 class NotReached(ConnectionError):

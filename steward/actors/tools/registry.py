@@ -21,6 +21,7 @@ from steward.actors.tools import memory as memory_tools
 from steward.actors.tools import script as script_tools
 from steward.actors.tools import session as session_tools
 from steward.actors.tools.base import (
+    OUTCOME_UNKNOWN,
     AnyArgs,
     NotReached,
     Tool,
@@ -313,12 +314,6 @@ class ToolRegistry:
         toolset = self._toolsets.get(name.partition(".")[0])
         return toolset is not None and not toolset.idempotent
 
-    async def find(self, name: str) -> Tool[Any] | None:
-        """Tool ``name``, its toolset loaded first if it has one; ``None``
-        if there is no such tool or its toolset cannot be listed."""
-        t = await self._find(name)
-        return None if isinstance(t, ToolOutcome) else t
-
     async def _find(self, name: str) -> Tool[Any] | ToolOutcome:
         server = name.partition(".")[0]
         if name not in self._tools and server in self._toolsets:
@@ -354,8 +349,7 @@ def _unless_once(tool: Tool[Any], failed: ToolOutcome) -> ToolOutcome:
         return failed
     return ToolOutcome(
         ok=False,
-        error=f"{failed.error}; whether it took effect is unknown, and it is "
-        "not made again (the tool is not idempotent): check before calling it",
+        error=f"{failed.error}; {OUTCOME_UNKNOWN}",
         retryable=False,
     )
 
