@@ -3,7 +3,7 @@
 Target: the runtime's cost per phase transition <= 300 us, so a workflow's
 overhead stays invisible next to its phases. Measured as the CPU time of
 what a transition takes once a phase's run has answered: committing its
-`SubagentFinished` to the workflow (the workflow decides the phase's
+`ChildFinished` to the workflow (the workflow decides the phase's
 outcome, its routing decision, the transition, the target's requeue and its
 start, with the upstream hand-off), and routing its `PhaseStarted` as the
 dispatcher does: the effect builds the next phase's prompt and context, and
@@ -64,8 +64,10 @@ async def _per_transition_us(path: Path) -> float:
         run_id = phase_of(state, state.current).run_id
         assert run_id is not None
         phases.append(run_id)
-        result = events.SubagentResult(run_id=run_id, status="completed", output=REPORT)
-        commit = await host.submit(stream, events.SubagentFinished(result=result))
+        result = events.ChildFinished(
+            stream=run_stream(run_id), status="completed", output=REPORT
+        )
+        commit = await host.submit(stream, result)
         assert commit is not None, n
         await _start_phase(host, commit)
         state = (await host.state(stream))[0]

@@ -129,25 +129,25 @@ def remap(
 ) -> Event:
     """``event`` with the ids in ``fields`` (those its kind derives from its
     actor's id, `Surface.derived`) that derive from actor ``old`` rewritten for
-    ``new`` (an id, or a stream ``KIND.ID/...`` of a child); and a child
-    result's (`SubagentResult.run_id`)."""
+    ``new`` (an id, or a stream ``KIND.ID/...`` of a child)."""
 
-    def swap(value: str) -> str:
+    def swap_id(value: str) -> str:
         if value == old or value.startswith((f"{old}/", f"{old}-", f"{old}:")):
             return new + value[len(old) :]
-        kind, dot, rest = value.partition(".")  # a stream: KIND.ID
-        if dot and (rest == old or rest.startswith(f"{old}/")):
-            return f"{kind}.{new}{rest[len(old) :]}"
         return value
+
+    def swap(value: str) -> str:
+        swapped = swap_id(value)
+        if swapped != value:
+            return swapped
+        kind, dot, rest = value.partition(".")  # a stream: KIND.ID
+        return f"{kind}.{swap_id(rest)}" if dot else value
 
     changes: dict[str, object] = {}
     for name in fields:
         value = getattr(event, name, None)
         if isinstance(value, str):
             changes[name] = swap(value)
-    result = getattr(event, "result", None)
-    if isinstance(result, msgspec.Struct) and hasattr(result, "run_id"):
-        changes["result"] = msgspec.structs.replace(result, run_id=swap(result.run_id))
     return msgspec.structs.replace(event, **changes) if changes else event
 
 

@@ -46,14 +46,13 @@ from steward.events.base import Event
 from steward.events.protocol import (
     CancelRequested,
     ChatMessage,
+    ChildFinished,
     EffectClaimed,
     LlmAttemptFailed,
     LlmFailed,
     LlmRequested,
     LlmResponded,
     LlmStreamRecorded,
-    SubagentFinished,
-    SubagentResult,
     ToolCall,
     ToolRequested,
     ToolResulted,
@@ -123,7 +122,9 @@ class Run(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     calls: tuple[PendingCall, ...] = ()
     approvals: tuple[PendingCall, ...] = ()
     children: tuple[str, ...] = ()
-    results: tuple[SubagentResult, ...] = ()
+    results: tuple[ChildFinished, ...] = ()
+    """The results of the children in ``children`` that have ended, kept
+    until the last one's."""
     timer_id: str | None = None
     wake_at: float | None = None
     output: str = ""
@@ -167,7 +168,7 @@ class Run(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     outcome: ReasoningOutcome | None = None
     """A staged run's reasoning outcome so far: each part as its reasoning
     last gave one, the delivery ``DONE`` once delivered. What its result
-    hands a session's history (`SubagentResult.outcome`)."""
+    hands a session's history (`ChildFinished.outcome`)."""
     summary: str = ""
     """A staged run's summary of the transcript entries before ``summarized``
     (`ContextCompressed`), shown in their place."""
@@ -468,11 +469,12 @@ def _subagents_spawned(s: Run, event: SubagentsSpawned) -> Run:
     )
 
 
-def _subagent_finished(s: Run, event: SubagentFinished) -> Run:
-    if event.result.run_id not in s.children:
+def _child_finished(s: Run, event: ChildFinished) -> Run:
+    child = child_of(event)
+    if child not in s.children:
         return s
-    children = tuple([c for c in s.children if c != event.result.run_id])
-    results = (*s.results, event.result)
+    children = tuple([c for c in s.children if c != child])
+    results = (*s.results, event)
     if children:
         return replace(s, children=children, results=results)
     transcript, totals = _said(s, _results_message(results))
@@ -531,7 +533,7 @@ _APPLY: Mapping[type[Event], _Apply] = MappingProxyType(
         BudgetExceeded: _budget_exceeded,
         ApprovalDecided: _approval_decided,
         SubagentsSpawned: _subagents_spawned,
-        SubagentFinished: _subagent_finished,
+        ChildFinished: _child_finished,
         RunSlept: _run_slept,
         RunResumed: _run_resumed,
         RunCompleted: _run_completed,
@@ -657,7 +659,7 @@ def _react(input: Event, state: Run) -> list[Event] | None:
         case WakeDue(timer_id=tid), "waiting" if tid == state.timer_id:
             resumed = RunResumed(reason="wake")
             return [resumed, *_next_call(evolve(state, resumed), [])]
-        case SubagentFinished(result=r), "waiting" if r.run_id in state.children:
+        case ChildFinished(), "waiting" if child_of(input) in state.children:
             after = evolve(state, input)
             if after.children:
                 return []
@@ -1235,12 +1237,29 @@ def _tool_message(state: Run, call: PendingCall, text: str) -> ChatMessage:
     return ChatMessage(role="user", content=f"[tool_result {call.name}]\n{text}")
 
 
-def _results_message(results: tuple[SubagentResult, ...]) -> ChatMessage:
-    lines = [f"- {r.run_id} ({r.status}): {r.output}" for r in results]
+def _results_message(results: tuple[ChildFinished, ...]) -> ChatMessage:
+    lines = [f"- {child_of(r)} ({r.status}): {r.output}" for r in results]
     return ChatMessage(role="user", content="[subagents]\n" + "\n".join(lines))
 
 
 # -- children -------------------------------------------------------------------
+
+
+def run_stream(run_id: str) -> str:
+    """The stream that holds run ``run_id``."""
+    return f"run.{run_id}"
+
+
+def run_id_of(stream: str) -> str:
+    """The run id of run stream ``stream``."""
+    return stream.removeprefix("run.")
+
+
+def child_of(done: ChildFinished) -> str | None:
+    """The run id of the child run whose result ``done`` is; ``None`` for a
+    child of another kind (a run starts runs only)."""
+    kind, _, child = done.stream.partition(".")
+    return child if kind == "run" else None
 
 
 def _conversation(created: RunCreated) -> tuple[ChatMessage, ...]:

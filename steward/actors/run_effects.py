@@ -35,15 +35,14 @@ from steward.actors.prompt import (
     prompt_hash,
     prompt_matches,
 )
-from steward.actors.run import Run, child_created
+from steward.actors.run import Run, child_created, run_id_of, run_stream
 from steward.actors.run_prompt import build_prompt
 from steward.actors.stages import outcome_text
 from steward.events import Event, Recorded
 from steward.events.protocol import (
     CancelRequested,
+    ChildFinished,
     LlmRequested,
-    SubagentFinished,
-    SubagentResult,
     WakeDue,
 )
 from steward.events.run import (
@@ -90,16 +89,6 @@ ROUTED: frozenset[type[Event]] = frozenset(
 )
 """The run events `effects` answers with effects (model and tool requests
 are calls the host makes for any kind without asking)."""
-
-
-def run_stream(run_id: str) -> str:
-    """The stream that holds run ``run_id``."""
-    return f"run.{run_id}"
-
-
-def run_id_of(stream: str) -> str:
-    """The run id of run stream ``stream``."""
-    return stream.removeprefix("run.")
 
 
 def effects(rec: Recorded, at: Run, latest: Run) -> list[Effect]:
@@ -155,7 +144,7 @@ def pending(rec: Recorded) -> Pending:
     run's end drops everything it still wanted, answers a cancel delivered
     to it and wants its result delivered (``notify:``) and, when cancelled,
     a cancel delivered to each child still running; those are answered by
-    other streams (the result by the ``reply_to`` stream's `SubagentFinished`,
+    other streams (the result by the ``reply_to`` stream's `ChildFinished`,
     a cancel by the child's end).
 
     Two things differ from the projection's rows, which read more than the
@@ -186,11 +175,10 @@ def pending(rec: Recorded) -> Pending:
         case SubagentsSpawned(children=children):
             spawns = (Want(key=spawn_key(c.run_id), kind="spawn") for c in children)
             return Pending(wants=tuple(spawns))
-        case SubagentFinished(result=result):
+        case ChildFinished(stream=child):
             # a finished child needs no creating (a fork copies its result)
-            return Pending(
-                answers=(notify_key(result.run_id), spawn_key(result.run_id))
-            )
+            child_id = run_id_of(child)
+            return Pending(answers=(notify_key(child_id), spawn_key(child_id)))
         case RunSlept(timer_id=timer_id, wake_at=wake_at):
             return Pending(wants=(Want(key=timer_id, kind="timer", due_at=wake_at),))
         case WakeDue(timer_id=timer_id):
@@ -219,14 +207,14 @@ def _answer(rec: Recorded, state: Run) -> list[Effect]:
         reply_to = run_stream(state.parent_run_id)  # a run recorded before reply_to
     if reply_to is None:
         return []
-    result = SubagentResult(
-        run_id=state.run_id,
+    finished = ChildFinished(
+        stream=rec.stream,
         status=state.status,
         output=state.output or (state.reason or ""),
         metadata=state.metadata,
         outcome="" if state.outcome is None else outcome_text(state.outcome),
+        at=rec.at,
     )
-    finished = SubagentFinished(result=result, at=rec.at)
     return [Deliver(key=notify_key(state.run_id), stream=reply_to, input=finished)]
 
 

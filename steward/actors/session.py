@@ -5,7 +5,7 @@ chat's session stream. A command (``/`` and a name: `is_command`) is answered at
 once, without a model call. Any other message is buffered and (re)starts the
 debounce timer: when the chat has been quiet for ``debounce_seconds``, the
 buffered messages, merged in order, start a turn (a run whose result comes
-back as `SubagentFinished` through its ``reply_to``). A message that arrives
+back as `ChildFinished` through its ``reply_to``). A message that arrives
 while a turn runs waits for it: the next turn starts when the reply is in
 and the debounce timer has come due.
 
@@ -35,18 +35,19 @@ from msgspec.structs import replace
 from steward.actors import effects
 from steward.actors.effects import Claims, claimable, claimed, unclaimed
 from steward.actors.prompt import Prompt, prompt_hash
+from steward.actors.run import run_stream
 from steward.actors.session_context import build_context
 from steward.actors.session_memory import memory_block, write, writer_prompt
 from steward.events.base import Event
 from steward.events.protocol import (
     ChatMessage,
+    ChildFinished,
     EffectClaimed,
     LlmAttemptFailed,
     LlmFailed,
     LlmRequested,
     LlmResponded,
     LlmStreamRecorded,
-    SubagentFinished,
     WakeDue,
 )
 from steward.events.session import (
@@ -616,10 +617,10 @@ def decide(input: Event, state: Session) -> list[Event] | None:
                 due=next_firing(cron, at),
             )
             return [ScheduleCreated(schedule=schedule)]
-        case SubagentFinished(result=result) if any(
-            run_id == result.run_id for run_id, _ in state.subagents
+        case ChildFinished(stream=child) as result if any(
+            run_stream(run_id) == child for run_id, _ in state.subagents
         ):
-            name = next(n for r, n in state.subagents if r == result.run_id)
+            run_id, name = next(s for s in state.subagents if run_stream(s[0]) == child)
             if result.status != "completed":
                 text = f"(subagent {name} {result.status}: {result.output})"
                 silent = False
@@ -627,20 +628,22 @@ def decide(input: Event, state: Session) -> list[Event] | None:
                 text, silent = result.output, is_silent(result.output)
             return [
                 SubagentAnswered(
-                    run_id=result.run_id,
+                    run_id=run_id,
                     name=name,
                     text=text,
                     status=result.status,
                     silent=silent,
                 )
             ]
-        case SubagentFinished(result=result) if result.run_id == state.turn:
+        case ChildFinished(stream=child) as result if state.turn is not None and (
+            child == run_stream(state.turn)
+        ):
             text = result.output
             if result.status != "completed":
                 text = f"(the turn {result.status}: {result.output})"
             outcome = result.outcome if state.revision >= 4 else ""
             reply = ReplySent(
-                run_id=result.run_id, text=text, status=result.status, outcome=outcome
+                run_id=state.turn, text=text, status=result.status, outcome=outcome
             )
             return _replied(state, reply)
         case LlmResponded(request_id=rid, text=text) if rid == direct_call(state):

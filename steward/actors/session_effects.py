@@ -20,7 +20,7 @@ from steward.actors.effects import (
     spawn_key,
 )
 from steward.actors.prompt import Prompt, PromptCache
-from steward.actors.run_effects import run_stream
+from steward.actors.run import run_id_of, run_stream
 from steward.actors.session import (
     Session,
     core_memory_text,
@@ -33,7 +33,7 @@ from steward.actors.session import (
 from steward.actors.session_context import build_context
 from steward.actors.session_memory import writer_prompt
 from steward.events import Event, Recorded
-from steward.events.protocol import ChatMessage, LlmRequested, SubagentFinished, WakeDue
+from steward.events.protocol import ChatMessage, ChildFinished, LlmRequested, WakeDue
 from steward.events.run import RunCreated
 from steward.events.session import (
     CommandAnswered,
@@ -209,11 +209,10 @@ def pending(rec: Recorded) -> Pending:
             return Pending(answers=(timer_id,))
         case SubagentStarted(run_id=run_id) | TurnStarted(run_id=run_id, direct=False):
             return Pending(wants=(Want(key=spawn_key(run_id), kind="create"),))
-        case SubagentFinished(result=result):
+        case ChildFinished(stream=child):
             # a finished run needs no creating (a fork copies its result)
-            return Pending(
-                answers=(notify_key(result.run_id), spawn_key(result.run_id))
-            )
+            run_id = run_id_of(child)
+            return Pending(answers=(notify_key(run_id), spawn_key(run_id)))
         case _:
             return Pending()
 

@@ -3,7 +3,7 @@
 Spec 001 (Alphred), as an actor. `WorkflowCreated` records the definition
 and its inputs; the run starts (``pending`` to ``running``) at the first
 node. Each phase is a fresh run (a child stream, `PhaseStarted` asks for it)
-whose result comes back as `SubagentFinished` through its ``reply_to``:
+whose result comes back as `ChildFinished` through its ``reply_to``:
 
 - completed: `PhaseCompleted` records its report and its typed routing
   decision; the node's transitions are tried by priority, the first that is
@@ -44,6 +44,7 @@ from msgspec.structs import replace
 
 from steward.actors import effects
 from steward.actors.effects import Claims, claimable, claimed
+from steward.actors.run import run_stream
 from steward.actors.workflow_graph import (
     choose,
     guard_context,
@@ -54,9 +55,8 @@ from steward.actors.workflow_graph import (
 )
 from steward.events.base import Event
 from steward.events.protocol import (
+    ChildFinished,
     EffectClaimed,
-    SubagentFinished,
-    SubagentResult,
     ToolRequested,
     ToolResulted,
 )
@@ -322,7 +322,7 @@ def _decide(input: Event, state: Workflow) -> list[Event] | None:
             return []
         case EffectClaimed(request_id=rid), _ if rid == state.tool:
             return [] if claimable(state.claims, input) else None
-        case SubagentFinished(result=result, at=at), _ if _in_flight(state, result):
+        case ChildFinished(at=at) as result, _ if _in_flight(state, result):
             outcome = _outcome(state, result, at)
             after = evolve(state, outcome)
             if state.status == "cancelled":  # its worktree waited for it
@@ -358,14 +358,15 @@ def _cancelled(state: Workflow, reason: str) -> WorkflowCancelled:
     return WorkflowCancelled(reason=reason, phase_run_id=phase)
 
 
-def _in_flight(state: Workflow, result: SubagentResult) -> bool:
+def _in_flight(state: Workflow, result: ChildFinished) -> bool:
     """Whether ``result`` is the phase run in flight's."""
     if state.current is None:
         return False
-    return phase_of(state, state.current).run_id == result.run_id
+    run_id = phase_of(state, state.current).run_id
+    return run_id is not None and run_stream(run_id) == result.stream
 
 
-def _outcome(state: Workflow, result: SubagentResult, at: float) -> Event:
+def _outcome(state: Workflow, result: ChildFinished, at: float) -> Event:
     """What the phase in flight's run ended with: completed, or failed."""
     assert state.current is not None
     phase = phase_of(state, state.current)

@@ -15,12 +15,12 @@ from steward.actors.effects import (
     notify_key,
     spawn_key,
 )
-from steward.actors.run_effects import run_stream
+from steward.actors.run import run_id_of, run_stream
 from steward.actors.workflow import Workflow, phase_of, reports
 from steward.actors.workflow_graph import node_of, render_prompt, upstream_text
 from steward.errors import StewardError
 from steward.events import Event, Recorded
-from steward.events.protocol import CancelRequested, SubagentFinished
+from steward.events.protocol import CancelRequested, ChildFinished
 from steward.events.run import RunCreated, RunSettings
 from steward.events.workflow import (
     PhaseStarted,
@@ -129,8 +129,8 @@ def pending(rec: Recorded) -> Pending:
         case WorkflowCancelled(phase_run_id=str(run_id)):
             # answered when that run ends (the runs projection), or by its result
             return Pending(wants=(Want(key=cancel_key(run_id), kind="deliver"),))
-        case SubagentFinished(result=result):
-            run_id = result.run_id  # a finished run needs no creating (a fork)
+        case ChildFinished(stream=child):
+            run_id = run_id_of(child)  # a finished run needs no creating (a fork)
             return Pending(
                 answers=(notify_key(run_id), cancel_key(run_id), spawn_key(run_id))
             )

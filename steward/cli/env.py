@@ -14,7 +14,7 @@ from pathlib import Path
 
 from steward import events
 from steward.actors.kind import Kinds
-from steward.actors.run_effects import run_id_of, run_stream
+from steward.actors.run import run_id_of, run_stream
 from steward.actors.tools import ToolRegistry, mcp
 from steward.bus import EventLog, log_file, open_log
 from steward.bus.sqlite import check_file

@@ -20,7 +20,7 @@ from msgspec.structs import replace
 from steward import events, replay
 from steward.actors import run as run_actor
 from steward.actors.llm import ModelRouter, Provider, RequestInfo
-from steward.actors.run_effects import run_stream
+from steward.actors.run import run_stream
 from steward.bus import EventLog, JetStreamEventLog
 from steward.cli.env import (
     EXIT_FAILED,

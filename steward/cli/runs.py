@@ -15,7 +15,7 @@ from msgspec.structs import replace
 from steward import events, replay
 from steward.actors import run as run_actor
 from steward.actors.kind import Kind
-from steward.actors.run_effects import run_id_of, run_stream
+from steward.actors.run import run_id_of, run_stream
 from steward.bus import EventLog
 from steward.cli.env import (
     Env,

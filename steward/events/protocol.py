@@ -2,7 +2,8 @@
 
 Requests and answers: a model call requested, answered (or one attempt
 failed, its stream recorded), failed for good; a tool call requested and
-answered; an effect claimed by a worker; a timer due; a child's result; a
+answered; an effect claimed by a worker; a timer due; a child's result
+(`ChildFinished`, naming the child by its stream, whatever its kind); a
 cancel. And the values they carry: messages, tool calls and specs, usage.
 A run, a session, a workflow (and whatever kind comes next) import them
 from here. Event tags are type names, so these types kept every stored tag
@@ -30,8 +31,6 @@ __all__ = [
     "LlmStreamRecorded",
     "Reasoning",
     "ReasonedMessage",
-    "SubagentFinished",
-    "SubagentResult",
     "ToolCall",
     "ToolRequested",
     "ToolResulted",
@@ -118,22 +117,6 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=T
 
     input_tokens: int = 0
     output_tokens: int = 0
-
-
-class SubagentResult(
-    msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=True
-):
-    """What a finished child run handed back to its parent."""
-
-    run_id: str
-    status: str
-    output: str
-    metadata: dict[str, Any] = {}
-    """The result's structured part (a finish's ``metadata``)."""
-    outcome: str = ""
-    """A staged run's compact reasoning outcome (``Reasoning outcome: plan:
-    ...; next: ...; risks: ...; delivery: DONE``), what a session's history
-    keeps of its reasoning; empty for a run that recorded none."""
 
 
 class LlmRequested(Event, frozen=True, kw_only=True):
@@ -259,25 +242,25 @@ class WakeDue(Event, frozen=True, kw_only=True):
     at: float = 0.0
 
 
-class SubagentFinished(Event, frozen=True, kw_only=True):
-    """A child run reached a terminal state."""
-
-    result: SubagentResult
-    at: float = 0.0
-
-
 class ChildFinished(Event, frozen=True, kw_only=True):
     """A child actor that answers this one (its ``reply_to``) ended.
 
-    The child is named by its stream (``task.t1/sub/1``), whatever its kind;
-    ``status`` is ``completed`` or ``failed``, ``output`` its result as
-    text, ``metadata`` the structured rest (a failed task's error)."""
+    The child is named by its stream (``task.t1/sub/1``, ``run.r1/sub/2``),
+    whatever its kind; ``status`` is how it ended (``completed``,
+    ``failed``, ``cancelled``), ``output`` its result as text, ``metadata``
+    the structured rest (a finish's metadata, a failed task's error). A
+    run's result arrived as ``SubagentFinished`` before, and still reads
+    as this (`steward.events.run`'s upcaster)."""
 
     stream: str
     status: str
     output: str
     metadata: dict[str, Any] = {}
     at: float = 0.0
+    outcome: str = ""
+    """A staged run's compact reasoning outcome (``Reasoning outcome: plan:
+    ...; next: ...; risks: ...; delivery: DONE``), what a session's history
+    keeps of its reasoning; empty for a child that recorded none."""
 
 
 class CancelRequested(Event, frozen=True, kw_only=True):

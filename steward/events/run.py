@@ -12,10 +12,11 @@ from typing import Any, Literal
 
 import msgspec
 
-from steward.events.base import Event
+from steward.events.base import UPCASTERS, Event
 from steward.events.protocol import (
     CancelRequested,
     ChatMessage,
+    ChildFinished,
     EffectClaimed,
     LlmAttemptFailed,
     LlmFailed,
@@ -23,8 +24,6 @@ from steward.events.protocol import (
     LlmResponded,
     LlmStreamRecorded,
     Reasoning,
-    SubagentFinished,
-    SubagentResult,
     ToolCall,
     ToolRequested,
     ToolResulted,
@@ -35,6 +34,7 @@ from steward.events.protocol import (
 
 __all__ = [
     "EVENT_TYPES",
+    "RETIRED",
     "LATEST_REVISION",
     "AnswerDelivered",
     "ContextCompressed",
@@ -46,6 +46,7 @@ __all__ = [
     "ApprovalRequested",
     "BudgetExceeded",
     "CancelRequested",
+    "ChildFinished",
     "ChatMessage",
     "DecisionRecorded",
     "INPUT_TYPES",
@@ -71,8 +72,6 @@ __all__ = [
     "RunStarted",
     "RunStatus",
     "RunTaken",
-    "SubagentFinished",
-    "SubagentResult",
     "SubagentSpec",
     "SubagentsSpawned",
     "SystemNoteAdded",
@@ -204,7 +203,7 @@ class RunCreated(Event, frozen=True, kw_only=True):
     profile: str | None = None
     allowed_tools: tuple[str, ...] | None = None
     reply_to: str | None = None
-    """The stream the run's result goes to as `SubagentFinished` (a parent
+    """The stream the run's result goes to as `ChildFinished` (a parent
     run's, a session's, a workflow's); ``None``: none, or for a run recorded
     before this field, its parent run's."""
     at: float = 0.0
@@ -407,7 +406,7 @@ RunInput = (
     | EffectClaimed
     | ToolResulted
     | WakeDue
-    | SubagentFinished
+    | ChildFinished
     | CancelRequested
     | ApprovalDecided
 )
@@ -448,7 +447,30 @@ INPUT_TYPES: tuple[type[Event], ...] = (
     EffectClaimed,
     ToolResulted,
     WakeDue,
-    SubagentFinished,
+    ChildFinished,
     CancelRequested,
     ApprovalDecided,
 )
+
+
+def _subagent_finished(old: dict[str, Any]) -> dict[str, Any]:
+    """A run's result as it was delivered before `ChildFinished`
+    (``SubagentFinished`` with a ``result`` naming the child by its run id),
+    as the `ChildFinished` it now is, naming the child by its stream."""
+    result = old["result"]
+    return {
+        "type": "ChildFinished",
+        "stream": f"run.{result['run_id']}",
+        "status": result["status"],
+        "output": result["output"],
+        "metadata": result.get("metadata", {}),
+        "outcome": result.get("outcome", ""),
+        "at": old.get("at", 0.0),
+    }
+
+
+UPCASTERS["SubagentFinished"] = _subagent_finished
+RETIRED = frozenset({"SubagentFinished", "SubagentResult"})
+"""The types an upcaster retired (an old tag, and the Structs only it
+held): no longer written, their recorded defaults live on in the upcaster
+(``tests/golden/defaults.json`` keeps them pinned)."""

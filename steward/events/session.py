@@ -4,7 +4,7 @@ A session is one stream per chat, ``session.<channel>:<chat id>``. Its inputs
 are the messages people send, the debounce timer coming due and the result
 of the run a turn started; its decisions arm the timer, answer commands,
 start turns and record the replies. Shared with the run kind: `WakeDue`
-(any timer) and `SubagentFinished` (a run's result, delivered to its
+(any timer) and `ChildFinished` (a run's result, delivered to its
 ``reply_to``).
 """
 
@@ -16,13 +16,13 @@ import msgspec
 
 from steward.events.base import Event
 from steward.events.protocol import (
+    ChildFinished,
     EffectClaimed,
     LlmAttemptFailed,
     LlmFailed,
     LlmRequested,
     LlmResponded,
     LlmStreamRecorded,
-    SubagentFinished,
     WakeDue,
 )
 from steward.events.run import RunSettings
@@ -320,7 +320,7 @@ class ReplySent(Event, frozen=True, kw_only=True):
     text: str
     status: str = "completed"
     outcome: str = ""
-    """The run's compact reasoning outcome (`SubagentResult.outcome`, from
+    """The run's compact reasoning outcome (`ChildFinished.outcome`, from
     revision 4), kept in the history after the answer so the next turn's
     model sees it; the chat is sent the answer alone."""
 
@@ -458,7 +458,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     SessionOpened,
     MessageReceived,
     WakeDue,
-    SubagentFinished,
+    ChildFinished,
     DebounceArmed,
     TurnStarted,
     ReplySent,
@@ -491,7 +491,7 @@ INPUT_TYPES: tuple[type[Event], ...] = (
     SessionOpened,
     MessageReceived,
     WakeDue,
-    SubagentFinished,
+    ChildFinished,
     CoreMemorySet,
     LlmResponded,
     LlmFailed,

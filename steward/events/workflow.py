@@ -4,7 +4,7 @@ A workflow run is one stream, ``workflow.<id>``, that walks a graph of
 phases, in a git worktree of its own when it has one (made and removed by
 the ``git.*`` tools: `ToolRequested` and `ToolResulted`, shared with runs).
 Each phase is a fresh run (a child stream) that answers the workflow
-through ``reply_to`` with `SubagentFinished`; the workflow records the
+through ``reply_to`` with `ChildFinished`; the workflow records the
 phase's report and routing decision, takes the first transition whose
 ``auto`` or guard holds, and starts the next phase, until no transition
 matches (completed), a phase fails past its retries (failed) or someone
@@ -20,8 +20,8 @@ import msgspec
 
 from steward.events.base import Event
 from steward.events.protocol import (
+    ChildFinished,
     EffectClaimed,
-    SubagentFinished,
     ToolRequested,
     ToolResulted,
 )
@@ -318,7 +318,7 @@ class WorkflowCancelled(Event, frozen=True, kw_only=True):
 
 INPUT_TYPES: tuple[type[Event], ...] = (
     WorkflowCreated,
-    SubagentFinished,
+    ChildFinished,
     WorkflowPauseRequested,
     WorkflowResumeRequested,
     WorkflowCancelRequested,

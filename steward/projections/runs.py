@@ -27,6 +27,7 @@ import msgspec
 
 from steward import events
 from steward.actors.effects import cancel_key, notify_key, spawn_key, take_key
+from steward.actors.run import run_id_of
 from steward.events import Recorded
 from steward.projections.projection import Projection, done, want
 from steward.projections.summary import summary
@@ -151,10 +152,10 @@ def _apply(conn: sqlite3.Connection, rec: Recorded) -> None:
             for child in children:
                 want(conn, spawn_key(child.run_id), rec, "spawn")
             _status(conn, run_id, rec, "waiting")
-        case events.SubagentFinished(result=result):
-            done(conn, notify_key(result.run_id))
+        case events.ChildFinished(stream=child):
+            done(conn, notify_key(run_id_of(child)))
             # a finished child needs no creating (a fork copies its result)
-            done(conn, spawn_key(result.run_id))
+            done(conn, spawn_key(run_id_of(child)))
         case events.RunSlept():
             want(conn, event.timer_id, rec, "timer", due_at=event.wake_at)
             _status(

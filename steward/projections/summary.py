@@ -61,8 +61,8 @@ def summary(event: events.Event, width: int = 160) -> str:
             text = event.text
         case events.SubagentsSpawned():
             text = ", ".join(c.run_id for c in event.children)
-        case events.SubagentFinished():
-            text = f"{event.result.run_id} {event.result.status}: {event.result.output}"
+        case events.ChildFinished():
+            text = f"{event.stream} {event.status}: {event.output}"
         case events.RunSlept():
             text = f"until {iso_time(event.wake_at)}" + (
                 f" ({event.reason})" if event.reason else ""

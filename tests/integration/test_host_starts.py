@@ -281,7 +281,7 @@ async def test_a_turn_started_by_the_reply_before_it_starts_its_run(
     counts: dict[str, int],
 ) -> None:
     """A message that comes while a turn is in flight waits for its reply;
-    the second turn is decided on that reply (a `SubagentFinished` the
+    the second turn is decided on that reply (a `ChildFinished` the
     dispatcher delivers), and the dispatcher creates its run too."""
     gate = asyncio.Event()
 
@@ -324,7 +324,7 @@ async def test_a_turn_started_by_the_reply_before_it_starts_its_run(
     assert turn is not None and turn.event.text == "second"
     first_reply = session[turn.version - 2]
     assert isinstance(first_reply.event, events.ReplySent)  # the same commit
-    assert isinstance(session[turn.version - 3].event, events.SubagentFinished)
+    assert isinstance(session[turn.version - 3].event, events.ChildFinished)
     run = await log.read(run_stream(turn.event.run_id))
     start = one(run, events.RunCreated)
     assert start.position > turn.position

@@ -40,6 +40,7 @@ from steward.actors.effects import (
 from steward.actors.kind import Decider, Kind, Kinds, Reactor, Surface
 from steward.actors.llm import ScriptedProvider
 from steward.actors.prompt import Prompt, prompt_hash
+from steward.actors.run import run_id_of, run_stream
 from steward.bus import SqliteEventLog
 from steward.clock import FakeClock
 from steward.egress import Egress
@@ -135,8 +136,10 @@ def decide(input: Event, state: Tally) -> list[Event] | None:
             return [TallySlept(timer_id=f"{state.id}/wake/1", due=at + 5)]
         case events.WakeDue(timer_id=tid) if tid == state.timer:
             return [TallyChildAsked(run_id=f"{state.id}-child")]
-        case events.SubagentFinished(result=r) if r.run_id == state.child:
-            return [TallyDone(output=r.output)]
+        case events.ChildFinished(stream=child, output=output) if child == run_stream(
+            state.child
+        ):
+            return [TallyDone(output=output)]
         case _:
             return None
 
@@ -198,8 +201,8 @@ def pending(rec: Recorded) -> Pending:
             return Pending(answers=(timer_id,))
         case TallyChildAsked(run_id=run_id):
             return Pending(wants=(Want(key=spawn_key(run_id), kind="create"),))
-        case events.SubagentFinished(result=result):
-            return Pending(answers=(notify_key(result.run_id),))
+        case events.ChildFinished(stream=child):
+            return Pending(answers=(notify_key(run_id_of(child)),))
         case TallyDone():
             return Pending(ended=True)
         case _:
@@ -218,7 +221,7 @@ TALLY: Kind[Tally] = Kind(
             events.ToolResulted,
             events.LlmResponded,
             events.WakeDue,
-            events.SubagentFinished,
+            events.ChildFinished,
         ),
         events=(
             TallyOpened,
@@ -232,7 +235,7 @@ TALLY: Kind[Tally] = Kind(
             events.LlmRequested,
             events.LlmResponded,
             events.WakeDue,
-            events.SubagentFinished,
+            events.ChildFinished,
         ),
         opens=(TallyOpened,),
     ),
@@ -246,7 +249,7 @@ TALLY: Kind[Tally] = Kind(
     surface=Surface(
         tells=tells,
         told=frozenset({TallyDone}),
-        derived=("tally_id", "run_id", "request_id", "timer_id"),
+        derived=("tally_id", "run_id", "request_id", "timer_id", "stream"),
     ),
 )
 
@@ -350,7 +353,7 @@ async def test_a_fifth_kind_runs_through_host_cli_replay_fork_and_rebuild(
     assert (tmp_path / "workspace" / "t1.txt").read_text() == "3"
     records = await log.read("tally.t1")
     names = [type(r.event).__name__ for r in records]
-    assert names[-2:] == ["SubagentFinished", "TallyDone"]
+    assert names[-2:] == ["ChildFinished", "TallyDone"]
 
     options = cli_options(log, tmp_path)
     out = await steward([*options, "replay", "tally.t1", "--verify"], capsys)
@@ -368,8 +371,10 @@ async def test_a_fifth_kind_runs_through_host_cli_replay_fork_and_rebuild(
     assert forked.id == new and forked.output == "hi" and forked.child is None
     copy = [r.event for r in await log.read(fork)]
     derived = [getattr(e, f, "") for e in copy for f in TALLY.surface.derived]
-    assert [i for i in derived if i and not i.startswith(new)] == []  # renamed
-    assert f"{new}/llm/1" in derived and f"{new}-child" in derived
+    ids = [i.removeprefix("run.") for i in derived if i]  # (a child's stream)
+    assert [i for i in ids if not i.startswith(new)] == []  # renamed
+    assert f"{new}/llm/1" in ids and f"{new}-child" in ids
+    assert f"run.{new}-child" in derived  # the child's result, by its stream
     child = await log.read(f"run.{new}-child")
     assert replay.rebuild(child).status == "completed"
     out = await steward([*options, "replay", fork, "--verify"], capsys)

@@ -26,6 +26,7 @@ from steward import cli, events, replay
 from steward.actors import workflow as wf
 from steward.actors.llm import Reply, ReplyError, RequestInfo, ScriptedProvider
 from steward.actors.prompt import Prompt
+from steward.actors.run import run_stream
 from steward.actors.tools import ToolRegistry
 from steward.actors.workflow import workflow_stream
 from steward.bus import SqliteEventLog
@@ -295,20 +296,20 @@ async def test_the_golden_workflows_project_as_alphreds_tables(tmp_path: Path) -
     assert len(diagnostics) == 7  # five attempts of wf-loop, one each of the others
 
 
-def _decided(
-    workflow_id: str, inputs: list[events.Event | events.SubagentResult]
-) -> list[events.Recorded]:
+def _decided(workflow_id: str, inputs: list[events.Event]) -> list[events.Recorded]:
     """The records of workflow run ``workflow_id`` given ``inputs`` (a
-    ``SubagentResult`` for the phase in flight, its run id filled in),
+    `ChildFinished` for the phase in flight, its stream filled in),
     decided by the workflow decider as a host would."""
     state, log = wf.initial, list[events.Event]()
     for item in inputs:
         input = item
-        if isinstance(item, events.SubagentResult):
+        if isinstance(item, events.ChildFinished):
             assert state.current is not None
             run_id = wf.phase_of(state, state.current).run_id
-            result = msgspec.structs.replace(item, run_id=run_id)
-            input = events.SubagentFinished(result=result, at=float(len(log)))
+            assert run_id is not None
+            input = msgspec.structs.replace(
+                item, stream=run_stream(run_id), at=float(len(log))
+            )
         assert isinstance(input, events.Event)
         decided = wf.decide(input, state)
         assert decided is not None, input
@@ -350,7 +351,9 @@ async def test_routing_decisions_hold_the_outcomes_routing_read(
         nodes=nodes[:2],
         edges=(EdgeDef(source="a", target="b", priority=1, auto=True),),
     )
-    nothing = events.SubagentResult(run_id="", status="completed", output="r")
+    nothing = events.ChildFinished(
+        stream=run_stream(""), status="completed", output="r"
+    )
     says = msgspec.structs.replace(nothing, metadata={"routingDecision": "approved"})
     revision = events.WORKFLOW_REVISION
     records = [
@@ -418,10 +421,12 @@ def test_a_phase_in_flight_when_its_workflow_is_cancelled_shows_cancelled(
     assert cli.main(["--db", "log.db", "projections", "rebuild"]) == 0
     assert phase_status() == (row, nodes)
 
-    answer = events.SubagentResult(
-        run_id="w:design:1", status="cancelled", output="its workflow w was cancelled"
+    answer = events.ChildFinished(
+        stream=run_stream("w:design:1"),
+        status="cancelled",
+        output="its workflow w was cancelled",
     )
-    asyncio.run(record(events.SubagentFinished(result=answer)))
+    asyncio.run(record(answer))
     assert phase_status() == (row, nodes)
 
 
@@ -553,11 +558,13 @@ async def test_an_attempt_failed_while_paused_then_cancelled_has_diagnostics(
     node = NodeDef(key="a", provider="default", max_retries=1)
     defn = WorkflowDef(key="k", version=1, nodes=(node,))
     state, log = wf.initial, []
-    failed = events.SubagentResult(run_id="w-a-1", status="failed", output="boom")
+    failed = events.ChildFinished(
+        stream=run_stream("w-a-1"), status="failed", output="boom"
+    )
     for input in (
         events.WorkflowCreated(workflow_id="w", definition=defn),
         events.WorkflowPauseRequested(),
-        events.SubagentFinished(result=failed, at=2.0),
+        msgspec.structs.replace(failed, at=2.0),
         events.WorkflowCancelRequested(),
     ):
         decided = wf.decide(input, state)

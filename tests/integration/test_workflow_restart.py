@@ -75,4 +75,4 @@ async def test_a_cancel_its_host_died_before_delivering_reaches_the_phase(
     ran = await _until(log, phase, lambda rs: "RunCancelled" in _types(rs))
     assert "CancelRequested" in _types(ran)
     done = await _until(log, stream, lambda rs: "PhaseFailed" in _types(rs))
-    assert _types(done)[-2:] == ["SubagentFinished", "PhaseFailed"]
+    assert _types(done)[-2:] == ["ChildFinished", "PhaseFailed"]

@@ -396,7 +396,7 @@ def answered_elsewhere(
     through that stream's kind's pending (``actor`` for a stream of its
     kind): the pending projection's keys are one table's, so a run's
     result delivered to its ``reply_to`` is answered by that actor's
-    `SubagentFinished`, a cancel delivered to a child by the child's end."""
+    `ChildFinished`, a cancel delivered to a child by the child's end."""
     left = dict(open_)
     for other in golden_samples():
         if other.log != sample.log or other.stream == sample.stream or not left:
@@ -734,7 +734,7 @@ def forgetting(actor: Kind[Any], event_type: type[Event], part: str) -> Kind[Any
             "asks for Deliver 'notify:subagents-1', which its pending does not want",
         ),
         (
-            events.SubagentFinished,
+            events.ChildFinished,
             "answers",
             ("subagents", "run.subagents-1"),
             r"no later event answers .*\{'notify:subagents-1': \d+\}",
@@ -751,7 +751,7 @@ def test_a_run_pending_that_forgets_fails(
     event_type: type[Event], part: str, where: tuple[str, str], match: str
 ) -> None:
     """A run's pending that forgets a want, or an answer given in another
-    stream (a parent's `SubagentFinished`, a child's end), is caught."""
+    stream (a parent's `ChildFinished`, a child's end), is caught."""
     actor, each = run_kind(), sample(*where)
     check_effects_pending(actor, each)
     with pytest.raises(AssertionError, match=match):

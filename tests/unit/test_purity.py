@@ -24,17 +24,17 @@ import steward
 from steward.actors import run as run_actor
 from steward.actors.kind import Kind
 from steward.actors.prompt import PromptCache
+from steward.actors.run import run_stream
 from steward.events import (
     ApprovalDecided,
     CancelRequested,
+    ChildFinished,
     EffectClaimed,
     Event,
     LlmFailed,
     LlmResponded,
     RunSettings,
     RunTaken,
-    SubagentFinished,
-    SubagentResult,
     ToolCall,
     ToolResulted,
     WakeDue,
@@ -479,8 +479,10 @@ def _input(move: str, state: run_actor.Run, n: int) -> Event:
             return WakeDue(timer_id=state.timer_id or "none", at=at)
         case "child":
             child = state.children[0] if state.children else "none"
-            result = SubagentResult(run_id=child, status="completed", output="o")
-            return SubagentFinished(result=result, at=at)
+            result = ChildFinished(
+                stream=run_stream(child), status="completed", output="o"
+            )
+            return msgspec.structs.replace(result, at=at)
         case "cancel":
             return CancelRequested(at=at)
         case "model failed":

@@ -34,11 +34,13 @@ from steward import replay
 from steward.actors import prompt as prompt_module
 from steward.actors import run as run_actor
 from steward.actors.prompt import Prompt, PromptCache, first_kind_hash, prompt_hash
+from steward.actors.run import run_stream
 from steward.events import (
     ApprovalDecided,
     ApprovalRequested,
     CancelRequested,
     ChatMessage,
+    ChildFinished,
     DecisionRecorded,
     Event,
     LlmFailed,
@@ -55,8 +57,6 @@ from steward.events import (
     RunSlept,
     RunStarted,
     RunTaken,
-    SubagentFinished,
-    SubagentResult,
     SubagentSpec,
     SubagentsSpawned,
     SystemNoteAdded,
@@ -83,11 +83,9 @@ def after_tool_call(**overrides: Any) -> Story:
     return story
 
 
-def finished(child: str, output: str = "done") -> SubagentFinished:
+def finished(child: str, output: str = "done") -> ChildFinished:
     """Child ``child`` completed with ``output``."""
-    return SubagentFinished(
-        result=SubagentResult(run_id=child, status="completed", output=output)
-    )
+    return ChildFinished(stream=run_stream(child), status="completed", output=output)
 
 
 # -- starting -------------------------------------------------------------------
@@ -1019,7 +1017,7 @@ def waiting_on_two() -> Story:
 
 
 def test_a_child_finishing_while_others_run_is_accepted_without_decisions():
-    """SubagentFinished for one of two children → accepted, no decisions."""
+    """ChildFinished for one of two children → accepted, no decisions."""
     story = waiting_on_two()
     assert story.when(finished(f"{RUN}-1", "A")) == []
     assert story.state.status == "waiting"
@@ -1027,7 +1025,7 @@ def test_a_child_finishing_while_others_run_is_accepted_without_decisions():
 
 
 def test_the_last_child_finishing_resumes_with_all_results():
-    """The last SubagentFinished → RunResumed + next call showing the results."""
+    """The last ChildFinished → RunResumed + next call showing the results."""
     story = waiting_on_two()
     story.when(finished(f"{RUN}-1", "found A"))
     decisions = story.when(finished(f"{RUN}-2", "found B"))
@@ -1041,13 +1039,13 @@ def test_the_last_child_finishing_resumes_with_all_results():
 
 @pytest.mark.parametrize("child", [f"{RUN}-9", "other-1"])
 def test_a_result_for_an_unknown_child_is_refused(child: str):
-    """A SubagentFinished for a child this run is not waiting on is refused."""
+    """A ChildFinished for a child this run is not waiting on is refused."""
     story = waiting_on_two()
     assert story.refuses(finished(child))
 
 
 def test_a_child_finishes_once():
-    """A second SubagentFinished for the same child is refused."""
+    """A second ChildFinished for the same child is refused."""
     story = waiting_on_two()
     story.when(finished(f"{RUN}-1"))
     assert story.refuses(finished(f"{RUN}-1"))

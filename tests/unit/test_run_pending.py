@@ -21,12 +21,12 @@ from support import act
 from steward import events
 from steward.actors.effects import Deliver, Pending, notify_key
 from steward.actors.kind import Kinds
+from steward.actors.run import run_stream
 from steward.actors.run_effects import run_id_of
 from steward.events import Recorded
 from steward.events.protocol import (
     CancelRequested,
-    SubagentFinished,
-    SubagentResult,
+    ChildFinished,
     ToolCall,
     WakeDue,
 )
@@ -174,8 +174,10 @@ def cancelled_with_a_child_running() -> Story:
     """A run waiting on two children, one finished, is cancelled."""
     story = started()
     story.say(act(type="spawn_subagents", subagents=["find a", "find b"]))
-    result = SubagentResult(run_id=f"{RUN}-1", status="completed", output="A")
-    story.when(SubagentFinished(result=result))
+    result = ChildFinished(
+        stream=run_stream(f"{RUN}-1"), status="completed", output="A"
+    )
+    story.when(result)
     story.when(CancelRequested())
     return story
 

@@ -8,17 +8,20 @@ host stamps it): nothing here sleeps.
 from __future__ import annotations
 
 import hypothesis
+import msgspec
 import pytest
 from hypothesis import strategies as st
 from msgspec.structs import replace
 
 from steward.actors import session as s
 from steward.actors.effects import ArmTimer, Create
+from steward.actors.run import run_stream
 from steward.actors.session_context import budget_of, build_context, estimate
 from steward.actors.session_effects import effects, turn_run
 from steward.events import (
     SESSION_REVISION,
     ChatMessage,
+    ChildFinished,
     CommandAnswered,
     ContextCompacted,
     CoreMemorySet,
@@ -37,8 +40,6 @@ from steward.events import (
     SessionOpened,
     SessionSettings,
     SubagentAsked,
-    SubagentFinished,
-    SubagentResult,
     ToolSpec,
     TurnStarted,
     WakeDue,
@@ -107,8 +108,10 @@ class Chat:
             return self.give(LlmResponded(request_id=call, text=output))
         if call is not None:
             return self.give(LlmFailed(request_id=call, kind="http", message=output))
-        result = SubagentResult(run_id=self.state.turn, status=status, output=output)
-        return self.give(SubagentFinished(result=result))
+        result = ChildFinished(
+            stream=run_stream(self.state.turn), status=status, output=output
+        )
+        return self.give(result)
 
     def turns(self) -> list[TurnStarted]:
         return [e for e in self.log if isinstance(e, TurnStarted)]
@@ -193,8 +196,10 @@ def test_a_message_during_a_turn_waits_for_its_reply() -> None:
 
 def test_a_result_of_no_turn_in_flight_is_refused() -> None:
     chat = Chat()
-    stray = SubagentResult(run_id="elsewhere", status="completed", output="x")
-    assert chat.give(SubagentFinished(result=stray)) is None
+    stray = ChildFinished(
+        stream=run_stream("elsewhere"), status="completed", output="x"
+    )
+    assert chat.give(stray) is None
 
 
 # -- 2. context builder -------------------------------------------------------
@@ -646,8 +651,10 @@ def test_fold_of_the_log_is_the_live_state_and_every_step_re_decides(
             chat.give(SubagentAsked(request_id=f"q{n}", name="sub", task=str(arg)))
         elif what == "subagent" and chat.state.subagents:
             run_id = chat.state.subagents[0][0]
-            result = SubagentResult(run_id=run_id, status="completed", output=str(arg))
-            chat.give(SubagentFinished(result=result, at=at))
+            result = ChildFinished(
+                stream=run_stream(run_id), status="completed", output=str(arg)
+            )
+            chat.give(msgspec.structs.replace(result, at=at))
         elif what == "schedule":
             cron = None if arg is None else str(arg)
             chat.give(

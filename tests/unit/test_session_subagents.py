@@ -12,10 +12,12 @@ from test_session import SETTINGS, Chat
 
 from steward.actors import session as s
 from steward.actors.effects import ArmTimer, Create
+from steward.actors.run import run_stream
 from steward.actors.session_effects import SESSION_TOOLS, effects, pending, subagent_run
 from steward.actors.tools import session as session_tools
 from steward.events import (
     ChatMessage,
+    ChildFinished,
     Event,
     Recorded,
     RunCreated,
@@ -25,8 +27,6 @@ from steward.events import (
     ScheduleFired,
     SubagentAnswered,
     SubagentAsked,
-    SubagentFinished,
-    SubagentResult,
     SubagentStarted,
     ToolSpec,
     WakeDue,
@@ -43,8 +43,8 @@ def _spawn(chat: Chat, name: str = "scout", **kw: object) -> list[Event] | None:
 
 
 def _finish(chat: Chat, run_id: str, output: str, status: str = "completed"):  # type: ignore[no-untyped-def]
-    result = SubagentResult(run_id=run_id, status=status, output=output)
-    return chat.give(SubagentFinished(result=result))
+    result = ChildFinished(stream=run_stream(run_id), status=status, output=output)
+    return chat.give(result)
 
 
 def _rec(event: Event) -> Recorded:

@@ -13,15 +13,15 @@ from msgspec.structs import replace
 from test_session import SETTINGS, Chat
 
 from steward.actors import session as s
+from steward.actors.run import run_stream
 from steward.actors.session_effects import subagent_run, turn_run
 from steward.events import (
     SESSION_REVISION,
+    ChildFinished,
     CommandAnswered,
     ModeSwitched,
     ReasoningSwitched,
     ReplySent,
-    SubagentFinished,
-    SubagentResult,
     SubagentStarted,
     TurnStarted,
 )
@@ -46,9 +46,7 @@ def run_of(chat: Chat) -> tuple[str, bool]:
     turn = chat.turns()[-1]
     created = turn_run(chat.state, turn, "session.cli:c1")
     chat.give(
-        SubagentFinished(
-            result=SubagentResult(run_id=turn.run_id, status="completed", output="ok")
-        )
+        ChildFinished(stream=run_stream(turn.run_id), status="completed", output="ok")
     )
     return created.settings.mode, created.settings.reasoning
 
@@ -112,10 +110,13 @@ def test_the_history_keeps_a_staged_turns_outcome_after_its_answer() -> None:
     chat.say("read it", at=1001.0)
     chat.wake()
     [turn] = chat.turns()
-    result = SubagentResult(
-        run_id=turn.run_id, status="completed", output="Read.", outcome=OUTCOME
+    result = ChildFinished(
+        stream=run_stream(turn.run_id),
+        status="completed",
+        output="Read.",
+        outcome=OUTCOME,
     )
-    decided = chat.give(SubagentFinished(result=result))
+    decided = chat.give(result)
     assert decided is not None and decided[0] == ReplySent(
         run_id=turn.run_id, text="Read.", outcome=OUTCOME
     )
@@ -138,10 +139,13 @@ def test_sessions_before_revision_4_decide_as_recorded() -> None:
     chat.say("read it", at=1003.0)
     chat.wake()
     [turn] = [t for t in chat.turns() if isinstance(t, TurnStarted)]
-    result = SubagentResult(
-        run_id=turn.run_id, status="completed", output="Read.", outcome=OUTCOME
+    result = ChildFinished(
+        stream=run_stream(turn.run_id),
+        status="completed",
+        output="Read.",
+        outcome=OUTCOME,
     )
-    decided = chat.give(SubagentFinished(result=result))
+    decided = chat.give(result)
     assert decided is not None and decided[0] == ReplySent(
         run_id=turn.run_id, text="Read."
     )

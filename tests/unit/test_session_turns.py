@@ -14,20 +14,20 @@ from msgspec.structs import replace
 from test_session import SETTINGS, Chat
 
 from steward.actors.effects import Create
+from steward.actors.run import run_stream
 from steward.actors.session_context import build_context, estimate
 from steward.actors.session_effects import effects, turn_run
 from steward.config import AgentProfile, ModelConfig, Settings, load_settings
 from steward.config.settings import SessionConfig
 from steward.events import (
     ChatMessage,
+    ChildFinished,
     DebounceArmed,
     MessageRefused,
     Recorded,
     ReplySent,
     RunCreated,
     SessionSettings,
-    SubagentFinished,
-    SubagentResult,
     ToolSpec,
     TurnStarted,
 )
@@ -78,8 +78,10 @@ def test_a_failed_turn_is_over_and_its_result_is_taken_once() -> None:
         status="failed",
     )
     assert chat.state.turn is None and chat.state.buffer == ()
-    result = SubagentResult(run_id="cli:c1-t1", status="failed", output="again")
-    assert chat.give(SubagentFinished(result=result)) is None
+    result = ChildFinished(
+        stream=run_stream("cli:c1-t1"), status="failed", output="again"
+    )
+    assert chat.give(result) is None
     chat.say("are you there?", at=1010.0)
     [turn] = chat.wake() or []
     assert isinstance(turn, TurnStarted) and turn.run_id == "cli:c1-t2"

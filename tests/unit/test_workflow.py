@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import hypothesis
+import msgspec
 import pytest
 from hypothesis import strategies as st
 from msgspec.structs import replace
@@ -14,6 +15,7 @@ from msgspec.structs import replace
 from steward import replay, workflows
 from steward.actors import workflow as w
 from steward.actors.effects import Want
+from steward.actors.run import run_stream
 from steward.actors.workflow_effects import (
     NATIVE_RESULT_NOTE,
     RESULT_NOTE,
@@ -36,10 +38,9 @@ from steward.events import Event, Recorded
 from steward.events.run import (
     LATEST_REVISION,
     CancelRequested,
+    ChildFinished,
     EffectClaimed,
     RunSettings,
-    SubagentFinished,
-    SubagentResult,
     ToolRequested,
     ToolResulted,
 )
@@ -125,10 +126,10 @@ class Story:
         assert self.state.current is not None, "no phase runs"
         run_id = w.phase_of(self.state, self.state.current).run_id
         assert run_id is not None
-        result = SubagentResult(
-            run_id=run_id, status=status, output=output, metadata=metadata
+        result = ChildFinished(
+            stream=run_stream(run_id), status=status, output=output, metadata=metadata
         )
-        return self.when(SubagentFinished(result=result, at=at))
+        return self.when(msgspec.structs.replace(result, at=at))
 
     def phase(self, key: str) -> w.Phase:
         return w.phase_of(self.state, key)
@@ -273,8 +274,8 @@ def test_nothing_moves_a_finished_run() -> None:
     story = started(definition([node("only")], []))
     assert story.finish() is not None
     assert story.state.status == "completed"
-    stray = SubagentFinished(
-        result=SubagentResult(run_id="wf-only-1", status="completed", output="x")
+    stray = ChildFinished(
+        stream=run_stream("wf-only-1"), status="completed", output="x"
     )
     for event in (
         WorkflowPauseRequested(),
@@ -289,8 +290,10 @@ def test_a_result_of_another_run_is_refused() -> None:
     """Only the phase run in flight's result is taken (a duplicate, a stale
     retry's or a stranger's is refused)."""
     story = started()
-    other = SubagentResult(run_id="wf-design-9", status="completed", output="x")
-    assert story.when(SubagentFinished(result=other)) is None
+    other = ChildFinished(
+        stream=run_stream("wf-design-9"), status="completed", output="x"
+    )
+    assert story.when(other) is None
 
 
 # -- transitions ---------------------------------------------------------------------
@@ -699,7 +702,7 @@ def test_a_cancel_names_the_phase_in_flight_for_the_pending_projection(
     assert wants == (Want(key=delivery.key, kind="deliver"),)  # type: ignore[union-attr]
     [outcome] = story.finish(status="cancelled", output="") or []
     result = story.records()[-2]
-    assert isinstance(result.event, SubagentFinished)
+    assert isinstance(result.event, ChildFinished)
     assert delivery.key in pending(result).answers  # type: ignore[union-attr]
     assert isinstance(outcome, PhaseFailed)
 
@@ -969,8 +972,8 @@ def test_random_graphs_and_reports_fold_to_the_live_state_and_verify(
                 continue
             run_id = w.phase_of(story.state, story.state.current).run_id
             assert run_id is not None
-            result = SubagentResult(run_id=run_id, **item)
-            story.when(SubagentFinished(result=result, at=float(n)))
+            result = ChildFinished(stream=run_stream(run_id), **item)
+            story.when(msgspec.structs.replace(result, at=float(n)))
         else:
             story.when(item)
         for phase in story.state.phases:
