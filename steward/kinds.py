@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from steward.actors import (
     effects,
+    outstanding,
     run_effects,
     session_effects,
     task_effects,
@@ -49,8 +50,7 @@ RUN: Kind[run_actor.Run] = Kind(
     reactor=Reactor(
         routed=run_effects.ROUTED,
         effects=run_effects.effects,
-        awaits=run_effects.awaits,
-        claim=run_effects.claim,
+        outstanding=outstanding.kept,
         model_call=run_effects.model_call,
         correlation=run_effects.correlation,
         workspace=run_effects.workspace,
@@ -96,8 +96,7 @@ SESSION: Kind[session_actor.Session] = Kind(
     reactor=Reactor(
         routed=session_effects.ROUTED,
         effects=session_effects.effects,
-        awaits=session_effects.awaits,
-        claim=session_actor.claim_on,
+        outstanding=outstanding.kept,
         model_call=session_effects.model_call,
         correlation=session_effects.correlation,
         pending=session_effects.pending,
@@ -133,8 +132,7 @@ WORKFLOW: Kind[workflow_actor.Workflow] = Kind(
     reactor=Reactor(
         routed=workflow_effects.ROUTED,
         effects=workflow_effects.effects,
-        awaits=workflow_actor.awaits,
-        claim=workflow_actor.claim_on,
+        outstanding=outstanding.kept,
         correlation=workflow_effects.correlation,
         pending=workflow_effects.pending,
     ),
@@ -169,8 +167,7 @@ TASK: Kind[task_actor.Task] = Kind(
     reactor=Reactor(
         routed=task_effects.ROUTED,
         effects=task_effects.effects,
-        awaits=task_actor.awaits,
-        claim=task_actor.claim_on_task,
+        outstanding=task_actor.outstanding,
         model_call=task_effects.model_call,
         correlation=task_effects.correlation,
         pending=task_effects.pending,

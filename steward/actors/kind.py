@@ -26,13 +26,14 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, Generic, Protocol, TypeVar
 
 from steward.actors.effects import Effect, ModelCall, Pending, Told
+from steward.actors.outstanding import Outstanding
 from steward.actors.prompt import (
     Prompt,
     PromptCache,
 )
 from steward.errors import NotFoundError
 from steward.events import Event, EventUnion, Recorded
-from steward.events.protocol import LlmRequested
+from steward.events.protocol import LlmRequested, ToolRequested
 
 __all__ = [
     "Decider",
@@ -115,11 +116,11 @@ class Reactor(Generic[S]):
     effects: Callable[[Recorded, S, S], list[Effect]] | None = None
     """What committed event ``rec`` asks of the host, given the state at it
     and the newest state (`steward.actors.effects`)."""
-    awaits: Callable[[S, str], bool] | None = None
-    """Whether the actor still waits for the result of an effect (by request
-    id): the host skips a call whose answer is in already."""
-    claim: Callable[[S, str], tuple[str, float] | None] | None = None
-    """The (worker, until) of the claim on an effect, if any."""
+    outstanding: Callable[[S], Outstanding] | None = None
+    """The model and tool calls the actor asked for and awaits, with the
+    claims on them (`steward.actors.outstanding`): the host skips a call
+    whose answer is in already, and fences one a worker claimed. A kind
+    whose events request calls must give it."""
     model_call: (
         Callable[[S, LlmRequested, PromptCache | None, Prompt | None], ModelCall] | None
     ) = None
@@ -229,7 +230,8 @@ class Kind(Generic[S]):
     Raises:
         ValueError: the reactor asks for effects but says nothing of what
             it waits for (no ``pending``, and no read models that keep its
-            pending rows).
+            pending rows); or the kind requests model or tool calls and its
+            reactor says nothing of which it awaits (no ``outstanding``).
     """
 
     name: str
@@ -249,6 +251,16 @@ class Kind(Generic[S]):
                 f"kind {self.name} asks the host for effects but says nothing of "
                 "what it waits for: give it a pending function (or read models "
                 "that keep its pending rows), or a host that dies loses them"
+            )
+        calls = {LlmRequested, ToolRequested} & set(self.decider.events)
+        if calls and self.reactor.outstanding is None:
+            raise ValueError(
+                f"kind {self.name} records "
+                f"{' and '.join(sorted(c.__name__ for c in calls))} but says "
+                "nothing of which calls it awaits: embed a "
+                "steward.actors.outstanding.Outstanding in its state, fold its "
+                "events through it, and give its reactor outstanding=, or a "
+                "worker's claim on a call is never fenced"
             )
 
     def __repr__(self) -> str:

@@ -32,7 +32,7 @@ from steward.actors.commands import (
     text_field,
     timestamp,
 )
-from steward.actors.effects import Claims, claimable, claimed, unclaimed
+from steward.actors.outstanding import Outstanding
 from steward.actors.prompt import Prompt, PromptCache, prompt_hash
 from steward.actors.run_prompt import (
     FINISH_TOOL,
@@ -148,7 +148,9 @@ class Run(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     budget_hold: str | None = None
     """The `BudgetExceeded` request the run waits on, if it does."""
     budget_lifted: bool = False
-    claims: Claims = ()
+    outstanding: Outstanding = Outstanding()
+    """The model and tool calls asked for and not answered yet, and the
+    claims workers hold on them."""
     stage: str = ""
     """A staged run's stage: of its last model call."""
     next_stage: str = ""
@@ -212,7 +214,12 @@ def fold(events: Iterable[Event], state: Run = initial) -> Run:
 
 
 def _llm_requested(s: Run, event: LlmRequested) -> Run:
-    return replace(s, llm_pending=event.request_id, iteration=event.iteration)
+    return replace(
+        s,
+        llm_pending=event.request_id,
+        iteration=event.iteration,
+        outstanding=s.outstanding.apply(event),
+    )
 
 
 def _llm_responded(s: Run, event: LlmResponded) -> Run:
@@ -235,7 +242,7 @@ def _llm_responded(s: Run, event: LlmResponded) -> Run:
         transcript_totals=totals,
         llm_pending=None,
         batch_failed=False,
-        claims=unclaimed(s.claims, event.request_id),
+        outstanding=s.outstanding.apply(event),
         stall=s.stall + 1,
         rounds=s.rounds + 1 if event.tool_calls else s.rounds,
         input_tokens=s.input_tokens + event.usage.input_tokens,
@@ -256,6 +263,7 @@ def _tool_requested(s: Run, event: ToolRequested) -> Run:
     return replace(
         s,
         calls=(*s.calls, call),
+        outstanding=s.outstanding.apply(event),
         approvals=_without(s.approvals, approved),
         # an approved call keeps the id its ApprovalRequested already took
         tool_requests=s.tool_requests + 1 if approved is None else s.tool_requests,
@@ -269,7 +277,7 @@ def _tool_resulted(s: Run, event: ToolResulted) -> Run:
     if done is None:
         return s
     calls = _without(s.calls, done)
-    claims = unclaimed(s.claims, event.request_id)
+    outstanding = s.outstanding.apply(event)
     if s.stage in staged.ACTING:  # a staged run's next call follows it up
         s = replace(s, next_stage=staged.followup_stage(s.settings))
     if event.ok:
@@ -279,10 +287,10 @@ def _tool_resulted(s: Run, event: ToolResulted) -> Run:
             transcript=transcript,
             transcript_totals=totals,
             calls=calls,
-            claims=claims,
+            outstanding=outstanding,
         )
     if _will_retry(s, done, event):
-        return replace(s, calls=calls, claims=claims, tool_failed=True)
+        return replace(s, calls=calls, outstanding=outstanding, tool_failed=True)
     text = f"Tool {done.name} failed: {event.error or 'unknown error'}"
     transcript, totals = _said(s, _tool_message(s, done, text))
     return replace(
@@ -290,7 +298,7 @@ def _tool_resulted(s: Run, event: ToolResulted) -> Run:
         transcript=transcript,
         transcript_totals=totals,
         calls=calls,
-        claims=claims,
+        outstanding=outstanding,
         tool_failed=True,
         batch_failed=True,
     )
@@ -410,7 +418,7 @@ def _llm_failed(s: Run, event: LlmFailed) -> Run:
     return replace(
         s,
         llm_pending=None,
-        claims=unclaimed(s.claims, event.request_id),
+        outstanding=s.outstanding.apply(event),
         input_tokens=s.input_tokens + event.usage.input_tokens,
         output_tokens=s.output_tokens + event.usage.output_tokens,
         cost_usd=s.cost_usd + event.cost_usd,
@@ -418,7 +426,7 @@ def _llm_failed(s: Run, event: LlmFailed) -> Run:
 
 
 def _effect_claimed(s: Run, event: EffectClaimed) -> Run:
-    return replace(s, claims=claimed(s.claims, event))
+    return replace(s, outstanding=s.outstanding.apply(event))
 
 
 def _approval_requested(s: Run, event: ApprovalRequested) -> Run:
@@ -636,9 +644,7 @@ def _react(input: Event, state: Run) -> list[Event] | None:
             "running",
         ) if rid == state.llm_pending:
             return []  # recorded for people; changes nothing
-        case EffectClaimed(request_id=rid), "running" | "waiting" if (
-            rid == state.llm_pending or _find(state.calls, rid) is not None
-        ) and claimable(state.claims, input):
+        case EffectClaimed(), "running" | "waiting" if state.outstanding.accepts(input):
             return []
         case LlmFailed(request_id=rid), "running" if rid == state.llm_pending:
             return _stopped(state, f"model call failed: {input.kind}: {input.message}")

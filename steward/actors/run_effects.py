@@ -23,7 +23,6 @@ from steward.actors.effects import (
     Told,
     Want,
     cancel_key,
-    claim_on,
     notify_key,
     spawn_key,
     take_key,
@@ -63,8 +62,6 @@ from steward.events.run import (
 __all__ = [
     "ROUTED",
     "TOLD",
-    "awaits",
-    "claim",
     "correlation",
     "detach",
     "effects",
@@ -226,18 +223,6 @@ def _cancel_children(rec: Recorded) -> list[Effect]:
         Deliver(key=cancel_key(child), stream=run_stream(child), input=cancel)
         for child in rec.event.children
     ]
-
-
-def awaits(state: Run, request_id: str) -> bool:
-    """Whether the run still waits for the result of effect ``request_id``."""
-    return state.llm_pending == request_id or any(
-        call.request_id == request_id for call in state.calls
-    )
-
-
-def claim(state: Run, request_id: str) -> tuple[str, float] | None:
-    """The (worker, until) of the claim on effect ``request_id``, if any."""
-    return claim_on(state.claims, request_id)
 
 
 def model_call(

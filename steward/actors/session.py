@@ -32,8 +32,7 @@ from croniter import croniter  # pure computation over a base time we pass in
 from msgspec import Struct
 from msgspec.structs import replace
 
-from steward.actors import effects
-from steward.actors.effects import Claims, claimable, claimed, unclaimed
+from steward.actors.outstanding import CHANGES, Outstanding
 from steward.actors.prompt import Prompt, prompt_hash
 from steward.actors.run import run_stream
 from steward.actors.session_context import build_context
@@ -89,7 +88,6 @@ __all__ = [
     "SEEN_MESSAGES",
     "SWITCH_COMMANDS",
     "Session",
-    "claim_on",
     "commands",
     "core_memory_text",
     "core_set_problem",
@@ -182,9 +180,9 @@ class Session(Struct, frozen=True, kw_only=True):
     """The memory writer's call in flight (its request id)."""
     writes: int = 0
     """The memory writer calls asked for so far."""
-    claims: Claims = ()
-    """The (request, worker, until) claims on the session's own model calls
-    in flight (the memory writer's, a direct chat's)."""
+    outstanding: Outstanding = Outstanding()
+    """The session's own model calls in flight (the memory writer's, a
+    direct chat's), and the claims workers hold on them."""
     elsewhere: tuple[Elsewhere, ...] = ()
     """The sender's newest messages in other chats, as the newest message
     that brought any found them."""
@@ -427,6 +425,13 @@ def _command_parts(text: str, revision: int) -> tuple[str, str]:
 
 
 def evolve(state: Session, event: Event) -> Session:
+    after = _evolve(state, event)
+    if type(event) in CHANGES:
+        return replace(after, outstanding=after.outstanding.apply(event))
+    return after
+
+
+def _evolve(state: Session, event: Event) -> Session:
     match event:
         case SessionOpened():
             return replace(
@@ -472,7 +477,6 @@ def evolve(state: Session, event: Event) -> Session:
                 state,
                 turn=None,
                 messages=(*state.messages, answer),
-                claims=unclaimed(state.claims, f"{run_id}/llm"),
             )
         case SegmentStarted(segment=segment, at=at):
             return replace(
@@ -512,8 +516,6 @@ def evolve(state: Session, event: Event) -> Session:
                 writes=state.writes + 1,
                 writer_segment=state.segment,
             )
-        case EffectClaimed():
-            return replace(state, claims=claimed(state.claims, event))
         case MemoryWritten(applied=applied, items=items, summary=summary):
             adds = sum(1 for op in applied if op.op == "add")
             if state.revision >= 1 and state.writer_segment != state.segment:
@@ -525,14 +527,12 @@ def evolve(state: Session, event: Event) -> Session:
                 summary=summary or state.summary,
                 writer=None,
                 writing=(),
-                claims=unclaimed(state.claims, event.request_id),
             )
         case MemoryWriteFailed(request_id=request_id):
             return replace(
                 state,
                 writer=None,
                 writing=(),
-                claims=unclaimed(state.claims, request_id),
             )
         case SubagentStarted(run_id=run_id, name=name):
             return replace(
@@ -683,10 +683,7 @@ def decide(input: Event, state: Session) -> list[Event] | None:
             rid in (state.writer, direct_call(state))
         ):
             return []  # recorded for people; changes nothing
-        case EffectClaimed(request_id=rid) if rid in (
-            state.writer,
-            direct_call(state),
-        ) and claimable(state.claims, input):
+        case EffectClaimed() if state.outstanding.accepts(input):
             return []
         case _:
             return None
@@ -749,11 +746,6 @@ def _older_half(state: Session) -> int:
     questions = [n for n, m in enumerate(messages) if n > 0 and m.role == "user"]
     after = [n for n in questions if n >= half]
     return after[0] if after else questions[-1] if questions else len(messages)
-
-
-def claim_on(state: Session, request_id: str) -> tuple[str, float] | None:
-    """The (worker, until) of the claim on model call ``request_id``, if any."""
-    return effects.claim_on(state.claims, request_id)
 
 
 def _subagent(

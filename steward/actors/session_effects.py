@@ -25,7 +25,6 @@ from steward.actors.session import (
     Session,
     core_memory_text,
     cross_channel,
-    direct_call,
     direct_prompt,
     model_id,
     staged_switches,
@@ -51,7 +50,6 @@ from steward.events.session import (
 __all__ = [
     "ROUTED",
     "TOLD",
-    "awaits",
     "correlation",
     "detach",
     "effects",
@@ -262,11 +260,6 @@ def model_call(
         profile=state.settings.profile,
         table=state.model,
     )
-
-
-def awaits(state: Session, request_id: str) -> bool:
-    """Whether the session still waits for model call ``request_id``."""
-    return request_id in (state.writer, direct_call(state))
 
 
 TOLD: frozenset[type[Event]] = frozenset(

@@ -29,7 +29,7 @@ from typing import Any, TypeVar, overload
 import msgspec
 from msgspec.structs import replace
 
-from steward.actors.effects import Claims, claim_on, claimable, claimed, unclaimed
+from steward.actors.outstanding import CHANGES, Outstanding
 from steward.actors.prompt import Prompt, prompt_hash
 from steward.actors.task_eval import (
     Checkpoint,
@@ -93,8 +93,7 @@ __all__ = [
     "SUBTASK_TOOL",
     "Task",
     "atom_prompt",
-    "awaits",
-    "claim_on_task",
+    "outstanding",
     "decide",
     "evaluation",
     "evolve",
@@ -168,7 +167,8 @@ class Task(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     output: str = ""
     value: Any = None
     error: TaskError | None = None
-    claims: Claims = ()
+    outstanding: Outstanding = Outstanding()
+    """The model and tool calls in flight, and the claims on them."""
     next: Need | TaskCompleted | TaskFailed | None = None
     """What the program does next, evaluated when the task is created and
     when a call finishes: the call it asks for, or the event that ends the
@@ -195,6 +195,13 @@ def signature(template: str, inputs: dict[str, Any]) -> str:
 
 def evolve(state: Task, event: Event) -> Task:
     """``state`` after ``event``."""
+    after = _evolve(state, event)
+    if type(event) in CHANGES:
+        return replace(after, outstanding=after.outstanding.apply(event))
+    return after
+
+
+def _evolve(state: Task, event: Event) -> Task:
     atom = state.atom
     match event:
         case TaskCreated():
@@ -240,16 +247,14 @@ def evolve(state: Task, event: Event) -> Task:
                     usage=usage,
                     messages=(*atom.messages, said, *refused),
                 ),
-                claims=unclaimed(state.claims, rid),
             )
         case LlmFailed(request_id=rid) if atom and rid == atom.asked:
             return replace(
                 state,
                 atom=replace(atom, asked=None),
-                claims=unclaimed(state.claims, rid),
             )
         case ToolResulted(request_id=rid) if rid == state.tool:
-            return replace(state, tool=None, claims=unclaimed(state.claims, rid))
+            return replace(state, tool=None)
         case ToolResulted(request_id=rid) as result if atom and _waits(atom, rid):
             call_id = dict(atom.waiting)[rid]
             answer = ChatMessage(
@@ -264,7 +269,6 @@ def evolve(state: Task, event: Event) -> Task:
                     waiting=tuple(w for w in atom.waiting if w[0] != rid),
                     messages=(*atom.messages, answer),
                 ),
-                claims=unclaimed(state.claims, rid),
             )
         case SubtaskSpawned(task_id=child, tool_call_id=call_id, request=request) if (
             atom is not None
@@ -309,8 +313,6 @@ def evolve(state: Task, event: Event) -> Task:
         case TaskFailed(error=error):
             # the call in flight stays, to show and for its subtask's cancel
             return replace(state, status="failed", error=error)
-        case EffectClaimed() as claim:
-            return replace(state, claims=claimed(state.claims, claim))
         case _:
             return state
 
@@ -507,9 +509,7 @@ def decide(input: Event, state: Task, scorer: Scorer = score) -> list[Event] | N
             error = TaskError(kind="cancelled", message=reason, partial=_partial(state))
             child = atom.child if atom is not None else None
             return [TaskFailed(error=error, reply_to=_reply_to(state), subtask=child)]
-        case EffectClaimed() as claim if awaits(state, claim.request_id) and (
-            claimable(state.claims, claim)
-        ):
+        case EffectClaimed() as claim if outstanding(state).accepts(claim):
             return []
         case _:
             return None
@@ -867,15 +867,7 @@ def atom_prompt(state: Task) -> Prompt:
 # -- what the host asks ----------------------------------------------------------------
 
 
-def awaits(state: Task, request_id: str) -> bool:
-    """Whether the task still waits for effect ``request_id``."""
-    atom = state.atom
-    if state.status != "running":
-        return False
-    if request_id == state.tool:
-        return True
-    return atom is not None and (request_id == atom.asked or _waits(atom, request_id))
-
-
-def claim_on_task(state: Task, request_id: str) -> tuple[str, float] | None:
-    return claim_on(state.claims, request_id)
+def outstanding(state: Task) -> Outstanding:
+    """The calls the task awaits, with the claims on them: none once it
+    has ended (a call still in flight then is answered to no one)."""
+    return state.outstanding if state.status == "running" else Outstanding()

@@ -42,8 +42,7 @@ from typing import Any, Literal
 from msgspec import Struct
 from msgspec.structs import replace
 
-from steward.actors import effects
-from steward.actors.effects import Claims, claimable, claimed
+from steward.actors.outstanding import CHANGES, Outstanding
 from steward.actors.run import run_stream
 from steward.actors.workflow_graph import (
     choose,
@@ -87,8 +86,6 @@ __all__ = [
     "RUN_MOVES",
     "Phase",
     "Workflow",
-    "awaits",
-    "claim_on",
     "decide",
     "evolve",
     "initial",
@@ -173,8 +170,8 @@ class Workflow(Struct, frozen=True, kw_only=True):
     tool_name: str | None = None
     tools: int = 0
     """Git tool calls asked for, for their ids."""
-    claims: Claims = ()
-    """(request id, worker, until) of the tool call a worker has claimed."""
+    outstanding: Outstanding = Outstanding()
+    """The git tool call in flight, and the claim a worker holds on it."""
 
 
 initial = Workflow()
@@ -204,6 +201,13 @@ def _with_phase(state: Workflow, node: str, **changes: Any) -> Workflow:
 
 
 def evolve(state: Workflow, event: Event) -> Workflow:
+    after = _evolve(state, event)
+    if type(event) in CHANGES:
+        return replace(after, outstanding=after.outstanding.apply(event))
+    return after
+
+
+def _evolve(state: Workflow, event: Event) -> Workflow:
     match event:
         case WorkflowCreated(workflow_id=wid, definition=definition, inputs=inputs):
             phases = tuple(Phase(node=n.key) for n in definition.nodes)
@@ -220,14 +224,12 @@ def evolve(state: Workflow, event: Event) -> Workflow:
         case ToolRequested(request_id=rid, name=name):
             return replace(state, tool=rid, tool_name=name, tools=state.tools + 1)
         case ToolResulted(request_id=rid, ok=ok, error=error) if rid == state.tool:
-            after = replace(state, tool=None, tool_name=None, claims=())
+            after = replace(state, tool=None, tool_name=None)
             if state.tool_name != "git.worktree_add" or state.worktree is None:
                 return after
             if ok:
                 return replace(after, workspace=state.worktree.path)
             return replace(after, worktree_error=error or "the git tool failed")
-        case EffectClaimed():
-            return replace(state, claims=claimed(state.claims, event))
         case WorkflowStarted() | WorkflowResumed():
             return replace(state, status="running")
         case WorkflowPaused():
@@ -320,8 +322,8 @@ def _decide(input: Event, state: Workflow) -> list[Event] | None:
             if state.tool_name == "git.pull_request":
                 return _cleanup(after)
             return []
-        case EffectClaimed(request_id=rid), _ if rid == state.tool:
-            return [] if claimable(state.claims, input) else None
+        case EffectClaimed(), _ if state.outstanding.accepts(input):
+            return []
         case ChildFinished(at=at) as result, _ if _in_flight(state, result):
             outcome = _outcome(state, result, at)
             after = evolve(state, outcome)
@@ -540,16 +542,6 @@ def _path_taken(state: Workflow) -> str:
         if p.status != "pending"
     ]
     return "Phases of this workflow run:\n" + "\n".join(lines)
-
-
-def awaits(state: Workflow, request_id: str) -> bool:
-    """Whether the run still waits for git tool call ``request_id``."""
-    return request_id == state.tool
-
-
-def claim_on(state: Workflow, request_id: str) -> tuple[str, float] | None:
-    """The (worker, until) of the claim on tool call ``request_id``, if any."""
-    return effects.claim_on(state.claims, request_id)
 
 
 def _skip_pending(state: Workflow, only: tuple[str, ...] | None) -> list[Event]:

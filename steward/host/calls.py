@@ -284,9 +284,8 @@ def _awaits(kind: Kind[Any], state: Any, request_id: str) -> bool:
     """Whether the actor at ``state`` still waits for effect ``request_id``
     (a kind that cannot say is taken to wait: its decider refuses a late
     answer)."""
-    return (
-        True if kind.reactor.awaits is None else kind.reactor.awaits(state, request_id)
-    )
+    outstanding = kind.reactor.outstanding
+    return True if outstanding is None else outstanding(state).awaits(request_id)
 
 
 def _unrecordable(answer: Event, message: str) -> Event | None:

@@ -119,8 +119,8 @@ class Claims:
         """The worker whose claim on ``request_id`` the stream holds, and
         until when; ``None`` if none."""
         state, _ = await self._states.get(rec.stream)
-        claim = self._kinds.of(rec.stream).reactor.claim
-        return None if claim is None else claim(state, request_id)
+        outstanding = self._kinds.of(rec.stream).reactor.outstanding
+        return None if outstanding is None else outstanding(state).claim(request_id)
 
     def ended(self, request_id: str) -> None:
         """Call ``request_id`` taken with `once` has ended."""

@@ -39,6 +39,7 @@ from steward.actors.effects import (
 )
 from steward.actors.kind import Decider, Kind, Kinds, Reactor, Surface
 from steward.actors.llm import ScriptedProvider
+from steward.actors.outstanding import CHANGES, Outstanding, kept
 from steward.actors.prompt import Prompt, prompt_hash
 from steward.actors.run import run_id_of, run_stream
 from steward.bus import SqliteEventLog
@@ -58,6 +59,7 @@ class Tally(msgspec.Struct, frozen=True):
     timer: str | None = None
     child: str | None = None
     output: str | None = None
+    outstanding: Outstanding = Outstanding()
 
 
 class TallyOpened(Event, frozen=True, kw_only=True):
@@ -87,6 +89,8 @@ class TallyDone(Event, frozen=True, kw_only=True):
 
 def evolve(state: Tally, event: Event) -> Tally:
     replace = msgspec.structs.replace
+    if type(event) in CHANGES:  # a call requested, answered or claimed
+        state = replace(state, outstanding=state.outstanding.apply(event))
     match event:
         case TallyOpened(tally_id=tally_id):
             return replace(state, id=tally_id)
@@ -242,7 +246,7 @@ TALLY: Kind[Tally] = Kind(
     reactor=Reactor(
         routed=frozenset({TallySlept, TallyChildAsked}),
         effects=effects,
-        awaits=lambda state, rid: rid in (state.tool, state.asked),
+        outstanding=kept,
         model_call=model_call,
         pending=pending,
     ),

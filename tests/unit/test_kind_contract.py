@@ -13,7 +13,10 @@ of its streams a kind must
 5. ask for no effect that has no pending entry, and have every pending
    entry it asks for answered, by its stream or by the actor a delivery
    goes to (the pending projection a host resumes from);
-6. rename, when forked, every id derived from its actor's id.
+6. rename, when forked, every id derived from its actor's id;
+7. await, through its reactor's ``outstanding``, exactly the model and tool
+   calls its stream requested and has not answered (until it ends), with
+   claims held on those alone.
 
 Each check is a plain function of a kind and a sample, so the tests at the
 end can show it fails for a broken copy of a kind.
@@ -35,6 +38,7 @@ from counter_kind import COUNTER
 from steward import events, replay
 from steward.actors.effects import ArmTimer, Create, Deliver, Pending, Want, notify_key
 from steward.actors.kind import Kind, Kinds
+from steward.actors.outstanding import Outstanding
 from steward.actors.prompt import PromptCache
 from steward.errors import StewardError
 from steward.events import Event, Recorded
@@ -489,6 +493,53 @@ def check_fork_renames(actor: Kind[Any], sample: Sample) -> None:
 
 # -- the suite ------------------------------------------------------------------------
 
+# -- 7. what it awaits ---------------------------------------------------------
+
+
+ENDED = frozenset({"completed", "failed", "cancelled"})
+
+
+def check_outstanding(actor: Kind[Any], sample: Sample) -> None:
+    """After each step, the calls ``Reactor.outstanding`` says the actor
+    awaits are the ones its stream requested (`LlmRequested`,
+    `ToolRequested`) and has not answered (`LlmResponded`, `LlmFailed`,
+    `ToolResulted`): all of them while it runs, none other ever (an ended
+    actor may give up on one in flight); a claim is held only on one it
+    awaits. A kind that requests no call needs no ``outstanding``."""
+    outstanding = actor.reactor.outstanding
+    requests = (LlmRequested, ToolRequested)
+    if outstanding is None:
+        asked = [r for r in sample.records if isinstance(r.event, requests)]
+        assert not asked, (
+            f"{sample.at(asked[0].version)}: the kind requests calls but its "
+            "reactor gives no outstanding"
+        )
+        return
+    status = actor.surface.status
+    state, open_ = actor.decider.initial, list[str]()
+    for step in replay.commits(sample.records, Kinds(actor)):
+        for rec in step:
+            match rec.event:
+                case LlmRequested(request_id=rid) | ToolRequested(request_id=rid):
+                    open_.append(rid)
+                case (
+                    LlmResponded(request_id=rid)
+                    | LlmFailed(request_id=rid)
+                    | ToolResulted(request_id=rid)
+                ) if rid in open_:
+                    open_.remove(rid)
+        state = actor.fold((r.event for r in step), state)
+        awaited = outstanding(state)
+        at = sample.at(step[-1].version)
+        stray = [r for r in awaited.requested if r not in open_]
+        assert not stray, f"{at}: awaits {stray}, never requested or answered"
+        if status is None or status(state) not in ENDED:
+            missed = [r for r in open_ if not awaited.awaits(r)]
+            assert not missed, f"{at}: requested {missed} and does not await it"
+        unawaited = [r for r, _, _ in awaited.claims if not awaited.awaits(r)]
+        assert not unawaited, f"{at}: holds a claim on {unawaited}, not awaited"
+
+
 CHECKS: dict[str, Callable[[Kind[Any], Sample], None]] = {
     "fold": check_fold_is_evolve,
     "decide_pure": check_decide_leaves_state,
@@ -496,6 +547,7 @@ CHECKS: dict[str, Callable[[Kind[Any], Sample], None]] = {
     "opening": check_opening_refused,
     "pending": check_effects_pending,
     "fork": check_fork_renames,
+    "outstanding": check_outstanding,
 }
 
 KNOWN: dict[tuple[str, str], str] = {}
@@ -756,3 +808,34 @@ def test_a_run_pending_that_forgets_fails(
     check_effects_pending(actor, each)
     with pytest.raises(AssertionError, match=match):
         check_effects_pending(forgetting(actor, event_type, part), each)
+
+
+def test_a_kind_that_forgets_a_call_it_awaits_fails() -> None:
+    """A reactor that awaits nothing (its kind never folds its calls into
+    its `Outstanding`) is caught at the first call requested."""
+    actor, each = run_kind(), sample(*RUN_SAMPLE)
+    check_outstanding(actor, each)
+    forgetful = broken(actor, outstanding=lambda state: Outstanding())
+    with pytest.raises(AssertionError, match="does not await it"):
+        check_outstanding(forgetful, each)
+
+
+def test_a_kind_that_awaits_an_answered_call_fails() -> None:
+    """A reactor that still awaits a call once its answer is in (its
+    kind's evolve dropped the answer) is caught."""
+    actor, each = run_kind(), sample(*RUN_SAMPLE)
+    stale = broken(
+        actor,
+        outstanding=lambda state: Outstanding(
+            requested=(*state.outstanding.requested, f"{state.run_id}/llm/0")
+        ),
+    )
+    with pytest.raises(AssertionError, match="never requested or answered"):
+        check_outstanding(stale, each)
+
+
+def test_a_kind_that_requests_calls_must_say_what_it_awaits() -> None:
+    """A kind whose events request calls and whose reactor gives no
+    ``outstanding`` cannot be made, naming the fix."""
+    with pytest.raises(ValueError, match="says nothing of which calls it awaits"):
+        broken(run_kind(), outstanding=None)

@@ -23,7 +23,6 @@ from steward.events import (
     ToolSpec,
     TurnStarted,
 )
-from steward.kinds import KINDS
 
 TOOLS = (ToolSpec(name="files.read", description="read a file"),)
 DIRECT = replace(SETTINGS, direct=True, run=replace(SETTINGS.run, tools=TOOLS))
@@ -56,7 +55,7 @@ def test_a_direct_turn_is_one_model_call_of_the_session_without_tools() -> None:
     assert pending(rec).wants == ()
     call = model_call(chat.state, ask)
     assert call.prompt == prompt and call.actor_id == "cli:c1"
-    assert KINDS["session"].reactor.awaits(chat.state, ask.request_id)  # type: ignore[misc]
+    assert chat.state.outstanding.awaits(ask.request_id)
 
 
 def test_the_direct_answer_is_the_reply_and_the_window_grows() -> None:
@@ -92,9 +91,9 @@ def test_one_live_worker_holds_a_direct_call() -> None:
     assert chat.give(first) == []
     rival = EffectClaimed(request_id=rid, worker="w2", until=2000.0, at=1500.0)
     assert chat.give(rival) is None
-    assert s.claim_on(chat.state, rid) == ("w1", 2000.0)
+    assert chat.state.outstanding.claim(rid) == ("w1", 2000.0)
     chat.answer("done")
-    assert s.claim_on(chat.state, rid) is None
+    assert chat.state.outstanding.claim(rid) is None
 
 
 def test_direct_chats_are_chosen_by_session_id_patterns() -> None:

@@ -13,8 +13,7 @@ from test_session import SETTINGS, Chat
 
 from steward.actors import session as s
 from steward.actors.prompt import prompt_hash
-from steward.actors.session import claim_on
-from steward.actors.session_effects import awaits, model_call, turn_run
+from steward.actors.session_effects import model_call, turn_run
 from steward.actors.session_memory import (
     LEVEL_LIMITS,
     MEMORY_LOAD_CAP,
@@ -203,7 +202,7 @@ def test_after_61_turns_the_window_keeps_the_newest_half_and_asks_the_writer() -
     call = model_call(chat.state, request)
     assert prompt_hash(call.prompt) == request.prompt_hash
     assert "question 30" in call.prompt.messages[0].content
-    assert awaits(chat.state, request.request_id)
+    assert chat.state.outstanding.awaits(request.request_id)
 
 
 def test_the_writers_ops_are_applied_within_caps_and_the_next_turn_sees_them() -> None:
@@ -442,7 +441,7 @@ def test_one_live_worker_holds_the_writers_call() -> None:
     assert claim("w2", at=20.0) is None  # w1's claim is live
     assert claim("w1", at=25.0) == []  # renewed by its own worker
     assert claim("w2", at=60.0) == []  # w1's lapsed at 55: w2 takes it
-    assert claim_on(chat.state, rid) == ("w2", 90.0)
+    assert chat.state.outstanding.claim(rid) == ("w2", 90.0)
     assert (
         chat.give(EffectClaimed(request_id="other", worker="w3", until=1, at=0)) is None
     )

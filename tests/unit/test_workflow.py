@@ -1129,7 +1129,8 @@ def test_a_claim_on_the_git_call_is_taken_once() -> None:
     assert story.when(theirs) is None
     other = EffectClaimed(request_id="wf/git/9", worker="w1", until=10.0, at=1.0)
     assert story.when(other) is None
-    assert w.awaits(story.state, rid) and not w.awaits(story.state, "wf/git/9")
+    awaited = story.state.outstanding
+    assert awaited.awaits(rid) and not awaited.awaits("wf/git/9")
 
 
 def test_a_worktree_made_after_its_run_was_cancelled_is_removed() -> None:
