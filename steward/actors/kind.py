@@ -35,6 +35,7 @@ from steward.events import Event, EventUnion, Recorded
 from steward.events.protocol import LlmRequested
 
 __all__ = [
+    "Approval",
     "Decider",
     "Kind",
     "Kinds",
@@ -166,6 +167,19 @@ class Listing:
 
 
 @dataclass(frozen=True)
+class Approval:
+    """A call an actor waits on a person to approve or deny (the console
+    shows it with its two buttons)."""
+
+    request_id: str
+    """What the answer names (`Surface.answer`)."""
+    name: str
+    """The tool it would call, or what else waits (``budget``)."""
+    args: dict[str, Any]
+    """The call's arguments, as the model gave them (untrusted text)."""
+
+
+@dataclass(frozen=True)
 class Surface(Generic[S]):
     """How a kind shows itself: its read models, what it tells a channel,
     how the command line shows it and its forks, and the ids a fork renames.
@@ -213,6 +227,12 @@ class Surface(Generic[S]):
     cancel: Callable[[str, float], Event] | None = None
     """The operator's input asking an actor to stop, given a reason and the
     time it is asked (the console's cancel); ``None``: it cannot be asked."""
+    waiting: Callable[[S], list[Approval]] | None = None
+    """What an actor waits on a person for, oldest first (the console's
+    approve and deny); ``None``: its kind never asks."""
+    answer: Callable[[str, bool, str, float], Event] | None = None
+    """The operator's input answering `waiting`'s request (by id): approved
+    or not, why, and when it is given; with `waiting`, or neither."""
     status: Callable[[S], str] | None = None
     """An actor's status: ``new`` or ``pending`` before it starts, then its
     own, ending in ``completed``, ``failed`` or ``cancelled``. The metrics
@@ -229,7 +249,8 @@ class Kind(Generic[S]):
     Raises:
         ValueError: the reactor asks for effects but says nothing of what
             it waits for (no ``pending``, and no read models that keep its
-            pending rows).
+            pending rows); the surface says what it waits on a person for
+            but not how to answer, or the other way round.
     """
 
     name: str
@@ -249,6 +270,12 @@ class Kind(Generic[S]):
                 f"kind {self.name} asks the host for effects but says nothing of "
                 "what it waits for: give it a pending function (or read models "
                 "that keep its pending rows), or a host that dies loses them"
+            )
+        if (self.surface.waiting is None) != (self.surface.answer is None):
+            raise ValueError(
+                f"kind {self.name} gives one of Surface.waiting and "
+                "Surface.answer without the other: an approval the console "
+                "shows must be answerable, and an answer needs what it answers"
             )
 
     def __repr__(self) -> str:

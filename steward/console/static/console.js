@@ -11,6 +11,8 @@ function refresh() {
       .then(function (r) { return r.ok ? r.text() : null; })
       .then(function (html) {
         if (html === null) return;
+        var picked = new Set();  // the rows ticked for a batch cancel stay ticked
+        section.querySelectorAll("input.pick:checked").forEach(function (box) { picked.add(box.value); });
         var open = new Set();
         section.querySelectorAll("details[open]").forEach(function (d, i) {
           open.add(d.closest("[data-version]") ? d.closest("[data-version]").dataset.version : "#" + i);
@@ -18,6 +20,9 @@ function refresh() {
         section.innerHTML = html;
         section.querySelectorAll("[data-version] details").forEach(function (d) {
           if (open.has(d.closest("[data-version]").dataset.version)) d.open = true;
+        });
+        section.querySelectorAll("input.pick").forEach(function (box) {
+          if (picked.has(box.value)) box.checked = true;
         });
         document.body.dataset.refreshed = String(Number(document.body.dataset.refreshed || 0) + 1);
       });
