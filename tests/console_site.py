@@ -183,3 +183,28 @@ class Served:
             self.process.kill()
             _, err = self.process.communicate()
         return err.decode()
+
+
+ARGS = {"path": "notes.md", "content": "<script>alert(3)</script> hi"}
+"""What the runs of `approving` ask to write: markup a page must show as
+text."""
+
+
+def approving(tmp: Path) -> Served:
+    """`steward serve` serving the console, on ``tmp/log.db``, whose runs
+    (started with ``--script s.json``) ask a person before their
+    `files.write` (of `ARGS`), then finish."""
+    replies = [
+        *(json.dumps(r["json"]) for r in _NOTES),
+        json.dumps({"type": "files.write", **ARGS}),
+        json.dumps({"type": "finish", "output": "over"}),
+    ]
+    (tmp / "s.json").write_text(
+        json.dumps({"per_run": True, "replies": [{"text": r} for r in replies]})
+    )
+    (tmp / "steward.toml").write_text(
+        '[tools]\nrequire_approval = ["files.write"]\n'
+        "[console]\nserve = true\nport = 0\n"
+    )
+    db = str(tmp / "log.db")
+    return Served(tmp, "--db", db, "--script", "s.json", command=("serve",))

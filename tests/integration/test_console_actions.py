@@ -13,37 +13,15 @@ from pathlib import Path
 
 import httpx
 import pytest
-from console_site import Served, Site, make_log, steward
-from support import PLAN, start_run
+from console_site import ARGS, Served, Site, approving, make_log, steward
+from support import start_run
 
 pytestmark = pytest.mark.slow
-
-ARGS = {"path": "notes.md", "content": "<script>alert(3)</script> hi"}
-"""What the run asks to write: markup the page must show as text."""
-
-
-def serving(tmp: Path) -> Served:
-    """`steward serve` with the console, on a log whose runs ask a person
-    before each `files.write` (of `ARGS`), then finish."""
-    replies = [
-        *PLAN,
-        json.dumps({"type": "files.write", **ARGS}),
-        json.dumps({"type": "finish", "output": "over"}),
-    ]
-    (tmp / "s.json").write_text(
-        json.dumps({"per_run": True, "replies": [{"text": r} for r in replies]})
-    )
-    (tmp / "steward.toml").write_text(
-        '[tools]\nrequire_approval = ["files.write"]\n'
-        "[console]\nserve = true\nport = 0\n"
-    )
-    db = str(tmp / "log.db")
-    return Served(tmp, "--db", db, "--script", "s.json", command=("serve",))
 
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[Served]:
-    with serving(tmp_path) as console:
+    with approving(tmp_path) as console:
         yield console
 
 
