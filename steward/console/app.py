@@ -536,11 +536,15 @@ async def cancel_many(request: Request) -> Response:
     await console.current()
     said = f"{cancelled} of {len(streams)} cancelled"
     skipped = [
-        f"{uncancellable} of a kind that cannot be cancelled" if uncancellable else "",
-        f"{refused} that refused it (ended already)" if refused else "",
+        f"{n} {why}"
+        for n, why in (
+            (uncancellable, "of a kind that cannot be cancelled"),
+            (refused, "that refused it (ended already)"),
+        )
+        if n
     ]
-    if uncancellable or refused:
-        said += "; skipped " + " and ".join(s for s in skipped if s)
+    if skipped:
+        said += "; skipped " + " and ".join(skipped)
     back = {k: form.get(k) for k in ("kind", "status", "q", "since", "until")}
     return RedirectResponse(_url("/", **back, said=said), status_code=303)
 

@@ -222,6 +222,20 @@ def test_batch_cancel_selected_only_and_refused_without_csrf(
         "/actors/cancel", data={"csrf": _csrf(page), "which": "selected"}
     )
     assert none.status_code == 400 and "tick the actors to cancel" in none.text
+    mixed = listed.post(
+        "/actors/cancel",
+        data={
+            "csrf": _csrf(page),
+            "which": "shown",
+            "shown": ["session.s-any", f"run.{runs.root}", left],
+        },
+    )
+    said = (
+        "1 of 3 cancelled; skipped 1 of a kind that cannot be cancelled and 1 "
+        "that refused it (ended already)"
+    )
+    assert said in listed.get(mixed.headers["location"]).text
+    assert _status(tmp, runs.queued[3]) == "cancelled"
     robot = listed.post(
         "/actors/cancel",
         data={"csrf": _csrf(page), "which": "shown", "shown": "robot.r1"},
