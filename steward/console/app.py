@@ -288,6 +288,10 @@ async def actor_page(request: Request) -> Response:
     await console.current()
     stream, held = await _actor(request)
     kind = console.kinds.of(stream)
+    waiting = _waiting(kind, held.state)
+    fragment = _one(request, "fragment")
+    if fragment == "approvals":  # read on every record of a live page: kept small
+        return _page(console, "approvals.html", stream=stream, waiting=waiting)
     records = held.records
     row, whole = await reads.row_of(console.projector, console.kinds, stream)
     values: dict[str, Any] = {
@@ -301,17 +305,14 @@ async def actor_page(request: Request) -> Response:
         "last_at": iso_time(records[-1].at),
         "seconds": round(records[-1].at - records[0].at, 3),
         "cancellable": kind.surface.cancel is not None,
-        "waiting": _waiting(kind, held.state),
+        "waiting": waiting,
         "prompts": kind.reactor.model_call is not None,
         "said": _one(request, "said"),
         "ends_step": lambda version: held.ends_step(version, kind),
         **_history(console, records, request),
     }
-    fragment = _one(request, "fragment")
     if fragment == "history":
         return _page(console, "history.html", **values)
-    if fragment == "approvals":
-        return _page(console, "approvals.html", **values)
     values["shown_state"] = (
         kind.surface.show(stream, len(records), held.state)
         if kind.surface.show is not None
