@@ -72,6 +72,8 @@ document.addEventListener("submit", function (e) {
       var problem = new DOMParser().parseFromString(html, "text/html").getElementById("problem");
       return problem ? problem.textContent : "refused (" + r.status + ")";
     });
+  }).catch(function () {
+    return "the console could not be reached: reload the page to see what was recorded";
   }).then(function (said) {
     var shown = document.getElementById("said");
     if (!shown) {
