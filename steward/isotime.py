@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import re
+from datetime import UTC, datetime, timedelta
+from types import MappingProxyType
 
-__all__ = ["duration", "iso_time"]
+__all__ = ["AGO", "duration", "iso_time", "moment"]
 
 
 def iso_time(at: float) -> str:
@@ -27,3 +29,37 @@ def duration(seconds: float) -> str:
             rest %= size
     parts.append(f"{rest}s")
     return " ".join(parts)
+
+
+AGO = MappingProxyType({"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400})
+"""The units of a time given as a span before now (``30m``, ``1h``, ``7d``,
+``2w``), in seconds."""
+
+_SPAN = re.compile(r"(\d+(?:\.\d+)?)\s*([mhdw])")
+
+
+def moment(text: str, now: float, *, day_end: bool = False) -> float:
+    """The epoch seconds ``text`` names: a span before ``now`` (``1h``,
+    ``7d``: `AGO`), or an ISO 8601 date or time (UTC unless it says
+    otherwise). A date alone is the start of that day, or its end (the next
+    day's start) with ``day_end``.
+
+    Raises:
+        ValueError: ``text`` is neither, saying what would do.
+    """
+    given = text.strip()
+    span = _SPAN.fullmatch(given.lower())
+    if span is not None:
+        return now - float(span[1]) * AGO[span[2]]
+    try:
+        at = datetime.fromisoformat(given.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise ValueError(
+            f"{text!r} is not a time: give a span before now (30m, 1h, 1d, 7d, "
+            "2w) or an ISO date or time (2026-11-28, 2026-11-28T04:00Z)"
+        ) from None
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=UTC)
+    if day_end and len(given) == 10:  # a date alone: YYYY-MM-DD
+        at += timedelta(days=1)
+    return at.timestamp()

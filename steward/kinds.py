@@ -79,6 +79,8 @@ RUN: Kind[run_actor.Run] = Kind(
             cost="cost_usd",
         ),
         cancel=effects.cancel,
+        waiting=run_effects.waiting,
+        answer=run_effects.answer,
         status=effects.status,
     ),
 )

@@ -121,31 +121,49 @@ def make_log(tmp: Path, queued: int = 2) -> Site:
 
 
 class Served:
-    """`steward console --port 0` running on a log, in a process of its own."""
+    """`steward console --port 0` running on a log, in a process of its own
+    (or, with ``command``, another that serves the console: ``serve`` with
+    ``[console] serve = true`` and ``port = 0``)."""
 
-    def __init__(self, cwd: Path, *argv: str, **env: str) -> None:
+    def __init__(
+        self,
+        cwd: Path,
+        *argv: str,
+        command: tuple[str, ...] = ("console", "--port", "0"),
+        **env: str,
+    ) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "steward", *argv, "console", "--port", "0"],
+            [sys.executable, "-m", "steward", *argv, *command],
             cwd=cwd,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env={**os.environ, "PYTHONUNBUFFERED": "1", **env},
+            bufsize=0,  # a line read takes no more: the selector sees the next
         )
         self.url = self._url(timeout=30)
 
     def _url(self, timeout: float) -> str:
+        """The URL in the ``console:`` line the process prints (after the
+        lines a serve prints before it)."""
         assert self.process.stdout is not None
-        with selectors.DefaultSelector() as selector:
-            selector.register(self.process.stdout, selectors.EVENT_READ)
-            if not selector.select(timeout):
-                self.stop()
-                raise AssertionError(f"the console printed nothing in {timeout}s")
-        line = self.process.stdout.readline().decode()
-        found = re.fullmatch(r"console: (http://\S+)/\n", line)
-        if found is None:
-            err = self.stop()
-            raise AssertionError(f"the console said {line!r}:\n{err}")
-        return found[1]
+        said = []
+        for _ in range(10):
+            with selectors.DefaultSelector() as selector:
+                selector.register(self.process.stdout, selectors.EVENT_READ)
+                if not selector.select(timeout):
+                    err = self.stop()
+                    raise AssertionError(
+                        f"the console printed no URL in {timeout}s: {said}\n{err}"
+                    )
+            line = self.process.stdout.readline().decode()
+            said.append(line)
+            found = re.fullmatch(r"console: (http://\S+)/\n", line)
+            if found is not None:
+                return found[1]
+            if not line:
+                break
+        err = self.stop()
+        raise AssertionError(f"the console said {said!r}:\n{err}")
 
     def __enter__(self) -> Served:
         return self
@@ -165,3 +183,28 @@ class Served:
             self.process.kill()
             _, err = self.process.communicate()
         return err.decode()
+
+
+ARGS = {"path": "notes.md", "content": "<script>alert(3)</script> hi"}
+"""What the runs of `approving` ask to write: markup a page must show as
+text."""
+
+
+def approving(tmp: Path) -> Served:
+    """`steward serve` serving the console, on ``tmp/log.db``, whose runs
+    (started with ``--script s.json``) ask a person before their
+    `files.write` (of `ARGS`), then finish."""
+    replies = [
+        *(json.dumps(r["json"]) for r in _NOTES),
+        json.dumps({"type": "files.write", **ARGS}),
+        json.dumps({"type": "finish", "output": "over"}),
+    ]
+    (tmp / "s.json").write_text(
+        json.dumps({"per_run": True, "replies": [{"text": r} for r in replies]})
+    )
+    (tmp / "steward.toml").write_text(
+        '[tools]\nrequire_approval = ["files.write"]\n'
+        "[console]\nserve = true\nport = 0\n"
+    )
+    db = str(tmp / "log.db")
+    return Served(tmp, "--db", db, "--script", "s.json", command=("serve",))

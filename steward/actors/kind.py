@@ -36,6 +36,7 @@ from steward.events import Event, EventUnion, Recorded
 from steward.events.protocol import LlmRequested, ToolRequested
 
 __all__ = [
+    "Approval",
     "Decider",
     "Kind",
     "Kinds",
@@ -167,6 +168,19 @@ class Listing:
 
 
 @dataclass(frozen=True)
+class Approval:
+    """A call an actor waits on a person to approve or deny (the console
+    shows it with its two buttons)."""
+
+    request_id: str
+    """What the answer names (`Surface.answer`)."""
+    name: str
+    """The tool it would call, or what else waits (``budget``)."""
+    args: dict[str, Any]
+    """The call's arguments, as the model gave them (untrusted text)."""
+
+
+@dataclass(frozen=True)
 class Surface(Generic[S]):
     """How a kind shows itself: its read models, what it tells a channel,
     how the command line shows it and its forks, and the ids a fork renames.
@@ -214,6 +228,12 @@ class Surface(Generic[S]):
     cancel: Callable[[str, float], Event] | None = None
     """The operator's input asking an actor to stop, given a reason and the
     time it is asked (the console's cancel); ``None``: it cannot be asked."""
+    waiting: Callable[[S], list[Approval]] | None = None
+    """What an actor waits on a person for, oldest first (the console's
+    approve and deny); ``None``: its kind never asks."""
+    answer: Callable[[str, bool, str, float], Event] | None = None
+    """The operator's input answering `waiting`'s request (by id): approved
+    or not, why, and when it is given; with `waiting`, or neither."""
     status: Callable[[S], str] | None = None
     """An actor's status: ``new`` or ``pending`` before it starts, then its
     own, ending in ``completed``, ``failed`` or ``cancelled``. The metrics
@@ -230,8 +250,10 @@ class Kind(Generic[S]):
     Raises:
         ValueError: the reactor asks for effects but says nothing of what
             it waits for (no ``pending``, and no read models that keep its
-            pending rows); or the kind requests model or tool calls and its
-            reactor says nothing of which it awaits (no ``outstanding``).
+            pending rows); the kind requests model or tool calls and its
+            reactor says nothing of which it awaits (no ``outstanding``);
+            or the surface says what it waits on a person for but not how
+            to answer, or the other way round.
     """
 
     name: str
@@ -261,6 +283,12 @@ class Kind(Generic[S]):
                 "steward.actors.outstanding.Outstanding in its state, fold its "
                 "events through it, and give its reactor outstanding=, or a "
                 "worker's claim on a call is never fenced"
+            )
+        if (self.surface.waiting is None) != (self.surface.answer is None):
+            raise ValueError(
+                f"kind {self.name} gives one of Surface.waiting and "
+                "Surface.answer without the other: an approval the console "
+                "shows must be answerable, and an answer needs what it answers"
             )
 
     def __repr__(self) -> str:

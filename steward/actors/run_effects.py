@@ -27,6 +27,7 @@ from steward.actors.effects import (
     spawn_key,
     take_key,
 )
+from steward.actors.kind import Approval
 from steward.actors.prompt import (
     HASH_PREFIX,
     Prompt,
@@ -60,8 +61,10 @@ from steward.events.run import (
 )
 
 __all__ = [
+    "BUDGET",
     "ROUTED",
     "TOLD",
+    "answer",
     "correlation",
     "detach",
     "effects",
@@ -71,6 +74,7 @@ __all__ = [
     "run_stream",
     "same_decisions",
     "tells",
+    "waiting",
     "workspace",
 ]
 
@@ -338,6 +342,28 @@ def show(stream: str, count: int, state: Run) -> list[str]:
     if state.reason:
         lines.append(f"reason: {state.reason}")
     return lines
+
+
+BUDGET = "budget"
+"""What a run that spent its budget (``pause``) waits on a person for: the
+`Approval` of its `BudgetExceeded` request."""
+
+
+def waiting(state: Run) -> list[Approval]:
+    """The calls a run waits on a person for, oldest first: each tool call
+    that needs approval, then its spent budget (the run's `Surface.waiting`,
+    and what `steward runs approve|deny` answer)."""
+    found = [Approval(a.request_id, a.name, a.args) for a in state.approvals]
+    if state.budget_hold is not None:
+        found.append(Approval(state.budget_hold, BUDGET, {}))
+    return found
+
+
+def answer(request_id: str, approved: bool, reason: str, at: float) -> ApprovalDecided:
+    """A person's answer to what a run waits on (its `Surface.answer`)."""
+    return ApprovalDecided(
+        request_id=request_id, approved=approved, reason=reason, at=at
+    )
 
 
 def forked(stream: str, fork: str, at: int, state: Run) -> list[str]:

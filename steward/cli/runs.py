@@ -13,7 +13,9 @@ from typing import Any
 from msgspec.structs import replace
 
 from steward import events, replay
+from steward.actors import effects as actor_effects
 from steward.actors import run as run_actor
+from steward.actors import run_effects
 from steward.actors.kind import Kind
 from steward.actors.run import run_id_of, run_stream
 from steward.bus import EventLog
@@ -332,17 +334,21 @@ def _prompts(kind: Kind[Any], records: list[events.Recorded]) -> list[dict[str, 
 
 
 async def _operator_input(
-    env: Env, name: str, make: Callable[[run_actor.Run], events.Event], verb: str
+    env: Env,
+    name: str,
+    make: Callable[[run_actor.Run, float], events.Event],
+    verb: str,
 ) -> int:
-    """Record the input ``make`` gives for the run ``name`` names; a run
-    whose state does not allow it is refused (`NotAllowedError`, exit 1)."""
+    """Record the input ``make`` gives for the run ``name`` names (given its
+    state and the time); a run whose state does not allow it is refused
+    (`NotAllowedError`, exit 1)."""
     run_id = run_named(name, RUNS_ONLY, env.kinds)
     stream = run_stream(run_id)
     async with opened(env) as (log, projector):
         await stream_records(log, stream)
         host = Host(log, projector=projector, kinds=env.kinds)
         state, _ = await host.state(stream)
-        commit = await host.submit(stream, make(state))
+        commit = await host.submit(stream, make(state, host.clock.now()))
         state, _ = await host.state(stream)
     if commit is None:
         raise NotAllowedError(f"run {run_id}", state.status, f"it cannot be {verb}")
@@ -352,17 +358,18 @@ async def _operator_input(
 
 async def cmd_runs_cancel(env: Env, args: argparse.Namespace) -> int:
     return await _operator_input(
-        env, args.id, lambda s: events.CancelRequested(reason=args.reason), "cancelled"
+        env,
+        args.id,
+        lambda state, at: actor_effects.cancel(args.reason, at),
+        "cancelled",
     )
 
 
 def _approval(
     args: argparse.Namespace, approved: bool
-) -> Callable[[run_actor.Run], events.Event]:
-    def make(state: run_actor.Run) -> events.Event:
-        waiting = [a.request_id for a in state.approvals]
-        if state.budget_hold is not None:
-            waiting.append(state.budget_hold)
+) -> Callable[[run_actor.Run, float], events.Event]:
+    def make(state: run_actor.Run, at: float) -> events.Event:
+        waiting = [w.request_id for w in run_effects.waiting(state)]
         verb = "approve" if approved else "deny"
         subject = f"run {state.run_id}"
         if not waiting:
@@ -379,9 +386,7 @@ def _approval(
                 + ", ".join(repr(w) for w in waiting),
             )
         request_id = args.request or waiting[0]
-        return events.ApprovalDecided(
-            request_id=request_id, approved=approved, reason=getattr(args, "reason", "")
-        )
+        return run_effects.answer(request_id, approved, getattr(args, "reason", ""), at)
 
     return make
 

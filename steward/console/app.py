@@ -3,12 +3,14 @@ projections and the kind table, rendered on the server (Jinja2, every value
 escaped) with one small script for live updates.
 
 Pages: ``/`` (the actors, filtered and paged, with counts by status),
-``/actor?stream=KIND.ID`` (an actor's summary, history, pending work and
-actions), ``/actor/events.jsonl``, ``/actor/prompt``, ``/actor/verify``; the
-actions ``POST /actor/cancel`` and ``POST /actor/fork``; ``/live`` (server-
-sent events, one per committed record). Actions take the same paths as the
-command line: a cancel is the kind's input decided by a host, a fork and a
-verify are `steward.replay`'s.
+``/actor?stream=KIND.ID`` (an actor's summary, what it waits on a person
+for, history, pending work and actions), ``/actor/events.jsonl``,
+``/actor/prompt``, ``/actor/verify``; the actions ``POST /actor/cancel``,
+``POST /actor/approve``, ``POST /actor/deny``, ``POST /actor/fork`` and
+``POST /actors/cancel`` (a batch from a list); ``/live`` (server-sent
+events, one per committed record). Actions take the same paths as the
+command line: a cancel or an answer is the kind's input decided by a host,
+a fork and a verify are `steward.replay`'s.
 """
 
 from __future__ import annotations
@@ -39,8 +41,9 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from steward import events, replay
-from steward.actors.kind import Kinds
+from steward.actors.kind import Kind, Kinds
 from steward.bus import EventLog
+from steward.clock import Clock, SystemClock
 from steward.console import reads
 from steward.errors import NotFoundError, StewardError
 from steward.host import Host
@@ -74,6 +77,8 @@ class Console:
     keeps_current: bool = True
     """Whether the console applies the log to the projections before it
     reads them; ``False`` in a `serve`, whose host keeps them current."""
+    clock: Clock = field(default_factory=SystemClock)
+    """Where the lists' time filters read now (``?since=1h``)."""
 
     def __post_init__(self) -> None:
         self.history = reads.History(self.log, self.kinds)
@@ -176,20 +181,38 @@ async def _actor(request: Request) -> tuple[str, reads.Held]:
     return stream, await _console(request).history.held(stream)
 
 
+def _filters(request: Request, console: Console) -> reads.Filters:
+    """The list filters the query gives (``status``, ``q``, ``since``,
+    ``until``)."""
+    since, until = reads.window(
+        _one(request, "since"), _one(request, "until"), console.clock.now()
+    )
+    return reads.Filters(
+        status=_one(request, "status") or None,
+        text=_one(request, "q") or None,
+        since=since,
+        until=until,
+    )
+
+
+SPANS = (("1h", "the last hour"), ("1d", "the last day"), ("7d", "the last week"))
+"""The created-time choices the list's filter offers (``?since=``)."""
+
+
 @_handled
 async def actors_page(request: Request) -> Response:
     console = _console(request)
     kind = _one(request, "kind") or None
-    status = _one(request, "status") or None
-    text = _one(request, "q") or None
+    filters = _filters(request, console)
     await console.current()
-    counts = await reads.counts(console.projector, console.kinds, kind=kind)
+    counts = await reads.counts(
+        console.projector, console.kinds, kind=kind, filters=filters
+    )
     rows, page = await reads.actor_rows(
         console.projector,
         console.kinds,
         kind=kind,
-        status=status,
-        text=text,
+        filters=filters,
         page=_one(request, "page"),
     )
     fragment = _one(request, "fragment") == "rows"
@@ -199,9 +222,14 @@ async def actors_page(request: Request) -> Response:
         title="actors",
         kinds=console.kinds.names,
         unlisted=[k.name for k in console.kinds if k.surface.listing is None],
+        cancellable={k.name for k in console.kinds if k.surface.cancel is not None},
+        spans=SPANS,
         kind=kind,
-        status=status,
-        q=text,
+        status=filters.status,
+        q=filters.text,
+        since=_one(request, "since") or None,
+        until=_one(request, "until") or None,
+        said=_one(request, "said"),
         counts=counts,
         rows=rows,
         page=page,
@@ -260,6 +288,10 @@ async def actor_page(request: Request) -> Response:
     await console.current()
     stream, held = await _actor(request)
     kind = console.kinds.of(stream)
+    waiting = _waiting(kind, held.state)
+    fragment = _one(request, "fragment")
+    if fragment == "approvals":  # read on every record of a live page: kept small
+        return _page(console, "approvals.html", stream=stream, waiting=waiting)
     records = held.records
     row, whole = await reads.row_of(console.projector, console.kinds, stream)
     values: dict[str, Any] = {
@@ -273,12 +305,12 @@ async def actor_page(request: Request) -> Response:
         "last_at": iso_time(records[-1].at),
         "seconds": round(records[-1].at - records[0].at, 3),
         "cancellable": kind.surface.cancel is not None,
+        "waiting": waiting,
         "prompts": kind.reactor.model_call is not None,
         "said": _one(request, "said"),
         "ends_step": lambda version: held.ends_step(version, kind),
         **_history(console, records, request),
     }
-    fragment = _one(request, "fragment")
     if fragment == "history":
         return _page(console, "history.html", **values)
     values["shown_state"] = (
@@ -293,6 +325,23 @@ async def actor_page(request: Request) -> Response:
     if fragment is not None:
         raise reads.BadRequest(f"no fragment {fragment!r}")
     return _page(console, "actor.html", **values)
+
+
+def _waiting(kind: Kind[Any], state: Any) -> list[dict[str, str]]:
+    """What the actor waits on a person for, its arguments as JSON text."""
+    if kind.surface.waiting is None:
+        return []
+    return [
+        {
+            "request_id": a.request_id,
+            "name": a.name,
+            "args": msgspec.json.format(_json.encode(a.args), indent=2).decode(),
+        }
+        for a in kind.surface.waiting(state)
+    ]
+
+
+_json = msgspec.json.Encoder()
 
 
 @_handled
@@ -350,22 +399,28 @@ async def verify(request: Request) -> Response:
 
 
 async def _form(request: Request) -> dict[str, str]:
-    """The form of an action, refused unless it carries this page's CSRF
-    value and comes from this origin (when the browser says)."""
+    """The form of an action (`_fields`), a value per name (the last)."""
+    return dict(await _fields(request))
+
+
+async def _fields(request: Request) -> list[tuple[str, str]]:
+    """The fields of an action's form, in order, refused unless it carries
+    this page's CSRF value and comes from this origin (when the browser
+    says)."""
     body = await request.body()
     if len(body) > FORM_LIMIT:
         raise reads.BadRequest(f"a form of more than {FORM_LIMIT} bytes is refused")
-    form = dict(parse_qsl(body.decode("utf-8", "replace")))
+    fields = parse_qsl(body.decode("utf-8", "replace"))
     origin = request.headers.get("origin")
     host = request.headers.get("host", "")
     if origin is not None and origin.split("://", 1)[-1] != host:
         raise _Forbidden(f"an action from another origin ({origin}) is refused")
-    given = form.get("csrf", "")
+    given = dict(fields).get("csrf", "")
     if not hmac.compare_digest(given.encode(), _console(request).csrf.encode()):
         raise _Forbidden(
             "the form carries no valid CSRF value; reload the page and try again"
         )
-    return form
+    return fields
 
 
 class _Forbidden(StewardError):
@@ -405,6 +460,94 @@ async def cancel(request: Request) -> Response:
             stream, f"refused: a {kind.name} that is {status} cannot be cancelled"
         )
     return _back(stream, f"cancel recorded; it is now {status}")
+
+
+async def _answer(request: Request, approved: bool) -> Response:
+    """Record the operator's answer to what the actor waits on a person for
+    (the form's ``request``), as `steward runs approve|deny` does."""
+    console = _console(request)
+    form = await _form(request)
+    stream, held = await _actor(request)
+    kind = console.kinds.of(stream)
+    if kind.surface.waiting is None or kind.surface.answer is None:
+        raise reads.BadRequest(f"a {kind.name} never waits on a person")
+    waiting = [a.request_id for a in kind.surface.waiting(held.state)]
+    request_id = form.get("request", "").strip()
+    if request_id not in waiting:
+        raise reads.BadRequest(
+            f"{stream} waits for no request {request_id!r}"
+            + (f", only for {', '.join(map(repr, waiting))}" if waiting else "")
+            + "; reload the page"
+        )
+    verb = "approved" if approved else "denied"
+    reason = form.get("reason", "").strip() or f"{verb} from the console"
+    host = console.host
+    answer = kind.surface.answer(request_id, approved, reason, host.clock.now())
+    commit = await host.submit(stream, answer)
+    await console.current()
+    row, _ = await reads.row_of(console.projector, console.kinds, stream)
+    status = row.status if row is not None else "?"
+    if commit is None:
+        return _back(stream, f"refused: a {kind.name} that is {status} takes no answer")
+    return _back(stream, f"{request_id} {verb}; it is now {status}")
+
+
+@_action
+async def approve(request: Request) -> Response:
+    return await _answer(request, True)
+
+
+@_action
+async def deny(request: Request) -> Response:
+    return await _answer(request, False)
+
+
+@_action
+async def cancel_many(request: Request) -> Response:
+    """Cancel the actors a list shows (``which=shown``: every ``shown``
+    stream) or those ticked there (``which=selected``), each by its kind's
+    cancel input; back to the list, saying how many were cancelled and why
+    the others were skipped."""
+    console = _console(request)
+    fields = await _fields(request)
+    form = dict(fields)
+    which = form.get("which", "")
+    if which not in ("shown", "selected"):
+        raise reads.BadRequest("say which to cancel: which=shown or which=selected")
+    streams = list(dict.fromkeys(v.strip() for k, v in fields if k == which))
+    if not streams:
+        raise reads.BadRequest(
+            "no actor is shown" if which == "shown" else "tick the actors to cancel"
+        )
+    reason = form.get("reason", "").strip() or "cancelled from the console"
+    host = console.host
+    of = [(stream, console.kinds.of(stream)) for stream in streams]  # all or none
+    cancelled = uncancellable = refused = 0
+    for stream, kind in of:
+        if kind.surface.cancel is None:
+            uncancellable += 1
+            continue
+        commit = await host.submit(
+            stream, kind.surface.cancel(reason, host.clock.now())
+        )
+        if commit is None:
+            refused += 1
+        else:
+            cancelled += 1
+    await console.current()
+    said = f"{cancelled} of {len(streams)} cancelled"
+    skipped = [
+        f"{n} {why}"
+        for n, why in (
+            (uncancellable, "of a kind that cannot be cancelled"),
+            (refused, "that refused it (ended already)"),
+        )
+        if n
+    ]
+    if skipped:
+        said += "; skipped " + " and ".join(skipped)
+    back = {k: form.get(k) for k in ("kind", "status", "q", "since", "until")}
+    return RedirectResponse(_url("/", **back, said=said), status_code=303)
 
 
 @_action
@@ -523,6 +666,9 @@ def create_app(console: Console) -> Starlette:
             Route("/actor/prompt", prompt),
             Route("/actor/verify", verify),
             Route("/actor/cancel", cancel, methods=["POST"]),
+            Route("/actor/approve", approve, methods=["POST"]),
+            Route("/actor/deny", deny, methods=["POST"]),
+            Route("/actors/cancel", cancel_many, methods=["POST"]),
             Route("/actor/fork", fork, methods=["POST"]),
             Route("/live", live),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),

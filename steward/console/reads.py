@@ -22,12 +22,13 @@ from steward import events, replay
 from steward.actors.kind import Kind, Kinds, Listing
 from steward.bus import EventLog
 from steward.errors import NotFoundError, StewardError
-from steward.isotime import iso_time
+from steward.isotime import iso_time, moment
 from steward.projections.store import Projector
 from steward.projections.summary import summary
 
 __all__ = [
     "ActorRow",
+    "Filters",
     "Group",
     "Held",
     "History",
@@ -42,6 +43,7 @@ __all__ = [
     "row_of",
     "span",
     "timeline",
+    "window",
 ]
 
 PAGE = 100
@@ -128,16 +130,62 @@ def _row(row: Sequence[Any]) -> ActorRow:
     )
 
 
-def _where(status: str | None, text: str | None) -> tuple[str, list[Any]]:
-    conditions, params = [], []
-    if status:
+@dataclass(frozen=True)
+class Filters:
+    """What the lists keep: actors in a status, about a text, created in a
+    window (epoch seconds, ``since`` included, ``until`` not)."""
+
+    status: str | None = None
+    text: str | None = None
+    since: float | None = None
+    until: float | None = None
+
+
+def window(
+    since: str | None, until: str | None, now: float
+) -> tuple[float | None, float | None]:
+    """The created-time window ``?since=`` and ``?until=`` name (each a span
+    before ``now``, ``1h``, ``7d``, or an ISO date or time; ``until`` a date
+    alone: to the end of that day).
+
+    Raises:
+        BadRequest: one is not a time, or ``since`` is not before ``until``.
+    """
+    bounds: list[float | None] = []
+    for name, given in (("since", since), ("until", until)):
+        if not given:
+            bounds.append(None)
+            continue
+        try:
+            bounds.append(moment(given, now, day_end=name == "until"))
+        except ValueError as e:
+            raise BadRequest(f"{name}: {e}") from None
+    start, end = bounds
+    if start is not None and end is not None and start >= end:
+        raise BadRequest(
+            f"since {since!r} is not before until {until!r}: no actor was "
+            "created in between"
+        )
+    return start, end
+
+
+def _where(filters: Filters, *, status: bool = True) -> tuple[str, list[Any]]:
+    conditions: list[str] = []
+    params: list[Any] = []
+    if status and filters.status:
         conditions.append("status = ?")
-        params.append(status)
-    if text:
+        params.append(filters.status)
+    if filters.text:
         conditions.append(
             "(instr(lower(text), lower(?)) OR instr(lower(id), lower(?)))"
         )
-        params += [text, text]
+        params += [filters.text, filters.text]
+    if filters.since is not None:
+        conditions.append("created >= ?")
+        params.append(filters.since)
+    if filters.until is not None:
+        conditions.append("created < ?")
+        params.append(filters.until)
     return (" WHERE " + " AND ".join(conditions) if conditions else ""), params
 
 
@@ -146,8 +194,7 @@ async def actor_rows(
     kinds: Kinds,
     *,
     kind: str | None = None,
-    status: str | None = None,
-    text: str | None = None,
+    filters: Filters = Filters(),
     page: str | None = None,
 ) -> tuple[list[ActorRow], Page]:
     """The actors that pass the filters, newest first, on ``page`` (from 1;
@@ -156,7 +203,7 @@ async def actor_rows(
     if not listed:
         return [], page_of(0, page, last=False)
     union, params = _union(listed)
-    where, more = _where(status, text)
+    where, more = _where(filters)
     total = await projector.query(
         f"SELECT COUNT(*) FROM ({union}){where}", [*params, *more]
     )
@@ -169,16 +216,23 @@ async def actor_rows(
 
 
 async def counts(
-    projector: Projector, kinds: Kinds, *, kind: str | None = None
+    projector: Projector,
+    kinds: Kinds,
+    *,
+    kind: str | None = None,
+    filters: Filters = Filters(),
 ) -> dict[str, int]:
-    """How many actors (of ``kind``, or all) there are in each status."""
+    """How many actors (of ``kind``, or all) that pass the filters but the
+    status there are in each status."""
     listed = _listed(kinds, kind)
     if not listed:
         return {}
     union, params = _union(listed)
+    where, more = _where(filters, status=False)
     found = await projector.query(
-        f"SELECT status, COUNT(*) FROM ({union}) GROUP BY status ORDER BY status",
-        params,
+        f"SELECT status, COUNT(*) FROM ({union}){where} GROUP BY status "
+        "ORDER BY status",
+        [*params, *more],
     )
     return {str(status): int(n) for status, n in found}
 

@@ -6,13 +6,15 @@ print."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from console_site import XSS, Served, Site, make_log, steward
+from console_site import ARGS, XSS, Served, Site, approving, make_log, steward
+from support import start_run
 
 pytestmark = pytest.mark.slow
 
@@ -71,9 +73,15 @@ def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def page(browser: Browser, served: Served) -> Iterator[Page]:
-    context = browser.new_context(
-        base_url=served.url, viewport={"width": 1280, "height": 900}
-    )
+    with _tab(browser, served.url) as opened:
+        yield opened
+
+
+@contextlib.contextmanager
+def _tab(browser: Browser, url: str) -> Iterator[Page]:
+    """A page of the console at ``url``; it must open no dialog (no script
+    from the log ran) and the console's script must not fail."""
+    context = browser.new_context(base_url=url, viewport={"width": 1280, "height": 900})
     opened = context.new_page()
     dialogs: list[str] = []
     opened.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
@@ -179,3 +187,57 @@ def test_fork_at_a_step_and_follow_the_fork(
     page.click("#verify")
     expect(page.locator("#verify-result")).to_contain_text("verify: ok", timeout=WAIT)
     page.screenshot(path=shots / "verify.png")
+
+
+def test_approve_a_waiting_run_and_watch_it_complete(
+    browser: Browser, tmp_path: Path, shots: Path
+) -> None:
+    """A run waiting on a person shows the call and its arguments as text;
+    Approve records the answer in place (no reload), and the page follows
+    the run, carried on by the serve, to its completion."""
+    with approving(tmp_path) as serving, _tab(browser, serving.url) as page:
+        run = start_run(
+            tmp_path, "write notes", "--db", str(tmp_path / "log.db"), "--script",
+            "s.json",
+        )  # fmt: skip
+        page.goto(f"/actor?stream=run.{run}")
+        approval = page.locator("tr.approval")
+        expect(approval).to_have_count(1, timeout=WAIT)
+        expect(approval.locator("td.tool")).to_have_text("files.write")
+        expect(approval.locator("pre.args")).to_contain_text(ARGS["content"])
+        expect(page.locator("#status")).to_have_text("waiting")
+        page.screenshot(path=shots / "approval.png", full_page=True)
+        page.evaluate("window.notReloaded = true")
+        approval.locator("button.approve").click()
+        expect(page.locator("#said")).to_contain_text("approved", timeout=WAIT)
+        expect(page.locator("#status")).to_have_text("completed", timeout=WAIT)
+        expect(page.locator("tr.approval")).to_have_count(0)
+        expect(page.locator("tr.event .type").last).to_have_text("RunCompleted")
+        assert page.evaluate("window.notReloaded") is True
+    assert (tmp_path / "notes.md").read_text() == ARGS["content"]
+
+
+def test_batch_cancel_from_a_filtered_list(
+    page: Page, site: tuple[Path, Site], shots: Path
+) -> None:
+    """On a list filtered to three queued runs, cancel the one ticked, then
+    all shown: the page says how many were cancelled and skipped, and the
+    rows say cancelled."""
+    tmp, _ = site
+    for n in range(3):
+        steward(tmp, "runs", "start", f"batch {n}", "--wait", "0")
+    page.goto("/?q=batch")
+    rows = page.locator("table.actors tbody tr")
+    expect(rows).to_have_count(3, timeout=WAIT)
+    page.locator("input.pick").first.check()
+    page.fill("#batch-cancel input[name=reason]", "from the list")
+    page.click("#cancel-selected")
+    expect(page.locator("#said")).to_have_text("1 of 1 cancelled", timeout=WAIT)
+    expect(page.locator("table.actors .status-cancelled")).to_have_count(1)
+    page.click("#cancel-shown")
+    expect(page.locator("#said")).to_have_text(
+        "2 of 3 cancelled; skipped 1 that refused it (ended already)", timeout=WAIT
+    )
+    expect(page.locator("table.actors .status-cancelled")).to_have_count(3)
+    expect(page.locator("form.filters input[name=q]")).to_have_value("batch")
+    page.screenshot(path=shots / "batch-cancel.png", full_page=True)

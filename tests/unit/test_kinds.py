@@ -141,3 +141,18 @@ async def test_a_host_refuses_a_log_that_cannot_decode_its_kinds(tmp_path) -> No
             Host(log, kinds=KINDS)
     async with await SqliteEventLog.open(tmp_path / "log.db", union=KINDS.union) as log:
         assert Host(log, kinds=KINDS).kinds is KINDS
+
+
+def test_a_kind_says_what_it_waits_on_a_person_for_and_how_to_answer_both() -> None:
+    """A surface with `waiting` but no `answer` (or the reverse) is refused;
+    the run's pair lists its approvals and answers one by request id."""
+    with pytest.raises(ValueError, match="without the other"):
+        COUNTER.replaced(waiting=lambda state: [])
+    with pytest.raises(ValueError, match="without the other"):
+        COUNTER.replaced(answer=STEWARD["run"].surface.answer)
+    run = STEWARD["run"].surface
+    assert run.waiting is not None and run.answer is not None
+    answer = run.answer("r1/tool/1", False, "not now", 5.0)
+    assert answer == events.ApprovalDecided(
+        request_id="r1/tool/1", approved=False, reason="not now", at=5.0
+    )
