@@ -15,8 +15,11 @@ from steward.actors import (
     outstanding,
     run_effects,
     session_effects,
+    session_sections,
     task_effects,
+    task_sections,
     workflow_effects,
+    workflow_sections,
 )
 from steward.actors import run as run_actor
 from steward.actors import session as session_actor
@@ -118,6 +121,7 @@ SESSION: Kind[session_actor.Session] = Kind(
             updated="updated_at",
             text="model || ', ' || messages || ' messages, ' || turns || ' turns'",
         ),
+        sections=session_sections.sections,
     ),
 )
 
@@ -153,6 +157,7 @@ WORKFLOW: Kind[workflow_actor.Workflow] = Kind(
         ),
         cancel=workflow_effects.cancel,
         status=effects.status,
+        sections=workflow_sections.sections,
     ),
 )
 
@@ -192,6 +197,7 @@ TASK: Kind[task_actor.Task] = Kind(
         ),
         cancel=effects.cancel,
         status=effects.status,
+        sections=task_sections.sections,
     ),
 )
 

@@ -26,6 +26,15 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture(scope="session")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The one folder the console's browser tests save their screenshots
+    in (printed: run with ``-s`` to see where)."""
+    folder = tmp_path_factory.mktemp("console-screenshots")
+    print(f"\nscreenshots of the console: {folder}")
+    return folder
+
+
+@pytest.fixture(scope="session")
 def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
     """One nats-server (JetStream, temporary store) for the whole session."""
     server = NatsServer(tmp_path_factory.mktemp("nats"))

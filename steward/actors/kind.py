@@ -21,7 +21,7 @@ models alone touch the world (the projector's SQLite).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -31,6 +31,7 @@ from steward.actors.prompt import (
     Prompt,
     PromptCache,
 )
+from steward.actors.sections import Section
 from steward.errors import NotFoundError
 from steward.events import Event, EventUnion, Recorded
 from steward.events.protocol import LlmRequested, ToolRequested
@@ -239,6 +240,11 @@ class Surface(Generic[S]):
     own, ending in ``completed``, ``failed`` or ``cancelled``. The metrics
     count actors started and ended by kind from it; ``None``: its actors
     neither start nor end (a chat's session)."""
+    sections: Callable[[S, Sequence[Recorded]], tuple[Section, ...]] | None = None
+    """What the console's page of an actor shows of it beyond its summary
+    and history, given its state and its stream's records (pure): tables,
+    trees and graphs of plain text (`steward.actors.sections`), which the
+    console renders the same for every kind; ``None``: nothing more."""
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ from steward import events, replay
 from steward.actors.kind import Kind, Kinds
 from steward.bus import EventLog
 from steward.clock import Clock, SystemClock
-from steward.console import reads
+from steward.console import drawing, reads
 from steward.errors import NotFoundError, StewardError
 from steward.host import Host
 from steward.isotime import iso_time
@@ -125,6 +125,7 @@ def _url(path: str, **query: Any) -> str:
 
 _templates.globals["url"] = _url
 _templates.globals["VIEWS"] = VIEWS
+_templates.globals["draw"] = drawing.draw
 
 
 def _page(console: Console, name: str, code: int = 200, **values: Any) -> HTMLResponse:
@@ -236,7 +237,7 @@ async def actors_page(request: Request) -> Response:
     )
 
 
-def _history(
+async def _history(
     console: Console, records: list[events.Recorded], request: Request
 ) -> dict[str, Any]:
     """What the history section shows: the view asked for, filtered and paged."""
@@ -265,7 +266,10 @@ def _history(
         "matched": len(kept),
     }
     if view == "timeline":
-        steps = reads.timeline(records, console.kinds)
+        stream = records[0].stream
+        rows = await reads.children(console.projector, console.kinds, stream)
+        lives = await reads.lives(console.log, rows)
+        steps = reads.timeline(records, console.kinds, lives)
         page = reads.page_of(len(steps), _one(request, "page"), last=False)
         values["steps"] = steps[page.start : page.start + reads.PAGE]
         values["span"] = reads.span(values["steps"])
@@ -309,10 +313,14 @@ async def actor_page(request: Request) -> Response:
         "prompts": kind.reactor.model_call is not None,
         "said": _one(request, "said"),
         "ends_step": lambda version: held.ends_step(version, kind),
-        **_history(console, records, request),
+        **await _history(console, records, request),
     }
     if fragment == "history":
         return _page(console, "history.html", **values)
+    shows = kind.surface.sections
+    values["sections"] = () if shows is None else shows(held.state, records)
+    if fragment == "sections":
+        return _page(console, "sections.html", **values)
     values["shown_state"] = (
         kind.surface.show(stream, len(records), held.state)
         if kind.surface.show is not None

@@ -10,6 +10,7 @@ projector's ``pending`` rows are the same for every kind.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import math
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -32,12 +33,14 @@ __all__ = [
     "Group",
     "Held",
     "History",
+    "Life",
     "Page",
     "actor_rows",
     "children",
     "counts",
     "failed",
     "grouped",
+    "lives",
     "pending",
     "prompt_of",
     "row_of",
@@ -498,10 +501,56 @@ class Bar:
     answer's."""
     detail: str
     failed: bool
+    child: str | None = None
+    """The stream of the child actor the bar is the life of (started by the
+    step above it), if it is one."""
 
     @property
     def seconds(self) -> float:
         return self.end - self.start
+
+
+@dataclass(frozen=True)
+class Life:
+    """A child actor's life as its parent's timeline draws it: its row, the
+    times of its first and last records, how many it has, and the id of the
+    parent's record that started it (its first record's causation)."""
+
+    row: ActorRow
+    start: float
+    end: float
+    events: int
+    cause: str | None
+
+
+async def lives(log: EventLog, rows: Sequence[ActorRow]) -> list[Life]:
+    """The lives of the actors ``rows`` (an actor's children) from the log
+    (each child's stream read once; one not in the log yet is left out)."""
+    found = []
+    for row in rows:
+        records = await log.read(row.stream)
+        if records:
+            first, last = records[0], records[-1]
+            found.append(Life(row, first.at, last.at, len(records), first.causation_id))
+    return found
+
+
+def _child_bar(life: Life, origin: float) -> Bar:
+    row = life.row
+    return Bar(
+        label=row.stream,
+        step=False,
+        start=life.start - origin,
+        end=life.end - origin,
+        first=1,
+        last=life.events,
+        detail=(
+            f"{row.status}, {life.events} events, {life.end - life.start:.3f}s: "
+            f"{row.text if row.output is None else row.output}"
+        ),
+        failed=row.status == "failed",
+        child=row.stream,
+    )
 
 
 def _call_id(event: events.Event) -> str | None:
@@ -512,15 +561,21 @@ def _call_id(event: events.Event) -> str | None:
     return None
 
 
-def timeline(records: Sequence[events.Recorded], kinds: Kinds) -> list[Bar]:
+def timeline(
+    records: Sequence[events.Recorded], kinds: Kinds, children: Sequence[Life] = ()
+) -> list[Bar]:
     """The actor's steps, each followed by the calls it asked for, as bars
     from when each began to when the next step began (or the call was
-    answered; one never answered runs to the last record)."""
+    answered; one never answered runs to the last record), then by the
+    lives of the ``children`` it started (the step whose record a child's
+    first record names as its cause; failing that, the last step begun
+    before the child)."""
     if not records:
         return []
     kind = kinds.of(records[0].stream)
     origin, last_at = records[0].at, records[-1].at
     steps = replay.commits(records, kinds)
+    started = _started_by(steps, children)
     bars: list[Bar] = []
     asked: dict[str, tuple[int, events.Recorded]] = {}
     answered: dict[str, events.Recorded] = {}
@@ -576,7 +631,23 @@ def timeline(records: Sequence[events.Recorded], kinds: Kinds) -> list[Bar]:
                         failed=answer is not None and failed(answer.event),
                     )
                 )
+        bars += (_child_bar(life, origin) for life in started.get(n, ()))
     return bars
+
+
+def _started_by(
+    steps: Sequence[Sequence[events.Recorded]], children: Sequence[Life]
+) -> dict[int, list[Life]]:
+    """The children each step started (by the step's index), oldest first."""
+    step_of = {rec.id: n for n, step in enumerate(steps) for rec in step}
+    starts = [step[0].at for step in steps]
+    found: dict[int, list[Life]] = {}
+    for life in sorted(children, key=lambda c: c.start):
+        n = step_of.get(life.cause or "")
+        if n is None:
+            n = max(0, bisect.bisect_right(starts, life.start) - 1)
+        found.setdefault(n, []).append(life)
+    return found
 
 
 def span(bars: Sequence[Bar]) -> tuple[float, float]:

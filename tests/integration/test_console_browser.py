@@ -64,13 +64,6 @@ def _launch(playwright: Playwright) -> Browser:
     return playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
 
 
-@pytest.fixture(scope="module")
-def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("console-screenshots")
-    print(f"\nscreenshots of the console: {folder}")
-    return folder
-
-
 @pytest.fixture
 def page(browser: Browser, served: Served) -> Iterator[Page]:
     with _tab(browser, served.url) as opened:

@@ -14,7 +14,9 @@ of its streams a kind must
    entry it asks for answered, by its stream or by the actor a delivery
    goes to (the pending projection a host resumes from);
 6. rename, when forked, every id derived from its actor's id;
-7. await, through its reactor's ``outstanding``, exactly the model and tool
+7. show its sections (the console's) at every step without changing its
+   state: tables, trees and graphs of text, linking to streams of a kind;
+8. await, through its reactor's ``outstanding``, exactly the model and tool
    calls its stream requested and has not answered (until it ends), with
    claims held on those alone.
 
@@ -40,6 +42,7 @@ from steward.actors.effects import ArmTimer, Create, Deliver, Pending, Want, not
 from steward.actors.kind import Kind, Kinds
 from steward.actors.outstanding import Outstanding
 from steward.actors.prompt import PromptCache
+from steward.actors.sections import Branch, Cell, Graph, Section, Table, Tree
 from steward.errors import StewardError
 from steward.events import Event, Recorded
 from steward.events.protocol import (
@@ -491,9 +494,67 @@ def check_fork_renames(actor: Kind[Any], sample: Sample) -> None:
         )
 
 
-# -- the suite ------------------------------------------------------------------------
+# -- 7. sections are display data ---------------------------------------------------
 
-# -- 7. what it awaits ---------------------------------------------------------
+
+def check_sections(actor: Kind[Any], sample: Sample) -> None:
+    """After every step, the kind's sections (`Surface.sections`, if any)
+    of the state and the records so far leave the state alone and are
+    tables, trees and graphs of text: a table's rows have a cell per
+    column, a graph's edges join its nodes, every link names a stream of a
+    kind in the table."""
+    shows = actor.surface.sections
+    if shows is None:
+        return
+    state = actor.decider.initial
+    for step in replay.commits(sample.records, Kinds(actor)):
+        state = actor.fold((r.event for r in step), state)
+        where = sample.at(step[-1].version)
+        before = copy.deepcopy(state)
+        records = sample.records[: step[-1].version]
+        shown = shows(state, records)
+        assert state == before, f"{where}: sections changed the state they were given"
+        for section in shown:
+            for problem in _section_problems(section):
+                raise AssertionError(f"{where}: {section.title!r}: {problem}")
+
+
+def _section_problems(section: Section) -> Iterator[str]:
+    def link(target: str | None) -> Iterator[str]:
+        if target is not None and target.partition(".")[0] not in KINDS:
+            yield f"links {target!r}, the stream of no kind"
+
+    match section:
+        case Table(columns=columns, rows=rows):
+            for row in rows:
+                if len(row) != len(columns) or not all(
+                    isinstance(c, Cell) and isinstance(c.text, str) for c in row
+                ):
+                    yield f"row {row} is not a cell of text for each of {columns}"
+                for c in row:
+                    yield from link(c.link)
+        case Tree(roots=roots):
+            todo: list[Branch] = list(roots)
+            while todo:
+                branch = todo.pop()
+                if not isinstance(branch.label, str):
+                    yield f"branch {branch} has no text"
+                yield from link(branch.link)
+                todo += branch.children
+        case Graph(nodes=nodes, edges=edges, path=path):
+            keys = {n.key for n in nodes}
+            for edge in edges:
+                if {edge.source, edge.target} - keys:
+                    yield f"edge {edge} joins what is no node of the graph"
+            for n in nodes:
+                yield from link(n.link)
+            for c in path:
+                yield from link(c.link)
+        case _:
+            yield f"{section!r} is no table, tree or graph"
+
+
+# -- 8. what it awaits ---------------------------------------------------------
 
 
 ENDED = frozenset({"completed", "failed", "cancelled"})
@@ -540,6 +601,8 @@ def check_outstanding(actor: Kind[Any], sample: Sample) -> None:
         assert not unawaited, f"{at}: holds a claim on {unawaited}, not awaited"
 
 
+# -- the suite ------------------------------------------------------------------------
+
 CHECKS: dict[str, Callable[[Kind[Any], Sample], None]] = {
     "fold": check_fold_is_evolve,
     "decide_pure": check_decide_leaves_state,
@@ -547,6 +610,7 @@ CHECKS: dict[str, Callable[[Kind[Any], Sample], None]] = {
     "opening": check_opening_refused,
     "pending": check_effects_pending,
     "fork": check_fork_renames,
+    "sections": check_sections,
     "outstanding": check_outstanding,
 }
 
@@ -839,3 +903,28 @@ def test_a_kind_that_requests_calls_must_say_what_it_awaits() -> None:
     ``outstanding`` cannot be made, naming the fix."""
     with pytest.raises(ValueError, match="says nothing of which calls it awaits"):
         broken(run_kind(), outstanding=None)
+
+
+def test_sections_with_a_row_short_of_a_cell_fail() -> None:
+    """A table whose row has fewer cells than columns is caught."""
+    actor, each = session_kind(), sample(*SESSION_SAMPLE)
+    check_sections(actor, each)
+
+    def short(state: Any, records: Any) -> tuple[Section, ...]:
+        return (Table(title="t", columns=("a", "b"), rows=((Cell("only a"),),)),)
+
+    with pytest.raises(AssertionError, match="not a cell of text for each of"):
+        check_sections(broken(actor, sections=short), each)
+
+
+def test_sections_that_write_to_their_state_fail() -> None:
+    """Sections that change the state they are given are caught."""
+    actor, each = run_kind(), sample(*RUN_SAMPLE)
+
+    def writes(state: Any, records: Any) -> tuple[Section, ...]:
+        state.metadata["shown"] = True
+        return ()
+
+    kind = broken(actor, sections=writes)
+    with pytest.raises(AssertionError, match="sections changed the state"):
+        check_sections(kind, each)
