@@ -925,6 +925,6 @@ def test_sections_that_write_to_their_state_fail() -> None:
         state.metadata["shown"] = True
         return ()
 
-    kind = broken(actor, sections=writes)
+    kind = broken(actor, sections=writes, initial=fresh(actor))
     with pytest.raises(AssertionError, match="sections changed the state"):
         check_sections(kind, each)
