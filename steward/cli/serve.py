@@ -32,6 +32,7 @@ from steward.bus.jetstream.reads import RemoteReads, answer_reads
 from steward.cli.console import exposed, served
 from steward.cli.env import Env, ensure_place, opened, progress
 from steward.cli.hosting import checked_provider, new_host, worker_id
+from steward.cli.migrate import unpartitioned
 from steward.console.app import Console
 from steward.egress import Egress
 from steward.errors import ConfigError, StewardError
@@ -130,6 +131,8 @@ async def _serve_log(
             role = "serving" if services else f"working as {host.worker_id} on"
             env.out(f"steward {role} {env.log_url} (ctrl-c to stop)")
             sys.stdout.flush()  # seen at once through a pipe (`serve | tee`)
+            if isinstance(log, JetStreamEventLog) and not log.partitions:
+                log_.warning("%s", unpartitioned(log))
             gauges = asyncio.create_task(
                 _gauges(host, None if worker else projector, membership)
             )
