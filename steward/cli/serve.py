@@ -26,6 +26,7 @@ from steward import logs
 from steward.actors.llm import Provider
 from steward.actors.tools import mcp
 from steward.bus import EventLog, JetStreamEventLog
+from steward.bus.jetstream.checkpoints import Checkpoints
 from steward.bus.jetstream.inputs import Inputs
 from steward.bus.jetstream.members import Membership
 from steward.bus.jetstream.reads import RemoteReads, answer_reads
@@ -112,6 +113,7 @@ async def _serve_log(
             worker_id=membership.worker if membership is not None else None,
             reads=RemoteReads(log) if worker else None,
             inputs=Inputs(log) if membership is not None else None,
+            checkpoints=Checkpoints(log) if worker else None,
         )
         stop, again = asyncio.Event(), asyncio.Event()
         loop = asyncio.get_running_loop()

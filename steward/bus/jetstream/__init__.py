@@ -9,7 +9,7 @@
   are parsed (the one use of nats-py's private API, and why);
 - `follower`: the ordered pull consumer behind ``subscribe``;
 - `url`: ``nats://`` event-log URLs;
-- `members`, `inputs`, `reads`: the workers sharing a log;
+- `members`, `inputs`, `reads`, `checkpoints`: the workers sharing a log;
 - `migrate`: copying a log made before partitions into a partitioned one.
 """
 
