@@ -351,6 +351,8 @@ class Membership:
                 # partitions meanwhile: they are let go while it goes on.
                 while not beat.done():
                     left = self.renewed + 0.75 * self.lease - self._clock()
+                    if not self.held:  # nothing to let go: look again later
+                        left = self.lease / 4
                     await asyncio.wait({beat}, timeout=max(left, 0.01))
                     if not beat.done() and self._lapsed():
                         await self._lapse()
