@@ -244,6 +244,22 @@ async def test_a_migration_refuses_what_it_cannot_copy_and_resumes(
         )  # fmt: skip
         _refused(embedded, "copies a nats:// log made before partitions")
 
+        await asyncio.to_thread(_old_stream, nats, "OLD2", "old2.ev")
+        also_old = f"{nats.url}?stream=OLD2&prefix=old2.ev"
+        _refused(
+            await asyncio.to_thread(migrate, "--to", also_old),
+            "is itself a log made before partitions",
+        )
+        other = f"{nats.url}?stream=OTHER&prefix=other.ev"
+        unrelated = await open_log(other)
+        note = events.NoteRecorded(category="c", content="another log's")
+        await unrelated.append("run.m0", [note, note], 0)
+        await unrelated.close()
+        _refused(
+            await asyncio.to_thread(migrate, "--to", other, "--resume"),
+            "not a copy of this log's beginning",
+        )
+
         await source.advertise("steward serve, pid 1")
         _refused(await asyncio.to_thread(migrate, "--to", new), "is hosted")
         await source.close()
