@@ -306,3 +306,25 @@ async def test_a_takeover_reads_from_what_the_last_holder_saved(
             assert replay.verify(records) is None
     finally:
         await log.close()
+
+
+async def test_wants_saved_for_a_stream_deleted_since_are_not_loaded(
+    nats_server: NatsServer,
+) -> None:
+    """What was saved for a partition is loaded back by the next holder, but
+    not once the stream was deleted and made again under its name: its
+    positions name another log's records."""
+    name = "SHARES_REMADE"
+    log = await _open(nats_server, name)
+    want = ("run.r1", "timer-1", 3, "timer")
+    try:
+        assert await Checkpoints(log).save(5, 4_000_000, [want])
+        assert await Checkpoints(log).load(5) == (4_000_000, [want])
+        await log.connection.jetstream().delete_stream(name)
+    finally:
+        await log.close()
+    log = await _open(nats_server, name)
+    try:
+        assert await Checkpoints(log).load(5) is None
+    finally:
+        await log.close()

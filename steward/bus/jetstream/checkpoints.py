@@ -6,8 +6,11 @@ partition rebuilds that from the partition's first record. Instead each
 holder saves, per partition, its wants with the position of the last of
 the partition's records they include, in the key-value bucket
 ``<stream>_PENDING`` (no TTL; one value per key): ``partition.<n>`` holds
-msgpack ``[position, [[stream, key, version, kind], ...]]``. The next holder
-loads it and reads only the records after that position.
+msgpack ``[created, position, [[stream, key, version, kind], ...]]``,
+``created`` the stream's creation time (a stream deleted and made again
+under its name is another log: what was saved for the old one is
+ignored). The next holder loads it and reads only the records after that
+position.
 
 Any saved checkpoint is a valid starting point, however old, as the wants
 are those of every record up to its position: a save that loses a race to
@@ -30,7 +33,7 @@ logger = logging.getLogger(__name__)
 Want = tuple[str, str, int, str]
 """(stream, key, version of the record that asked, kind of want)."""
 
-_decoder = msgspec.msgpack.Decoder(tuple[int, list[Want]])
+_decoder = msgspec.msgpack.Decoder(tuple[str, int, list[Want]])
 _encoder = msgspec.msgpack.Encoder()
 
 
@@ -66,7 +69,10 @@ class Checkpoints:
         none is, or it cannot be read (then the partition is read whole)."""
         try:
             entry = await (await self._bucket()).get(f"partition.{partition}")
-            return _decoder.decode(entry.value or b"")
+            created, position, wants = _decoder.decode(entry.value or b"")
+            if created != self.log.created:
+                return None  # saved for a stream of this name deleted since
+            return position, wants
         except nats.js.errors.KeyNotFoundError:
             return None
         except (nats.errors.Error, msgspec.DecodeError, OSError) as e:
@@ -84,7 +90,7 @@ class Checkpoints:
         """Save ``partition``'s wants, those of its records up to
         ``position``; whether it was saved (a later save tries again)."""
         try:
-            value = _encoder.encode((position, wants))
+            value = _encoder.encode((self.log.created, position, wants))
             await (await self._bucket()).put(f"partition.{partition}", value)
         except (nats.errors.Error, OSError) as e:
             self._kv = None
