@@ -2,8 +2,8 @@
 
 Usage: ``python -m benchmarks [--only NAME]``, NAME being a module of
 ``MODULES`` (``log_bench``, ``runtime_bench``, ``floor_bench``,
-``workers_bench``, ``session_bench``, ``workflow_bench``, ``task_bench``,
-``console_bench``,
+``workers_bench``, ``takeover_bench``, ``session_bench``, ``workflow_bench``,
+``task_bench``, ``console_bench``,
 or just ``log``).
 """
 
@@ -23,6 +23,7 @@ MODULES = [
     "benchmarks.runtime_bench",
     "benchmarks.floor_bench",
     "benchmarks.workers_bench",
+    "benchmarks.takeover_bench",
     "benchmarks.session_bench",
     "benchmarks.workflow_bench",
     "benchmarks.task_bench",

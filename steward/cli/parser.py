@@ -17,6 +17,7 @@ from steward.cli.demo import cmd_demo
 from steward.cli.env import DEFAULT_NATS_URL, EXIT_INPUT
 from steward.cli.history import cmd_export, cmd_fork, cmd_rebuild, cmd_replay
 from steward.cli.mcp import cmd_mcp_call, cmd_mcp_list
+from steward.cli.migrate import cmd_log_migrate
 from steward.cli.output import FORMATS
 from steward.cli.prompts import cmd_prompts_list, cmd_prompts_show
 from steward.cli.runs import (
@@ -286,6 +287,41 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.set_defaults(fn=cmd_workers)
     _output_option(s, listing=True)
+
+    lg = sub.add_parser("log", help="manage a nats:// event log itself")
+    lsub = lg.add_subparsers(dest="log_command", required=True, metavar="ACTION")
+    s = lsub.add_parser(
+        "migrate",
+        help="copy a nats:// log made before partitions into a partitioned one",
+        description="Copy the nats:// log (--log, [log] url) made before "
+        "partitions (one worker holds all its work) into the new, partitioned "
+        "log --to names, commit by commit in the log's order: every stream's "
+        "events at the same versions, with the same ids, times, correlation "
+        "and causation ids (positions too, where the old log has no gaps). "
+        "Then both are read side by side and every event compared. Stop "
+        "every serve and worker on the old log first (a hosted log is "
+        "refused). A target that is not empty is refused; a migration that "
+        "stopped part-way goes on with --resume, copying nothing twice. The "
+        "old stream is left as it was. On a long log, prints its position "
+        "each second on standard error. Exit 1 when the comparison finds a "
+        "difference.",
+    )
+    s.add_argument(
+        "--to",
+        required=True,
+        metavar="URL",
+        help="the new log: nats://host:4222?stream=NEW&prefix=new.ev (on the "
+        "same servers its stream and prefix must differ from the old log's; "
+        "partitions= as for any new log, default 16; replicas default to the "
+        "old log's)",
+    )
+    s.add_argument(
+        "--resume",
+        action="store_true",
+        help="go on with a migration into --to that stopped part-way",
+    )
+    _output_option(s, listing=False)
+    s.set_defaults(fn=cmd_log_migrate)
 
     s = sub.add_parser(
         "run",

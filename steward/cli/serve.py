@@ -26,12 +26,14 @@ from steward import logs
 from steward.actors.llm import Provider
 from steward.actors.tools import mcp
 from steward.bus import EventLog, JetStreamEventLog
+from steward.bus.jetstream.checkpoints import Checkpoints
 from steward.bus.jetstream.inputs import Inputs
 from steward.bus.jetstream.members import Membership
 from steward.bus.jetstream.reads import RemoteReads, answer_reads
 from steward.cli.console import exposed, served
 from steward.cli.env import Env, ensure_place, opened, progress
 from steward.cli.hosting import checked_provider, new_host, worker_id
+from steward.cli.migrate import unpartitioned
 from steward.console.app import Console
 from steward.egress import Egress
 from steward.errors import ConfigError, StewardError
@@ -111,6 +113,7 @@ async def _serve_log(
             worker_id=membership.worker if membership is not None else None,
             reads=RemoteReads(log) if worker else None,
             inputs=Inputs(log) if membership is not None else None,
+            checkpoints=Checkpoints(log) if worker else None,
         )
         stop, again = asyncio.Event(), asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -130,6 +133,8 @@ async def _serve_log(
             role = "serving" if services else f"working as {host.worker_id} on"
             env.out(f"steward {role} {env.log_url} (ctrl-c to stop)")
             sys.stdout.flush()  # seen at once through a pipe (`serve | tee`)
+            if isinstance(log, JetStreamEventLog) and not log.partitions:
+                log_.warning("%s", unpartitioned(log))
             gauges = asyncio.create_task(
                 _gauges(host, None if worker else projector, membership)
             )

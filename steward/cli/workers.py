@@ -4,11 +4,13 @@ how busy it is."""
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 from steward.bus import JetStreamEventLog, open_log
 from steward.bus.jetstream.members import Membership
 from steward.cli.env import Env
+from steward.cli.migrate import unpartitioned
 from steward.cli.output import columns, listed
 from steward.errors import ConfigError
 
@@ -73,6 +75,12 @@ async def cmd_workers(env: Env, args: argparse.Namespace) -> int:
         right={3, 4, 5, 6, 7},
     )
     held = {p for m in members for p in m.partitions}
+    if not log.partitions:
+        note = unpartitioned(log)
+        if args.output == "text":
+            env.out(note)
+        else:
+            print(note, file=sys.stderr)
     if args.output == "text":
         if not members:
             env.out(f"no live workers on {env.log_url}: start `steward worker`")

@@ -11,6 +11,7 @@ takes inputs (`Host.submit`) and reads states (`Host.state`).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,10 +30,15 @@ from steward.host.calls import Calls
 from steward.host.claims import Claims
 from steward.host.dispatch import Dispatcher, Listener
 from steward.host.mailbox import Mailboxes
-from steward.host.pending import Inputs, Membership, PendingIndex
+from steward.host.pending import Checkpoints, Inputs, Membership, PendingIndex
 from steward.host.states import States
 from steward.host.traces import Traces
 from steward.kinds import KINDS
+
+CHECKPOINT_SECONDS = 10.0
+"""How often a worker saves what its partitions wait for, for their next
+holder (`steward.bus.jetstream.checkpoints`); it saves too whenever it lets
+a partition go."""
 
 
 class Host:
@@ -59,6 +65,7 @@ class Host:
         reads: ReadModels | None = None,
         inputs: Inputs | None = None,
         traces: Traces | None = None,
+        checkpoints: Checkpoints | None = None,
     ) -> None:
         self.log = log
         self.traces = traces
@@ -152,12 +159,15 @@ class Host:
                 self.states.follows = self.dispatcher.owns
                 if inputs is not None:  # and hands those inputs to their holder
                     self.mailboxes.forward = inputs.send
+                # and saves them for the next holder of each partition
+                self.dispatcher.checkpoints = checkpoints
         self.inputs = inputs
         """Inputs sent to the partitions this worker holds, and by it to
         the others' holders."""
         self._dispatching: asyncio.Task[None] | None = None
         self._timing: asyncio.Task[None] | None = None
         self._sweeping: asyncio.Task[None] | None = None
+        self._saving: asyncio.Task[None] | None = None
 
     # -- inputs and states --------------------------------------------------------
 
@@ -215,6 +225,8 @@ class Host:
             self.projector is not None or dispatcher.index is not None
         ):
             self._sweeping = asyncio.create_task(self.claims.sweep(dispatcher.reroute))
+        if dispatcher.checkpoints is not None:
+            self._saving = asyncio.create_task(self._save_checkpoints())
 
     async def _hold(self, held: frozenset[int]) -> None:
         """Carry out the effects of partitions ``held`` (`Dispatcher.hold`),
@@ -227,6 +239,16 @@ class Host:
                 return await submit(stream, input, causation_id=cause, here=True)
 
             await self.inputs.answer(held, decide)
+
+    async def _save_checkpoints(self) -> None:
+        """Save what the partitions held wait for every `CHECKPOINT_SECONDS`
+        (a worker that dies hands over its last save)."""
+        while True:
+            await asyncio.sleep(CHECKPOINT_SECONDS)
+            try:
+                await self.dispatcher.save_checkpoints()
+            except Exception as e:  # the next round tries again
+                logging.getLogger("steward.host").debug("saving wants: %s", e)
 
     def _busy(self) -> dict[str, int]:
         """How busy this host is, for its heartbeat among the workers."""
@@ -302,6 +324,7 @@ class Host:
             self.dispatcher.following,
             self._timing,
             self._sweeping,
+            self._saving,
             *self.dispatcher.tasks,
             *self.claims.tasks,
         )

@@ -45,7 +45,7 @@ from steward.clock import Clock
 from steward.events import Event, Recorded
 from steward.host.calls import Calls
 from steward.host.mailbox import Mailboxes
-from steward.host.pending import PendingIndex
+from steward.host.pending import Checkpoints, PendingIndex
 from steward.host.states import States
 from steward.metrics import HOST as METRICS
 
@@ -105,6 +105,11 @@ class Dispatcher:
         """The task following the log (`start_following`)."""
         self._holding = asyncio.Lock()
         self._caught: frozenset[int] | None = None  # the share `hold` took last
+        self.checkpoints: Checkpoints | None = None
+        """Where a worker saves what its partitions wait for, and loads what
+        their last holder saved (`steward.bus.jetstream.checkpoints`)."""
+        self._last: dict[int, int] = {}  # partition -> last record applied
+        self._saved: dict[int, int] = {}  # partition -> position last saved
 
     async def resume(self, progress: Callable[[int], None] | None = None) -> None:
         """Catch the projections up with the log and route again what is
@@ -179,6 +184,7 @@ class Dispatcher:
                     if not self.owns(stream):
                         self._states.forget(stream)
                 if self.index is not None:
+                    await self._save(released)  # for their next holder
                     self.index.forget(self.owns)
             if self.index is None:  # a host with projections: they say it
                 if acquired:
@@ -205,20 +211,60 @@ class Dispatcher:
             await self.reroute(acquired)
 
     async def _catch_up(self, partition: int) -> None:
-        """Read what ``partition``'s records up to `position` still want."""
+        """Read what ``partition``'s records up to `position` still want:
+        from what its last holder saved, and the records after it (from its
+        first record when nothing was saved)."""
         index = self.index
         assert index is not None
         after = 0
+        saved = None
+        self._last.pop(partition, None)
+        self._saved.pop(partition, None)
+        if self.checkpoints is not None:
+            saved = await self.checkpoints.load(partition)
+        if saved is not None and saved[0] <= self.position:
+            after, wants = saved
+            index.load(w for w in wants if self._shared.partition_of(w[0]) == partition)
+            self._last[partition] = self._saved[partition] = after
         while True:
             page = await self._shared.read_all(after, partition=partition)
             for rec in page:
                 if rec.position > self.position:
                     return
                 index.apply(rec)
+                self._last[partition] = rec.position
                 self._states.saw(rec.stream, rec.version)
             if not page:
                 return
             after = page[-1].position
+
+    def _in_partition(self, partition: int, stream: str) -> bool:
+        return self._shared.partition_of(stream) == partition
+
+    async def save_checkpoints(self) -> None:
+        """Save what each partition held waits for, where its records
+        moved since the last save (`checkpoints`)."""
+        async with self._holding:
+            await self._save(self._caught or frozenset())
+
+    async def _save(self, partitions: frozenset[int]) -> None:
+        """Save the wants of ``partitions`` with the position of the last
+        record of each they include (all at once: a bucket that does not
+        answer costs one wait)."""
+        index, checkpoints = self.index, self.checkpoints
+        if index is None or checkpoints is None:
+            return
+        saves, at = [], []
+        for p in sorted(partitions):
+            position = self._last.get(p)
+            if position is None or self._saved.get(p) == position:
+                continue
+            wants = index.saved(partial(self._in_partition, p))
+            saves.append(checkpoints.save(p, position, wants))
+            at.append((p, position))
+        for (p, position), done in zip(at, await asyncio.gather(*saves), strict=True):
+            if done:
+                self._saved[p] = position
 
     def start_following(self) -> asyncio.Task[None]:
         """Start `follow` in a task (`hold` restarts it on another share)."""
@@ -242,6 +288,7 @@ class Dispatcher:
         states = self._states
         inflight = self.inflight
         index = self.index
+        last = self._last if self.checkpoints is not None else None
         if index is None:
             records = self._log.subscribe(self.position)
         elif self.held:  # a worker follows the partitions it holds
@@ -253,6 +300,8 @@ class Dispatcher:
             states.saw(rec.stream, rec.version)
             if index is not None:
                 index.apply(rec)
+                if last is not None:
+                    last[self._shared.partition_of(rec.stream)] = rec.position
             event = rec.event
             if type(event) in routed and not (
                 # the usual request: its run's model loop has taken it already

@@ -4,9 +4,11 @@ A host with projections resumes from their ``pending`` table. A worker on a
 shared log builds no projections: it keeps the same facts in memory, from
 the records of the partitions it holds, through the same functions (the
 model and tool requests and answers every kind shares, and each kind's
-`Reactor.pending`). When it takes over a partition it reads that
-partition's records into this index and routes again what is still
-wanted; a live worker keeps it current from the records it follows.
+`Reactor.pending`). When it takes over a partition it loads what the
+partition's last holder saved (`Checkpoints`), reads the partition's
+records after that into this index (from the first, when nothing was
+saved) and routes again what is still wanted; a live worker keeps it
+current from the records it follows.
 
 An effect answered in another stream (a child to create, a result to
 deliver) is answered here when this worker has carried it out; one that a
@@ -39,6 +41,20 @@ class Membership(Protocol):
     ) -> None: ...
 
     async def leave(self) -> None: ...
+
+
+class Checkpoints(Protocol):
+    """Where a worker saves what a partition's streams wait for, with the
+    position of the last record that says so, and the next holder loads it
+    (`steward.bus.jetstream.checkpoints.Checkpoints`)."""
+
+    async def load(
+        self, partition: int
+    ) -> tuple[int, list[tuple[str, str, int, str]]] | None: ...
+
+    async def save(
+        self, partition: int, position: int, wants: list[tuple[str, str, int, str]]
+    ) -> bool: ...
 
 
 class Inputs(Protocol):
@@ -122,6 +138,23 @@ class PendingIndex:
                 for version, _ in wants.values()
             }
         )
+
+    def saved(self, holds: Callable[[str], bool]) -> list[tuple[str, str, int, str]]:
+        """The wants of the streams ``holds`` accepts, as (stream, key,
+        version, kind): what `load` takes back (a partition's checkpoint)."""
+        return [
+            (stream, key, version, kind)
+            for stream, wants in self._wants.items()
+            if holds(stream)
+            for key, (version, kind) in wants.items()
+        ]
+
+    def load(self, saved: Iterable[tuple[str, str, int, str]]) -> None:
+        """Take back wants `saved` gave (another holder's, maybe)."""
+        for stream, key, version, kind in saved:
+            self._answer(key)
+            self._wants.setdefault(stream, {})[key] = (version, kind)
+            self._streams[key] = stream
 
     def drop(self, stream: str) -> None:
         """Forget ``stream``'s wants (it ended, or is no longer held)."""

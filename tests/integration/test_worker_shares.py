@@ -18,6 +18,7 @@ from steward.actors.llm import ScriptedProvider
 from steward.actors.run_effects import run_stream
 from steward.actors.tools import ToolRegistry
 from steward.bus import JetStreamEventLog
+from steward.bus.jetstream.checkpoints import Checkpoints
 from steward.bus.jetstream.inputs import Inputs
 from steward.bus.jetstream.members import Membership, until_shared
 from steward.bus.jetstream.reads import RemoteReads, answer_reads
@@ -36,18 +37,24 @@ async def _open(server: NatsServer, name: str) -> JetStreamEventLog:
     return await JetStreamEventLog.open(server.url, stream=name, prefix=name.lower())
 
 
+FINISH = [act(type="finish", output="done")]
+
+
 @asynccontextmanager
-async def _worker(server: NatsServer, name: str, n: int) -> AsyncIterator[Host]:
+async def _worker(
+    server: NatsServer, name: str, n: int, replies: list[str] = FINISH
+) -> AsyncIterator[Host]:
     log = await _open(server, name)
     worker = f"w{n}"
     host = Host(
         log,
-        provider=ScriptedProvider([act(type="finish", output="done")], per_run=True),
+        provider=ScriptedProvider(replies, per_run=True),
         tools=ToolRegistry.with_builtins(),
         worker_id=worker,
         llm_concurrency=16,
         membership=Membership(log, worker, lease=LEASE),
         inputs=Inputs(log),
+        checkpoints=Checkpoints(log),
     )
     await host.start()
     try:
@@ -261,5 +268,63 @@ async def test_an_input_nobody_holds_is_decided_by_its_sender(
         commit = await sender.submit(run_stream("n1"), created)
         assert commit is not None and commit.last_version >= 1
         assert (await log.read(run_stream("n1")))[0].event == created
+    finally:
+        await log.close()
+
+
+async def test_a_takeover_reads_from_what_the_last_holder_saved(
+    nats_server: NatsServer,
+) -> None:
+    """A worker that lets its partitions go saves what their streams wait
+    for; the next holder starts from that, not from each partition's first
+    record: it reads none of the runs that ended before, and carries out
+    what the sleeping ones wait for (each sleep wakes once)."""
+    name = "SHARES_SAVED"
+    log = await _open(nats_server, name)
+    sleep = [act(type="sleep", delaySeconds=4), act(type="finish", output="done")]
+    try:
+        async with _worker(nats_server, name, 0):
+            await _start(log, range(300))
+            assert await _completed(log, 300, timeout=120) == 300
+        async with _worker(nats_server, name, 1, sleep):
+            await _start(log, range(300, 320))
+            slept: set[str] = set()
+            async for rec in log.subscribe():
+                if isinstance(rec.event, events.RunSlept):
+                    slept.add(rec.stream)
+                    if len(slept) == 20:
+                        break
+        # left while 20 runs sleep: the next worker wakes them
+        async with _worker(nats_server, name, 2, sleep) as taker:
+            assert await _completed(log, 320, timeout=60) == 320
+            _, known = taker.states.sizes()
+            assert known <= 40, known  # the sleepers, not the 300 ended runs
+        for n in range(300, 320):
+            records = await log.read(run_stream(f"r{n}"))
+            wakes = [r for r in records if isinstance(r.event, events.WakeDue)]
+            assert len(wakes) == 1, n
+            assert replay.verify(records) is None
+    finally:
+        await log.close()
+
+
+async def test_wants_saved_for_a_stream_deleted_since_are_not_loaded(
+    nats_server: NatsServer,
+) -> None:
+    """What was saved for a partition is loaded back by the next holder, but
+    not once the stream was deleted and made again under its name: its
+    positions name another log's records."""
+    name = "SHARES_REMADE"
+    log = await _open(nats_server, name)
+    want = ("run.r1", "timer-1", 3, "timer")
+    try:
+        assert await Checkpoints(log).save(5, 4_000_000, [want])
+        assert await Checkpoints(log).load(5) == (4_000_000, [want])
+        await log.connection.jetstream().delete_stream(name)
+    finally:
+        await log.close()
+    log = await _open(nats_server, name)
+    try:
+        assert await Checkpoints(log).load(5) is None
     finally:
         await log.close()

@@ -8,7 +8,9 @@
 - `client`: the nats-py client that hands the inbox's messages over as they
   are parsed (the one use of nats-py's private API, and why);
 - `follower`: the ordered pull consumer behind ``subscribe``;
-- `url`: ``nats://`` event-log URLs.
+- `url`: ``nats://`` event-log URLs;
+- `members`, `inputs`, `reads`, `checkpoints`: the workers sharing a log;
+- `migrate`: copying a log made before partitions into a partitioned one.
 """
 
 from __future__ import annotations

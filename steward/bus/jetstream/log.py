@@ -166,6 +166,9 @@ class JetStreamEventLog:
         self.partitions = 0
         """How many partitions the stream's subjects are split into (known
         once it is open; 0: a log made before partitions, one unsplit whole)."""
+        self.created = ""
+        """When the server created the stream (known once it is open): a
+        stream deleted and made again under its name is another log."""
         self._nc = nc
         self._clock = clock
         self._request_timeout = request_timeout
@@ -434,6 +437,7 @@ class JetStreamEventLog:
             raise self._unavailable_error(e) from e
         config = info.get("config", {})
         self.replicas = int(config.get("num_replicas") or 1)
+        self.created = str(info.get("created") or "")
         self.partitions = int((config.get("metadata") or {}).get(_PARTITIONS_KEY, 0))
         if subjects not in config.get("subjects", []):
             raise LogWriteError(

@@ -14,7 +14,8 @@ expire after ``lease`` seconds unless written again (the bucket's TTL):
   that names the revision it read (compare-and-set), so no two members hold
   one lease: a renewal that fails means the lease was lost, and the member
   lets the partition go; one whose last renewal is three quarters of a lease
-  old lets everything go, before the server could give it to another.
+  old lets everything go, before the server could give it to another, even
+  while its heartbeat still waits for an answer (a bucket between leaders).
 
 Every member computes the same assignment from the live members it lists
 (`assign`: rendezvous hashing, balanced so that each holds its share give or
@@ -43,9 +44,16 @@ import nats.errors
 import nats.js.api
 import nats.js.errors
 
+from steward.bus.jetstream.inbox import ApiFailure, Closed, Unavailable
+from steward.errors import LogReadError
+
 logger = logging.getLogger(__name__)
 
 _WRONG_LAST_SEQUENCE = (10071, 10164)  # JetStream's codes for a failed compare
+
+JOIN_SECONDS = 30.0
+"""How long joining keeps trying while JetStream does not answer (a bucket
+just made, or its leader lost, elects a leader in a few seconds)."""
 
 Hold = Callable[[frozenset[int]], Awaitable[None]]
 """Told the partitions a member holds whenever they change."""
@@ -114,13 +122,20 @@ async def until_shared(log: Any, members: int, timeout: float = 60.0) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     held: list[tuple[int, ...]] = []
+    problem = ""
     while loop.time() < deadline:
-        held = [m.partitions for m in await watcher.members() if m.partitions]
+        try:
+            listed = await watcher.members()
+        except LogReadError as e:  # JetStream between leaders: ask again
+            problem = f" (last: {e})"
+            listed = []
+        held = [m.partitions for m in listed if m.partitions]
         if len(held) == members and sum(map(len, held)) == partitions:
             return
         await asyncio.sleep(0.1)
     raise TimeoutError(
-        f"{members} members did not come to share {log.stream}: they hold {held}"
+        f"{members} members did not come to share {log.stream}: they hold "
+        f"{held}{problem}"
     )
 
 
@@ -162,7 +177,8 @@ class Membership:
         self._kv: Any = None
         self._beating: asyncio.Task[None] | None = None
         self._taking: asyncio.Task[None] | None = None
-        self._renewed = clock()  # when the leases held were last renewed
+        self.renewed = clock()
+        """When the leases held were last renewed (by ``clock``)."""
         self._started = clock()
 
     @property
@@ -173,7 +189,7 @@ class Membership:
         """Open the bucket (creating it, unless not ``create``); whether it
         is there. A bucket made with another lease keeps it: its TTL is
         every member's lease."""
-        js = self.log.connection.jetstream()
+        js = self._js()
         try:
             self._kv = await js.key_value(self.bucket)
             ttl = (await self._kv.status()).ttl
@@ -203,8 +219,27 @@ class Membership:
         """Join: take a share of the partitions now (``hold`` is told), and
         keep the heartbeat, the share and the leases current until `leave`."""
         self._hold, self._busy = hold, busy
-        await self.open()
-        await self.beat()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + JOIN_SECONDS
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                await self.open()
+                await self.beat()
+                break
+            except Exception as e:
+                # the bucket's stream electing a leader (just made by another
+                # member, or its leader lost): no answer for a moment
+                if loop.time() >= deadline:
+                    raise
+                logger.warning(
+                    "joining the workers of %s: %s; trying again",
+                    self.bucket,
+                    e or type(e).__name__,
+                )
+                self._kv = None
+                await asyncio.sleep(min(0.1 * attempts, self.lease / 4))
         if self._taking is not None:  # a first share is held once joined
             await self._taking
         self._beating = asyncio.create_task(self._beat_forever())
@@ -225,7 +260,23 @@ class Membership:
             logger.warning("could not leave the workers of %s: %s", self.bucket, e)
 
     async def members(self) -> list[Member]:
-        """The live members, by worker id."""
+        """The live members, by worker id.
+
+        Raises:
+            LogReadError: JetStream did not answer (a lost connection, a
+                bucket between leaders).
+        """
+        try:
+            return await self._members()
+        except (nats.errors.Error, ApiFailure, Unavailable, Closed) as e:
+            self._kv = None
+            raise LogReadError(
+                f"cannot list the workers of {self.log.stream} at "
+                f"{self.log.where}: {e or type(e).__name__}; check that "
+                "nats-server is up and reachable"
+            ) from e
+
+    async def _members(self) -> list[Member]:
         if self._kv is None and not await self.open(create=False):
             return []  # no worker has joined yet
         # The bucket's stream lists its subjects (no consumer made, unlike
@@ -282,21 +333,50 @@ class Membership:
             # runs beside the heartbeats, which keep the leases meanwhile
             self._taking = asyncio.create_task(self._tell(self.held | taken))
 
+    def _js(self) -> Any:
+        """A JetStream context whose requests give up after a quarter lease
+        (nats-py's default, 5 s, is longer than a short lease): a request
+        lost with its server or its stream's leader fails in time for the
+        next heartbeat to ask again."""
+        timeout = min(5.0, max(0.25, self.lease / 4))
+        return self.log.connection.jetstream(timeout=timeout)
+
     async def _beat_forever(self) -> None:
         while True:
             await asyncio.sleep(self.lease / 4)
+            beat = asyncio.create_task(self.beat())
             try:
-                await self.beat()
+                # A heartbeat stuck past the moment its leases may lapse (the
+                # bucket's leader lost, a slow server) does not keep the
+                # partitions meanwhile: they are let go while it goes on.
+                while not beat.done():
+                    left = self.renewed + 0.75 * self.lease - self._clock()
+                    if not self.held:  # nothing to let go: look again later
+                        left = self.lease / 4
+                    await asyncio.wait({beat}, timeout=max(left, 0.01))
+                    if not beat.done() and self._lapsed():
+                        await self._lapse()
+                beat.result()
             except asyncio.CancelledError:
+                beat.cancel()
                 raise
             except Exception as e:  # a lost connection: the next beat tries again
                 logger.warning("worker heartbeat on %s failed: %s", self.bucket, e)
                 self._kv = None  # (the bucket may be gone with a server's memory)
-            if self.held and self._clock() - self._renewed > 0.75 * self.lease:
-                # its leases lapse about now: another member may take them
-                logger.warning("%s lets its partitions go", self.worker)
-                self._revisions.clear()
-                await self._tell(frozenset())
+            if self._lapsed():
+                await self._lapse()
+
+    def _lapsed(self) -> bool:
+        """Whether this member holds partitions whose leases it last renewed
+        three quarters of a lease ago: they lapse about now."""
+        return bool(self.held) and self._clock() - self.renewed > 0.75 * self.lease
+
+    async def _lapse(self) -> None:
+        """Let every partition go, before the server gives them to another:
+        a later heartbeat takes this member's share again."""
+        logger.warning("%s lets its partitions go", self.worker)
+        self._revisions.clear()
+        await self._tell(frozenset())
 
     async def _announce(self) -> None:
         about = {
@@ -316,13 +396,19 @@ class Membership:
         started = self._clock()  # the server counts the lease from about now
         lost = set()
         for p in sorted(self.held):
+            revision = self._revisions.get(p)
+            if revision is None:
+                continue  # let go meanwhile (`_lapse`)
             try:
-                self._revisions[p] = await self._kv.update(
-                    f"lease.{p}", self._key.encode(), last=self._revisions[p]
+                revision = await self._kv.update(
+                    f"lease.{p}", self._key.encode(), last=revision
                 )
             except nats.js.errors.KeyWrongLastSequenceError:
                 lost.add(p)
-        self._renewed = started
+                continue
+            if p in self.held:
+                self._revisions[p] = revision
+        self.renewed = started
         if lost:
             logger.warning(
                 "%s lost the lease of partitions %s", self.worker, sorted(lost)
@@ -338,7 +424,7 @@ class Membership:
         written here), or an update naming the revision of its deletion."""
         key = f"lease.{partition}"
         value = self._key.encode()
-        js = self.log.connection.jetstream()
+        js = self._js()
         try:
             ack = await js.publish(
                 f"$KV.{self.bucket}.{key}",
