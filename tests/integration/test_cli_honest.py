@@ -266,9 +266,9 @@ def test_fork_exits_1_when_the_forked_run_fails(tmp_path: Path) -> None:
         (
             ["nope"],
             "steward: error: argument COMMAND: invalid choice: 'nope' (choose from "
-            "'serve', 'worker', 'workers', 'run', 'runs', 'replay', 'fork', 'events', "
-            "'projections', 'chat', 'sessions', 'workflow', 'task', 'prompts', "
-            "'mcp', 'console', 'demo'); see `steward --help`",
+            "'serve', 'worker', 'workers', 'log', 'run', 'runs', 'replay', 'fork', "
+            "'events', 'projections', 'chat', 'sessions', 'workflow', 'task', "
+            "'prompts', 'mcp', 'console', 'demo'); see `steward --help`",
         ),
         (
             ["runs", "list", "--limit", "0"],
