@@ -29,7 +29,7 @@ from steward.events.protocol import (
     ToolResulted,
 )
 
-__all__ = ["ANSWERS", "CHANGES", "Outstanding", "kept"]
+__all__ = ["ANSWERS", "CHANGES", "NONE", "Outstanding", "kept"]
 
 ANSWERS = (LlmResponded, LlmFailed, ToolResulted)
 """The events that answer a call (an `LlmAttemptFailed` does not: the call
@@ -53,7 +53,7 @@ class Outstanding(msgspec.Struct, frozen=True, kw_only=True, gc=False):
         request, answer or claim a call)."""
         match event:
             case LlmRequested(request_id=rid) | ToolRequested(request_id=rid):
-                return Outstanding(requested=(*self.requested, rid), claims=self.claims)
+                return self.asked(rid)
             case (
                 LlmResponded(request_id=rid)
                 | LlmFailed(request_id=rid)
@@ -67,16 +67,29 @@ class Outstanding(msgspec.Struct, frozen=True, kw_only=True, gc=False):
             case _:
                 return self
 
+    def asked(self, request_id: str) -> Outstanding:
+        """This sub-state with call ``request_id`` asked for (`apply` of its
+        request, for a kind that folds each event type by a function of its
+        own)."""
+        return Outstanding(requested=(*self.requested, request_id), claims=self.claims)
+
     def answered(self, request_id: str) -> Outstanding:
-        """This sub-state with call ``request_id`` no longer awaited (its
-        answer came, or the actor gave up on it)."""
-        held = claim_on(self.claims, request_id)
-        if request_id not in self.requested and held is None:
+        """This sub-state with call ``request_id`` no longer awaited (`apply`
+        of its answer, or the actor gave up on it)."""
+        requested, claims = self.requested, self.claims
+        if request_id in requested:
+            requested = (
+                ()
+                if len(requested) == 1
+                else tuple(r for r in requested if r != request_id)
+            )
+        elif not claims:
             return self
-        return Outstanding(
-            requested=tuple([r for r in self.requested if r != request_id]),
-            claims=unclaimed(self.claims, request_id),
-        )
+        if claims:
+            claims = unclaimed(claims, request_id)
+        if not requested and not claims:
+            return NONE  # (most answers: no new value to make)
+        return Outstanding(requested=requested, claims=claims)
 
     def awaits(self, request_id: str) -> bool:
         """Whether call ``request_id`` was asked for and has no answer yet."""
@@ -90,6 +103,10 @@ class Outstanding(msgspec.Struct, frozen=True, kw_only=True, gc=False):
         """Whether ``claim`` may take its call: one awaited, and no other
         live worker's claim on it."""
         return claim.request_id in self.requested and claimable(self.claims, claim)
+
+
+NONE = Outstanding()
+"""No call awaited, no claim held."""
 
 
 def kept(state: Any) -> Outstanding:

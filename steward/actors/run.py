@@ -218,7 +218,7 @@ def _llm_requested(s: Run, event: LlmRequested) -> Run:
         s,
         llm_pending=event.request_id,
         iteration=event.iteration,
-        outstanding=s.outstanding.apply(event),
+        outstanding=s.outstanding.asked(event.request_id),
     )
 
 
@@ -242,7 +242,7 @@ def _llm_responded(s: Run, event: LlmResponded) -> Run:
         transcript_totals=totals,
         llm_pending=None,
         batch_failed=False,
-        outstanding=s.outstanding.apply(event),
+        outstanding=s.outstanding.answered(event.request_id),
         stall=s.stall + 1,
         rounds=s.rounds + 1 if event.tool_calls else s.rounds,
         input_tokens=s.input_tokens + event.usage.input_tokens,
@@ -263,7 +263,7 @@ def _tool_requested(s: Run, event: ToolRequested) -> Run:
     return replace(
         s,
         calls=(*s.calls, call),
-        outstanding=s.outstanding.apply(event),
+        outstanding=s.outstanding.asked(event.request_id),
         approvals=_without(s.approvals, approved),
         # an approved call keeps the id its ApprovalRequested already took
         tool_requests=s.tool_requests + 1 if approved is None else s.tool_requests,
@@ -277,7 +277,7 @@ def _tool_resulted(s: Run, event: ToolResulted) -> Run:
     if done is None:
         return s
     calls = _without(s.calls, done)
-    outstanding = s.outstanding.apply(event)
+    outstanding = s.outstanding.answered(event.request_id)
     if s.stage in staged.ACTING:  # a staged run's next call follows it up
         s = replace(s, next_stage=staged.followup_stage(s.settings))
     if event.ok:
@@ -418,7 +418,7 @@ def _llm_failed(s: Run, event: LlmFailed) -> Run:
     return replace(
         s,
         llm_pending=None,
-        outstanding=s.outstanding.apply(event),
+        outstanding=s.outstanding.answered(event.request_id),
         input_tokens=s.input_tokens + event.usage.input_tokens,
         output_tokens=s.output_tokens + event.usage.output_tokens,
         cost_usd=s.cost_usd + event.cost_usd,
