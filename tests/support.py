@@ -44,6 +44,28 @@ def steward_process(cwd: Path, *argv: str, **env: str) -> subprocess.Popen[bytes
     )
 
 
+def worker_process(cwd: Path, url: str, n: int) -> subprocess.Popen[bytes]:
+    """`steward worker` number ``n`` on log ``url``, its model the script
+    ``cwd/script.json``, with short claims and leases for tests that kill
+    workers or servers (a claim outlives the longest call it may make)."""
+    return steward_process(
+        cwd,
+        "--log",
+        url,
+        "--db",
+        str(cwd / f"projections-{n}.db"),
+        "--script",
+        str(cwd / "script.json"),
+        "worker",
+        STEWARD_LOG_CLAIM_SECONDS="1.5",
+        STEWARD_LOG_LEASE_SECONDS="3",
+        STEWARD_MODELS_DEFAULT_TIMEOUT="0.5",
+        STEWARD_MODELS_DEFAULT_MAX_RETRIES="1",
+        STEWARD_TOOLS_TIMEOUT="1.5",
+        STEWARD_LLM_MAX_CONCURRENCY="8",
+    )
+
+
 def start_run(cwd: Path, text: str, *argv: str) -> str:
     """``steward runs start TEXT`` in ``cwd`` (``argv`` before it): the id
     of the run it queued for the `serve` there."""

@@ -14,7 +14,7 @@ answers) stays in the kind's own state.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -29,14 +29,10 @@ from steward.events.protocol import (
     ToolResulted,
 )
 
-__all__ = ["ANSWERS", "CHANGES", "NONE", "Outstanding", "kept"]
-
-ANSWERS = (LlmResponded, LlmFailed, ToolResulted)
-"""The events that answer a call (an `LlmAttemptFailed` does not: the call
-is tried again)."""
+__all__ = ["CHANGES", "NONE", "Outstanding", "folded", "kept"]
 
 CHANGES: frozenset[type[Event]] = frozenset(
-    {LlmRequested, ToolRequested, *ANSWERS, EffectClaimed}
+    {LlmRequested, ToolRequested, LlmResponded, LlmFailed, ToolResulted, EffectClaimed}
 )
 """The event types `Outstanding.apply` does not pass over."""
 
@@ -114,3 +110,15 @@ def kept(state: Any) -> Outstanding:
     the `steward.actors.kind.Reactor.outstanding` of such a kind."""
     outstanding: Outstanding = state.outstanding
     return outstanding
+
+
+S = TypeVar("S", bound=msgspec.Struct)
+
+
+def folded(state: S, event: Event) -> S:
+    """``state`` (a kind's, keeping an `Outstanding` in its ``outstanding``
+    field) with ``event`` folded into that sub-state: a kind's ``evolve``
+    ends with it."""
+    if type(event) in CHANGES:
+        return msgspec.structs.replace(state, outstanding=kept(state).apply(event))
+    return state

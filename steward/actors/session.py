@@ -32,7 +32,7 @@ from croniter import croniter  # pure computation over a base time we pass in
 from msgspec import Struct
 from msgspec.structs import replace
 
-from steward.actors.outstanding import CHANGES, Outstanding
+from steward.actors.outstanding import Outstanding, folded
 from steward.actors.prompt import Prompt, prompt_hash
 from steward.actors.run import run_stream
 from steward.actors.session_context import build_context
@@ -425,10 +425,7 @@ def _command_parts(text: str, revision: int) -> tuple[str, str]:
 
 
 def evolve(state: Session, event: Event) -> Session:
-    after = _evolve(state, event)
-    if type(event) in CHANGES:
-        return replace(after, outstanding=after.outstanding.apply(event))
-    return after
+    return folded(_evolve(state, event), event)
 
 
 def _evolve(state: Session, event: Event) -> Session:
@@ -477,6 +474,8 @@ def _evolve(state: Session, event: Event) -> Session:
                 state,
                 turn=None,
                 messages=(*state.messages, answer),
+                # a direct turn's call, answered or not, is awaited no more
+                outstanding=state.outstanding.answered(f"{run_id}/llm"),
             )
         case SegmentStarted(segment=segment, at=at):
             return replace(
@@ -527,12 +526,14 @@ def _evolve(state: Session, event: Event) -> Session:
                 summary=summary or state.summary,
                 writer=None,
                 writing=(),
+                outstanding=state.outstanding.answered(event.request_id),
             )
         case MemoryWriteFailed(request_id=request_id):
             return replace(
                 state,
                 writer=None,
                 writing=(),
+                outstanding=state.outstanding.answered(request_id),
             )
         case SubagentStarted(run_id=run_id, name=name):
             return replace(

@@ -29,7 +29,7 @@ from typing import Any, TypeVar, overload
 import msgspec
 from msgspec.structs import replace
 
-from steward.actors.outstanding import CHANGES, Outstanding
+from steward.actors.outstanding import Outstanding, folded
 from steward.actors.prompt import Prompt, prompt_hash
 from steward.actors.task_eval import (
     Checkpoint,
@@ -195,10 +195,7 @@ def signature(template: str, inputs: dict[str, Any]) -> str:
 
 def evolve(state: Task, event: Event) -> Task:
     """``state`` after ``event``."""
-    after = _evolve(state, event)
-    if type(event) in CHANGES:
-        return replace(after, outstanding=after.outstanding.apply(event))
-    return after
+    return folded(_evolve(state, event), event)
 
 
 def _evolve(state: Task, event: Event) -> Task:

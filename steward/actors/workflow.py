@@ -42,7 +42,7 @@ from typing import Any, Literal
 from msgspec import Struct
 from msgspec.structs import replace
 
-from steward.actors.outstanding import CHANGES, Outstanding
+from steward.actors.outstanding import Outstanding, folded
 from steward.actors.run import run_stream
 from steward.actors.workflow_graph import (
     choose,
@@ -201,10 +201,7 @@ def _with_phase(state: Workflow, node: str, **changes: Any) -> Workflow:
 
 
 def evolve(state: Workflow, event: Event) -> Workflow:
-    after = _evolve(state, event)
-    if type(event) in CHANGES:
-        return replace(after, outstanding=after.outstanding.apply(event))
-    return after
+    return folded(_evolve(state, event), event)
 
 
 def _evolve(state: Workflow, event: Event) -> Workflow:

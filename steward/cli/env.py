@@ -310,21 +310,27 @@ PROGRESS_EVERY = 1.0
 """Seconds between progress lines of long work (on standard error)."""
 
 
-def progress(what: str, head: int) -> Callable[[int], None]:
+def progress(
+    what: str, head: int, unit: str = "position", per: int = 1, rate: str = "events"
+) -> Callable[[int], None]:
     """A reporter of ``what`` reaching positions towards ``head``: a line on
-    standard error at most every `PROGRESS_EVERY` seconds, none for quick work."""
+    standard error at most every `PROGRESS_EVERY` seconds, none for quick
+    work, counting in ``unit``s of ``per`` positions (its ``rate`` a
+    second)."""
     started = last = time.monotonic()
+    total = head // per
 
     def report(position: int) -> None:
         nonlocal last
         now = time.monotonic()
-        if now - last < PROGRESS_EVERY or position >= head:
+        done = position // per
+        if now - last < PROGRESS_EVERY or done >= total:
             return
         last = now
-        rate = position / max(now - started, 1e-9)
+        speed = done / max(now - started, 1e-9)
         print(
-            f"{what}: position {position:,} of {head:,} ({position / head:.0%}, "
-            f"{rate:,.0f} events/s)",
+            f"{what}: {unit} {done:,} of {total:,} ({done / total:.0%}, "
+            f"{speed:,.0f} {rate}/s)",
             file=sys.stderr,
             flush=True,
         )

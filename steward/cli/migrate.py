@@ -4,14 +4,11 @@ partitioned one (`steward.bus.jetstream.migrate`)."""
 from __future__ import annotations
 
 import argparse
-import sys
-import time
-from collections.abc import Callable
 
 from steward.bus import JetStreamEventLog, log_file, open_log
 from steward.bus.jetstream import POSITIONS_PER_COMMIT, migrate
 from steward.bus.jetstream.url import parse_url
-from steward.cli.env import EXIT_FAILED, PROGRESS_EVERY, Env
+from steward.cli.env import EXIT_FAILED, Env, progress
 from steward.cli.output import json_line
 from steward.errors import ConfigError, StewardError
 
@@ -68,7 +65,13 @@ async def cmd_log_migrate(env: Env, args: argparse.Namespace) -> int:
                 source,
                 target,
                 resume=args.resume,
-                progress=_progress(await source.head()),
+                progress=progress(
+                    "migrating",
+                    await source.head(),
+                    unit="commit",
+                    per=POSITIONS_PER_COMMIT,
+                    rate="commits",
+                ),
             )
             verified = await migrate.verify(source, target)
         finally:
@@ -117,27 +120,3 @@ async def cmd_log_migrate(env: Env, args: argparse.Namespace) -> int:
         f"{source.stream} is left as it was"
     )
     return 0
-
-
-def _progress(head: int) -> Callable[[int], None]:
-    """A line on standard error at most every `PROGRESS_EVERY` seconds: the
-    commits of the old log read so far, of those it holds."""
-    total = head // POSITIONS_PER_COMMIT
-    started = last = time.monotonic()
-
-    def report(position: int) -> None:
-        nonlocal last
-        now = time.monotonic()
-        done = position // POSITIONS_PER_COMMIT
-        if now - last < PROGRESS_EVERY or done >= total:
-            return
-        last = now
-        rate = done / max(now - started, 1e-9)
-        print(
-            f"migrating: commit {done:,} of {total:,} ({done / total:.0%}, "
-            f"{rate:,.0f} commits/s)",
-            file=sys.stderr,
-            flush=True,
-        )
-
-    return report

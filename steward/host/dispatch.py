@@ -224,7 +224,7 @@ class Dispatcher:
             saved = await self.checkpoints.load(partition)
         if saved is not None and saved[0] <= self.position:
             after, wants = saved
-            index.load(w for w in wants if self._shared.partition_of(w[0]) == partition)
+            index.load(w for w in wants if self._in_partition(partition, w[0]))
             self._last[partition] = self._saved[partition] = after
         while True:
             page = await self._shared.read_all(after, partition=partition)

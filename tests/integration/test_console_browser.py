@@ -6,36 +6,18 @@ print."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from console_browser import WAIT, chromium, launch, tab
 from console_site import ARGS, XSS, Served, Site, approving, make_log, steward
+from playwright.sync_api import Browser, Page, expect, sync_playwright
 from support import start_run
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = os.environ.get("STEWARD_CHROMIUM") or shutil.which("chromium")
-if CHROMIUM is None:
-    pytest.skip(
-        "no chromium on PATH: the browser tests need Debian's (apt-get install "
-        "chromium; .ci/run installs it), or STEWARD_CHROMIUM naming one",
-        allow_module_level=True,
-    )
-
-from playwright.sync_api import (  # noqa: E402  (after the skip: needs the browser)
-    Browser,
-    Page,
-    Playwright,
-    expect,
-    sync_playwright,
-)
-
-WAIT = 15_000
-"""Milliseconds a test waits for what it expects to appear."""
+chromium()  # (or the module is skipped)
 
 
 @pytest.fixture(scope="module")
@@ -56,36 +38,13 @@ def browser(served: Served) -> Iterator[Browser]:
     """Chromium, started after the log is made (Playwright's loop runs on
     this thread while it lasts)."""
     with sync_playwright() as playwright:
-        yield _launch(playwright)
-
-
-def _launch(playwright: Playwright) -> Browser:
-    assert CHROMIUM is not None
-    return playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield launch(playwright)
 
 
 @pytest.fixture
 def page(browser: Browser, served: Served) -> Iterator[Page]:
-    with _tab(browser, served.url) as opened:
+    with tab(browser, served.url) as opened:
         yield opened
-
-
-@contextlib.contextmanager
-def _tab(browser: Browser, url: str) -> Iterator[Page]:
-    """A page of the console at ``url``; it must open no dialog (no script
-    from the log ran) and the console's script must not fail."""
-    context = browser.new_context(base_url=url, viewport={"width": 1280, "height": 900})
-    opened = context.new_page()
-    dialogs: list[str] = []
-    opened.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-    errors: list[str] = []
-    opened.on("pageerror", lambda e: errors.append(str(e)))
-    try:
-        yield opened
-    finally:
-        context.close()
-    assert dialogs == [], f"a page opened dialogs (a script ran): {dialogs}"
-    assert errors == [], f"the console's script failed: {errors}"
 
 
 def test_list_filter_open_a_run_and_its_views(
@@ -188,7 +147,7 @@ def test_approve_a_waiting_run_and_watch_it_complete(
     """A run waiting on a person shows the call and its arguments as text;
     Approve records the answer in place (no reload), and the page follows
     the run, carried on by the serve, to its completion."""
-    with approving(tmp_path) as serving, _tab(browser, serving.url) as page:
+    with approving(tmp_path) as serving, tab(browser, serving.url) as page:
         run = start_run(
             tmp_path, "write notes", "--db", str(tmp_path / "log.db"), "--script",
             "s.json",

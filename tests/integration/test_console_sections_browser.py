@@ -7,34 +7,18 @@ Chromium is installed."""
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from console_actors import MARKUP, Actors, make_actors
+from console_browser import WAIT, chromium, launch, tab
 from console_site import Served
+from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = os.environ.get("STEWARD_CHROMIUM") or shutil.which("chromium")
-if CHROMIUM is None:
-    pytest.skip(
-        "no chromium on PATH: the browser tests need Debian's (apt-get install "
-        "chromium; .ci/run installs it), or STEWARD_CHROMIUM naming one",
-        allow_module_level=True,
-    )
-
-from playwright.sync_api import (  # noqa: E402  (after the skip: needs the browser)
-    Browser,
-    Page,
-    expect,
-    sync_playwright,
-)
-
-WAIT = 15_000
-"""Milliseconds a test waits for what it expects to appear."""
+chromium()  # (or the module is skipped)
 
 
 @pytest.fixture(scope="module")
@@ -52,29 +36,14 @@ def served(site: tuple[Path, Actors]) -> Iterator[Served]:
 
 @pytest.fixture(scope="module")
 def browser(served: Served) -> Iterator[Browser]:
-    assert CHROMIUM is not None
     with sync_playwright() as playwright:
-        yield playwright.chromium.launch(
-            executable_path=CHROMIUM, args=["--no-sandbox"]
-        )
+        yield launch(playwright)
 
 
 @pytest.fixture
 def page(browser: Browser, served: Served) -> Iterator[Page]:
-    context = browser.new_context(
-        base_url=served.url, viewport={"width": 1280, "height": 900}
-    )
-    opened = context.new_page()
-    dialogs: list[str] = []
-    opened.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-    errors: list[str] = []
-    opened.on("pageerror", lambda e: errors.append(str(e)))
-    try:
+    with tab(browser, served.url) as opened:
         yield opened
-    finally:
-        context.close()
-    assert dialogs == [], f"a page opened dialogs (a script ran): {dialogs}"
-    assert errors == [], f"the console's script failed: {errors}"
 
 
 def test_a_workflow_page_shows_the_path_taken_and_leads_to_a_phase_run(

@@ -39,7 +39,7 @@ from steward.actors.effects import (
 )
 from steward.actors.kind import Decider, Kind, Kinds, Reactor, Surface
 from steward.actors.llm import ScriptedProvider
-from steward.actors.outstanding import CHANGES, Outstanding, kept
+from steward.actors.outstanding import Outstanding, folded, kept
 from steward.actors.prompt import Prompt, prompt_hash
 from steward.actors.run import run_id_of, run_stream
 from steward.bus import SqliteEventLog
@@ -88,9 +88,12 @@ class TallyDone(Event, frozen=True, kw_only=True):
 
 
 def evolve(state: Tally, event: Event) -> Tally:
+    """The tally's own fields, and the calls it awaits (`folded`)."""
+    return folded(_evolve(state, event), event)
+
+
+def _evolve(state: Tally, event: Event) -> Tally:
     replace = msgspec.structs.replace
-    if type(event) in CHANGES:  # a call requested, answered or claimed
-        state = replace(state, outstanding=state.outstanding.apply(event))
     match event:
         case TallyOpened(tally_id=tally_id):
             return replace(state, id=tally_id)

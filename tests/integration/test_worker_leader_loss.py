@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -26,7 +25,7 @@ import nats
 import pytest
 from nats_cluster import Node, cluster
 from nats_server import NatsServer
-from support import steward_process, stop_all
+from support import stop_all, worker_process
 
 from steward import events, replay
 from steward.actors import run as run_actor
@@ -59,25 +58,6 @@ def _script(path: Path) -> None:
         reply(type="finish", output="done"),
     ]
     path.write_text(json.dumps({"per_run": True, "replies": replies}))
-
-
-def _worker(tmp: Path, url: str, n: int) -> subprocess.Popen[bytes]:
-    return steward_process(
-        tmp,
-        "--log",
-        url,
-        "--db",
-        str(tmp / f"projections-{n}.db"),
-        "--script",
-        str(tmp / "script.json"),
-        "worker",
-        STEWARD_LOG_CLAIM_SECONDS="1.5",
-        STEWARD_LOG_LEASE_SECONDS="3",
-        STEWARD_MODELS_DEFAULT_TIMEOUT="0.5",
-        STEWARD_MODELS_DEFAULT_MAX_RETRIES="1",
-        STEWARD_TOOLS_TIMEOUT="1.5",
-        STEWARD_LLM_MAX_CONCURRENCY="8",
-    )
 
 
 async def _open(url: str, timeout: float = 30.0) -> JetStreamEventLog:
@@ -137,7 +117,7 @@ async def test_workers_survive_the_loss_of_every_leader(tmp_path: Path) -> None:
         raw = await nats.connect(
             [n.url for n in nodes.values()], max_reconnect_attempts=-1
         )
-        workers = [_worker(tmp_path, url, n) for n in range(2)]
+        workers = [worker_process(tmp_path, url, n) for n in range(2)]
         try:
             await until_shared(log, 2, timeout=60)
             settings = load_settings(None, env={}).run_settings(

@@ -11,13 +11,12 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import subprocess
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from nats_server import NatsServer
-from support import steward_process, stop_all
+from support import stop_all, worker_process
 
 from steward import events, replay
 from steward.actors import run as run_actor
@@ -52,26 +51,6 @@ def _script(path: Path) -> None:
     path.write_text(json.dumps({"per_run": True, "replies": replies}))
 
 
-def _worker(tmp: Path, url: str, n: int) -> subprocess.Popen[bytes]:
-    return steward_process(
-        tmp,
-        "--log",
-        url,
-        "--db",
-        str(tmp / f"projections-{n}.db"),
-        "--script",
-        str(tmp / "script.json"),
-        "worker",
-        STEWARD_LOG_CLAIM_SECONDS="1.5",
-        STEWARD_LOG_LEASE_SECONDS="3",
-        # a claim must outlive the longest call a worker may make
-        STEWARD_MODELS_DEFAULT_TIMEOUT="0.5",
-        STEWARD_MODELS_DEFAULT_MAX_RETRIES="1",
-        STEWARD_TOOLS_TIMEOUT="1.5",
-        STEWARD_LLM_MAX_CONCURRENCY="8",
-    )
-
-
 async def _statuses(log: JetStreamEventLog, runs: int | None = None) -> Counter[str]:
     """How many runs are in each status: of all, or of the first ``runs``."""
     counts: Counter[str] = Counter()
@@ -91,7 +70,7 @@ async def test_workers_share_runs_and_survive_a_sigkill(
     server.start()
     url = f"{server.url}?stream=WORK&prefix=work.ev"
     _script(tmp_path / "script.json")
-    workers = [_worker(tmp_path, url, n) for n in range(3)]
+    workers = [worker_process(tmp_path, url, n) for n in range(3)]
     log = await open_log(url)
     assert isinstance(log, JetStreamEventLog)
     try:

@@ -408,6 +408,8 @@ class Membership:
                 continue
             if p in self.held:
                 self._revisions[p] = revision
+            else:  # let go while renewing: the renewal must not keep it
+                await self._delete_lease(p, revision)
         self.renewed = started
         if lost:
             logger.warning(
@@ -459,13 +461,16 @@ class Membership:
             return
         await self._tell(self.held - partitions)
         for p in sorted(partitions):
-            revision = self._revisions.pop(p, None)
-            try:
-                await self._kv.delete(f"lease.{p}", last=revision)
-            except nats.js.errors.BadRequestError as e:
-                if e.err_code not in _WRONG_LAST_SEQUENCE:
-                    raise
-                # lapsed and taken by another already
+            await self._delete_lease(p, self._revisions.pop(p, None))
+
+    async def _delete_lease(self, partition: int, revision: int | None) -> None:
+        """Give up the lease of ``partition`` at ``revision`` (unless it
+        lapsed and another took it already)."""
+        try:
+            await self._kv.delete(f"lease.{partition}", last=revision)
+        except nats.js.errors.BadRequestError as e:
+            if e.err_code not in _WRONG_LAST_SEQUENCE:
+                raise
 
     async def _tell(self, held: frozenset[int]) -> None:
         """Hold ``held`` from now on; partitions the host could not take
