@@ -208,3 +208,10 @@ def approving(tmp: Path) -> Served:
     )
     db = str(tmp / "log.db")
     return Served(tmp, "--db", db, "--script", "s.json", command=("serve",))
+
+
+def csrf(page: str) -> str:
+    """The CSRF value a console page carries for its forms."""
+    found = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert found is not None, "the page carries no CSRF value"
+    return found[1]

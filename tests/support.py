@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from steward.actors.kind import Kind, Kinds
+    from steward.bus import EventLog
 
 
 def act(**command: Any) -> str:
@@ -41,6 +42,32 @@ def steward_process(cwd: Path, *argv: str, **env: str) -> subprocess.Popen[bytes
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         env={**os.environ, "PYTHONUNBUFFERED": "1", **env},
+    )
+
+
+async def create_runs(log: EventLog, ids: list[str]) -> None:
+    """Record runs ``ids``, each asked "go" with the default profile's
+    settings and the built-in tools, for a serve or workers to carry out."""
+    import asyncio
+
+    from steward import events
+    from steward.actors.run import run_stream
+    from steward.actors.tools import ToolRegistry
+    from steward.config import load_settings
+    from steward.host import Host
+
+    settings = load_settings(None, env={}).run_settings(
+        "default", ToolRegistry.with_builtins().specs()
+    )
+    starter = Host(log)
+    await asyncio.gather(
+        *(
+            starter.submit(
+                run_stream(run_id),
+                events.RunCreated(run_id=run_id, input_text="go", settings=settings),
+            )
+            for run_id in ids
+        )
     )
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from console_site import ARGS, Served, Site, approving, make_log, steward
+from console_site import ARGS, Served, Site, approving, csrf, make_log, steward
 from support import start_run
 
 pytestmark = pytest.mark.slow
@@ -29,12 +29,6 @@ def served(tmp_path: Path) -> Iterator[Served]:
 def web(served: Served) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=served.url, timeout=20) as client:
         yield client
-
-
-def _csrf(page: str) -> str:
-    found = re.search(r'name="csrf" value="([^"]+)"', page)
-    assert found is not None, "the page carries no CSRF value"
-    return found[1]
 
 
 def until(web: httpx.Client, stream: str, holds: Callable[[str], bool]) -> str:
@@ -82,7 +76,7 @@ def test_approve_from_the_page_and_the_run_goes_on(
     assert "<script>alert(3)" not in page
     done = web.post(
         f"/actor/approve?stream={stream}",
-        data={"csrf": _csrf(page), "request": request},
+        data={"csrf": csrf(page), "request": request},
         headers={"Origin": str(web.base_url).rstrip("/")},
     )
     assert done.status_code == 303
@@ -104,7 +98,7 @@ def test_deny_from_the_page_tells_the_run_why(
     stream, page, request = _waiting(web, tmp_path, "write notes, be told no")
     done = web.post(
         f"/actor/deny?stream={stream}",
-        data={"csrf": _csrf(page), "request": request, "reason": "not on a Friday"},
+        data={"csrf": csrf(page), "request": request, "reason": "not on a Friday"},
     )
     assert done.status_code == 303
     assert f"{request} denied" in web.get(done.headers["location"]).text
@@ -129,11 +123,11 @@ def test_an_answer_needs_the_csrf_value_and_a_request_waited_on(
     assert web.post(f"/actor/deny?stream={stream}", data={}).status_code == 403
     other = web.post(
         url,
-        data={"csrf": _csrf(page), "request": request},
+        data={"csrf": csrf(page), "request": request},
         headers={"Origin": "http://evil.example"},
     )
     assert other.status_code == 403
-    wrong = web.post(url, data={"csrf": _csrf(page), "request": "r-nothing"})
+    wrong = web.post(url, data={"csrf": csrf(page), "request": "r-nothing"})
     assert wrong.status_code == 400
     assert f"waits for no request &#39;r-nothing&#39;, only for &#39;{request}" in (
         wrong.text
@@ -183,7 +177,7 @@ def test_batch_cancel_all_shown_counts_the_cancelled_and_the_skipped(
     done = listed.post(
         "/actors/cancel",
         data={
-            "csrf": _csrf(page),
+            "csrf": csrf(page),
             "which": "shown",
             "reason": "a batch",
             "q": "queued",
@@ -200,7 +194,7 @@ def test_batch_cancel_all_shown_counts_the_cancelled_and_the_skipped(
     assert reasons["state"]["reason"] == "a batch"
 
 
-def test_batch_cancel_selected_only_and_refused_without_csrf(
+def test_batch_cancel_selected_only_and_refused_withoutcsrf(
     listed: httpx.Client, site: tuple[Path, Site]
 ) -> None:
     """ "Cancel selected" cancels the ticked runs only; without the page's
@@ -214,18 +208,16 @@ def test_batch_cancel_selected_only_and_refused_without_csrf(
     refused = listed.post("/actors/cancel", data=form)
     assert refused.status_code == 403
     assert _status(tmp, runs.queued[2]) == "pending"
-    done = listed.post("/actors/cancel", data={"csrf": _csrf(page), **form})
+    done = listed.post("/actors/cancel", data={"csrf": csrf(page), **form})
     assert "1 of 1 cancelled" in listed.get(done.headers["location"]).text
     assert _status(tmp, runs.queued[2]) == "cancelled"
     assert _status(tmp, runs.queued[3]) == "pending"
-    none = listed.post(
-        "/actors/cancel", data={"csrf": _csrf(page), "which": "selected"}
-    )
+    none = listed.post("/actors/cancel", data={"csrf": csrf(page), "which": "selected"})
     assert none.status_code == 400 and "tick the actors to cancel" in none.text
     mixed = listed.post(
         "/actors/cancel",
         data={
-            "csrf": _csrf(page),
+            "csrf": csrf(page),
             "which": "shown",
             "shown": ["session.s-any", f"run.{runs.root}", left],
         },
@@ -238,7 +230,7 @@ def test_batch_cancel_selected_only_and_refused_without_csrf(
     assert _status(tmp, runs.queued[3]) == "cancelled"
     robot = listed.post(
         "/actors/cancel",
-        data={"csrf": _csrf(page), "which": "shown", "shown": "robot.r1"},
+        data={"csrf": csrf(page), "which": "shown", "shown": "robot.r1"},
     )
     assert robot.status_code == 404 and "of no actor kind" in robot.text
 

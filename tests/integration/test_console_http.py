@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from console_site import XSS, Served, Site, make_log, steward
+from console_site import XSS, Served, Site, csrf, make_log, steward
 from nats_server import NatsServer
 from support import PLAN, act
 
@@ -36,12 +36,6 @@ def served(site: tuple[Path, Site]) -> Iterator[Served]:
 def web(served: Served) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=served.url, timeout=20) as client:
         yield client
-
-
-def _csrf(page: str) -> str:
-    found = re.search(r'name="csrf" value="([^"]+)"', page)
-    assert found is not None, "the page carries no CSRF value"
-    return found[1]
 
 
 def test_the_list_shows_every_run_newest_first_with_counts(
@@ -192,7 +186,7 @@ def test_an_action_needs_the_page_csrf_value_and_this_origin(
     assert web.post(url, data={"reason": "x"}).status_code == 403
     refused = web.post(
         url,
-        data={"csrf": _csrf(page)},
+        data={"csrf": csrf(page)},
         headers={"Origin": "http://evil.example"},
     )
     assert refused.status_code == 403
@@ -209,7 +203,7 @@ def test_cancel_from_the_page_is_recorded(
     page = web.get("/actor", params={"stream": f"run.{run}"}).text
     done = web.post(
         f"/actor/cancel?stream=run.{run}",
-        data={"csrf": _csrf(page), "reason": "seen enough"},
+        data={"csrf": csrf(page), "reason": "seen enough"},
         headers={"Origin": str(web.base_url).rstrip("/")},
     )
     assert done.status_code == 303
@@ -218,7 +212,7 @@ def test_cancel_from_the_page_is_recorded(
     shown = json.loads(steward(tmp, "replay", run, "-o", "json"))
     assert shown["state"]["status"] == "cancelled"
     assert shown["state"]["reason"] == "seen enough"
-    again = web.post(f"/actor/cancel?stream=run.{run}", data={"csrf": _csrf(page)})
+    again = web.post(f"/actor/cancel?stream=run.{run}", data={"csrf": csrf(page)})
     assert "refused" in web.get(again.headers["location"]).text
 
 
@@ -233,7 +227,7 @@ def test_fork_at_a_step_makes_a_new_run(
     ends = re.findall(r'name="at" value="(\d+)"', page)
     assert ends[:2] == ["3", "6"]
     forked = web.post(
-        f"/actor/fork?stream={stream}", data={"csrf": _csrf(page), "at": "6"}
+        f"/actor/fork?stream={stream}", data={"csrf": csrf(page), "at": "6"}
     )
     assert forked.status_code == 303
     fork = re.search(r"stream=(run\.[^&]+)", forked.headers["location"])
@@ -242,7 +236,7 @@ def test_fork_at_a_step_makes_a_new_run(
     assert len(exported) == 6
     assert "verify: ok" in steward(tmp, "replay", fork[1], "--verify")
     inside = web.post(
-        f"/actor/fork?stream={stream}", data={"csrf": _csrf(page), "at": "5"}
+        f"/actor/fork?stream={stream}", data={"csrf": csrf(page), "at": "5"}
     )
     assert inside.status_code == 400 and "inside a step" in inside.text
 

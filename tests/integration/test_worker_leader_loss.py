@@ -25,18 +25,15 @@ import nats
 import pytest
 from nats_cluster import Node, cluster
 from nats_server import NatsServer
-from support import stop_all, worker_process
+from support import create_runs, stop_all, worker_process
 
 from steward import events, replay
 from steward.actors import run as run_actor
 from steward.actors.run_effects import run_stream
-from steward.actors.tools import ToolRegistry
 from steward.bus import JetStreamEventLog
 from steward.bus.jetstream.members import Membership, until_shared
 from steward.bus.jetstream.url import parse_url
-from steward.config import load_settings
 from steward.errors import LogWriteError
-from steward.host import Host
 
 pytestmark = pytest.mark.slow
 
@@ -120,21 +117,7 @@ async def test_workers_survive_the_loss_of_every_leader(tmp_path: Path) -> None:
         workers = [worker_process(tmp_path, url, n) for n in range(2)]
         try:
             await until_shared(log, 2, timeout=60)
-            settings = load_settings(None, env={}).run_settings(
-                "default", ToolRegistry.with_builtins().specs()
-            )
-            starter = Host(log)
-            await asyncio.gather(
-                *(
-                    starter.submit(
-                        run_stream(f"l{n}"),
-                        events.RunCreated(
-                            run_id=f"l{n}", input_text="go", settings=settings
-                        ),
-                    )
-                    for n in range(RUNS)
-                )
-            )
+            await create_runs(log, [f"l{n}" for n in range(RUNS)])
             leader = await asyncio.to_thread(_meta_leader, nodes)
             await _lead(raw, STREAM, leader)
             await _lead(raw, f"KV_{STREAM}_WORKERS", leader)

@@ -16,16 +16,13 @@ from pathlib import Path
 
 import pytest
 from nats_server import NatsServer
-from support import stop_all, worker_process
+from support import create_runs, stop_all, worker_process
 
 from steward import events, replay
 from steward.actors import run as run_actor
 from steward.actors.run_effects import run_stream
-from steward.actors.tools import ToolRegistry
 from steward.bus import JetStreamEventLog, open_log
 from steward.bus.jetstream.members import until_shared
-from steward.config import load_settings
-from steward.host import Host
 
 pytestmark = pytest.mark.slow
 
@@ -75,21 +72,7 @@ async def test_workers_share_runs_and_survive_a_sigkill(
     assert isinstance(log, JetStreamEventLog)
     try:
         await until_shared(log, 3, timeout=30)
-        settings = load_settings(None, env={}).run_settings(
-            "default", ToolRegistry.with_builtins().specs()
-        )
-        starter = Host(log)
-        await asyncio.gather(
-            *(
-                starter.submit(
-                    run_stream(f"w{n}"),
-                    events.RunCreated(
-                        run_id=f"w{n}", input_text="go", settings=settings
-                    ),
-                )
-                for n in range(RUNS)
-            )
-        )
+        await create_runs(log, [f"w{n}" for n in range(RUNS)])
         # until work is visibly under way (some of the first runs done: a
         # sample, so that looking takes no time the work would go on in)
         for _ in range(600):
