@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+from typing import Protocol
 
 import msgspec
 
@@ -31,11 +32,18 @@ from steward.events import (
     TurnStarted,
 )
 from steward.host import Host
-from steward.projections.sessions import elsewhere
-from steward.projections.store import Projector
 from steward.stage_prompts import with_prompts
 
-__all__ = ["answer", "message", "open_session"]
+__all__ = ["ChatReads", "answer", "message", "open_session"]
+
+
+class ChatReads(Protocol):
+    """Where a message's sender's other chats are looked up: the memory
+    views (`Projector`), or a worker's `RemoteReads` of them."""
+
+    async def elsewhere(
+        self, sender: str, session_id: str, limit: int
+    ) -> tuple[Elsewhere, ...]: ...
 
 
 async def open_session(
@@ -71,7 +79,7 @@ async def open_session(
 async def message(
     settings: Settings,
     host: Host,
-    projector: Projector | None,
+    reads: ChatReads | None,
     session_id: str,
     text: str,
     sender: str | None,
@@ -88,10 +96,8 @@ async def message(
     # by the rule of sessions opened now (of an older session's commands,
     # the blocks are recorded and go unread)
     command = is_command(text, SESSION_REVISION)
-    if projector is not None and sender and limit and not command:
-        found = await projector.read(
-            lambda conn: elsewhere(conn, sender, session_id, limit)
-        )
+    if reads is not None and sender and limit and not command:
+        found = await reads.elsewhere(sender, session_id, limit)
     hosting = host.started_at
     return MessageReceived(
         message_id=message_id or f"{session_id}-{secrets.token_hex(6)}",

@@ -36,7 +36,7 @@ import nats.js.api
 import nats.js.errors
 
 from steward import events
-from steward.chats import message, open_session
+from steward.chats import ChatReads, message, open_session
 from steward.config.settings import Settings
 from steward.errors import StewardError
 from steward.host import Host
@@ -81,6 +81,7 @@ ERROR_CODES = (
     "bad_schema",
     "unknown_channel",
     "no_agent",
+    "too_long",
     "internal",
 )
 """The stable codes of an error reply and of a dead-letter's
@@ -233,6 +234,8 @@ class Ingress:
         settings: the settings sessions are opened with (profiles, models).
         channels: channel name → agent profile name; other channels are
             answered ``unknown_channel``.
+        reads: where a sender's other chats are looked up (`serve`'s
+            projections, or a worker's remote reads of them).
         max_bytes: largest payload accepted; larger ones are ``too_large``.
         queue: the NATS queue group the ingress processes share.
         replicas: copies of the dead-letter stream, when it is created.
@@ -245,6 +248,7 @@ class Ingress:
         settings: Settings,
         channels: dict[str, str],
         *,
+        reads: ChatReads | None = None,
         max_bytes: int = DEFAULT_MAX_BYTES,
         queue: str = QUEUE_GROUP,
         replicas: int = 1,
@@ -255,6 +259,7 @@ class Ingress:
         self.host = host
         self.settings = settings
         self.channels = dict(channels)
+        self.reads = reads
         self.max_bytes = max_bytes
         self.queue = queue
         self._sub: Any = None
@@ -336,6 +341,14 @@ class Ingress:
                 f"channel {channel!r} names agent profile {profile!r}, which is not "
                 f"in [agents]; the message was not taken",
             )
+        limit = self.settings.session.max_message_chars
+        if len(inbound.text) > limit:
+            raise _Rejected(
+                "too_long",
+                f"the message has {len(inbound.text)} characters, more than the "
+                f"{limit} a session takes ([session] max_message_chars); send "
+                "it in parts",
+            )
         chat = inbound.context_id or inbound.user_id or "default"
         session_id = f"{channel}:{chat}"
         try:
@@ -347,7 +360,7 @@ class Ingress:
         sent = await message(
             self.settings,
             self.host,
-            self.host.projector,
+            self.reads,
             session_id,
             inbound.text,
             inbound.user_id,

@@ -11,6 +11,7 @@ names, the cluster name, the store layout and JetStream come from the files.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import socket
@@ -20,6 +21,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from nats_server import binary, end, wait_listening
+
+from steward.bus import JetStreamEventLog
+from steward.bus.jetstream.url import parse_url
+from steward.errors import LogWriteError
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy" / "nats"
 NODES = ("n1", "n2", "n3")
@@ -131,3 +136,20 @@ def cluster(tmp: Path) -> Iterator[dict[str, Node]]:
     finally:
         for node in nodes.values():
             node.stop()
+
+
+async def open_log(url: str, timeout: float = 30.0) -> JetStreamEventLog:
+    """The log at ``url``, once the cluster has elected a leader that can
+    create it."""
+    servers, options = parse_url(url)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        try:
+            return await JetStreamEventLog.open(
+                servers, reconnect_wait=0.05, reconnect_max_wait=0.5, **options
+            )
+        except LogWriteError:
+            if loop.time() > deadline:
+                raise
+        await asyncio.sleep(0.2)

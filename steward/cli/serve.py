@@ -29,6 +29,7 @@ from steward.bus import EventLog, JetStreamEventLog
 from steward.bus.jetstream.checkpoints import Checkpoints
 from steward.bus.jetstream.inputs import Inputs
 from steward.bus.jetstream.members import Membership
+from steward.bus.jetstream.outbound import Told
 from steward.bus.jetstream.reads import RemoteReads, answer_reads
 from steward.cli.console import exposed, served
 from steward.cli.env import Env, ensure_place, opened, progress
@@ -123,10 +124,14 @@ async def _serve_log(
             )
         metrics = _metrics_endpoint(env, args.metrics_port)
         try:
+            egress = None
+            if isinstance(log, JetStreamEventLog):
+                # before the host joins: its first share is caught up too
+                told = Told(log)
+                egress = Egress(log.connection, host, env.settings.outbound, told=told)
+                await egress.start()
             await host.start(progress("catching up", await log.head()))
-            intake, outlets = (
-                await _start_services(env, log, host) if services else ([], [])
-            )
+            intake, outlets = await _start_services(env, log, host, egress)
             if isinstance(log, JetStreamEventLog):  # `host_of` finds it
                 command = "serve" if services else f"worker {host.worker_id}"
                 await log.advertise(f"steward {command}, pid {os.getpid()}")
@@ -244,15 +249,17 @@ async def drain(env: Env, host: Host, abandon: asyncio.Event) -> None:
 
 
 async def _start_services(
-    env: Env, log: EventLog, host: Host
+    env: Env, log: EventLog, host: Host, egress: Egress | None
 ) -> tuple[list[Closer], list[Closer]]:
-    """On a NATS log: egress always, ingress for the configured channels.
+    """On a NATS log, in `serve` and every worker alike: the egress, and
+    ingress for the configured channels (one queue group over every host,
+    so services are answered while any host runs); `serve` answers the
+    workers' reads of its projections too.
 
     Returns the closers of what takes messages in (closed first) and of
     what sends them out (closed once the calls in flight are answered).
     """
-    connection = getattr(log, "connection", None)
-    if connection is None:
+    if egress is None:
         if env.settings.channels:
             raise ConfigError(
                 "settings",
@@ -260,21 +267,21 @@ async def _start_services(
                 "inbound channels need a nats:// event log ([log] url or --log)",
             )
         return [], []
-    egress = Egress(connection, host)
-    egress.start()
     outlets: list[Closer] = [egress.close]
-    if host.projector is not None:
+    projector = host.projector
+    if projector is not None:
         # the workers' tools read the projections this serve keeps
-        outlets.append(await answer_reads(log, host.projector.search_memory))
+        outlets.append(await answer_reads(log, projector))
     intake: list[Closer] = []
     if env.settings.channels:
         for profile in env.settings.channels.values():
             env.settings.profile(profile)  # an unknown profile fails here, named
         ingress = Ingress(
-            connection,
+            egress.nc,
             host,
             env.settings,
             env.settings.channels,
+            reads=projector if projector is not None else RemoteReads(log),
             replicas=getattr(log, "replicas", 1),
         )
         await ingress.start()

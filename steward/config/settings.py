@@ -24,6 +24,7 @@ __all__ = [
     "LogConfig",
     "McpServerConfig",
     "MetricsConfig",
+    "OutboundConfig",
     "ModelConfig",
     "OtelConfig",
     "RunConfig",
@@ -214,6 +215,24 @@ class MetricsConfig(_Section, frozen=True, kw_only=True):
     address: str = "127.0.0.1"
     """Address the endpoint listens on; the default keeps it to this machine,
     ``0.0.0.0`` serves every interface (for a Prometheus on another host)."""
+
+
+class OutboundConfig(_Section, frozen=True, kw_only=True):
+    """``[outbound]``: the JetStream stream that keeps what steward tells
+    services (``steward.outbound.<channel>``), on a ``nats://`` log."""
+
+    max_age_seconds: Seconds = 7 * 24 * 3600.0
+    """How long an outbound message is kept for a service's durable
+    consumer to read (default 7 days)."""
+
+    duplicate_window_seconds: Seconds = 600.0
+    """How long JetStream remembers an outbound message's id
+    (``Nats-Msg-Id``, its event's id), so that one published again after a
+    crash or a takeover is stored once (default 10 minutes)."""
+
+    stream: str = "STEWARD_OUTBOUND"
+    """The stream's name; it is made on start when missing (an existing one
+    is used as it is, so an operator may change its limits)."""
 
 
 class ConsoleConfig(_Section, frozen=True, kw_only=True):
@@ -466,6 +485,9 @@ class Settings(_Section, frozen=True, kw_only=True):
 
     console: ConsoleConfig = msgspec.field(default_factory=ConsoleConfig)
     """``[console]``: the web page of ``steward console``."""
+
+    outbound: OutboundConfig = msgspec.field(default_factory=OutboundConfig)
+    """``[outbound]``: the stream that keeps outbound messages for services."""
 
     otel: OtelConfig = msgspec.field(default_factory=OtelConfig)
     """``[otel]``: OpenTelemetry traces."""

@@ -164,6 +164,7 @@ class Host:
         self.inputs = inputs
         """Inputs sent to the partitions this worker holds, and by it to
         the others' holders."""
+        self._holding_listeners: list[Callable[[frozenset[int]], None]] = []
         self._dispatching: asyncio.Task[None] | None = None
         self._timing: asyncio.Task[None] | None = None
         self._sweeping: asyncio.Task[None] | None = None
@@ -206,6 +207,11 @@ class Host:
         """
         self.models.delta_listeners.append(listener)
 
+    def listen_holding(self, listener: Callable[[frozenset[int]], None]) -> None:
+        """Call ``listener`` with the partitions of a shared log this host
+        holds, whenever they change (before it follows the new ones)."""
+        self._holding_listeners.append(listener)
+
     async def start(self, progress: Callable[[int], None] | None = None) -> None:
         """Resume unanswered effects and due timers, then follow the log.
 
@@ -231,6 +237,8 @@ class Host:
     async def _hold(self, held: frozenset[int]) -> None:
         """Carry out the effects of partitions ``held`` (`Dispatcher.hold`),
         and decide the inputs other workers send them."""
+        for listener in self._holding_listeners:
+            listener(held)
         await self.dispatcher.hold(held)
         if self.inputs is not None:
             submit = self.mailboxes.submit

@@ -49,7 +49,7 @@ DEBOUNCE = 60.0
 SETTINGS = Settings(
     run=RunConfig(planning_gate=False),
     agents={"default": AgentProfile(), "helper": AgentProfile()},
-    session=SessionConfig(debounce_ms=int(DEBOUNCE * 1000)),
+    session=SessionConfig(debounce_ms=int(DEBOUNCE * 1000), max_message_chars=500),
 )
 CHANNELS = {"web": "default", "ops": "helper", "orphan": "missing"}
 
@@ -107,7 +107,7 @@ async def serving(
     ingress = Ingress(steward_nc, host, SETTINGS, CHANNELS, max_bytes=1024)
     egress = Egress(steward_nc, host)
     try:
-        egress.start()
+        await egress.start()
         await ingress.start()
         await steward_nc.flush()
         yield Setup(host, log, client, ingress, clock)
@@ -492,6 +492,14 @@ BAD = [
         "too_large",
         "more than the 1024",
         id="too-large",
+    ),
+    pytest.param(
+        "web",
+        json.dumps({"text": "x" * 600}).encode(),
+        None,
+        "too_long",
+        "600 characters, more than the 500",
+        id="too-long",
     ),
     pytest.param(
         "nowhere",

@@ -343,7 +343,7 @@ async def test_a_fifth_kind_runs_through_host_cli_replay_fork_and_rebuild(
     nc = await nats.connect(nats_server.url)
     heard = await nc.subscribe("steward.outbound.tally")
     egress = Egress(nc, host)
-    egress.start()
+    await egress.start()
     try:
         await nc.flush()
         await host.submit("tally.t1", TallyOpened(tally_id="t1"))

@@ -23,7 +23,7 @@ from typing import Any
 
 import nats
 import pytest
-from nats_cluster import Node, cluster
+from nats_cluster import Node, cluster, open_log
 from nats_server import NatsServer
 from support import create_runs, stop_all, worker_process
 
@@ -32,8 +32,6 @@ from steward.actors import run as run_actor
 from steward.actors.run_effects import run_stream
 from steward.bus import JetStreamEventLog
 from steward.bus.jetstream.members import Membership, until_shared
-from steward.bus.jetstream.url import parse_url
-from steward.errors import LogWriteError
 
 pytestmark = pytest.mark.slow
 
@@ -55,22 +53,6 @@ def _script(path: Path) -> None:
         reply(type="finish", output="done"),
     ]
     path.write_text(json.dumps({"per_run": True, "replies": replies}))
-
-
-async def _open(url: str, timeout: float = 30.0) -> JetStreamEventLog:
-    """The log, once the cluster has elected a leader that can create it."""
-    servers, options = parse_url(url)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        try:
-            return await JetStreamEventLog.open(
-                servers, reconnect_wait=0.05, reconnect_max_wait=0.5, **options
-            )
-        except LogWriteError:
-            if loop.time() > deadline:
-                raise
-        await asyncio.sleep(0.2)
 
 
 async def _lead(raw: Any, stream: str, node: str) -> None:
@@ -110,7 +92,7 @@ async def test_workers_survive_the_loss_of_every_leader(tmp_path: Path) -> None:
     with cluster(tmp_path) as nodes:
         where = ",".join(n.url.removeprefix("nats://") for n in nodes.values())
         url = f"nats://{where}?stream={STREAM}&prefix=loss.ev&replicas=3"
-        log = await _open(url)
+        log = await open_log(url)
         raw = await nats.connect(
             [n.url for n in nodes.values()], max_reconnect_attempts=-1
         )

@@ -165,27 +165,37 @@ async def test_a_workers_tools_read_the_projections_through_serve(
     nats_server: NatsServer,
 ) -> None:
     """`memory.search` on a worker asks `serve`, which keeps the projections;
-    with no serve it fails in one line the tool records."""
+    with no serve it fails in one line the tool records. A message a worker
+    takes asks `serve` for its sender's other chats, and is taken without
+    them when no serve answers."""
     log = await _open(nats_server, "SHARES_READS")
     asked: list[tuple[str, str, int]] = []
+    other = events.Elsewhere(session_id="web:b", role="message", text="tea?")
 
-    async def search(session_id: str, query: str, limit: int) -> list[Any]:
-        asked.append((session_id, query, limit))
-        if query == "boom":
-            raise ValueError("no such column")
-        return [("message", f"{query} in {session_id}", 1.5)]
+    class Projections:
+        async def search_memory(self, session_id: str, query: str, limit: int) -> Any:
+            asked.append((session_id, query, limit))
+            if query == "boom":
+                raise ValueError("no such column")
+            return [("message", f"{query} in {session_id}", 1.5)]
+
+        async def elsewhere(self, sender: str, session_id: str, limit: int) -> Any:
+            asked.append((sender, session_id, limit))
+            return (other,)
 
     reads = RemoteReads(log, timeout=5)
     try:
         with pytest.raises(StewardError, match="none is running on this log"):
             await reads.search_memory("s1", "tea", 3)
-        stop = await answer_reads(log, search)
+        assert await reads.elsewhere("ann", "web:a", 5) == ()
+        stop = await answer_reads(log, Projections())
         assert await reads.search_memory("s1", "tea", 3) == [
             ("message", "tea in s1", 1.5)
         ]
         with pytest.raises(StewardError, match="failed on `steward serve`: no such"):
             await reads.search_memory("s1", "boom", 3)
-        assert asked == [("s1", "tea", 3), ("s1", "boom", 3)]
+        assert await reads.elsewhere("ann", "web:a", 5) == (other,)
+        assert asked == [("s1", "tea", 3), ("s1", "boom", 3), ("ann", "web:a", 5)]
         await stop()
     finally:
         await log.close()

@@ -343,8 +343,8 @@ def test_unknown_env_variables_are_left_out_and_reported_once_when_asked() -> No
     assert said == [
         "ignoring environment variable STEWARD_RUNS_X: runs_x: not a setting; use "
         "STEWARD_<SECTION>_<KEY> with SECTION one of AGENTS, CHANNELS, CONSOLE, "
-        "LOG, MCP, METRICS, MODELS, OTEL, RUN, SESSION, TASK, TOOLS, WORKFLOW, or "
-        "STEWARD_LLM_MAX_CONCURRENCY"
+        "LOG, MCP, METRICS, MODELS, OTEL, OUTBOUND, RUN, SESSION, TASK, TOOLS, "
+        "WORKFLOW, or STEWARD_LLM_MAX_CONCURRENCY"
     ]
     said.clear()
     env = {"STEWARD_RUNS_X": "3", "STEWARD_RUN_MAX_ITERATION": "3"}
