@@ -3,7 +3,7 @@
 Usage: ``python -m benchmarks [--only NAME]``, NAME being a module of
 ``MODULES`` (``log_bench``, ``runtime_bench``, ``floor_bench``,
 ``workers_bench``, ``takeover_bench``, ``session_bench``, ``workflow_bench``,
-``task_bench``, ``console_bench``,
+``task_bench``, ``console_bench``, ``cli_bench``,
 or just ``log``).
 """
 
@@ -28,6 +28,7 @@ MODULES = [
     "benchmarks.workflow_bench",
     "benchmarks.task_bench",
     "benchmarks.console_bench",
+    "benchmarks.cli_bench",
 ]
 
 

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from steward.bus.base import Commit, EventLog, PartitionedLog
-from steward.bus.jetstream import JetStreamEventLog, parse_url
+from steward.bus.jetstream.url import parse_url
 from steward.bus.sqlite import SqliteEventLog
 from steward.errors import ConfigError
+
+if TYPE_CHECKING:
+    from steward.bus.jetstream import JetStreamEventLog
 
 __all__ = [
     "Commit",
@@ -40,8 +43,19 @@ async def open_log(url: str, **kw: Any) -> EventLog:
     file = log_file(url)
     if file is not None:
         return await SqliteEventLog.open(file, **kw)
+    from steward.bus.jetstream import JetStreamEventLog  # nats-py, when used
+
     servers, options = parse_url(url)
     return await JetStreamEventLog.open(servers, **{**options, **kw})
+
+
+def __getattr__(name: str) -> Any:
+    # `JetStreamEventLog` is imported (with nats-py) by what uses it
+    if name == "JetStreamEventLog":
+        from steward.bus.jetstream import JetStreamEventLog
+
+        return JetStreamEventLog
+    raise AttributeError(f"module 'steward.bus' has no attribute {name!r}")
 
 
 def log_file(url: str) -> Path | None:

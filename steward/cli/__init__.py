@@ -26,33 +26,27 @@ import os
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from steward.actors.kind import Kinds
-from steward.actors.tools import files
-from steward.cli.env import (
-    EXIT_INPUT,
-    EXIT_NO_ANSWER,
-    EXIT_PIPE,
-    EXIT_REFUSED,
-    Env,
-    env_of,
-)
+from steward.cli.codes import EXIT_INPUT, EXIT_NO_ANSWER, EXIT_PIPE, EXIT_REFUSED
 from steward.cli.parser import build_parser
-from steward.config import load_settings
 from steward.errors import NoHostError, NotAllowedError, StewardError
-from steward.kinds import KINDS
-from steward.tasks import with_scorer
+
+if TYPE_CHECKING:
+    from steward.actors.kind import Kinds
+    from steward.cli.env import Env
 
 __all__ = ["build_parser", "main"]
 
-APPROVABLE = tuple(t.name for t in files.TOOLS)
-"""The tools ``[tools] require_approval`` may name: the built-in files tools."""
 
-
-def main(argv: Sequence[str] | None = None, kinds: Kinds = KINDS) -> int:
+def main(argv: Sequence[str] | None = None, kinds: Kinds | None = None) -> int:
     """Run the command ``argv`` (default: the process's arguments) over the
-    actor kinds ``kinds``; its exit status."""
+    actor kinds ``kinds`` (default: steward's, `steward.kinds.KINDS`); its
+    exit status.
+
+    Each command imports what it uses when it runs (`steward.cli.parser`),
+    so ``steward --help`` and the commands that read the log start at once.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -60,8 +54,18 @@ def main(argv: Sequence[str] | None = None, kinds: Kinds = KINDS) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        settings = load_settings(args.config, unknown=_warn, tools=APPROVABLE)
+        from steward.actors.tools.files import TOOLS
+        from steward.cli.env import env_of
+        from steward.config import load_settings
+        from steward.kinds import KINDS
+
+        # the tools ``[tools] require_approval`` may name: the files tools
+        approvable = tuple(t.name for t in TOOLS)
+        settings = load_settings(args.config, unknown=_warn, tools=approvable)
+        kinds = KINDS if kinds is None else kinds
         if settings.task.scorer is not None:
+            from steward.tasks import with_scorer
+
             kinds = with_scorer(kinds, settings.task.scorer)
         env = replace(env_of(settings, args), kinds=kinds)
         fn: Callable[[Env, argparse.Namespace], Coroutine[Any, Any, int]] = args.fn

@@ -11,35 +11,51 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from steward import events
 from steward.actors.kind import Kinds
 from steward.actors.run import run_id_of, run_stream
-from steward.actors.tools import ToolRegistry, mcp
 from steward.bus import EventLog, log_file, open_log
 from steward.bus.sqlite import check_file
+
+# the commands' exit statuses, here too (`steward.cli.codes`)
+from steward.cli.codes import (
+    DEFAULT_NATS_URL as DEFAULT_NATS_URL,
+)
+from steward.cli.codes import (
+    EXIT_FAILED as EXIT_FAILED,
+)
+from steward.cli.codes import (
+    EXIT_INPUT as EXIT_INPUT,
+)
+from steward.cli.codes import (
+    EXIT_INTERRUPTED as EXIT_INTERRUPTED,
+)
+from steward.cli.codes import (
+    EXIT_MISMATCH as EXIT_MISMATCH,
+)
+from steward.cli.codes import (
+    EXIT_NO_ANSWER as EXIT_NO_ANSWER,
+)
+from steward.cli.codes import (
+    EXIT_PIPE as EXIT_PIPE,
+)
+from steward.cli.codes import (
+    EXIT_REFUSED as EXIT_REFUSED,
+)
+from steward.cli.codes import (
+    EXIT_WAITING as EXIT_WAITING,
+)
 from steward.config import LogConfig, Settings
 from steward.errors import ConfigError, NotFoundError, StewardError, ToolError
 from steward.events.protocol import ToolSpec
-from steward.host.traces import Traces, from_settings
 from steward.kinds import KINDS
 from steward.projections.store import Projector
 
-EXIT_FAILED = 1
-EXIT_REFUSED = 1
-"""An operator's command (cancel, approve, deny, pause, resume) that the
-state of the run it names does not allow (`steward.errors.NotAllowedError`)."""
-EXIT_INPUT = 2
-EXIT_MISMATCH = 3
-EXIT_WAITING = 4
-EXIT_NO_ANSWER = 5
-"""No answer came: nothing hosts the log (`steward.errors.NoHostError`,
-said at once), or `sessions send` waited its ``--timeout``."""
-EXIT_INTERRUPTED = 130
-EXIT_PIPE = 141
-"""The reader of standard output went away: 128 + SIGPIPE, as the shell
-reports a process that signal ended."""
-DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
+if TYPE_CHECKING:  # imported by the commands that use them (an SDK each)
+    from steward.actors.tools import ToolRegistry
+    from steward.host.traces import Traces
 
 
 @dataclass
@@ -72,6 +88,8 @@ class Env:
                 built-in tools.
         """
         if self._tools is None:
+            from steward.actors.tools import ToolRegistry, mcp
+
             config = self.settings.tools
             tools = ToolRegistry.with_builtins(
                 output_limit=config.output_limit,
@@ -98,6 +116,8 @@ class Env:
             ConfigError: the exporter asked for is not installed.
         """
         if self._traces is None:
+            from steward.host.traces import from_settings
+
             config = self.settings.otel
             try:
                 self._traces = from_settings(config.exporter, config.endpoint)
@@ -121,6 +141,8 @@ class Env:
         Raises:
             ToolError: a server could not be started or listed.
         """
+        from steward.actors.tools import ToolRegistry
+
         tools = self.tools()
         await tools.load(servers)
         served = frozenset(servers)

@@ -13,7 +13,7 @@ import socket
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from msgspec.structs import replace
 
@@ -21,7 +21,7 @@ from steward import events, replay
 from steward.actors import run as run_actor
 from steward.actors.llm import ModelRouter, Provider, RequestInfo
 from steward.actors.run import run_stream
-from steward.bus import EventLog, JetStreamEventLog
+from steward.bus import EventLog
 from steward.cli.env import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -153,8 +153,8 @@ async def why_unhosted(env: Env, log: EventLog, what: str) -> NoHostError | None
     """Why nothing would answer ``what`` on the log, or ``None`` when a
     process hosts every actor of it: the `serve` holding an embedded log's
     host lock, a `serve` or `worker` on a shared one (it answers on NATS)."""
-    if isinstance(log, JetStreamEventLog):
-        if await log.host() is not None:
+    if env.distributed:  # a JetStream log
+        if await cast(Any, log).host() is not None:
             return None
         start = "`steward serve` or `steward worker`"
     else:

@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Collection, Iterable, Sequence
-from typing import Literal
 
 import msgspec
 
+from steward.cli.codes import FORMATS as FORMATS
+from steward.cli.codes import Format
 from steward.cli.env import Env, shown
 from steward.projections.store import Projector
-
-Format = Literal["text", "json"]
-"""What ``-o/--output`` chooses: lines for a person, or JSON lines."""
-FORMATS: tuple[Format, ...] = ("text", "json")
 
 CUT = "…"
 """Ends a value cut short (the full value is in ``--output json``)."""

@@ -3,47 +3,70 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import unicodedata
-from collections.abc import Iterator
-from typing import NoReturn, get_args
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, NoReturn, get_args
 
 import msgspec
 
 from steward import events
 from steward.actors import stages
-from steward.cli.chat import cmd_chat
-from steward.cli.console import cmd_console
-from steward.cli.demo import cmd_demo
-from steward.cli.env import DEFAULT_NATS_URL, EXIT_INPUT
-from steward.cli.history import cmd_export, cmd_fork, cmd_rebuild, cmd_replay
-from steward.cli.mcp import cmd_mcp_call, cmd_mcp_list
-from steward.cli.migrate import cmd_log_migrate
-from steward.cli.output import FORMATS
-from steward.cli.prompts import cmd_prompts_list, cmd_prompts_show
-from steward.cli.runs import (
-    cmd_run,
-    cmd_runs_approve,
-    cmd_runs_cancel,
-    cmd_runs_deny,
-    cmd_runs_list,
-    cmd_runs_show,
-    cmd_start,
-)
-from steward.cli.serve import cmd_serve, cmd_worker
-from steward.cli.sessions import cmd_sessions_list, cmd_sessions_send, cmd_sessions_show
-from steward.cli.task import (
-    cmd_task_cancel,
-    cmd_task_list,
-    cmd_task_run,
-    cmd_task_show,
-    cmd_task_validate,
-)
-from steward.cli.workers import cmd_workers
-from steward.cli.workflow import cmd_cancel as cmd_workflow_cancel
-from steward.cli.workflow import cmd_list as cmd_workflow_list
-from steward.cli.workflow import cmd_pause, cmd_resume, cmd_validate
-from steward.cli.workflow import cmd_run as cmd_workflow_run
+from steward.cli.codes import DEFAULT_NATS_URL, EXIT_INPUT, FORMATS
 from steward.config.settings import Port
+
+Command = Callable[[Any, argparse.Namespace], Awaitable[int]]
+"""What a command line runs: ``fn(env, args)``, its exit status."""
+
+
+def _command(module: str, name: str) -> Command:
+    """Command ``name`` of ``steward.cli.<module>``, imported when it runs:
+    a command loads what it uses (an SDK, a web server) and no other's."""
+
+    async def run(env: Any, args: argparse.Namespace) -> int:
+        fn = getattr(importlib.import_module(f"steward.cli.{module}"), name)
+        return int(await fn(env, args))
+
+    run.__name__ = run.__qualname__ = name
+    return run
+
+
+cmd_chat = _command("chat", "cmd_chat")
+cmd_console = _command("console", "cmd_console")
+cmd_demo = _command("demo", "cmd_demo")
+cmd_export = _command("history", "cmd_export")
+cmd_fork = _command("history", "cmd_fork")
+cmd_log_migrate = _command("migrate", "cmd_log_migrate")
+cmd_mcp_call = _command("mcp", "cmd_mcp_call")
+cmd_mcp_list = _command("mcp", "cmd_mcp_list")
+cmd_pause = _command("workflow", "cmd_pause")
+cmd_prompts_list = _command("prompts", "cmd_prompts_list")
+cmd_prompts_show = _command("prompts", "cmd_prompts_show")
+cmd_rebuild = _command("history", "cmd_rebuild")
+cmd_replay = _command("history", "cmd_replay")
+cmd_resume = _command("workflow", "cmd_resume")
+cmd_run = _command("runs", "cmd_run")
+cmd_runs_approve = _command("runs", "cmd_runs_approve")
+cmd_runs_cancel = _command("runs", "cmd_runs_cancel")
+cmd_runs_deny = _command("runs", "cmd_runs_deny")
+cmd_runs_list = _command("runs", "cmd_runs_list")
+cmd_runs_show = _command("runs", "cmd_runs_show")
+cmd_serve = _command("serve", "cmd_serve")
+cmd_sessions_list = _command("sessions", "cmd_sessions_list")
+cmd_sessions_send = _command("sessions", "cmd_sessions_send")
+cmd_sessions_show = _command("sessions", "cmd_sessions_show")
+cmd_start = _command("runs", "cmd_start")
+cmd_task_cancel = _command("task", "cmd_task_cancel")
+cmd_task_list = _command("task", "cmd_task_list")
+cmd_task_run = _command("task", "cmd_task_run")
+cmd_task_show = _command("task", "cmd_task_show")
+cmd_task_validate = _command("task", "cmd_task_validate")
+cmd_validate = _command("workflow", "cmd_validate")
+cmd_worker = _command("serve", "cmd_worker")
+cmd_workers = _command("workers", "cmd_workers")
+cmd_workflow_cancel = _command("workflow", "cmd_cancel")
+cmd_workflow_list = _command("workflow", "cmd_list")
+cmd_workflow_run = _command("workflow", "cmd_run")
 
 
 def _an_id(text: str) -> str:

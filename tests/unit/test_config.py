@@ -8,7 +8,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from steward.cli import APPROVABLE
+from steward.actors.tools.files import TOOLS
 from steward.config import (
     DEFAULT_SYSTEM_PROMPT,
     AgentProfile,
@@ -21,6 +21,9 @@ from steward.config import (
 )
 from steward.errors import ConfigError
 from steward.events.run import LATEST_REVISION, RunSettings, ToolSpec
+
+APPROVABLE = tuple(t.name for t in TOOLS)
+"""The tools ``[tools] require_approval`` may name (as the command line passes)."""
 
 
 def write(tmp_path: Path, text: str, name: str = "steward.toml") -> Path:

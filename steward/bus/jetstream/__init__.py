@@ -10,14 +10,24 @@
 - `follower`: the ordered pull consumer behind ``subscribe``;
 - `url`: ``nats://`` event-log URLs;
 - `members`, `inputs`, `reads`, `checkpoints`: the workers sharing a log;
-- `migrate`: copying a log made before partitions into a partitioned one.
+- `migrate`: copying a log made before partitions into a partitioned one;
+- `outbound`: the stream that keeps what steward tells services, and how
+  far each partition's egress has told.
+
+`log` (and nats-py with it) is imported when first used: a command on an
+embedded log, which reads ``nats://`` URLs only to tell them apart, never
+loads it.
 """
 
 from __future__ import annotations
 
-from steward.bus.jetstream.log import POSITIONS_PER_COMMIT, JetStreamEventLog
+from typing import TYPE_CHECKING, Any
+
 from steward.bus.jetstream.subjects import stream_of, subject_of
 from steward.bus.jetstream.url import parse_url
+
+if TYPE_CHECKING:
+    from steward.bus.jetstream.log import POSITIONS_PER_COMMIT, JetStreamEventLog
 
 __all__ = [
     "POSITIONS_PER_COMMIT",
@@ -26,3 +36,11 @@ __all__ = [
     "stream_of",
     "subject_of",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("POSITIONS_PER_COMMIT", "JetStreamEventLog"):
+        from steward.bus.jetstream import log
+
+        return getattr(log, name)
+    raise AttributeError(f"module 'steward.bus.jetstream' has no attribute {name!r}")
