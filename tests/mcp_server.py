@@ -8,6 +8,7 @@ test, sees what an earlier one did: ``notes.txt`` (one note a line) and
 ``calls.txt`` (one line a call: tool and argument). ``MCP_TOOLS=2`` serves a
 second version of the tool list (``add`` described anew, ``extra`` added);
 ``--legacy`` speaks the 2025 protocol only (sessions with ids).
+``MCP_START_DELAY=S`` waits S seconds before it serves (a slow start).
 """
 
 from __future__ import annotations
@@ -184,6 +185,7 @@ def main() -> None:
     parser.add_argument("--token")
     parser.add_argument("--legacy", action="store_true", help="2025 protocol only")
     args = parser.parse_args()
+    time.sleep(float(os.environ.get("MCP_START_DELAY", "0")))
     if args.http is None:
         app.run()
         return

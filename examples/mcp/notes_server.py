@@ -3,8 +3,8 @@
 stdio by default (steward starts it: see ``steward.toml`` here), or serves
 streamable HTTP with ``--http PORT``.
 
-    steward --config examples/mcp/steward.toml mcp list
-    steward --config examples/mcp/steward.toml mcp call notes.add --args '{"text": "buy milk"}'
+    .venv/bin/steward --config examples/mcp/steward.toml mcp list
+    .venv/bin/steward --config examples/mcp/steward.toml mcp call notes.add --args '{"text": "buy milk"}'
 """
 
 from __future__ import annotations
@@ -27,8 +27,10 @@ def _notes() -> list[str]:
 @app.tool()
 def add(text: str) -> str:
     """Add a note (one line)."""
-    with NOTES.open("a") as f:
-        f.write(" ".join(text.split()) + "\n")
+    notes = _notes()
+    NOTES.parent.mkdir(parents=True, exist_ok=True)
+    # a file written by hand may lack its last line's end: the note is a line
+    NOTES.write_text("".join(f"{n}\n" for n in [*notes, " ".join(text.split())]))
     return f"note {len(_notes())} added"
 
 

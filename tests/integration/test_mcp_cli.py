@@ -222,36 +222,67 @@ async def test_a_call_in_flight_when_the_host_is_killed(
     assert replay.verify(recorded) is None
 
 
+def test_a_server_that_cannot_start_says_why_in_one_line(tmp_path: Path) -> None:
+    """Its exit status and the last lines of its standard error, and where
+    the rest of it is."""
+    (tmp_path / "steward.toml").write_text(
+        '[mcp.notes]\ncommand = "/bin/sh"\nargs = ["-c", "echo starting >&2; '
+        "echo one >&2; echo two >&2; echo \\\"No module named 'mcp'\\\" >&2; "
+        'exit 3"]\n'
+    )
+    listed = steward(tmp_path, "mcp", "list")
+    assert listed.returncode == 1
+    [line] = listed.stdout.splitlines()
+    assert line.startswith("notes  stdio  /bin/sh -c ")
+    assert line.endswith(
+        "unreachable: could not start: MCPError: Connection closed; it exited "
+        "with status 3; its standard error ends: one | two | No module named "
+        "'mcp' (all of it in mcp/notes.log)"
+    ), line
+
+
 def test_the_readme_example_lists_and_runs(tmp_path: Path) -> None:
     """examples/mcp as README shows it, run from a copy of the repository's
-    layout: its server listed, called by hand and by the scripted run."""
+    layout with ``.venv/bin/steward`` and no venv activated (its ``bin``
+    not on PATH): its server listed, called by hand and by the scripted
+    run; its notes are a file of their own, each note a line even after
+    a hand-written last line without its end."""
     shutil.copytree(EXAMPLE, tmp_path / "examples/mcp")
-    path = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"
+    venv = Path(sys.executable).parent.parent
+    (tmp_path / ".venv").symlink_to(venv)  # the clone's `make install`
+    bare = os.pathsep.join(
+        p
+        for p in os.environ.get("PATH", "").split(os.pathsep)
+        if Path(p).resolve() != (venv / "bin").resolve()
+    )
+    environ = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+    (tmp_path / ".steward").mkdir()
+    (tmp_path / ".steward/mcp-notes.txt").write_text("from before")  # no \n
 
     def example(*argv: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "steward", "--config", "examples/mcp/steward.toml"]
-            + list(argv),
+            [".venv/bin/steward", "--config", "examples/mcp/steward.toml", *argv],
             cwd=tmp_path,
             capture_output=True,
             text=True,
             timeout=120,
-            env={**os.environ, "PATH": path},
+            env={**environ, "PATH": bare},
         )
 
     listed = example("mcp", "list")
     assert listed.returncode == 0, listed.stderr
     assert listed.stdout.splitlines() == [
-        "notes  stdio  python3 examples/mcp/notes_server.py  ok",
+        "notes  stdio  .venv/bin/python examples/mcp/notes_server.py  ok",
         "  TOOL          DESCRIPTION",
         "  notes.add     Add a note (one line).",
         "  notes.count   How many notes there are.",
         "  notes.search  The notes that contain query, case ignored.",
     ]
     called = example("mcp", "call", "notes.add", "--args", '{"text": "buy milk"}')
-    assert called.stdout == "note 1 added\n", called.stderr
+    assert called.stdout == "note 2 added\n", called.stderr
     ran = example("run", "Keep a note about MCP")
     assert ran.returncode == 0, ran.stderr[-2000:]
     assert ran.stdout.splitlines()[-1] == "Noted, and found it again."
-    notes = (tmp_path / ".steward/notes.txt").read_text().splitlines()
-    assert notes == ["buy milk", "steward records every MCP call"]
+    notes = (tmp_path / ".steward/mcp-notes.txt").read_text().splitlines()
+    assert notes == ["from before", "buy milk", "steward records every MCP call"]
+    assert not (tmp_path / ".steward/notes.txt").exists()  # the demo's own

@@ -352,3 +352,21 @@ def test_a_server_name_that_cannot_name_tools_is_refused(tmp_path: Path) -> None
     with pytest.raises(ConfigError) as e:
         load_settings(tmp_path / "s.toml", env={})
     assert "mcp.a.b: a server's name is 1-40 letters, digits, _ or -" in str(e.value)
+
+
+async def test_a_servers_start_is_not_counted_against_a_calls_time_limit(
+    tmp_path: Path, closing: Any
+) -> None:
+    """A server that takes 1.5 s to start, whose calls may take 1 s: the
+    first call, and one after the server died and starts again, each get
+    their whole second (the time limit counts from when the server is up)."""
+    table = stdio(tmp_path, timeout=1.0, env={"MCP_START_DELAY": "1.5"})
+    tools = registry(McpServer("notes", table, timeout=10))
+    closing(tools)
+    first = await tools.call("notes.add", {"text": "a"}, ctx=ctx(tmp_path))
+    assert first.ok, first.error
+    died = await tools.call("notes.die", {}, ctx=ctx(tmp_path))
+    assert not died.ok
+    again = await tools.call("notes.add", {"text": "b"}, ctx=ctx(tmp_path))
+    assert again.ok, again.error
+    assert calls(tmp_path) == ["add a", "die ", "add b"]

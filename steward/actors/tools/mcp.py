@@ -28,7 +28,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +70,17 @@ MAX_TOOLS = 128
 MAX_SCHEMA_BYTES = 16_384
 """The largest description and schema of one tool offered, in bytes."""
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+START_SECONDS = 30.0
+"""How long a server may take to start and answer (a call's time limit
+counts from when its server is up, `Toolset.ready`)."""
+
+ERROR_LINES = 3
+"""The last lines of a stdio server's standard error that an error about
+its start says."""
+
+_SAY_STATUS = '"$0" "$@"; s=$?; echo "steward: the server exited with status $s" >&2'
+_STATUS = re.compile(r"steward: the server exited with status (\d+)")
 
 MAX_PAUSE = 30.0
 """The longest pause, in seconds, before starting a failed server again."""
@@ -138,6 +149,9 @@ class McpServer:
         self.config = config
         self._errlog = errlog
         self.timeout = config.timeout or timeout
+        # what the client waits for a start or an answer: a call's own time
+        # limit is the registry's, counted once its server is up
+        self._waits = max(self.timeout, START_SECONDS)
         self._environ = os.environ if environ is None else environ
         self._lock = asyncio.Lock()
         self._session: _Session | None = None
@@ -218,6 +232,14 @@ class McpServer:
             raise ToolError(text or f"{self.name}.{tool} failed and said nothing")
         return text
 
+    async def ready(self) -> None:
+        """Start its session now, unless one is live (`Toolset.ready`).
+
+        Raises:
+            NotReached: the server could not be started.
+        """
+        await self._live()
+
     async def close(self) -> None:
         """Stop its session (and a stdio server's process) if it has one."""
         async with self._lock:
@@ -257,12 +279,15 @@ class McpServer:
             pause = self._next_try - time.monotonic()
             if pause > 0:
                 await asyncio.sleep(pause)
+            said = self._errors_said()
             try:
-                self._session = await _Session.open(self._connect, self.timeout)
+                self._session = await _Session.open(self._connect, self._waits)
             except Exception as e:
                 self._failed()
                 # nothing reached the server: a retry is safe for any server
-                raise NotReached(f"{self.name}: could not start: {_said(e)}") from None
+                raise NotReached(
+                    f"{self.name}: could not start: {_said(e)}{said()}"
+                ) from None
             log.info("mcp server %s started (%s)", self.name, self.target)
             return self._session
 
@@ -282,6 +307,38 @@ class McpServer:
                 self._session = None
         await session.close()
 
+    def _errors_said(self) -> Callable[[], str]:
+        """What a stdio server is about to write to its standard error (its
+        ``errlog``), as the end of a one-line error: its last lines, and
+        where the rest is. Called before a start; the returned function
+        after it failed."""
+        errlog = self._errlog
+        if errlog is None or self.config.command is None:
+            return str
+        try:
+            start = errlog.stat().st_size
+        except OSError:
+            start = 0
+
+        def said() -> str:
+            try:
+                with errlog.open("rb") as f:
+                    f.seek(start)
+                    text = f.read().decode(errors="replace")
+            except OSError:
+                return ""
+            lines = [line.strip() for line in text.splitlines() if line.strip()]
+            exited = ""
+            if lines and (status := _STATUS.fullmatch(lines[-1])) is not None:
+                exited = f"; it exited with status {status[1]}"
+                lines.pop()
+            if not lines:
+                return f"{exited}; it wrote nothing to its standard error ({errlog})"
+            last = " | ".join(lines[-ERROR_LINES:])
+            return f"{exited}; its standard error ends: {last} (all of it in {errlog})"
+
+        return said
+
     def _failed(self) -> None:
         self._failures += 1
         pause = min(MAX_PAUSE, _FIRST_PAUSE * 2 ** (self._failures - 1))
@@ -294,17 +351,21 @@ class McpServer:
             headers = {
                 k: self._expand(v, f"headers.{k}") for k, v in config.headers.items()
             }
-            async with httpx2.AsyncClient(
-                headers=headers, timeout=self.timeout
-            ) as http:
+            async with httpx2.AsyncClient(headers=headers, timeout=self._waits) as http:
                 transport = streamable_http_client(config.url, http_client=http)
-                async with Client(transport, read_timeout_seconds=self.timeout) as c:
+                async with Client(transport, read_timeout_seconds=self._waits) as c:
                     yield c
             return
         assert config.command is not None
+        command, args = config.command, list(config.args)
+        if self._errlog is not None and os.name == "posix":
+            # run by a shell that says its exit status in the errlog (the
+            # SDK keeps its process to itself); stdin and stdout are the
+            # server's own, untouched
+            command, args = "/bin/sh", ["-c", _SAY_STATUS, command, *args]
         params = StdioServerParameters(
-            command=config.command,
-            args=list(config.args),
+            command=command,
+            args=args,
             env={k: self._expand(v, f"env.{k}") for k, v in config.env.items()} or None,
         )
         with contextlib.ExitStack() as files:
@@ -313,7 +374,7 @@ class McpServer:
                 self._errlog.parent.mkdir(parents=True, exist_ok=True)
                 errors = files.enter_context(self._errlog.open("a"))
             transport = stdio_client(params, errlog=errors)
-            async with Client(transport, read_timeout_seconds=self.timeout) as client:
+            async with Client(transport, read_timeout_seconds=self._waits) as client:
                 yield client
 
     def _expand(self, value: str, key: str) -> str:

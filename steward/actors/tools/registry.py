@@ -83,6 +83,15 @@ class Toolset(Protocol):
         """
         ...
 
+    async def ready(self) -> None:
+        """Have its server started and connected, for a call to be made now
+        (a server's start-up is not counted against a call's time limit).
+
+        Raises:
+            NotReached: it could not be started.
+        """
+        ...
+
     async def close(self) -> None:
         """Stop its server, if this process started one."""
         ...
@@ -268,8 +277,11 @@ class ToolRegistry:
             limit = t.timeout
         elif timeout is not None:
             limit = timeout
-        deadline = asyncio.timeout(limit)
+        toolset = self._toolsets.get(name.partition(".")[0])
         try:
+            if toolset is not None:  # its start-up is not the call's time
+                await toolset.ready()
+            deadline = asyncio.timeout(limit)
             async with deadline:
                 result = await t.fn(parsed, ctx=ctx)
         except ToolError as e:
