@@ -137,11 +137,12 @@ class _Human(logging.Formatter):
 def configure(
     level: int, *, json_lines: bool | None = None, secret_names: Iterable[str] = ()
 ) -> None:
-    """Log at ``level`` to standard error: JSON lines when ``json_lines``
-    (``None``: when standard error is not a terminal), else lines for a
-    person; each with its actor, no secret of the environment (the
-    variables `secrets_of` finds, and those named in ``secret_names``: the
-    ``${VAR}`` of ``[mcp]`` tables, say)."""
+    """Log steward's lines at ``level`` (other libraries' warnings) to
+    standard error: JSON lines when ``json_lines`` (``None``: when standard
+    error is not a terminal), else lines for a person; each with its actor,
+    no secret of the environment (the variables `secrets_of` finds, and
+    those named in ``secret_names``: the ``${VAR}`` of ``[mcp]`` tables,
+    say)."""
     if json_lines is None:
         json_lines = not sys.stderr.isatty()
     named = {n: os.environ[n] for n in secret_names if os.environ.get(n)}
@@ -156,4 +157,5 @@ def configure(
     for handler in ours:
         handler.addFilter(Context())
         handler.setFormatter(JsonLines(secrets) if json_lines else _Human(secrets))
-    root.setLevel(level)
+    root.setLevel(logging.WARNING)
+    logging.getLogger("steward").setLevel(level)

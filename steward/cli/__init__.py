@@ -49,10 +49,14 @@ def main(argv: Sequence[str] | None = None, kinds: Kinds | None = None) -> int:
     """
     parser = build_parser()
     args = parser.parse_args(argv)
+    # warnings of every library; -v: steward's own debug lines too (not
+    # httpcore's or aiosqlite's)
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.WARNING,
+        level=logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if args.verbose:
+        logging.getLogger("steward").setLevel(logging.DEBUG)
     try:
         from steward.actors.tools.files import TOOLS
         from steward.cli.env import env_of

@@ -69,10 +69,10 @@ async def cmd_worker(env: Env, args: argparse.Namespace) -> int:
 
 
 async def _serve(env: Env, args: argparse.Namespace, *, services: bool) -> int:
-    # JSON lines for a log collector; lines for a person on a terminal
-    logs.configure(
-        logging.getLogger().level, secret_names=mcp.variables(env.settings.mcp)
-    )
+    # JSON lines for a log collector; lines for a person on a terminal: at
+    # info (what starts, what is held, each actor's end), -v debug
+    level = logging.DEBUG if args.verbose else logging.INFO
+    logs.configure(level, secret_names=mcp.variables(env.settings.mcp))
     provider = checked_provider(env)  # bad settings fail before the log is made
     console = env.settings.console
     if services and console.serve:
@@ -138,6 +138,14 @@ async def _serve_log(
             role = "serving" if services else f"working as {host.worker_id} on"
             env.out(f"steward {role} {env.log_url} (ctrl-c to stop)")
             sys.stdout.flush()  # seen at once through a pipe (`serve | tee`)
+            log_.info(
+                "%s started on %s, pid %d%s%s",
+                "serve" if services else f"worker {host.worker_id}",
+                env.log_url,
+                os.getpid(),
+                "" if membership is None else f", holding {_held(membership.held)}",
+                "" if metrics is None else f", metrics on port {metrics.server_port}",
+            )
             if isinstance(log, JetStreamEventLog) and not log.partitions:
                 log_.warning("%s", unpartitioned(log))
             gauges = asyncio.create_task(
@@ -183,6 +191,20 @@ def _console(env: Env, log: EventLog, projector: Projector, host: Host) -> Close
         await serving
 
     return close
+
+
+def _held(partitions: frozenset[int]) -> str:
+    """``partitions`` as a person reads them: ``partitions 0-4, 9``."""
+    if not partitions:
+        return "no partitions"
+    ranges: list[list[int]] = []
+    for p in sorted(partitions):
+        if ranges and p == ranges[-1][1] + 1:
+            ranges[-1][1] = p
+        else:
+            ranges.append([p, p])
+    said = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in ranges)
+    return f"partition{'s' if len(partitions) > 1 else ''} {said}"
 
 
 GAUGE_SECONDS = 2.0

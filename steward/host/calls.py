@@ -130,6 +130,8 @@ class Calls:
             stage = call.labels.get("stage")
             extra = {} if stage is None else {"stage": str(stage)}
             log.info("model call %s of %s: %s", rid, rec.stream, said, extra=extra)
+        else:
+            log.debug("model call %s of %s", rid, rec.stream)
         prompt = call.prompt
         info = RequestInfo(
             run_id=call.actor_id,

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from support import act, start_run
 
 from steward import logs
@@ -19,11 +20,18 @@ from steward import logs
 REPLIES = [{"text": act(type="finish", output="done")}]
 
 
-def test_serve_writes_json_lines_about_each_actor(tmp_path: Path) -> None:
+@pytest.mark.parametrize("verbose", [False, True])
+def test_serve_writes_json_lines_about_each_actor(
+    tmp_path: Path, verbose: bool
+) -> None:
+    """At info by default: that it started, each actor's end; ``-v`` adds
+    steward's debug lines, and no other library's."""
     (tmp_path / "s.json").write_text(json.dumps({"per_run": True, "replies": REPLIES}))
     (tmp_path / "steward.toml").write_text("[run]\nplanning_gate = false\n")
     serve = subprocess.Popen(
-        [sys.executable, "-m", "steward", "--script", "s.json", "-v", "serve"],
+        [sys.executable, "-m", "steward", "--script", "s.json"]
+        + ["-v"] * verbose
+        + ["serve"],
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -50,6 +58,13 @@ def test_serve_writes_json_lines_about_each_actor(tmp_path: Path) -> None:
     about = [line for line in lines if line.get("stream") == f"run.{run_id}"]
     assert {"kind": "run", "actor_id": run_id}.items() <= about[-1].items()
     assert about[-1]["message"] == "run completed: LlmResponded"
+    assert lines[0]["message"].startswith("serve started on .steward/steward.db")
+    assert lines[0]["message"].endswith(f", pid {serve.pid}")
+    debug = [line for line in lines if line["level"] == "debug"]
+    assert bool(debug) is verbose
+    assert all(line["logger"].startswith("steward") for line in debug), debug
+    others = [line for line in lines if not line["logger"].startswith("steward")]
+    assert all(line["level"] in ("warning", "error") for line in others), others
 
 
 def test_a_line_names_its_actor_and_no_secret() -> None:

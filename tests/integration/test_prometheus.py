@@ -11,6 +11,7 @@ import asyncio
 import json
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -84,18 +85,18 @@ web = "default"
     )
 
 
-def _prometheus_config(tmp: Path, ports: dict[str, int]) -> Path:
-    """The shipped configuration and rules, scraping the hosts on ``ports``
-    (by role) every second; the rules' ``for`` durations made 0s, so an
-    alert fires as soon as its expression holds (what the test checks is
-    the expression)."""
+def _prometheus_config(tmp: Path, ports: dict[str, list[int]]) -> Path:
+    """The shipped configuration and rules, its targets of each process
+    (serve, worker) those on ``ports``, scraped every second; the rules'
+    ``for`` durations made 0s, so an alert fires as soon as its expression
+    holds (what the test checks is the expression)."""
     config = yaml.safe_load((DEPLOY / "prometheus/prometheus.yml").read_text())
     config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
     (job,) = config["scrape_configs"]
-    job["static_configs"] = [
-        {"targets": [f"127.0.0.1:{port}"], "labels": {"role": role}}
-        for role, port in ports.items()
-    ]
+    for static in job["static_configs"]:  # the shipped labels, our ports
+        static["targets"] = [
+            f"127.0.0.1:{p}" for p in ports[static["labels"]["process"]]
+        ]
     rules = yaml.safe_load((DEPLOY / "prometheus/rules.yml").read_text())
     for group in rules["groups"]:
         group["interval"] = "1s"
@@ -142,13 +143,24 @@ class Prometheus:
 
 @pytest.fixture
 def scraped(tmp_path: Path, nats: Any) -> Any:
-    """`steward serve` and a `steward worker` sharing a JetStream log, each
-    with its metrics endpoint, and a Prometheus scraping both."""
+    """`steward serve` and two `steward worker`s sharing a JetStream log,
+    each with its metrics endpoint, and a Prometheus scraping them with the
+    shipped configuration; the workers' processes, to stop."""
     _settings(tmp_path, nats.url)
-    ports = {"serve": free_port(), "worker": free_port()}
+    ports = {"serve": [free_port()], "worker": [free_port(), free_port()]}
     hosts = [
-        steward_process(tmp_path, role, "--metrics-port", str(port))
-        for role, port in ports.items()
+        steward_process(tmp_path, "serve", "--metrics-port", str(ports["serve"][0]))
+    ]
+    hosts += [
+        steward_process(
+            tmp_path,
+            "--db",
+            str(tmp_path / f"projections-{n}.db"),
+            "worker",
+            "--metrics-port",
+            str(port),
+        )
+        for n, port in enumerate(ports["worker"])
     ]
     web = free_port()
     config = _prometheus_config(tmp_path, ports)
@@ -163,7 +175,7 @@ def scraped(tmp_path: Path, nats: Any) -> Any:
         stderr=subprocess.PIPE,
     )
     try:
-        yield tmp_path, Prometheus(web), nats.url
+        yield tmp_path, Prometheus(web), nats.url, hosts[1:]
     finally:
         errors = stop_all([*hosts, prometheus])
         print("\n".join(e for e in errors if e))
@@ -190,9 +202,13 @@ async def _inbound(url: str, subject: str) -> Any:
 
 
 def test_prometheus_sees_what_the_runs_did(scraped: Any) -> None:
-    tmp, prometheus, nats_url = scraped
-    prometheus.until('count(up{job="steward"} == 1)', 2)
-    prometheus.until('max(steward_members{role="worker"})', 1)
+    tmp, prometheus, nats_url, workers = scraped
+    prometheus.until('count(up{job="steward"} == 1)', 3)
+    # the dashboard's members panel: one serve, two workers
+    dashboard = json.loads((DEPLOY / "grafana/steward.json").read_text())
+    [panel] = [p for p in dashboard["panels"] if p["title"] == "Live members by role"]
+    [members] = [t["expr"] for t in panel["targets"]]
+    _by_role(prometheus, members, {"serve": 1.0, "worker": 2.0})
     for n in range(OK_RUNS):
         _start(tmp, f"list the files, {n}")
     for n in range(FAILED_RUNS):
@@ -226,8 +242,8 @@ def test_prometheus_sees_what_the_runs_did(scraped: Any) -> None:
     prometheus.until(f"sum({failed})", FAILED_RUNS)
     waited = 'sum(steward_model_call_wait_seconds_count{priority="interactive"})'
     prometheus.until(waited, 2 * OK_RUNS + FAILED_RUNS)
-    prometheus.until('max(steward_projection_lag_events{role="serve"})', 0)
-    prometheus.until("count(steward_timers_armed)", 2)  # each host says its own
+    prometheus.until('max(steward_projection_lag_events{process="serve"})', 0)
+    prometheus.until("count(steward_timers_armed)", 3)  # each host says its own
     # the partitions shared: 16 in all, each held by one member
     prometheus.until("sum(steward_partitions_held)", 16)
     # a message for a channel no profile serves: refused, dead-lettered
@@ -259,10 +275,39 @@ def test_prometheus_sees_what_the_runs_did(scraped: Any) -> None:
         for rule in group["rules"]
         if "record" in rule
     }
-    dashboard = json.loads((DEPLOY / "grafana/steward.json").read_text())
     for panel in dashboard["panels"]:
         for target in panel["targets"]:
             expr = target["expr"]
             prometheus.get("/api/v1/query", query=expr)  # no error
             for name in re.findall(r"\b((?:steward|gen_ai)[a-z0-9_:]*)", expr):
                 assert name in names or name in recorded, (panel["title"], name)
+
+    # the workers stop: the member count says none is alive, and the alert
+    # fires from it (serve still exports the count: not absent())
+    for worker in workers:
+        worker.send_signal(signal.SIGTERM)
+    for worker in workers:
+        worker.wait(30)
+    _by_role(prometheus, members, {"serve": 1.0, "worker": 0.0})
+    deadline = time.monotonic() + 60
+    while "StewardNoLiveWorkers" not in firing:
+        assert time.monotonic() < deadline, firing
+        alerts = prometheus.get("/api/v1/alerts")["alerts"]
+        firing = [a["labels"]["alertname"] for a in alerts if a["state"] == "firing"]
+        time.sleep(0.25)
+
+
+def _by_role(prometheus: Prometheus, expr: str, expected: dict[str, float]) -> None:
+    """Wait until ``expr`` gives ``expected``, a value by ``role``."""
+    deadline = time.monotonic() + 60
+    seen: dict[str, float] = {}
+    while time.monotonic() < deadline:
+        try:
+            found = prometheus.get("/api/v1/query", query=expr)["result"]
+        except OSError:  # not listening yet
+            found = []
+        seen = {r["metric"].get("role", "?"): float(r["value"][1]) for r in found}
+        if seen == expected:
+            return
+        time.sleep(0.25)
+    raise AssertionError(f"{expr} gives {seen}, not {expected}")

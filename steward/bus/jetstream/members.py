@@ -477,6 +477,14 @@ class Membership:
         (their records unread: a lost connection) are let go, and a later
         heartbeat takes them again."""
         before, self.held = self.held, held
+        if held != before:
+            logger.info(
+                "%s holds %d partitions: took %s, let go %s",
+                self.worker,
+                len(held),
+                sorted(held - before) or "none",
+                sorted(before - held) or "none",
+            )
         if self._hold is None:
             return
         try:
