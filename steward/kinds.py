@@ -30,10 +30,13 @@ from steward.events import run as run_events
 from steward.events import session as session_events
 from steward.events import task as task_events
 from steward.events import workflow as workflow_events
-from steward.projections.runs import RUNS
+from steward.projections.runs import RUNS, spent
 from steward.projections.sessions import SESSIONS
 from steward.projections.tasks import TASKS
 from steward.projections.workflows import WORKFLOWS
+
+TOKENS = "input_tokens + output_tokens"
+"""A run's tokens, in and out, as its row in ``runs`` holds them."""
 
 __all__ = ["KINDS", "RUN", "SESSION", "TASK", "WORKFLOW", "kind_of"]
 
@@ -78,7 +81,7 @@ RUN: Kind[run_actor.Run] = Kind(
             text="input_text",
             parent="COALESCE(reply_to, 'run.' || parent_run_id)",
             output="COALESCE(output_text, reason)",
-            tokens="input_tokens + output_tokens",
+            tokens=TOKENS,
             cost="cost_usd",
         ),
         cancel=effects.cancel,
@@ -120,6 +123,8 @@ SESSION: Kind[session_actor.Session] = Kind(
             created="opened_at",
             updated="updated_at",
             text="model || ', ' || messages || ' messages, ' || turns || ' turns'",
+            tokens=spent("'session.' || session_id", TOKENS),
+            cost=spent("'session.' || session_id", "cost_usd"),
         ),
         sections=session_sections.sections,
     ),
@@ -154,6 +159,8 @@ WORKFLOW: Kind[workflow_actor.Workflow] = Kind(
             updated="updated_at",
             text="name || ' ' || inputs",
             output="reason",
+            tokens=spent("'workflow.' || workflow_id", TOKENS),
+            cost=spent("'workflow.' || workflow_id", "cost_usd"),
         ),
         cancel=workflow_effects.cancel,
         status=effects.status,

@@ -6,13 +6,26 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Collection, Iterable, Sequence
+from typing import Any
 
 import msgspec
 
+from steward.actors.kind import Kind
 from steward.cli.codes import FORMATS as FORMATS
 from steward.cli.codes import Format
 from steward.cli.env import Env, shown
 from steward.projections.store import Projector
+
+
+def spent_columns(kind: Kind[Any]) -> str:
+    """The SQL columns of what ``kind``'s actors spent, tokens and cost (as
+    the console lists them: `Listing.tokens`, `Listing.cost`), over a row
+    of its listing's table."""
+    listing = kind.surface.listing
+    if listing is None:
+        raise ValueError(f"the {kind.name} kind lists no actors")
+    return f"{listing.tokens}, {listing.cost}"
+
 
 CUT = "…"
 """Ends a value cut short (the full value is in ``--output json``)."""

@@ -14,10 +14,18 @@ from steward.actors.session import session_stream
 from steward.chats import answer, message, open_session
 from steward.cli.env import EXIT_NO_ANSWER, Env, opened
 from steward.cli.hosting import why_unhosted
-from steward.cli.output import columns, cut, json_line, listed, total_of
+from steward.cli.output import (
+    columns,
+    cut,
+    json_line,
+    listed,
+    spent_columns,
+    total_of,
+)
 from steward.errors import NotFoundError
 from steward.host import Host
 from steward.isotime import iso_time
+from steward.kinds import SESSION
 
 SEGMENTS_SHOWN = 10
 """The newest segments `sessions show` lists (their messages are listed
@@ -29,7 +37,7 @@ async def cmd_sessions_list(env: Env, args: argparse.Namespace) -> int:
         await projector.catch_up(log)
         rows = await projector.query(
             "SELECT session_id, channel, chat_id, model, segment, messages, turns, "
-            "memory_items, updated_at FROM sessions "
+            f"memory_items, updated_at, {spent_columns(SESSION)} FROM sessions "
             "ORDER BY updated_at DESC, session_id LIMIT ?",
             [args.limit],
         )
@@ -48,11 +56,25 @@ async def cmd_sessions_list(env: Env, args: argparse.Namespace) -> int:
             "turns": turns,
             "memory_items": items,
             "updated_at": iso_time(updated),
+            "tokens": tokens,
+            "cost_usd": cost,
         }
-        for sid, channel, chat, model, segment, messages, turns, items, updated in rows
+        for (
+            sid,
+            channel,
+            chat,
+            model,
+            segment,
+            messages,
+            turns,
+            items,
+            updated,
+            tokens,
+            cost,
+        ) in rows
     ]
     table = columns(
-        ("id", "model", "segment", "messages", "turns", "memory", "last"),
+        ("id", "model", "segment", "messages", "turns", "memory", "tokens", "last"),
         [
             (
                 r["id"],
@@ -61,11 +83,12 @@ async def cmd_sessions_list(env: Env, args: argparse.Namespace) -> int:
                 r["messages"],
                 r["turns"],
                 r["memory_items"],
+                r["tokens"],
                 r["updated_at"],
             )
             for r in sessions
         ],
-        right=(2, 3, 4, 5),
+        right=(2, 3, 4, 5, 6),
     )
     listed(env, args.output, sessions, total, table)
     return 0

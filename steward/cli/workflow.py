@@ -31,11 +31,11 @@ from steward.cli.env import (
     stream_records,
 )
 from steward.cli.hosting import checked_provider, follow, foreground, pair
-from steward.cli.output import columns, cut, listed, total_of
+from steward.cli.output import columns, cut, listed, spent_columns, total_of
 from steward.errors import NotAllowedError, StewardError
 from steward.host import Host
 from steward.isotime import iso_time
-from steward.kinds import kind_of
+from steward.kinds import WORKFLOW, kind_of
 from steward.workflows import created, load_definition, mcp_of, worktree
 
 TERMINAL = ("completed", "failed", "cancelled")
@@ -64,7 +64,7 @@ async def cmd_list(env: Env, args: argparse.Namespace) -> int:
         where, params = ("WHERE status=?", [args.status]) if args.status else ("", [])
         rows = await projector.query(
             "SELECT workflow_id, status, tree_key, version, phases, current_node, "
-            f"updated_at FROM workflow_runs {where} "
+            f"updated_at, {spent_columns(WORKFLOW)} FROM workflow_runs {where} "
             "ORDER BY updated_at DESC, workflow_id LIMIT ?",
             [*params, args.limit],
         )
@@ -83,11 +83,13 @@ async def cmd_list(env: Env, args: argparse.Namespace) -> int:
             "phases": phases,
             "current_node": node,
             "updated_at": iso_time(updated),
+            "tokens": tokens,
+            "cost_usd": cost,
         }
-        for wid, status, key, version, phases, node, updated in rows
+        for wid, status, key, version, phases, node, updated, tokens, cost in rows
     ]
     table = columns(
-        ("id", "status", "workflow", "phases", "at", "last"),
+        ("id", "status", "workflow", "phases", "at", "tokens", "last"),
         [
             (
                 r["id"],
@@ -95,11 +97,12 @@ async def cmd_list(env: Env, args: argparse.Namespace) -> int:
                 f"{r['workflow']} v{r['version']}",
                 r["phases"],
                 r["current_node"] or "-",
+                r["tokens"],
                 r["updated_at"],
             )
             for r in runs
         ],
-        right=(3,),
+        right=(3, 5),
     )
     listed(env, args.output, runs, total, table)
     return 0

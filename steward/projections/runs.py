@@ -32,7 +32,7 @@ from steward.events import Recorded
 from steward.projections.projection import Projection, done, want
 from steward.projections.summary import summary
 
-__all__ = ["RUNS"]
+__all__ = ["RUNS", "spent"]
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -48,6 +48,8 @@ CREATE TABLE IF NOT EXISTS runs (
     cost_usd REAL NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS runs_parent ON runs(parent_run_id);
+CREATE INDEX IF NOT EXISTS runs_reply_to ON runs(reply_to);
+CREATE INDEX IF NOT EXISTS runs_root ON runs(root_run_id);
 CREATE TABLE IF NOT EXISTS run_steps (
     run_id TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL,
     summary TEXT NOT NULL, tokens INTEGER, duration REAL, created_at REAL NOT NULL,
@@ -56,6 +58,17 @@ CREATE TABLE IF NOT EXISTS run_steps (
 );
 """
 _json = msgspec.json.Encoder()
+
+
+def spent(stream: str, column: str) -> str:
+    """An SQL expression: the sum of ``column`` (an expression over a row of
+    ``runs``) over the runs that answer the actor whose stream is
+    ``stream`` (an SQL expression: a session's turns and subagents, a
+    workflow's phases), their own subagents included."""
+    return (
+        f"(SELECT COALESCE(SUM({column}), 0) FROM runs WHERE root_run_id IN "
+        f"(SELECT id FROM runs WHERE reply_to = {stream}))"
+    )
 
 
 def _apply(conn: sqlite3.Connection, rec: Recorded) -> None:

@@ -6,6 +6,8 @@ run recorded (no log created at all)."""
 from __future__ import annotations
 
 import asyncio
+import json
+import sqlite3
 import tomllib
 from pathlib import Path
 
@@ -226,6 +228,20 @@ def test_a_run_of_the_example_is_recorded(
     assert (code, err) == (0, "")
     assert out.splitlines()[-2:] == ["workflow wf-1 completed", "wf-1"]
     assert workflow_runs(here / "log.db") == ["workflow.wf-1"]
+    # what it spent is its phases' sum, as the runs table holds each
+    with sqlite3.connect(here / "log.db") as db:
+        tokens, cost = db.execute(
+            "SELECT SUM(input_tokens + output_tokens), SUM(cost_usd) FROM runs "
+            "WHERE reply_to = 'workflow.wf-1'"
+        ).fetchone()
+    assert tokens > 0
+    code, out, err = steward(capsys, "workflow", "list", "-o", "json")
+    [listed] = [json.loads(line) for line in out.splitlines()]
+    assert (listed["id"], listed["tokens"], listed["cost_usd"]) == (
+        "wf-1",
+        tokens,
+        cost,
+    )
 
 
 # --- invalid files ------------------------------------------------------------

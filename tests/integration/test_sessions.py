@@ -92,6 +92,16 @@ def test_a_compacted_chat_leaves_memory_the_views_show_and_rebuild_exactly(
     header, row = capsys.readouterr().out.splitlines()
     assert header.split()[:3] == ["id", "model", "segment"]
     assert row.split()[:6] == ["cli:local", "default", "0", "3", "3", "1"]
+    # what it spent is its turns' sum, as the runs table holds each
+    with sqlite3.connect(env.parent / "log.db") as db:
+        tokens, cost = db.execute(
+            "SELECT SUM(input_tokens + output_tokens), SUM(cost_usd) FROM runs "
+            "WHERE reply_to = 'session.cli:local'"
+        ).fetchone()
+    assert tokens > 0 and row.split()[6] == str(tokens)
+    assert _steward("sessions", "list", "-o", "json") == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert (listed["tokens"], listed["cost_usd"]) == (tokens, cost)
 
     assert _steward("sessions", "show", "cli:local") == 0
     shown = capsys.readouterr().out
