@@ -146,17 +146,14 @@ class Egress:
             self._partition_of = told.log.partition_of
 
     async def start(self) -> None:
-        """Make the outbound stream if missing and listen to the host (before
-        it starts: its first share of the partitions is caught up)."""
+        """Listen to the host (before it starts: its first share of the
+        partitions is caught up), and make the outbound stream if missing."""
         if self._task is not None:
             return
-        told = self.told
-        replicas = 1 if told is None else told.log.replicas
-        await keep_outbound(self.js, self.config, replicas=replicas)
         self._task = asyncio.create_task(self._publish_all())
         self.host.listen(self.on_event)
         self.host.listen_deltas(self.on_delta)
-        if told is not None:
+        if self.told is not None:
             self._saving = asyncio.create_task(self._save_forever())
             self.host.listen_holding(self.holding)
 
@@ -224,7 +221,26 @@ class Egress:
         except Exception:
             log.exception("flushing egress failed")
 
+    async def _keep_outbound(self) -> None:
+        """Make the outbound stream if missing, trying again until JetStream
+        answers (a cluster electing its leaders); what is told waits."""
+        replicas = 1 if self.told is None else self.told.log.replicas
+        delay = 0.1
+        while True:
+            try:
+                await keep_outbound(self.js, self.config, replicas=replicas)
+                return
+            except Exception as e:
+                log.warning(
+                    "cannot keep the outbound stream %s yet (%s); trying again",
+                    self.config.stream,
+                    e or type(e).__name__,
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
     async def _publish_all(self) -> None:
+        await self._keep_outbound()
         while (item := await self._queue.get()) is not None:
             try:
                 if isinstance(item, _Delta):

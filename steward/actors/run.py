@@ -511,7 +511,15 @@ def _run_resumed(s: Run, event: RunResumed) -> Run:
 
 
 def _run_completed(s: Run, event: RunCompleted) -> Run:
-    return replace(s, status="completed", output=event.output, metadata=event.metadata)
+    # why it ended, unless by its own finish (stalled, max_iterations, ...)
+    reason = s.reason if event.reason == "finish" else event.reason
+    return replace(
+        s,
+        status="completed",
+        output=event.output,
+        metadata=event.metadata,
+        reason=reason,
+    )
 
 
 def _run_failed(s: Run, event: RunFailed) -> Run:
@@ -1090,7 +1098,8 @@ def _next_call(state: Run, decisions: list[Event]) -> list[Event]:
     elif state.iteration >= limit:
         return [RunCompleted(output=_fallback(state, limit), reason="max_iterations")]
     elif state.stall >= max(min(5, limit - 1), 1):
-        return [RunCompleted(output=_fallback(state, limit), reason="stalled")]
+        said = _stalled(state) if state.settings.revision >= 6 else None
+        return [RunCompleted(output=_fallback(state, limit, said), reason="stalled")]
     if not state.budget_lifted and (spent := _spent_budget(state)) is not None:
         return spent
     request = LlmRequested(
@@ -1173,12 +1182,24 @@ def _spent_budget(state: Run) -> list[Event] | None:
     return [exceeded, *_stopped(state, spent)]
 
 
-def _fallback(state: Run, limit: int) -> str:
+def _fallback(state: Run, limit: int, said: str | None = None) -> str:
+    """What a run that stops unfinished answers: its output, else its last
+    message, else ``said`` (or that ``limit`` steps were not enough)."""
     if state.output:
         return state.output
     if state.last_message:
         return state.last_message
-    return f"I could not finish this within {limit} steps."
+    return said or f"I could not finish this within {limit} steps."
+
+
+def _stalled(state: Run) -> str:
+    """Why a run stalled, in its own counts (revision 6)."""
+    calls = "call" if state.iteration == 1 else "calls"
+    return (
+        f"I could not finish this: I stopped after {state.iteration} model "
+        f"{calls}, the last {state.stall} in a row making no progress (no tool "
+        "call, message or answer)."
+    )
 
 
 def _invalid_reply(state: Run, problem: str) -> list[Event]:

@@ -45,6 +45,9 @@ from steward.cli.codes import (
     EXIT_REFUSED as EXIT_REFUSED,
 )
 from steward.cli.codes import (
+    EXIT_UNFINISHED as EXIT_UNFINISHED,
+)
+from steward.cli.codes import (
     EXIT_WAITING as EXIT_WAITING,
 )
 from steward.config import LogConfig, Settings

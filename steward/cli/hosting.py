@@ -26,6 +26,7 @@ from steward.cli.env import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_PIPE,
+    EXIT_UNFINISHED,
     EXIT_WAITING,
     Env,
     shown,
@@ -432,6 +433,10 @@ async def _ending(
             )
         return EXIT_PIPE
     if state.status in events.TERMINAL:
+        if state.status == "completed" and state.reason in events.UNFINISHED:
+            env.out(f"run {root} completed unfinished ({state.reason})")
+            env.out(state.output)
+            return EXIT_UNFINISHED
         env.out(f"run {root} {state.status}")
         if state.status == "completed":
             env.out(state.output)

@@ -132,7 +132,8 @@ async def cmd_runs_list(env: Env, args: argparse.Namespace) -> int:
         where, params = ("WHERE status=?", [args.status]) if args.status else ("", [])
         rows = await projector.query(
             "SELECT id, status, kind, parent_run_id, iterations, input_tokens, "
-            f"output_tokens, cost_usd, created_at, input_text FROM runs {where} "
+            "output_tokens, cost_usd, created_at, input_text, reason "
+            f"FROM runs {where} "
             "ORDER BY created_at DESC, id LIMIT ?",
             [*params, args.limit],
         )
@@ -152,15 +153,28 @@ async def cmd_runs_list(env: Env, args: argparse.Namespace) -> int:
             "cost_usd": cost,
             "created_at": iso_time(at),
             "input": text,
+            "reason": reason,
         }
-        for run_id, status, kind, parent, iterations, tin, tout, cost, at, text in rows
+        for (
+            run_id,
+            status,
+            kind,
+            parent,
+            iterations,
+            tin,
+            tout,
+            cost,
+            at,
+            text,
+            reason,
+        ) in rows
     ]
     table = columns(
         ("id", "status", "kind", "iter", "tokens", "input"),
         [
             (
                 r["id"],
-                r["status"],
+                _status(r),
                 r["kind"],
                 r["iterations"],
                 r["input_tokens"] + r["output_tokens"],
@@ -248,10 +262,18 @@ async def _run_view(projector: Projector, run_id: str) -> dict[str, Any]:
     }
 
 
+def _status(run: dict[str, Any]) -> str:
+    """A run's status as the lists say it: ``completed (stalled)`` for one
+    that stopped without finishing (`events.UNFINISHED`)."""
+    if run["status"] == "completed" and run["reason"] in events.UNFINISHED:
+        return f"completed ({run['reason']})"
+    return str(run["status"])
+
+
 def _run_lines(run: dict[str, Any]) -> list[str]:
     parent = f"  parent {run['parent']}" if run["parent"] else ""
     lines = [
-        f"run {run['id']}  {run['status']}  {run['kind']}{parent}",
+        f"run {run['id']}  {_status(run)}  {run['kind']}{parent}",
         f"iterations {run['iterations']}  tokens in {run['input_tokens']} out "
         f"{run['output_tokens']}"
         + (f"  cost ${run['cost_usd']:.6f}" if run["cost_usd"] else ""),

@@ -76,6 +76,7 @@ __all__ = [
     "SubagentsSpawned",
     "SystemNoteAdded",
     "TERMINAL",
+    "UNFINISHED",
     "ToolCall",
     "ToolRequested",
     "ToolResulted",
@@ -164,10 +165,16 @@ class RunSettings(
     batch of tool calls with one that failed is followed by the stage's
     recovery note whichever result came last (before, only when the last
     to arrive had failed); and a cancel after the answer was delivered
-    completes the run with that answer (before, it was cancelled)."""
+    completes the run with that answer (before, it was cancelled).
+    Revision 6: a run that stalls with nothing to answer says how many
+    model calls it made and how many in a row made no progress (before, "I
+    could not finish this within N steps", N its ``max_iterations``); and
+    a staged run's delivery check that answers only its verdict
+    (``Delivery: DONE``) delivers the act stage's answer (before, it was
+    an empty reply)."""
 
 
-LATEST_REVISION = 5
+LATEST_REVISION = 6
 """The revision new runs are created with; see `RunSettings.revision`."""
 
 
@@ -324,11 +331,20 @@ class RunResumed(Event, frozen=True, kw_only=True):
     reason: str
 
 
+UNFINISHED = frozenset({"stalled", "max_iterations"})
+"""The `RunCompleted` reasons of a run that stopped without finishing: it
+stalled (replies in a row that made no progress) or ran out of model
+calls, and answered what it had."""
+
+
 class RunCompleted(Event, frozen=True, kw_only=True):
     """The run finished with ``output``."""
 
     output: str
     reason: str = "finish"
+    """Why: ``finish`` (the model's), ``message`` (a first message that
+    answers), ``cancelled`` (after its answer was delivered), or one of
+    `UNFINISHED`."""
     metadata: dict[str, Any] = {}
     """A finish's ``metadata`` object (from revision 2 on): the result's
     structured part, such as a workflow phase's routing decision."""

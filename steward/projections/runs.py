@@ -194,8 +194,10 @@ def _apply(conn: sqlite3.Connection, rec: Recorded) -> None:
             )
             done(conn, cancel_key(run_id))
             if isinstance(event, events.RunCompleted):
+                reason = None if event.reason == "finish" else event.reason
                 conn.execute(
-                    "UPDATE runs SET output_text=? WHERE id=?", (event.output, run_id)
+                    "UPDATE runs SET output_text=?, reason=? WHERE id=?",
+                    (event.output, reason, run_id),
                 )
             else:
                 conn.execute(

@@ -217,3 +217,29 @@ def test_a_long_rebuild_reports_its_progress(
     assert out == "projections rebuilt through position 6000\n"
     assert err.startswith("projections: position 5,000 of 6,000 (83%, ")
     assert err.count("\n") == 1
+
+
+def test_a_stalled_run_says_so_and_exits_6(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model that only takes notes stalls the run: it says how many calls
+    it made, the lists say it stalled, and `run` exits with its own status."""
+    monkeypatch.chdir(tmp_path)
+    db = str(tmp_path / "l.db")
+    notes = [act(type="note", category="plan", content=f"n{n}") for n in range(9)]
+    script = write_script(tmp_path / "s.json", [*PLAN, *notes])
+    code = steward("--db", db, "--script", str(script), "run", "Summarize notes.txt")
+    out = capsys.readouterr().out.splitlines()
+    assert code == 6
+    assert out[-2].endswith("completed unfinished (stalled)"), out
+    assert out[-1] == (
+        "I could not finish this: I stopped after 5 model calls, the last 5 in a "
+        "row making no progress (no tool call, message or answer)."
+    )
+    run_id = out[-2].split()[1]
+    assert steward("--db", db, "runs", "list") == 0
+    listed = capsys.readouterr().out.splitlines()[1].split()
+    assert listed[:3] == [run_id, "completed", "(stalled)"]
+    assert steward("--db", db, "runs", "show", run_id, "-o", "json") == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert (shown["status"], shown["reason"]) == ("completed", "stalled")

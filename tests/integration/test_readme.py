@@ -305,6 +305,7 @@ def test_the_tour_in_readme_prints_what_it_shows(tmp_path: Path) -> None:
     (tmp_path / "steward").mkdir()
     shutil.copy(ROOT / "steward" / "demo.yaml", tmp_path / "steward" / "demo.yaml")
     shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    (tmp_path / ".venv").symlink_to(Path(STEWARD).parent.parent)  # `make install`
     path = f"{Path(STEWARD).parent}:{os.environ.get('PATH', '')}"
     imports = os.pathsep.join(  # as here, whatever the directory
         str(Path(p).resolve()) for p in os.environ.get("PYTHONPATH", "").split(":") if p

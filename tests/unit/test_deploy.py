@@ -74,7 +74,7 @@ def test_the_kubernetes_manifests_run_serve_and_workers_with_metrics() -> None:
     )
     assert scrape["job_name"] == "steward"
     relabeled = {r.get("target_label") for r in scrape["relabel_configs"]}
-    assert {"role", "__address__"} <= relabeled
+    assert {"process", "__address__"} <= relabeled
 
 
 def test_the_systemd_unit_runs_serve() -> None:

@@ -829,7 +829,8 @@ def test_a_result_for_no_pending_call_is_refused(request_id: str):
 
 
 def test_five_replies_without_progress_force_finish():
-    """Five replies of notes/decisions only → RunCompleted(reason=stalled)."""
+    """Five replies of notes/decisions only → RunCompleted(reason=stalled),
+    saying so in the run's own counts."""
     story = planned()
     story.say(act(type="decision", content="1"))
     story.say(act(type="decision", content="2"))
@@ -837,9 +838,21 @@ def test_five_replies_without_progress_force_finish():
     assert decisions == [
         DecisionRecorded(content="3"),
         RunCompleted(
-            output="I could not finish this within 20 steps.", reason="stalled"
+            output="I could not finish this: I stopped after 5 model calls, the "
+            "last 5 in a row making no progress (no tool call, message or answer).",
+            reason="stalled",
         ),
     ]
+
+
+def test_before_revision_6_a_stall_said_its_iteration_cap():
+    story = planned(revision=5)
+    story.say(act(type="decision", content="1"))
+    story.say(act(type="decision", content="2"))
+    decisions = story.say(act(type="decision", content="3"))
+    assert decisions[-1] == RunCompleted(
+        output="I could not finish this within 20 steps.", reason="stalled"
+    )
 
 
 def test_stall_limit_is_one_less_than_a_small_iteration_cap():

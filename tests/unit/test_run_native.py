@@ -365,7 +365,9 @@ def test_only_unknown_tools_for_five_rounds_stalls():
         assert kinds(story.call(replace(UNKNOWN, id=f"x{n}")))[-1] == "LlmRequested"
     decisions = story.call(replace(UNKNOWN, id="x4"))
     assert decisions[-1] == RunCompleted(
-        output="I could not finish this within 20 steps.", reason="stalled"
+        output="I could not finish this: I stopped after 5 model calls, the "
+        "last 5 in a row making no progress (no tool call, message or answer).",
+        reason="stalled",
     )
 
 
