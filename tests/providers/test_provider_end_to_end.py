@@ -232,3 +232,35 @@ def test_a_session_switched_with_model_calls_that_models_server(
     exported = [json.loads(x)["event"] for x in capsys.readouterr().out.splitlines()]
     [answer] = [e for e in exported if e["type"] == "LlmResponded"]
     assert answer["cost_usd"] == pytest.approx(1000 * 1.0 / 1e6)
+
+
+def test_a_delivery_check_that_answers_only_its_verdict_delivers_the_answer(
+    tmp_path: Path,
+    api: FakeAPI,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A terse model: its act answer, then ``Delivery: DONE`` alone. The run
+    delivers the act answer after two requests; nothing tells the model its
+    reply was empty."""
+    config = tmp_path / "steward.toml"
+    config.write_text(
+        "[agents.default]\n"
+        'protocol = "native"\npolicy = "staged"\nqa = false\n\n'
+        "[models.default]\n"
+        f'provider = "openai"\nmodel = "gpt-test"\nbase_url = "{api.url}/v1"\n'
+    )
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    monkeypatch.chdir(tmp_path)
+    api.queue(
+        sse_reply(openai_frames(["The notes say hi."])),
+        sse_reply(openai_frames(["Delivery: DONE"])),
+        sse_reply(openai_frames(["Delivery: DONE"])),  # not asked for
+    )
+    base = ["--config", str(config), "--db", str(tmp_path / "log.db")]
+    assert cli.main([*base, "run", "Summarize notes.txt"]) == 0
+    *_, status, output = capsys.readouterr().out.strip().splitlines()
+    assert status.endswith(" completed") and output == "The notes say hi."
+    assert len(api.requests) == 2
+    asked = json.dumps([r.body for r in api.requests])
+    assert "empty" not in asked.lower()
