@@ -107,6 +107,16 @@ def _read(
         except (OSError, UnicodeDecodeError) as e:
             problems.append(ConfigError(file, name, f"cannot be read as UTF-8: {e}"))
             continue
+        if not text.strip():  # jtrefon/ai-ide's "Prompt file is empty"
+            problems.append(
+                ConfigError(
+                    file,
+                    name,
+                    "the prompt file is empty; write the prompt in it, or "
+                    "delete it to use the shipped one",
+                )
+            )
+            continue
         problems += _text_problems(file, text)
         found[name] = (text, file)
     return found, problems

@@ -220,9 +220,16 @@ def _prompt_dir_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dir",
         metavar="DIR",
-        help="a profile's prompt directory, laid out as the shipped one "
-        "(base/system.md, stages/act.md, ...); a prompt it has no file for is "
-        "the shipped one (default: the shipped prompts only)",
+        help="a prompt directory, laid out as the shipped one (base/system.md, "
+        "stages/act.md, ...); a prompt it has no file for is the shipped one "
+        "(default: the profile's [agents.NAME] prompts, else the shipped "
+        "prompts only)",
+    )
+    parser.add_argument(
+        "--profile",
+        metavar="NAME",
+        help="the agent profile whose prompt directory to read (default: "
+        "default)",
     )
 
 
@@ -242,7 +249,8 @@ EXIT_STATUSES = (
     "exit status: 0 the run completed, 1 it failed or was cancelled, 2 bad input, "
     "3 replay --verify found a mismatch, 4 the run waits for a person "
     "(`steward runs approve|deny ID`), 5 no answer (nothing hosts the log, or "
-    "`sessions send` timed out), 130 interrupted (Ctrl-C)."
+    "`sessions send` timed out), 6 the run stopped unfinished (it stalled, or "
+    "ran out of model calls), 130 interrupted (Ctrl-C)."
 )
 _REFUSED = (
     "Exit 1 when the run's state does not allow it: one line on standard error "

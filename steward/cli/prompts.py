@@ -1,7 +1,8 @@
 """`steward prompts`: the staged policy's prompts, and what a stage composes.
 
 `list` prints each prompt's name, its first line and the file it comes from
-(the shipped one, or ``--dir``'s). `show NAME` prints a prompt's text; `show
+(the shipped one, or the prompt directory's: ``--dir``, else the profile's
+``[agents.NAME] prompts``, of ``--profile`` or the default profile). `show NAME` prints a prompt's text; `show
 --stage S` the system prompt a staged run composes at stage S for the chosen
 mode and reasoning switch, after a header line naming the prompts composed
 and the tools the stage allows. There the variables are left as
@@ -37,8 +38,14 @@ SHOWN_AS_WRITTEN = {name: f"{{{{{name}}}}}" for name in stages.ALLOWED_VARIABLES
 """Each variable's value as `show --stage` fills it in: itself, as written."""
 
 
-def _directory(args: argparse.Namespace) -> Path | None:
-    return None if args.dir is None else Path(args.dir)
+def _directory(env: Env, args: argparse.Namespace) -> Path | None:
+    """The prompt directory: ``--dir``, else the profile's (``--profile``,
+    the default one by default; ``[agents.NAME] prompts``), else none (the
+    shipped prompts only)."""
+    if args.dir is not None:
+        return Path(args.dir)
+    profile = env.settings.profile(args.profile or "default")
+    return None if profile.prompts is None else Path(profile.prompts)
 
 
 def _checked(directory: Path | None) -> bool:
@@ -50,7 +57,7 @@ def _checked(directory: Path | None) -> bool:
 
 
 async def cmd_prompts_list(env: Env, args: argparse.Namespace) -> int:
-    directory = _directory(args)
+    directory = _directory(env, args)
     if not _checked(directory):
         return EXIT_INPUT
     prompts = load_prompts(directory)
@@ -90,7 +97,7 @@ async def cmd_prompts_show(env: Env, args: argparse.Namespace) -> int:
         )
     if args.name is not None and (args.mode, args.reasoning) != (None, None):
         raise StewardError("--mode and --reasoning go with --stage, not with a NAME")
-    directory = _directory(args)
+    directory = _directory(env, args)
     if not _checked(directory):
         return EXIT_INPUT
     prompts = load_prompts(directory)

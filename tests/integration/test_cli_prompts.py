@@ -182,3 +182,41 @@ def test_a_directory_with_an_unknown_variable_is_refused(
     assert captured.out == ""
     assert captured.err.startswith(f"{bad}:2:3: {{{{answer}}}}: 'answer' is not")
     assert len(captured.err.splitlines()) == 1
+
+
+def test_show_reads_the_configured_profiles_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --dir, the default profile's [agents.NAME] prompts, or
+    --profile's; a profile with none shows the shipped prompt."""
+    for name in ("mine", "theirs"):
+        (tmp_path / name / "base").mkdir(parents=True)
+        (tmp_path / name / "base" / "system.md").write_text(f"{name} system\n")
+    (tmp_path / "steward.toml").write_text(
+        '[agents.default]\nprompts = "mine"\n\n[agents.other]\nprompts = "theirs"\n'
+        "\n[agents.plain]\n"
+    )
+    assert steward("prompts", "show", "base/system") == 0
+    assert capsys.readouterr().out == "mine system\n"
+    assert steward("prompts", "show", "base/system", "--profile", "other") == 0
+    assert capsys.readouterr().out == "theirs system\n"
+    assert steward("prompts", "show", "base/system", "--profile", "plain") == 0
+    assert capsys.readouterr().out == load_prompts()["base/system"].rstrip("\n") + "\n"
+    assert steward("prompts", "list", "--profile", "other") == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert listed[1].endswith(str(Path("theirs/base/system.md")))
+    assert steward("prompts", "show", "base/system", "--profile", "nobody") == 2
+    assert "agents.nobody: no such agent profile" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text", ["", "  \n\t\n"])
+def test_an_empty_prompt_file_is_refused_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str
+) -> None:
+    (tmp_path / "own" / "stages").mkdir(parents=True)
+    (tmp_path / "own" / "stages" / "act.md").write_text(text)
+    assert steward("prompts", "list", "--dir", "own") == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"{Path('own/stages/act.md')}: stages/act: the prompt file is empty; write "
+        "the prompt in it, or delete it to use the shipped one"
+    ]
