@@ -44,6 +44,7 @@ from steward.config import Settings
 from steward.errors import ConfigError
 from steward.events.protocol import ToolSpec
 from steward.events.task import (
+    TASK_REVISION,
     ContextManagement,
     TaskCreated,
     TaskLimits,
@@ -551,6 +552,7 @@ def created(
         context=context,
         model=config.model,
         source=source,
+        revision=TASK_REVISION,
     )
 
 

@@ -374,6 +374,7 @@ def _recorded(state: Task) -> dict[str, Any]:
         "started": _Each(state.started, lambda s: (s.template, s.tool, s.args)),
         "failed_limits": _Each(finished, lambda f: f.limit),
         "max_calls": created.limits.max_calls,
+        "revision": created.revision,
     }
 
 

@@ -130,6 +130,7 @@ def child_task(state: Task, spawned: SubtaskSpawned, parent: str) -> TaskCreated
     if request.max_depth is not None:
         deepest = min(deepest, request.max_depth)
     return TaskCreated(
+        revision=created.revision,  # a subtask evaluates as its parent does
         task_id=spawned.task_id,
         program=f"({template.name}{''.join(' ' + p for p in template.params)})",
         templates=tuple(state.templates.values()),

@@ -394,6 +394,8 @@ class _Evaluation:
         self.started = started
         self.failed_limits = failed_limits
         self.max_calls = max_calls
+        self.revision = 0
+        """The task's revision (`TaskCreated.revision`)."""
         self.calls = 0
         self.steps = 0
         self.levels = 0
@@ -795,8 +797,10 @@ def _director_evaluator(ev: _Evaluation, node: Form, env: _Env) -> Any:
     the executor carries it out (``F plan iter``), the evaluator judges it
     (``F result plan iter``) and the controller answers ``(continue
     NEXT-INPUT)`` or ``(stop VALUE)`` (``F feedback plan result iter``).
-    Reaching N iterations without a stop fails the task at its
-    ``iterations`` limit, keeping the last iteration's result."""
+    Reaching N iterations without a stop gives the last executor result
+    (from revision 1; before, it failed the task at its ``iterations``
+    limit, keeping that result); ``(max-iterations 0)`` runs nothing and
+    gives nil (from revision 1)."""
     clauses: dict[str, Node] = {}
     for clause in node.items[1:]:
         if (
@@ -818,8 +822,14 @@ def _director_evaluator(ev: _Evaluation, node: Form, env: _Env) -> Any:
     if missing:
         raise _Error(f"director-evaluator-loop needs {', '.join(missing)}", node)
     limit = ev.eval(clauses["max-iterations"], env)
-    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-        raise _Error(f"max-iterations must be a whole number >= 1, not {limit!r}", node)
+    least = 0 if ev.revision >= 1 else 1
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < least:
+        raise _Error(
+            f"max-iterations must be a whole number >= {least}, not {limit!r}", node
+        )
+    if limit == 0:
+        ev.note("value", "max-iterations 0: nothing runs, nil")
+        return None
     given = ev.eval(clauses["initial-director-input"], env)
     phases = {p: ev.eval(clauses[p], env) for p in _DE_CLAUSES[2:]}
     for i in range(1, limit + 1):
@@ -837,6 +847,12 @@ def _director_evaluator(ev: _Evaluation, node: Form, env: _Env) -> Any:
         if decision.action == "stop":
             return decision.value
         given = decision.value
+    if ev.revision >= 1:  # hoidn/llm's ADR, step 7h.ii: the last result
+        ev.note(
+            "value",
+            f"max-iterations {limit} reached without a stop: the last executor result",
+        )
+        return ev.last_iteration
     raise _Limit(
         "iterations", f"the director-evaluator loop reached its {limit} iterations"
     )
@@ -958,6 +974,7 @@ def evaluate(
     failed_limits: Sequence[str | None] = (),
     max_calls: int = 1_000,
     trace: list[TraceLine] | None = None,
+    revision: int = 0,
 ) -> Outcome:
     """Evaluate ``program`` from its start over the ``results`` of its calls
     so far (the k-th call takes the k-th), with ``args`` bound at its top.
@@ -970,6 +987,7 @@ def evaluate(
     ev = _Evaluation(
         None, templates, results, started, failed_limits, max_calls, trace, False
     )
+    ev.revision = revision
     return _run(ev, program, args).outcome
 
 
@@ -983,12 +1001,14 @@ def resume(
     started: Sequence[tuple[str, str | None, dict[str, Any]]] = (),
     failed_limits: Sequence[str | None] = (),
     max_calls: int = 1_000,
+    revision: int = 0,
 ) -> Evaluated:
     """`evaluate`, from ``checkpoint`` (an earlier evaluation's, of the same
     program with the same ``args`` over a prefix of the same results), with
     the same outcome; and the evaluation's last checkpoint. Only the calls
     after the checkpoint's are read from ``results`` and ``started``."""
     ev = _Evaluation(checkpoint, templates, results, started, failed_limits, max_calls)
+    ev.revision = revision
     return _run(ev, program, args if checkpoint is None else {})
 
 

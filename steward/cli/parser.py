@@ -228,8 +228,7 @@ def _prompt_dir_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--profile",
         metavar="NAME",
-        help="the agent profile whose prompt directory to read (default: "
-        "default)",
+        help="the agent profile whose prompt directory to read (default: default)",
     )
 
 

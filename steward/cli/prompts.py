@@ -2,11 +2,11 @@
 
 `list` prints each prompt's name, its first line and the file it comes from
 (the shipped one, or the prompt directory's: ``--dir``, else the profile's
-``[agents.NAME] prompts``, of ``--profile`` or the default profile). `show NAME` prints a prompt's text; `show
---stage S` the system prompt a staged run composes at stage S for the chosen
-mode and reasoning switch, after a header line naming the prompts composed
-and the tools the stage allows. There the variables are left as
-``{{name}}``, where a run fills them in.
+``[agents.NAME] prompts``, of ``--profile`` or the default profile). `show
+NAME` prints a prompt's text; `show --stage S` the system prompt a staged
+run composes at stage S for the chosen mode and reasoning switch, after a
+header line naming the prompts composed and the tools the stage allows.
+There the variables are left as ``{{name}}``, where a run fills them in.
 """
 
 from __future__ import annotations

@@ -38,6 +38,7 @@ from steward.events.protocol import (
 )
 
 __all__ = [
+    "TASK_REVISION",
     "CallFinished",
     "ContextManagement",
     "DEFAULT_MAX_DEPTH",
@@ -186,6 +187,18 @@ class TaskCreated(Event, frozen=True, kw_only=True):
     source: str = ""
     """The program's file, if it came from one."""
     at: float = 0.0
+    revision: int = 0
+    """The evaluator's behaviour the task was created under (`TASK_REVISION`
+    for new tasks and their subtasks, 0 for tasks recorded before), so an
+    old task evaluates again exactly as it was recorded. Revision 1: a
+    ``director-evaluator-loop`` that reaches ``max-iterations`` without a
+    ``stop`` returns its last executor result, as hoidn/llm's loop does
+    (before, the task failed at its ``iterations`` limit), and
+    ``(max-iterations 0)`` runs nothing and gives nil (before, refused)."""
+
+
+TASK_REVISION = 1
+"""The revision new tasks are created with; see `TaskCreated.revision`."""
 
 
 class CallStarted(Event, frozen=True, kw_only=True):

@@ -205,3 +205,81 @@ def test_a_template_tool_a_task_cannot_give_its_model_is_refused(
     assert code == 2
     assert why in capsys.readouterr().err
     assert not (tmp_path / "log.db").exists()
+
+
+def test_a_loop_out_of_iterations_gives_its_last_result(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The example with a judge that never accepts: after max-iterations 3
+    the task completes with the third draft (hoidn/llm's loop), and `task
+    show` says the limit was reached."""
+    replies = []
+    for n in (1, 2, 3):
+        replies.append(f"Draft {n} about owls.")
+        replies.append(
+            {
+                "json": {
+                    "status": "COMPLETE",
+                    "content": f"Not yet ({n}).",
+                    "notes": {"verdict": "revise"},
+                }
+            }
+        )
+    (tmp_path / "s.json").write_text(json.dumps({"replies": replies}))
+    db = str(tmp_path / "log.db")
+    options = ["--db", db, "--script", str(tmp_path / "s.json")]
+    code = steward(
+        *options,
+        "task",
+        "run",
+        str(EXAMPLES / "director-evaluator.sexp"),
+        "--templates",
+        str(EXAMPLES / "templates"),
+        "--arg",
+        "topic=owls",
+        "--id",
+        "owls",
+    )
+    out = capsys.readouterr().out.splitlines()
+    assert code == 0, out
+    assert out[-2].startswith("task owls completed: Draft 3 about owls.")
+    assert steward("--db", db, "task", "show", "owls") == 0
+    tree = capsys.readouterr().out.splitlines()
+    assert tree[0].startswith("task owls  completed")
+    assert (
+        "  max-iterations 3 reached without a stop: the last executor result" in tree
+    ), tree
+    assert steward("--db", db, "replay", "task.owls", "--verify") == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "verify: ok"
+
+
+def test_a_loop_of_max_iterations_0_runs_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    program = (EXAMPLES / "director-evaluator.sexp").read_text()
+    (tmp_path / "p.sexp").write_text(
+        program.replace("(max-iterations 3)", "(max-iterations 0)")
+    )
+    (tmp_path / "s.json").write_text(json.dumps({"replies": []}))
+    options = ["--db", str(tmp_path / "log.db"), "--script", str(tmp_path / "s.json")]
+    code = steward(
+        *options,
+        "task",
+        "run",
+        str(tmp_path / "p.sexp"),
+        "--templates",
+        str(EXAMPLES / "templates"),
+        "--arg",
+        "topic=owls",
+        "--id",
+        "none",
+    )
+    out = capsys.readouterr().out.splitlines()
+    assert code == 0, out
+    assert not [line for line in out if line.startswith("  call")]
+    assert out[-2].startswith("task none completed:")
+    assert steward(*options, "events", "export", "task.none") == 0
+    exported = [json.loads(x)["event"] for x in capsys.readouterr().out.splitlines()]
+    assert [e["type"] for e in exported] == ["TaskCreated", "TaskCompleted"]
+    assert exported[-1].get("value") is None  # nil (a default: left out)
+    assert exported[-1]["output"] == ""

@@ -75,6 +75,7 @@ def drive(
     limits: Mapping[int, str] = {},
     args: Mapping[str, Any] = {},
     max_calls: int = 1_000,
+    revision: int = 0,
 ) -> Run:
     """Evaluate as the decider does: each Need is recorded as started and
     answered with the next scripted result (``limits``: the limit call k's
@@ -92,6 +93,7 @@ def drive(
             started=started,
             failed_limits=[limits.get(k) for k in range(1, len(results) + 1)],
             max_calls=max_calls,
+            revision=revision,
         )
         if not isinstance(outcome, Need):
             assert len(results) == len(script), "a scripted result was never asked"
@@ -613,7 +615,21 @@ def test_director_evaluator_continues_then_stops() -> None:
     assert run.outcome == Done("final: did2")
 
 
-def test_director_evaluator_at_max_iterations_fails_with_the_last_result() -> None:
+def test_director_evaluator_at_max_iterations_gives_the_last_result() -> None:
+    """Revision 1 (hoidn/llm's loop, its ADR step 7h.ii): without a stop by
+    max-iterations, the loop's value is the last executor result."""
+    script = [ok("plan1"), ok("did1"), ok("bad"), ok("plan2"), ok("did2"), ok("bad")]
+    run = drive(DE_LOOP.format(limit=2), script, revision=1)
+    assert len(run.needs) == 6
+    assert run.outcome == Done(ok("did2"))
+
+
+def test_director_evaluator_of_max_iterations_0_runs_nothing() -> None:
+    run = drive(DE_LOOP.format(limit=0), [], revision=1)
+    assert run == Run([], Done(None))
+
+
+def test_before_revision_1_max_iterations_fails_with_the_last_result() -> None:
     """Without a stop by max-iterations, the task ends at its ``iterations``
     limit keeping the last executor result and the bindings so far."""
     script = [ok("plan1"), ok("did1"), ok("bad"), ok("plan2"), ok("did2"), ok("bad")]
