@@ -10,10 +10,12 @@ from typing import Any
 
 import msgspec
 
+from steward import replay
 from steward.actors.kind import Kind
 from steward.cli.codes import FORMATS as FORMATS
 from steward.cli.codes import Format
 from steward.cli.env import Env, shown
+from steward.events import LlmRequested, Recorded
 from steward.projections.store import Projector
 
 
@@ -112,3 +114,34 @@ def listed(
             print(note, file=sys.stderr)
         else:
             env.out(note)
+
+
+def prompts_of(kind: Kind[Any], records: list[Recorded]) -> list[dict[str, Any]]:
+    """The prompt of each model call an actor of ``kind`` asked for, as it
+    was sent, rebuilt from its ``records`` (``show --prompts``)."""
+    prompts = []
+    for rec in records:
+        if isinstance(rec.event, LlmRequested) and kind.reactor.model_call:
+            state = replay.rebuild(records, rec.version, kind)
+            prompt = kind.reactor.model_call(state, rec.event, None, None).prompt
+            prompts.append(
+                {
+                    "request_id": rec.event.request_id,
+                    "version": rec.version,
+                    "system": prompt.system,
+                    "messages": [
+                        {"role": m.role, "content": m.content} for m in prompt.messages
+                    ],
+                }
+            )
+    return prompts
+
+
+def prompt_lines(prompts: list[dict[str, Any]]) -> list[str]:
+    """`prompts_of` as ``show --prompts`` prints them: a line per message."""
+    lines = []
+    for prompt in prompts:
+        lines.append(f"--- prompt for {prompt['request_id']} (v{prompt['version']})")
+        lines.append(f"[system] {prompt['system']}")
+        lines += [f"[{m['role']}] {m['content']}" for m in prompt["messages"]]
+    return lines

@@ -771,6 +771,11 @@ def build_parser() -> argparse.ArgumentParser:
         "results.",
     )
     s.add_argument("id", type=_an_id, help="the task's id (or task.ID)")
+    s.add_argument(
+        "--prompts",
+        action="store_true",
+        help="rebuild and print each call's messages as the model received them",
+    )
     _output_option(s, listing=False)
     s.set_defaults(fn=cmd_task_show)
     s = tsub.add_parser(

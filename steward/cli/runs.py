@@ -12,7 +12,7 @@ from typing import Any
 
 from msgspec.structs import replace
 
-from steward import events, replay
+from steward import events
 from steward.actors import effects as actor_effects
 from steward.actors import run as run_actor
 from steward.actors import run_effects
@@ -28,7 +28,15 @@ from steward.cli.env import (
     stream_records,
 )
 from steward.cli.hosting import checked_provider, see_run
-from steward.cli.output import columns, cut, json_line, listed, total_of
+from steward.cli.output import (
+    columns,
+    cut,
+    json_line,
+    listed,
+    prompt_lines,
+    prompts_of,
+    total_of,
+)
 from steward.cli.workflow import workflow_lines, workflow_view
 from steward.errors import NotAllowedError, StewardError
 from steward.host import Host
@@ -209,17 +217,12 @@ async def cmd_runs_show(env: Env, args: argparse.Namespace) -> int:
                 _actor_lines,
             )
     if args.prompts:
-        view["prompts"] = _prompts(env.kinds.of(stream), records)
+        view["prompts"] = prompts_of(env.kinds.of(stream), records)
     if args.output == "json":
         env.out(json_line(view))
         return 0
-    for line in lines(view):
+    for line in [*lines(view), *prompt_lines(view.get("prompts", []))]:
         env.out(line)
-    for prompt in view.get("prompts", []):
-        env.out(f"--- prompt for {prompt['request_id']} (v{prompt['version']})")
-        env.out(f"[system] {prompt['system']}")
-        for message in prompt["messages"]:
-            env.out(f"[{message['role']}] {message['content']}")
     return 0
 
 
@@ -333,26 +336,6 @@ def _actor_lines(actor: dict[str, Any]) -> list[str]:
 DETAIL_WIDTH = 120
 """The characters of an event's summary `runs show KIND.ID` shows
 (``-o json``: all)."""
-
-
-def _prompts(kind: Kind[Any], records: list[events.Recorded]) -> list[dict[str, Any]]:
-    """The prompt of each model call the actor asked for, as it was sent."""
-    prompts = []
-    for rec in records:
-        if isinstance(rec.event, events.LlmRequested) and kind.reactor.model_call:
-            state = replay.rebuild(records, rec.version, kind)
-            prompt = kind.reactor.model_call(state, rec.event, None, None).prompt
-            prompts.append(
-                {
-                    "request_id": rec.event.request_id,
-                    "version": rec.version,
-                    "system": prompt.system,
-                    "messages": [
-                        {"role": m.role, "content": m.content} for m in prompt.messages
-                    ],
-                }
-            )
-    return prompts
 
 
 async def _operator_input(

@@ -37,7 +37,15 @@ from steward.cli.env import (
     stream_records,
 )
 from steward.cli.hosting import checked_provider, follow, foreground, pair
-from steward.cli.output import columns, cut, json_line, listed, total_of
+from steward.cli.output import (
+    columns,
+    cut,
+    json_line,
+    listed,
+    prompt_lines,
+    prompts_of,
+    total_of,
+)
 from steward.errors import NotAllowedError, StewardError
 from steward.events.protocol import ChildFinished
 from steward.events.task import (
@@ -316,10 +324,12 @@ async def cmd_task_show(env: Env, args: argparse.Namespace) -> int:
         if not stream.startswith("task."):
             raise StewardError(f"{args.id} is not a task; `steward replay` shows it")
         task = await task_tree(log, stream, env)
+        if args.prompts:  # each call's messages, as the model received them
+            task["prompts"] = prompts_of(env.kinds.of(stream), await log.read(stream))
     if args.output == "json":
         env.out(json_line(task))
     else:
-        for line in tree_lines(task):
+        for line in [*tree_lines(task), *prompt_lines(task.get("prompts", []))]:
             env.out(shown(line))
     return 0
 

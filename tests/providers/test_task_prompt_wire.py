@@ -25,7 +25,7 @@ from conftest import Dialect
 from fake_api import FakeAPI, Reply, Request, sse_reply
 from wire import hosted, system_of, tool_calls, tool_results, tools_of
 
-from steward import replay
+from steward import cli, replay
 from steward.actors.task import SUBTASK_TOOL
 from steward.actors.tools import ToolRegistry
 from steward.clock import FakeClock
@@ -112,7 +112,9 @@ EXPAND = Template(
 )
 
 
-async def test_a_program_of_two_calls_on_the_wire(tasks: Tasks) -> None:
+async def test_a_program_of_two_calls_on_the_wire(
+    tasks: Tasks, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The first call: its instructions with ``owls`` put in as the user
     message, its system text and the task's context in the system prompt,
     the ``subtask`` tool offered with its schema; the second: the first
@@ -145,6 +147,19 @@ async def test_a_program_of_two_calls_on_the_wire(tasks: Tasks) -> None:
     assert "subtask" not in system_of(two)
     assert tools_of(two) == {}
     assert replay.verify(await tasks.log.read(STREAM)) is None
+
+    # `task show --prompts` rebuilds from the log what each call sent
+    db = str(tmp_path / "log.db")
+    code = await asyncio.to_thread(
+        cli.main, ["--db", db, "task", "show", "t1", "--prompts", "-o", "json"]
+    )
+    assert code == 0
+    shown = json.loads(capsys.readouterr().out)["prompts"]
+    assert len(shown) == 2
+    for prompt, request in zip(shown, (one, two), strict=True):
+        assert prompt["system"] == system_of(request)
+        users = [m["content"] for m in prompt["messages"] if m["role"] == "user"]
+        assert users == user_texts(request)
 
 
 WRITER = Template(
