@@ -25,7 +25,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from typing import Any, NamedTuple
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any, NamedTuple, TypeVar
 
 import msgspec
 
@@ -225,19 +227,10 @@ class Egress:
         """Make the outbound stream if missing, trying again until JetStream
         answers (a cluster electing its leaders); what is told waits."""
         replicas = 1 if self.told is None else self.told.log.replicas
-        delay = 0.1
-        while True:
-            try:
-                await keep_outbound(self.js, self.config, replicas=replicas)
-                return
-            except Exception as e:
-                log.warning(
-                    "cannot keep the outbound stream %s yet (%s); trying again",
-                    self.config.stream,
-                    e or type(e).__name__,
-                )
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
+        await _persistently(
+            f"keeping the outbound stream {self.config.stream}",
+            lambda: keep_outbound(self.js, self.config, replicas=replicas),
+        )
 
     async def _publish_all(self) -> None:
         await self._keep_outbound()
@@ -297,42 +290,29 @@ class Egress:
     async def _store(self, subject: str, data: bytes, msg_id: str) -> None:
         """Publish to the outbound stream until it acknowledges (a message
         is never dropped: its partition waits, in order)."""
-        delay = 0.1
-        while True:
-            try:
-                await self.js.publish(subject, data, headers={"Nats-Msg-Id": msg_id})
-                return
-            except Exception as e:
-                log.warning(
-                    "storing an outbound message on %s failed (%s); trying again",
-                    subject,
-                    e or type(e).__name__,
-                )
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
+        headers = {"Nats-Msg-Id": msg_id}
+        await _persistently(
+            f"storing an outbound message on {subject}",
+            lambda: self.js.publish(subject, data, headers=headers),
+        )
 
     async def _catch_up(self, partition: int) -> None:
         """Publish what ``partition``'s records told after its saved
         position (a partition just taken: its last holder may have died
         before publishing them)."""
-        assert self.told is not None  # partitions are held with positions
-        delay = 0.1
-        while True:
-            try:
-                after = await self.told.load(partition)
-                break
-            except Exception as e:
-                log.warning(
-                    "reading partition %d's egress position failed (%s); trying again",
-                    partition,
-                    e or type(e).__name__,
-                )
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
+        told = self.told
+        assert told is not None  # partitions are held with positions
+        after = await _persistently(
+            f"reading partition {partition}'s egress position",
+            lambda: told.load(partition),
+        )
         self._done[partition] = self._saved[partition] = after
         kinds = self.host.kinds
         while partition in self._held:
-            page = await self.told.log.read_all(after, partition=partition)
+            page = await _persistently(
+                f"reading partition {partition} after position {after}",
+                partial(told.log.read_all, after, partition=partition),
+            )
             for rec in page:
                 kind = kinds.get(rec.stream.partition(".")[0])
                 if kind is not None:
@@ -362,3 +342,20 @@ class Egress:
                 partition, done
             ):
                 self._saved[partition] = done
+
+
+_T = TypeVar("_T")
+
+
+async def _persistently(what: str, attempt: Callable[[], Awaitable[_T]]) -> _T:
+    """``attempt()``'s value, made again while it fails (JetStream between
+    leaders, a lost connection), after a pause that doubles from 0.1 s to
+    5 s: what is told waits, in order, and is never dropped."""
+    delay = 0.1
+    while True:
+        try:
+            return await attempt()
+        except Exception as e:
+            log.warning("%s failed (%s); trying again", what, e or type(e).__name__)
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 5.0)

@@ -71,26 +71,37 @@ def test_a_problem_is_one_line_at_its_place_and_exit_2(
     assert err[0].startswith(f"{tmp_path}/{expected}"), err
 
 
-def test_the_example_runs_shows_lists_and_replays(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    db = str(tmp_path / "log.db")
-    script = str(EXAMPLES / "director-evaluator.script.yaml")
-    options = ["--db", db, "--script", script]
+def _run_example(
+    capsys: pytest.CaptureFixture[str],
+    *options: str,
+    program: Path = EXAMPLES / "director-evaluator.sexp",
+    task: str = "owls",
+) -> list[str]:
+    """``steward OPTIONS task run PROGRAM`` over the example's templates
+    with topic owls, as task ``task``: the lines it printed (exit 0)."""
     code = steward(
         *options,
         "task",
         "run",
-        str(EXAMPLES / "director-evaluator.sexp"),
+        str(program),
         "--templates",
         str(EXAMPLES / "templates"),
         "--arg",
         "topic=owls",
         "--id",
-        "owls",
+        task,
     )
     out = capsys.readouterr().out.splitlines()
     assert code == 0, out
+    return out
+
+
+def test_the_example_runs_shows_lists_and_replays(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = str(tmp_path / "log.db")
+    script = str(EXAMPLES / "director-evaluator.script.yaml")
+    out = _run_example(capsys, "--db", db, "--script", script)
     assert out[0].startswith("task owls: ")
     assert (
         out[1] == '  call 1: draft {"brief": "Write it for a child.", "topic": "owls"}'
@@ -227,21 +238,7 @@ def test_a_loop_out_of_iterations_gives_its_last_result(
         )
     (tmp_path / "s.json").write_text(json.dumps({"replies": replies}))
     db = str(tmp_path / "log.db")
-    options = ["--db", db, "--script", str(tmp_path / "s.json")]
-    code = steward(
-        *options,
-        "task",
-        "run",
-        str(EXAMPLES / "director-evaluator.sexp"),
-        "--templates",
-        str(EXAMPLES / "templates"),
-        "--arg",
-        "topic=owls",
-        "--id",
-        "owls",
-    )
-    out = capsys.readouterr().out.splitlines()
-    assert code == 0, out
+    out = _run_example(capsys, "--db", db, "--script", str(tmp_path / "s.json"))
     assert out[-2].startswith("task owls completed: Draft 3 about owls.")
     assert steward("--db", db, "task", "show", "owls") == 0
     tree = capsys.readouterr().out.splitlines()
@@ -262,20 +259,7 @@ def test_a_loop_of_max_iterations_0_runs_nothing(
     )
     (tmp_path / "s.json").write_text(json.dumps({"replies": []}))
     options = ["--db", str(tmp_path / "log.db"), "--script", str(tmp_path / "s.json")]
-    code = steward(
-        *options,
-        "task",
-        "run",
-        str(tmp_path / "p.sexp"),
-        "--templates",
-        str(EXAMPLES / "templates"),
-        "--arg",
-        "topic=owls",
-        "--id",
-        "none",
-    )
-    out = capsys.readouterr().out.splitlines()
-    assert code == 0, out
+    out = _run_example(capsys, *options, program=tmp_path / "p.sexp", task="none")
     assert not [line for line in out if line.startswith("  call")]
     assert out[-2].startswith("task none completed:")
     assert steward(*options, "events", "export", "task.none") == 0

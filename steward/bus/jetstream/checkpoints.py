@@ -37,6 +37,22 @@ _decoder = msgspec.msgpack.Decoder(tuple[str, int, list[Want]])
 _encoder = msgspec.msgpack.Encoder()
 
 
+async def kept_bucket(log: Any, bucket: str, timeout: float) -> Any:
+    """Key-value bucket ``bucket`` beside ``log``: one value a key, in files,
+    with the log's replicas; made if missing."""
+    js = log.connection.jetstream(timeout=timeout)
+    try:
+        return await js.key_value(bucket)
+    except nats.js.errors.BucketNotFoundError:
+        config = nats.js.api.KeyValueConfig(
+            bucket=bucket,
+            history=1,
+            replicas=log.replicas,
+            storage=nats.js.api.StorageType.FILE,
+        )
+        return await js.create_key_value(config)
+
+
 class Checkpoints:
     """The saved wants of a JetStream log's partitions."""
 
@@ -51,17 +67,7 @@ class Checkpoints:
 
     async def _bucket(self) -> Any:
         if self._kv is None:
-            js = self.log.connection.jetstream(timeout=self._timeout)
-            try:
-                self._kv = await js.key_value(self.bucket)
-            except nats.js.errors.BucketNotFoundError:
-                config = nats.js.api.KeyValueConfig(
-                    bucket=self.bucket,
-                    history=1,
-                    replicas=self.log.replicas,
-                    storage=nats.js.api.StorageType.FILE,
-                )
-                self._kv = await js.create_key_value(config)
+            self._kv = await kept_bucket(self.log, self.bucket, self._timeout)
         return self._kv
 
     async def load(self, partition: int) -> tuple[int, list[Want]] | None:

@@ -29,6 +29,7 @@ import nats.errors
 import nats.js.api
 import nats.js.errors
 
+from steward.bus.jetstream.checkpoints import kept_bucket
 from steward.config.settings import OutboundConfig
 
 logger = logging.getLogger(__name__)
@@ -83,17 +84,7 @@ class Told:
 
     async def _bucket(self) -> Any:
         if self._kv is None:
-            js = self.log.connection.jetstream(timeout=self._timeout)
-            try:
-                self._kv = await js.key_value(self.bucket)
-            except nats.js.errors.BucketNotFoundError:
-                config = nats.js.api.KeyValueConfig(
-                    bucket=self.bucket,
-                    history=1,
-                    replicas=self.log.replicas,
-                    storage=nats.js.api.StorageType.FILE,
-                )
-                self._kv = await js.create_key_value(config)
+            self._kv = await kept_bucket(self.log, self.bucket, self._timeout)
         return self._kv
 
     async def origin(self) -> int:
