@@ -107,9 +107,9 @@ def start_run(cwd: Path, text: str, *argv: str) -> str:
     return started.stdout.strip()
 
 
-def stop_all(processes: list[subprocess.Popen[bytes]]) -> list[str]:
+def stop_all(processes: list[subprocess.Popen[bytes]], tail: int = 1500) -> list[str]:
     """SIGTERM each process still running, wait up to 15 s each (then kill
-    it); the tail of each one's standard error."""
+    it); the last ``tail`` characters of each one's standard error."""
     for process in processes:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
@@ -120,7 +120,7 @@ def stop_all(processes: list[subprocess.Popen[bytes]]) -> list[str]:
         except subprocess.TimeoutExpired:
             process.kill()
             _, err = process.communicate()
-        errors.append((err or b"").decode()[-1500:])
+        errors.append((err or b"").decode()[-tail:])
     return errors
 
 

@@ -511,15 +511,7 @@ def _run_resumed(s: Run, event: RunResumed) -> Run:
 
 
 def _run_completed(s: Run, event: RunCompleted) -> Run:
-    # why it ended, unless by its own finish (stalled, max_iterations, ...)
-    reason = s.reason if event.reason == "finish" else event.reason
-    return replace(
-        s,
-        status="completed",
-        output=event.output,
-        metadata=event.metadata,
-        reason=reason,
-    )
+    return replace(s, status="completed", output=event.output, metadata=event.metadata)
 
 
 def _run_failed(s: Run, event: RunFailed) -> Run:

@@ -422,7 +422,8 @@ async def _ending(
     """Say how run ``watch.root`` stands now that its command returns; the
     exit status."""
     root = watch.root
-    state = replay.rebuild(await log.read(run_stream(root)), kind=RUN)
+    records = await log.read(run_stream(root))
+    state = replay.rebuild(records, kind=RUN)
     if watch.pipe_closed:  # stdout is gone: say on stderr how the run stands
         if state.status not in events.TERMINAL:
             print(
@@ -433,8 +434,16 @@ async def _ending(
             )
         return EXIT_PIPE
     if state.status in events.TERMINAL:
-        if state.status == "completed" and state.reason in events.UNFINISHED:
-            env.out(f"run {root} completed unfinished ({state.reason})")
+        ended = next(
+            (
+                r.event
+                for r in reversed(records)
+                if type(r.event) is events.RunCompleted
+            ),
+            None,
+        )
+        if ended is not None and ended.reason in events.UNFINISHED:
+            env.out(f"run {root} completed unfinished ({ended.reason})")
             env.out(state.output)
             return EXIT_UNFINISHED
         env.out(f"run {root} {state.status}")
