@@ -141,6 +141,7 @@ class Egress:
         self._seen: dict[int, int] = {}  # partition -> last position heard of
         self._saved: dict[int, int] = {}  # partition -> last position saved
         self._backlog: Counter[int] = Counter()  # partition -> queued records
+        self._catching: set[int] = set()  # partitions being caught up
         if told is None:
             self._partition_of: Any = lambda stream: 0
             self._held, self._done[0] = frozenset({0}), 0
@@ -207,17 +208,19 @@ class Egress:
         if task is None:
             return
         self._queue.put_nowait(None)
+        if self._saving is not None:
+            self._saving.cancel()
+            await asyncio.gather(self._saving, return_exceptions=True)
         try:
             await asyncio.wait_for(task, CLOSE_SECONDS)
         except TimeoutError:
+            # what is left unsaved, the partitions' next holders publish
             log.warning(
                 "closing with outbound messages not stored: the next holder "
                 "of their partitions publishes them"
             )
-        if self._saving is not None:
-            self._saving.cancel()
-            await asyncio.gather(self._saving, return_exceptions=True)
-        await self._save()
+        else:
+            await self._save()
         try:
             await self.nc.flush()
         except Exception:
@@ -273,7 +276,9 @@ class Egress:
         ``partition`` has told up to it."""
         surface = kind.surface
         if surface.tells is not None and type(rec.event) in surface.told:
-            state, _ = await self.host.state(rec.stream)
+            state, _ = await _persistently(
+                f"reading {rec.stream}'s state", lambda: self.host.state(rec.stream)
+            )
             told = surface.tells(rec.event, state)
             if told is not None:
                 await self._store(
@@ -302,25 +307,29 @@ class Egress:
         before publishing them)."""
         told = self.told
         assert told is not None  # partitions are held with positions
-        after = await _persistently(
-            f"reading partition {partition}'s egress position",
-            lambda: told.load(partition),
-        )
-        self._done[partition] = self._saved[partition] = after
-        kinds = self.host.kinds
-        while partition in self._held:
-            page = await _persistently(
-                f"reading partition {partition} after position {after}",
-                partial(told.log.read_all, after, partition=partition),
+        self._catching.add(partition)  # what is heard meanwhile is not saved
+        try:
+            after = await _persistently(
+                f"reading partition {partition}'s egress position",
+                lambda: told.load(partition),
             )
-            for rec in page:
-                kind = kinds.get(rec.stream.partition(".")[0])
-                if kind is not None:
-                    await self._tell(rec, kind, partition)
-                self._done[partition] = rec.position
-            if not page:
-                break
-            after = page[-1].position
+            self._done[partition] = self._saved[partition] = after
+            kinds = self.host.kinds
+            while partition in self._held:
+                page = await _persistently(
+                    f"reading partition {partition} after position {after}",
+                    partial(told.log.read_all, after, partition=partition),
+                )
+                for rec in page:
+                    kind = kinds.get(rec.stream.partition(".")[0])
+                    if kind is not None:
+                        await self._tell(rec, kind, partition)
+                    self._done[partition] = rec.position
+                if not page:
+                    break
+                after = page[-1].position
+        finally:
+            self._catching.discard(partition)
 
     async def _save_forever(self) -> None:
         while True:
@@ -334,7 +343,7 @@ class Egress:
             return
         for partition in sorted(self._held):
             done = self._done.get(partition)
-            if done is None:
+            if done is None or partition in self._catching:
                 continue  # not caught up yet
             if not self._backlog[partition]:
                 done = max(done, self._seen.get(partition, 0))
