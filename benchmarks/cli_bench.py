@@ -89,9 +89,14 @@ async def run() -> list[Figure]:
         db = cwd / "log.db"
         await _record(db)
         lines = {
-            "steward --help": ["--help"],
-            f"steward runs list ({RUNS:,} runs)": ["--db", str(db), "runs", "list"],
-            "steward sessions send ID TEXT --no-wait": [
+            "command line: --help": ["--help"],
+            f"command line: runs list ({RUNS:,} runs)": [
+                "--db",
+                str(db),
+                "runs",
+                "list",
+            ],
+            "command line: sessions send ID TEXT --no-wait": [
                 "--db",
                 str(db),
                 "sessions",

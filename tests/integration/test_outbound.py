@@ -180,12 +180,22 @@ async def test_every_reply_reaches_a_durable_consumer_once(
             hosts[victim] = _host(
                 tmp_path, "serve" if killed == "serve" else "worker", victim
             )
+            pid = hosts[victim].pid
+            watcher = Membership(log, "-")
+
+            async def back() -> bool:  # not the dead one's lapsing entry
+                return any(m.pid == pid for m in await watcher.members())
+
+            await _until(back, "the host started again joining")
             await until_shared(log, 3, timeout=90)
 
             consumer = asyncio.create_task(receive(first, handle))
 
-            async def all_heard() -> bool:
-                return len(heard) >= CHATS + 1
+            async def all_heard() -> bool:  # and acknowledged
+                if len(heard) < CHATS + 1:
+                    return False
+                info = await js.consumer_info("STEWARD_OUTBOUND", "my-service")
+                return info.num_ack_pending == 0
 
             await _until(all_heard, "every reply heard")
             consumer.cancel()
