@@ -25,11 +25,11 @@ import httpx
 from benchmarks.common import REPEATS, Figure
 from benchmarks.runtime_bench import _replies
 from steward import events
-from steward.actors.llm import ScriptedProvider
 from steward.actors.run_effects import run_stream
-from steward.actors.tools import ToolRegistry
 from steward.bus import SqliteEventLog
 from steward.console.app import Console, create_app
+from steward.effects.llm import ScriptedProvider
+from steward.effects.tools import ToolRegistry
 from steward.host import Host
 from steward.kinds import KINDS
 from steward.projections.store import Projector

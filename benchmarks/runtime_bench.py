@@ -27,10 +27,10 @@ from statistics import median
 
 from benchmarks.common import REPEATS, Figure
 from steward import events
-from steward.actors.llm import Reply, ScriptedProvider
 from steward.actors.run_effects import run_stream
-from steward.actors.tools import ToolRegistry
 from steward.bus import SqliteEventLog
+from steward.effects.llm import Reply, ScriptedProvider
+from steward.effects.tools import ToolRegistry
 from steward.events.run import Usage
 from steward.host import Host
 

@@ -20,13 +20,13 @@ from pathlib import Path
 from benchmarks.common import Figure
 from benchmarks.log_bench import nats_process
 from steward import events
-from steward.actors.llm import ScriptedProvider
 from steward.actors.run_effects import run_stream
-from steward.actors.tools import ToolRegistry
 from steward.bus import JetStreamEventLog
 from steward.bus.jetstream.checkpoints import Checkpoints
 from steward.bus.jetstream.inputs import Inputs
 from steward.bus.jetstream.members import Membership
+from steward.effects.llm import ScriptedProvider
+from steward.effects.tools import ToolRegistry
 from steward.host import Host
 
 RUNS = 4_000

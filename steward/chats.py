@@ -17,9 +17,9 @@ from typing import Protocol
 import msgspec
 
 from steward.actors.session import is_command, session_stream
-from steward.actors.tools import ToolRegistry
 from steward.bus import EventLog
 from steward.config import Settings
+from steward.effects.tools import ToolRegistry
 from steward.errors import NotFoundError
 from steward.events import (
     SESSION_REVISION,

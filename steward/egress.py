@@ -33,10 +33,10 @@ import msgspec
 
 from steward import events
 from steward.actors.kind import Kind
-from steward.actors.llm import RequestInfo
 from steward.bus.jetstream.outbound import Told, keep_outbound
 from steward.bus.jetstream.subjects import escape_token
 from steward.config.settings import OutboundConfig
+from steward.effects.llm import RequestInfo
 from steward.host import Host
 from steward.projections.summary import summary
 

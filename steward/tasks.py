@@ -39,8 +39,8 @@ from steward.actors import task_templates
 from steward.actors.kind import Kinds
 from steward.actors.task_eval import defined_atoms, reserved_problems
 from steward.actors.task_lang import ParseError, parse
-from steward.actors.tools import ToolRegistry
 from steward.config import Settings
+from steward.effects.tools import ToolRegistry
 from steward.errors import ConfigError
 from steward.events.protocol import ToolSpec
 from steward.events.task import (

@@ -38,9 +38,9 @@ from typing import Any, Literal
 import msgspec
 import yaml
 
-from steward.actors.tools.git import git as run_git
 from steward.actors.workflow_graph import inputs_named, problems
 from steward.config import Settings
+from steward.effects.tools.git import git as run_git
 from steward.errors import ConfigError, StewardError, ToolError, WorkflowFileError
 from steward.events.protocol import ToolSpec
 from steward.events.workflow import (

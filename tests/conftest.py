@@ -11,10 +11,10 @@ import pytest
 from nats_server import NatsServer
 
 from steward.actors.kind import Kinds
-from steward.actors.llm import ScriptedProvider
-from steward.actors.tools import ToolRegistry
 from steward.bus import EventLog, JetStreamEventLog, SqliteEventLog
 from steward.clock import FakeClock
+from steward.effects.llm import ScriptedProvider
+from steward.effects.tools import ToolRegistry
 from steward.host import Host
 from steward.kinds import KINDS
 from steward.projections.store import Projector

@@ -52,8 +52,8 @@ async def create_runs(log: EventLog, ids: list[str]) -> None:
 
     from steward import events
     from steward.actors.run import run_stream
-    from steward.actors.tools import ToolRegistry
     from steward.config import load_settings
+    from steward.effects.tools import ToolRegistry
     from steward.host import Host
 
     settings = load_settings(None, env={}).run_settings(

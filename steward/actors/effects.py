@@ -6,7 +6,7 @@ is a `CallModel` or `CallTool` without asking the kind. The host carries them
 out and feeds each result back to the actor as
 an input, keyed by its request id, so a result delivered twice is refused by
 the decider. Nothing here does anything: the host and the effect handlers
-under ``steward/actors/llm`` and ``steward/actors/tools`` do.
+under ``steward/effects/llm`` and ``steward/effects/tools`` do.
 """
 
 from __future__ import annotations

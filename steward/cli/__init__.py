@@ -58,9 +58,9 @@ def main(argv: Sequence[str] | None = None, kinds: Kinds | None = None) -> int:
     if args.verbose:
         logging.getLogger("steward").setLevel(logging.DEBUG)
     try:
-        from steward.actors.tools.files import TOOLS
         from steward.cli.env import env_of
         from steward.config import load_settings
+        from steward.effects.tools.files import TOOLS
         from steward.kinds import KINDS
 
         # the tools ``[tools] require_approval`` may name: the files tools

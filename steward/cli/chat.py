@@ -23,13 +23,13 @@ import re
 import signal
 import sys
 
-from steward.actors.llm import Provider
-from steward.actors.llm.base import RequestInfo
 from steward.bus import EventLog
 from steward.chats import answer, message, open_session
 from steward.cli.env import EXIT_INTERRUPTED, Env, opened, shown
 from steward.cli.hosting import checked_provider, new_host, why_unhosted
 from steward.cli.serve import drain
+from steward.effects.llm import Provider
+from steward.effects.llm.base import RequestInfo
 from steward.errors import ConfigError
 from steward.events import (
     LlmAttemptFailed,

@@ -57,7 +57,7 @@ from steward.kinds import KINDS
 from steward.projections.store import Projector
 
 if TYPE_CHECKING:  # imported by the commands that use them (an SDK each)
-    from steward.actors.tools import ToolRegistry
+    from steward.effects.tools import ToolRegistry
     from steward.host.traces import Traces
 
 
@@ -91,7 +91,7 @@ class Env:
                 built-in tools.
         """
         if self._tools is None:
-            from steward.actors.tools import ToolRegistry, mcp
+            from steward.effects.tools import ToolRegistry, mcp
 
             config = self.settings.tools
             tools = ToolRegistry.with_builtins(
@@ -144,7 +144,7 @@ class Env:
         Raises:
             ToolError: a server could not be started or listed.
         """
-        from steward.actors.tools import ToolRegistry
+        from steward.effects.tools import ToolRegistry
 
         tools = self.tools()
         await tools.load(servers)

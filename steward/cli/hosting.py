@@ -19,7 +19,6 @@ from msgspec.structs import replace
 
 from steward import events, replay
 from steward.actors import run as run_actor
-from steward.actors.llm import ModelRouter, Provider, RequestInfo
 from steward.actors.run import run_stream
 from steward.bus import EventLog
 from steward.cli.env import (
@@ -31,6 +30,7 @@ from steward.cli.env import (
     Env,
     shown,
 )
+from steward.effects.llm import ModelRouter, Provider, RequestInfo
 from steward.errors import ConfigError, NoHostError, StewardError
 from steward.host import Host
 from steward.hostlock import Holder, HostLock

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import msgspec
 
-from steward.actors.tools import ToolContext
-from steward.actors.tools.mcp import McpServer
 from steward.cli.env import EXIT_FAILED, Env, shown
 from steward.cli.output import columns, cut, json_line
+from steward.effects.tools import ToolContext
+from steward.effects.tools.mcp import McpServer
 from steward.errors import StewardError, ToolError
 
 __all__ = ["cmd_mcp_call", "cmd_mcp_list"]

@@ -23,8 +23,6 @@ from wsgiref.simple_server import WSGIServer
 import prometheus_client
 
 from steward import logs
-from steward.actors.llm import Provider
-from steward.actors.tools import mcp
 from steward.bus import EventLog, JetStreamEventLog
 from steward.bus.jetstream.checkpoints import Checkpoints
 from steward.bus.jetstream.inputs import Inputs
@@ -36,6 +34,8 @@ from steward.cli.env import Env, ensure_place, opened, progress
 from steward.cli.hosting import checked_provider, new_host, worker_id
 from steward.cli.migrate import unpartitioned
 from steward.console.app import Console
+from steward.effects.llm import Provider
+from steward.effects.tools import mcp
 from steward.egress import Egress
 from steward.errors import ConfigError, StewardError
 from steward.host import Host

@@ -1,7 +1,7 @@
 """Model and tool calls: whether a call is still wanted, and its answer recorded.
 
-The effect handlers make the calls (`steward.actors.llm.effect`,
-`steward.actors.tools.effect`); this is the host's side of each. A request
+The effect handlers make the calls (`steward.effects.llm.effect`,
+`steward.effects.tools.effect`); this is the host's side of each. A request
 read back from the log (after a restart, or written by another process) is
 carried out only while its actor still waits on it, and a model's prompt
 rebuilt from such a state is checked against the hash the decider recorded.
@@ -24,14 +24,14 @@ from typing import Any, Protocol
 
 from steward import events
 from steward.actors.kind import Kind, Kinds
-from steward.actors.llm import RequestInfo
-from steward.actors.llm.effect import ModelCalls
 from steward.actors.prompt import PromptCache, prompt_matches
-from steward.actors.tools import ToolContext, ToolRegistry
-from steward.actors.tools.base import OUTCOME_UNKNOWN
-from steward.actors.tools.effect import call_tool
 from steward.bus import Commit
 from steward.clock import Clock
+from steward.effects.llm import RequestInfo
+from steward.effects.llm.effect import ModelCalls
+from steward.effects.tools import ToolContext, ToolRegistry
+from steward.effects.tools.base import OUTCOME_UNKNOWN
+from steward.effects.tools.effect import call_tool
 from steward.errors import StewardError, describe
 from steward.events import Event, Recorded
 from steward.host.claims import Claims

@@ -16,8 +16,8 @@ from typing import Literal
 
 from steward import events
 from steward.actors.kind import Kinds
-from steward.actors.timers import sleep_or
 from steward.clock import Clock
+from steward.effects.timers import sleep_or
 from steward.events import Recorded
 from steward.host.mailbox import Mailboxes
 from steward.host.states import States

@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from steward.actors.kind import Kinds
-from steward.actors.llm import Provider
-from steward.actors.llm.effect import DeltaListener, ModelCalls
 from steward.actors.prompt import PromptCache
-from steward.actors.tools import ToolRegistry
-from steward.actors.tools.base import ReadModels
 from steward.bus import Commit, EventLog
 from steward.clock import Clock, SystemClock
+from steward.effects.llm import Provider
+from steward.effects.llm.effect import DeltaListener, ModelCalls
+from steward.effects.tools import ToolRegistry
+from steward.effects.tools.base import ReadModels
 from steward.errors import StewardError
 from steward.events import Event, Recorded
 from steward.host.calls import Calls

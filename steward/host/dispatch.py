@@ -2,8 +2,8 @@
 
 Routing is driven from the log, not from memory: the dispatcher follows the
 log from the projector's checkpoint and asks each record's kind for its
-effects (`steward.actors.effects`): a model call (`steward.actors.llm.effect`),
-a tool call (`steward.actors.tools.effect`), a timer (`steward.actors.timers`),
+effects (`steward.actors.effects`): a model call (`steward.effects.llm.effect`),
+a tool call (`steward.effects.tools.effect`), a timer (`steward.effects.timers`),
 or an input of another stream (an actor to create, a result to the stream its
 creator named in ``reply_to``, a child to cancel). On start, the requested but
 unanswered effects and the due timers are read from the ``pending`` projection
@@ -39,9 +39,9 @@ from steward.actors.effects import (
     Effect,
 )
 from steward.actors.kind import Kinds
-from steward.actors.timers import Timers
 from steward.bus import EventLog, PartitionedLog
 from steward.clock import Clock
+from steward.effects.timers import Timers
 from steward.events import Event, Recorded
 from steward.host.calls import Calls
 from steward.host.mailbox import Mailboxes

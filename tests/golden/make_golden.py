@@ -50,14 +50,14 @@ import msgspec
 from steward import events, replay
 from steward import tasks as task_files
 from steward.actors import run as run_actor
-from steward.actors.llm import ModelRouter, Reply, RequestInfo, ScriptedProvider
-from steward.actors.llm.scripted import ReplyError
 from steward.actors.prompt import Prompt
 from steward.actors.run_effects import run_stream
-from steward.actors.tools import ToolContext, ToolRegistry, tool
 from steward.bus import SqliteEventLog
 from steward.clock import FakeClock
 from steward.config import ModelConfig, Settings
+from steward.effects.llm import ModelRouter, Reply, RequestInfo, ScriptedProvider
+from steward.effects.llm.scripted import ReplyError
+from steward.effects.tools import ToolContext, ToolRegistry, tool
 from steward.events.protocol import LlmRequested, ToolCall
 from steward.events.task import TaskCompleted, TaskFailed, Template
 from steward.events.workflow import EdgeDef, GitDef, NodeDef, WorkflowDef

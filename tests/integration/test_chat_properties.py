@@ -21,12 +21,12 @@ import hypothesis
 from hypothesis import strategies as st
 
 from steward import events, replay
-from steward.actors.llm import RequestInfo, ScriptedProvider
 from steward.actors.prompt import Prompt
 from steward.actors.session import session_stream
-from steward.actors.tools import ToolRegistry
 from steward.bus import SqliteEventLog
 from steward.clock import FakeClock
+from steward.effects.llm import RequestInfo, ScriptedProvider
+from steward.effects.tools import ToolRegistry
 from steward.host import Host
 
 SESSION = "cli:prop"

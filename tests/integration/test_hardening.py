@@ -16,11 +16,11 @@ from support import PLAN, act
 from test_host import _scrape, check_log, created, wait_status
 
 from steward import events
-from steward.actors.llm import ModelRouter, ScriptedProvider
 from steward.actors.run_effects import run_stream
-from steward.actors.tools import ToolRegistry, tool
 from steward.bus import EventLog, JetStreamEventLog, SqliteEventLog
 from steward.config import Settings
+from steward.effects.llm import ModelRouter, ScriptedProvider
+from steward.effects.tools import ToolRegistry, tool
 from steward.host import Host
 from steward.metrics import HOST as METRICS
 

@@ -19,12 +19,12 @@ from support import PLAN, act, with_kinds
 from steward import events, replay
 from steward.actors import run as run_actor
 from steward.actors.kind import Kinds
-from steward.actors.llm import ScriptedProvider
 from steward.actors.run import Run
 from steward.actors.run_effects import run_stream
-from steward.actors.tools import ToolRegistry, tool
 from steward.bus import EventLog
 from steward.clock import FakeClock
+from steward.effects.llm import ScriptedProvider
+from steward.effects.tools import ToolRegistry, tool
 from steward.host import Host
 from steward.host import states as states_module
 from steward.kinds import kind_of
@@ -422,7 +422,7 @@ async def test_log_stores_a_long_conversation_once(make_host, log) -> None:
 @pytest.mark.parametrize("protocol", ["native"])
 async def test_native_protocol_runs_tools(make_host, log, protocol: str) -> None:
     """The native tool-calling loop runs tools and ends on a plain answer."""
-    from steward.actors.llm import Reply
+    from steward.effects.llm import Reply
 
     provider = ScriptedProvider(
         [

@@ -26,14 +26,14 @@ from steward import events, replay
 from steward.actors import run as run_actor
 from steward.actors import session as session_actor
 from steward.actors.kind import Kinds
-from steward.actors.llm import Reply, RequestInfo, ScriptedProvider
 from steward.actors.prompt import Prompt
 from steward.actors.run_effects import run_stream
 from steward.actors.session import session_stream
-from steward.actors.tools import ToolRegistry
 from steward.actors.workflow import workflow_stream
 from steward.bus import SqliteEventLog
 from steward.clock import FakeClock
+from steward.effects.llm import Reply, RequestInfo, ScriptedProvider
+from steward.effects.tools import ToolRegistry
 from steward.events import Recorded
 from steward.events.run import LATEST_REVISION
 from steward.events.workflow import NodeDef, WorkflowDef

@@ -25,14 +25,14 @@ from nats_server import NatsServer
 from support import SPAWN_SCOUT, act
 
 from steward import events, replay
-from steward.actors.llm import ScriptedProvider
 from steward.actors.run_effects import run_stream
 from steward.actors.session import session_stream
-from steward.actors.tools import ToolRegistry
 from steward.bus import SqliteEventLog
 from steward.chats import answer
 from steward.clock import FakeClock
 from steward.config.settings import AgentProfile, RunConfig, SessionConfig, Settings
+from steward.effects.llm import ScriptedProvider
+from steward.effects.tools import ToolRegistry
 from steward.egress import Egress
 from steward.host import Host
 from steward.ingress import (

@@ -15,9 +15,9 @@ from support import steward_process, stop_all
 
 from steward import events, replay
 from steward.actors.run_effects import run_stream
-from steward.actors.tools import ToolRegistry
 from steward.bus import SqliteEventLog
 from steward.config import load_settings
+from steward.effects.tools import ToolRegistry
 from steward.host import Host
 
 pytestmark = pytest.mark.slow

@@ -38,12 +38,12 @@ from steward.actors.effects import (
     spawn_key,
 )
 from steward.actors.kind import Decider, Kind, Kinds, Reactor, Surface
-from steward.actors.llm import ScriptedProvider
 from steward.actors.outstanding import Outstanding, folded, kept
 from steward.actors.prompt import Prompt, prompt_hash
 from steward.actors.run import run_id_of, run_stream
 from steward.bus import SqliteEventLog
 from steward.clock import FakeClock
+from steward.effects.llm import ScriptedProvider
 from steward.egress import Egress
 from steward.events import ChatMessage, Event, Recorded
 from steward.projections.projection import Projection

@@ -16,13 +16,13 @@ from mcp_support import calls, http_server, stdio
 from support import act
 
 from steward import chats, events
-from steward.actors.llm import ScriptedProvider
 from steward.actors.run_effects import run_stream
-from steward.actors.tools import ToolContext, ToolRegistry
-from steward.actors.tools.mcp import McpServer
 from steward.cli.env import Env
 from steward.config import Settings, load_settings
 from steward.config.settings import AgentProfile, McpServerConfig, RunConfig
+from steward.effects.llm import ScriptedProvider
+from steward.effects.tools import ToolContext, ToolRegistry
+from steward.effects.tools.mcp import McpServer
 from steward.errors import ConfigError
 from steward.workflows import load_definition, mcp_of
 

@@ -12,12 +12,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from support import act
 
 from steward import events
-from steward.actors.llm import ScriptedProvider
 from steward.actors.run_effects import run_stream
-from steward.actors.tools import ToolRegistry
 from steward.bus import SqliteEventLog
 from steward.config import Settings
 from steward.config.settings import RunConfig
+from steward.effects.llm import ScriptedProvider
+from steward.effects.tools import ToolRegistry
 from steward.host import Host
 
 

@@ -31,14 +31,14 @@ from nats_server import NatsServer
 from support import act, steward_process, stop_all
 
 from steward import events
-from steward.actors.llm import ScriptedProvider
 from steward.actors.run import run_stream
 from steward.actors.session import session_stream
-from steward.actors.tools import ToolRegistry
 from steward.bus import JetStreamEventLog
 from steward.bus.jetstream.inputs import Inputs
 from steward.bus.jetstream.members import Membership, until_shared
 from steward.bus.jetstream.outbound import Told
+from steward.effects.llm import ScriptedProvider
+from steward.effects.tools import ToolRegistry
 from steward.egress import Egress
 from steward.host import Host
 

@@ -25,11 +25,11 @@ from support import PLAN, act
 
 from steward import cli, events, replay
 from steward.actors import run as run_actor
-from steward.actors.llm import Reply, ReplyError, ScriptedProvider
 from steward.actors.run_effects import run_stream
-from steward.actors.tools import ToolRegistry, tool
 from steward.bus import SqliteEventLog
 from steward.config import load_settings
+from steward.effects.llm import Reply, ReplyError, ScriptedProvider
+from steward.effects.tools import ToolRegistry, tool
 from steward.host import Host
 from steward.kinds import KINDS
 

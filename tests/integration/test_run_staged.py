@@ -20,12 +20,12 @@ from unit import test_kind_contract as contract
 from steward import cli, events, replay
 from steward.actors import run_staged, stages
 from steward.actors.effects import notify_key
-from steward.actors.llm import ScriptedProvider
-from steward.actors.llm.base import RequestInfo
-from steward.actors.llm.scripted import Reply, ReplyError
 from steward.actors.prompt import Prompt
-from steward.actors.tools import ToolRegistry
 from steward.config import Settings
+from steward.effects.llm import ScriptedProvider
+from steward.effects.llm.base import RequestInfo
+from steward.effects.llm.scripted import Reply, ReplyError
+from steward.effects.tools import ToolRegistry
 from steward.events import ToolCall
 from steward.kinds import KINDS
 from steward.stage_prompts import load_prompts

@@ -11,9 +11,9 @@ from typing import Any
 from support import act
 
 from steward import events, replay
-from steward.actors.llm import ScriptedProvider
 from steward.actors.session import session_stream
 from steward.clock import FakeClock
+from steward.effects.llm import ScriptedProvider
 
 SESSION = "cli:s"
 STREAM = session_stream(SESSION)

@@ -17,8 +17,8 @@ import pytest
 from support import PLAN, SPAWN_SCOUT, act
 
 from steward import cli
-from steward.actors.tools import ToolContext, ToolRegistry
 from steward.bus import SqliteEventLog
+from steward.effects.tools import ToolContext, ToolRegistry
 from steward.events import (
     SESSION_REVISION,
     Event,

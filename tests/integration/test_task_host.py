@@ -16,12 +16,12 @@ from msgspec.structs import replace
 from unit import test_kind_contract as contract
 
 from steward import replay
-from steward.actors.llm import ScriptedProvider
-from steward.actors.llm.base import RequestInfo
-from steward.actors.llm.scripted import Reply
 from steward.actors.prompt import Prompt
-from steward.actors.tools import ToolRegistry
 from steward.clock import FakeClock
+from steward.effects.llm import ScriptedProvider
+from steward.effects.llm.base import RequestInfo
+from steward.effects.llm.scripted import Reply
+from steward.effects.tools import ToolRegistry
 from steward.events import ChatMessage, ToolCall
 from steward.events.protocol import (
     CancelRequested,

@@ -22,12 +22,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
 from support import act
 
 from steward import events
-from steward.actors.llm import ScriptedProvider
 from steward.actors.run_effects import run_stream
-from steward.actors.tools import ToolRegistry
 from steward.bus import JetStreamEventLog
 from steward.bus.jetstream.inputs import Inputs
 from steward.bus.jetstream.members import Membership, until_shared
+from steward.effects.llm import ScriptedProvider
+from steward.effects.tools import ToolRegistry
 from steward.host import Host
 from steward.host.traces import Traces
 

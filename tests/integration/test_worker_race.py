@@ -18,11 +18,11 @@ from nats_server import NatsServer
 from support import act
 
 from steward import events
-from steward.actors.llm import ScriptedProvider
-from steward.actors.llm.scripted import Reply
 from steward.actors.run_effects import run_stream
-from steward.actors.tools import ToolRegistry
 from steward.bus import JetStreamEventLog
+from steward.effects.llm import ScriptedProvider
+from steward.effects.llm.scripted import Reply
+from steward.effects.tools import ToolRegistry
 from steward.host import Host
 from steward.metrics import HOST as METRICS
 from steward.projections.store import Projector

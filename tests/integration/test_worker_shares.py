@@ -14,14 +14,14 @@ from nats_server import NatsServer
 from support import act
 
 from steward import events, replay
-from steward.actors.llm import ScriptedProvider
 from steward.actors.run_effects import run_stream
-from steward.actors.tools import ToolRegistry
 from steward.bus import JetStreamEventLog
 from steward.bus.jetstream.checkpoints import Checkpoints
 from steward.bus.jetstream.inputs import Inputs
 from steward.bus.jetstream.members import Membership, until_shared
 from steward.bus.jetstream.reads import RemoteReads, answer_reads
+from steward.effects.llm import ScriptedProvider
+from steward.effects.tools import ToolRegistry
 from steward.errors import LogReadError, StewardError
 from steward.host import Host
 

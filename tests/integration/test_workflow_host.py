@@ -24,12 +24,12 @@ from workflow_files import EXAMPLE, SCRIPT
 
 from steward import cli, events, replay
 from steward.actors import workflow as wf
-from steward.actors.llm import Reply, ReplyError, RequestInfo, ScriptedProvider
 from steward.actors.prompt import Prompt
 from steward.actors.run import run_stream
-from steward.actors.tools import ToolRegistry
 from steward.actors.workflow import workflow_stream
 from steward.bus import SqliteEventLog
+from steward.effects.llm import Reply, ReplyError, RequestInfo, ScriptedProvider
+from steward.effects.tools import ToolRegistry
 from steward.events.run import LATEST_REVISION, RunSettings
 from steward.events.workflow import EdgeDef, NodeDef, WorkflowDef
 from steward.host import Host

@@ -14,11 +14,11 @@ from typing import Any
 from support import act
 
 from steward import events
-from steward.actors.llm import Reply, ScriptedProvider
 from steward.actors.run_effects import run_stream
 from steward.actors.workflow import workflow_stream
 from steward.clock import FakeClock
 from steward.config import Settings
+from steward.effects.llm import Reply, ScriptedProvider
 from steward.events import WORKFLOW_REVISION
 from steward.events.run import LATEST_REVISION, RunSettings
 from steward.events.workflow import NodeDef, WorkflowDef

@@ -16,11 +16,11 @@ from nats_server import NatsServer
 from support import steward_process, stop_all
 
 from steward import events, replay
-from steward.actors.tools import ToolRegistry
 from steward.actors.workflow import workflow_stream
 from steward.bus import JetStreamEventLog, open_log
 from steward.bus.jetstream.members import until_shared
 from steward.config import load_settings
+from steward.effects.tools import ToolRegistry
 from steward.host import Host
 from steward.workflows import created
 

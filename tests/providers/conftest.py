@@ -24,8 +24,8 @@ from fake_api import (
     openai_frames,
 )
 
-from steward.actors.llm.anthropic import AnthropicProvider
-from steward.actors.llm.openai import OpenAIProvider
+from steward.effects.llm.anthropic import AnthropicProvider
+from steward.effects.llm.openai import OpenAIProvider
 
 KEY = "sk-test-S3CRET-key-0123456789abcdef"
 """The API key every provider under test is given."""

@@ -26,8 +26,8 @@ from wire import hosted, system_of, text_of
 
 from steward import cli, events, replay
 from steward.actors.session import session_stream
-from steward.actors.tools import ToolRegistry
 from steward.clock import FakeClock
+from steward.effects.tools import ToolRegistry
 from steward.host import Host
 
 SESSION = "cli:wire"

@@ -20,10 +20,10 @@ from mcp_support import calls, stdio
 from wire import hosted, tool_calls, tool_results, tools_of
 
 from steward import events, replay
-from steward.actors.tools import ToolRegistry
-from steward.actors.tools.mcp import McpServer
 from steward.clock import FakeClock
 from steward.config.settings import AgentProfile, Settings
+from steward.effects.tools import ToolRegistry
+from steward.effects.tools.mcp import McpServer
 from steward.events.task import TaskCreated, Template
 from steward.host import Host
 

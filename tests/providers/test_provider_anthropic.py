@@ -9,16 +9,16 @@ import pytest
 from conftest import KEY
 from fake_api import FakeAPI, a_event, anthropic_frames, sse_reply
 
-from steward.actors.llm import (
+from steward.actors.prompt import Prompt
+from steward.config import ModelConfig
+from steward.effects.llm import (
     AssistantDelta,
     RequestInfo,
     ResultEvent,
     StreamEvent,
     collect,
 )
-from steward.actors.llm.anthropic import DEFAULT_MAX_TOKENS, AnthropicProvider
-from steward.actors.prompt import Prompt
-from steward.config import ModelConfig
+from steward.effects.llm.anthropic import DEFAULT_MAX_TOKENS, AnthropicProvider
 from steward.errors import ProviderError
 from steward.events.run import ChatMessage, ToolCall, ToolSpec, Usage
 

@@ -8,11 +8,11 @@ import pytest
 from conftest import KEY
 from fake_api import FakeAPI, anthropic_frames, sse_reply
 
-from steward.actors.llm import PROVIDERS, RequestInfo, collect, make_provider
-from steward.actors.llm.anthropic import AnthropicProvider
-from steward.actors.llm.openai import OpenAIProvider
 from steward.actors.prompt import Prompt
 from steward.config import ModelConfig, Settings, load_settings
+from steward.effects.llm import PROVIDERS, RequestInfo, collect, make_provider
+from steward.effects.llm.anthropic import AnthropicProvider
+from steward.effects.llm.openai import OpenAIProvider
 from steward.errors import ConfigError, ProviderError
 from steward.events.run import ChatMessage
 

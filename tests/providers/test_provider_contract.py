@@ -26,7 +26,8 @@ from fake_api import (
     stall_reply,
 )
 
-from steward.actors.llm import (
+from steward.actors.prompt import Prompt
+from steward.effects.llm import (
     AssistantDelta,
     RequestInfo,
     ResultEvent,
@@ -36,7 +37,6 @@ from steward.actors.llm import (
     UsageEvent,
     collect,
 )
-from steward.actors.prompt import Prompt
 from steward.errors import ProviderError
 from steward.events.run import ChatMessage, ToolCall, ToolSpec, Usage
 

@@ -9,11 +9,11 @@ import pytest
 from conftest import KEY
 from fake_api import FakeAPI, o_chunk, o_data, openai_frames, sse_reply
 
-from steward.actors.llm import RequestInfo, ToolUseEvent, collect
-from steward.actors.llm._wire import ToolNames
-from steward.actors.llm.openai import KEYLESS, OpenAIProvider, to_request
 from steward.actors.prompt import Prompt
 from steward.config import ModelConfig
+from steward.effects.llm import RequestInfo, ToolUseEvent, collect
+from steward.effects.llm._wire import ToolNames
+from steward.effects.llm.openai import KEYLESS, OpenAIProvider, to_request
 from steward.errors import ProviderError
 from steward.events.run import ChatMessage, ToolCall, ToolSpec, Usage
 

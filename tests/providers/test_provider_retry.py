@@ -7,15 +7,15 @@ import email.utils
 import httpx2
 import pytest
 
-from steward.actors.llm._wire import ToolNames, classify_status
-from steward.actors.llm.retry import (
+from steward.config import ModelConfig
+from steward.effects.llm._wire import ToolNames, classify_status
+from steward.effects.llm.retry import (
     DEFAULT_MAX_DELAY,
     backoff_delay,
     cost_usd,
     parse_retry_after,
     retry_after_from_headers,
 )
-from steward.config import ModelConfig
 from steward.events.run import Usage
 
 NOW = 1_700_000_000.0

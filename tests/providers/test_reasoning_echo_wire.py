@@ -36,11 +36,11 @@ from fake_api import (
 from wire import hosted
 
 from steward import events, replay
-from steward.actors.llm.base import RequestInfo, collect
 from steward.actors.prompt import Prompt
-from steward.actors.tools import ToolRegistry
 from steward.clock import FakeClock
 from steward.config import Settings
+from steward.effects.llm.base import RequestInfo, collect
+from steward.effects.tools import ToolRegistry
 from steward.events.task import TaskCreated, Template
 from steward.host import Host
 

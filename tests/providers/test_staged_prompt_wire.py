@@ -27,9 +27,9 @@ from wire import hosted, system_of, text_of, tool_results
 
 from steward import events, replay
 from steward.actors import stages
-from steward.actors.tools import ToolRegistry
 from steward.clock import FakeClock
 from steward.config import Settings
+from steward.effects.tools import ToolRegistry
 from steward.host import Host
 from steward.stage_prompts import load_prompts
 

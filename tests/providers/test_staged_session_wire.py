@@ -37,9 +37,9 @@ from test_staged_prompt_wire import (
 from wire import hosted, text_of
 
 from steward import events
-from steward.actors.tools import ToolRegistry
 from steward.clock import FakeClock
 from steward.config import Settings
+from steward.effects.tools import ToolRegistry
 
 THOUGHT = "Provider thought: the notes file holds the answer."
 SWITCH = "Switching to chat mode now: /mode chat"

@@ -27,8 +27,8 @@ from wire import hosted, system_of, tool_calls, tool_results, tools_of
 
 from steward import cli, replay
 from steward.actors.task import SUBTASK_TOOL
-from steward.actors.tools import ToolRegistry
 from steward.clock import FakeClock
+from steward.effects.tools import ToolRegistry
 from steward.events.task import TaskCreated, Template
 from steward.host import Host
 

@@ -11,9 +11,9 @@ from typing import Any
 
 from fake_api import Request
 
-from steward.actors.tools import ToolRegistry
 from steward.bus import SqliteEventLog
 from steward.clock import FakeClock
+from steward.effects.tools import ToolRegistry
 from steward.host import Host
 
 

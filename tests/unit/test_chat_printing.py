@@ -8,9 +8,9 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from steward.actors.llm.base import RequestInfo
 from steward.cli.chat import _printable, _Streamed, finishing
 from steward.cli.env import shown as escaped
+from steward.effects.llm.base import RequestInfo
 from steward.events import Event, LlmAttemptFailed, Recorded, ReplySent, TurnStarted
 
 

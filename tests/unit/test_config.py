@@ -8,7 +8,6 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from steward.actors.tools.files import TOOLS
 from steward.config import (
     DEFAULT_SYSTEM_PROMPT,
     AgentProfile,
@@ -19,6 +18,7 @@ from steward.config import (
     ToolsConfig,
     load_settings,
 )
+from steward.effects.tools.files import TOOLS
 from steward.errors import ConfigError
 from steward.events.run import LATEST_REVISION, RunSettings, ToolSpec
 

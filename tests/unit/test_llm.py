@@ -7,7 +7,8 @@ from collections.abc import AsyncIterator
 import msgspec
 import pytest
 
-from steward.actors.llm import (
+from steward.config import ModelConfig
+from steward.effects.llm import (
     PROVIDERS,
     AssistantDelta,
     ResultEvent,
@@ -21,7 +22,6 @@ from steward.actors.llm import (
     collect,
     make_provider,
 )
-from steward.config import ModelConfig
 from steward.errors import ProviderError
 from steward.events.run import ToolCall, Usage
 

@@ -9,10 +9,10 @@ import pytest
 from prometheus_client import REGISTRY
 
 from steward import events
-from steward.actors.llm import RequestInfo, ScriptedProvider
-from steward.actors.llm.limits import PriorityLimiter, RateLimiter
 from steward.actors.prompt import Prompt
 from steward.clock import FakeClock
+from steward.effects.llm import RequestInfo, ScriptedProvider
+from steward.effects.llm.limits import PriorityLimiter, RateLimiter
 from steward.host import Host
 
 

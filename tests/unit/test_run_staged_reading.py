@@ -85,8 +85,8 @@ def _staged_run(**changes: object) -> list[object]:
     import msgspec
 
     from steward.actors import run
-    from steward.actors.tools import ToolRegistry
     from steward.config import Settings
+    from steward.effects.tools import ToolRegistry
     from steward.events import LlmResponded, RunCreated, Usage
     from steward.stage_prompts import load_prompts
 

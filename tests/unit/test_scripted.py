@@ -10,7 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from steward.actors.llm import (
+from steward.actors.prompt import Prompt
+from steward.config import ModelConfig
+from steward.effects.llm import (
     AssistantDelta,
     Reply,
     ReplyError,
@@ -26,8 +28,6 @@ from steward.actors.llm import (
     load_script,
     make_provider,
 )
-from steward.actors.prompt import Prompt
-from steward.config import ModelConfig
 from steward.errors import ProviderError, ScriptError
 from steward.events.run import ChatMessage, ToolCall, Usage
 

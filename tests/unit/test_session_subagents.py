@@ -14,7 +14,7 @@ from steward.actors import session as s
 from steward.actors.effects import ArmTimer, Create
 from steward.actors.run import run_stream
 from steward.actors.session_effects import SESSION_TOOLS, effects, pending, subagent_run
-from steward.actors.tools import session as session_tools
+from steward.effects.tools import session as session_tools
 from steward.events import (
     ChatMessage,
     ChildFinished,
@@ -92,7 +92,7 @@ def test_subagent_gets_an_isolated_context_with_the_subagent_window() -> None:
 
 def test_the_tools_a_subagent_goes_without_are_the_session_tools() -> None:
     """`SESSION_TOOLS` (kept beside the pure effects) names exactly the
-    tools of `steward.actors.tools.session`."""
+    tools of `steward.effects.tools.session`."""
     assert {t.name for t in session_tools.TOOLS} == SESSION_TOOLS
 
 

@@ -21,7 +21,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"errors", "isotime", "clock", "logs"}),
     frozenset({"events"}),
     frozenset({"config", "bus", "metrics"}),
-    frozenset({"actors"}),
+    frozenset({"actors", "effects"}),
     frozenset({"projections", "kinds", "replay", "hostlock"}),
     frozenset(
         {"host", "chats", "workflows", "tasks", "stage_prompts", "ingress", "egress"}

@@ -11,8 +11,8 @@ from typing import Any, Literal
 import msgspec
 import pytest
 
-from steward.actors.tools import Tool, ToolContext, ToolOutcome, ToolRegistry, tool
-from steward.actors.tools.registry import parameters_schema
+from steward.effects.tools import Tool, ToolContext, ToolOutcome, ToolRegistry, tool
+from steward.effects.tools.registry import parameters_schema
 from steward.errors import PathEscapeError, ToolError
 
 

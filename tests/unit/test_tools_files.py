@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from steward.actors.tools import ToolContext, ToolOutcome, ToolRegistry, files
+from steward.effects.tools import ToolContext, ToolOutcome, ToolRegistry, files
 from steward.errors import PathEscapeError, ToolError
 
 

@@ -7,7 +7,7 @@ import json
 import pathlib
 from typing import Any
 
-from steward.actors.tools import ToolContext, ToolRegistry
+from steward.effects.tools import ToolContext, ToolRegistry
 
 
 async def run(workspace: pathlib.Path, command: str) -> dict[str, Any]:

@@ -4,7 +4,7 @@
 its stream into one ``ResultEvent`` and enforces the contract.
 """
 
-from steward.actors.llm.base import (
+from steward.effects.llm.base import (
     AssistantDelta,
     Provider,
     RequestInfo,
@@ -16,14 +16,14 @@ from steward.actors.llm.base import (
     UsageEvent,
     collect,
 )
-from steward.actors.llm.registry import (
+from steward.effects.llm.registry import (
     PROVIDERS,
     ModelRouter,
     ProviderFactory,
     UnknownProviderError,
     make_provider,
 )
-from steward.actors.llm.scripted import (
+from steward.effects.llm.scripted import (
     Reply,
     ReplyError,
     ReplyFn,

@@ -3,7 +3,7 @@
 A factory takes the model's ``ModelConfig`` and returns a ``Provider``.
 Factories import their SDK inside the call, so an SDK is loaded only when a
 model uses it. To add a provider, write its adapter module (normalizing the
-SDK's stream into ``steward.actors.llm.base`` events and its failures into typed
+SDK's stream into ``steward.effects.llm.base`` events and its failures into typed
 ``ProviderError``s; an HTTP API's adapter subclasses ``_wire.HttpProvider`` and
 writes only what is its API's own) and add one entry to ``PROVIDERS``.
 """
@@ -14,11 +14,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import msgspec
 
-from steward.actors.llm.base import Provider, RequestInfo, StreamEvent
-from steward.actors.llm.limits import RateLimiter
-from steward.actors.llm.retry import cost_usd
 from steward.actors.prompt import Prompt
 from steward.config import ModelConfig, Settings
+from steward.effects.llm.base import Provider, RequestInfo, StreamEvent
+from steward.effects.llm.limits import RateLimiter
+from steward.effects.llm.retry import cost_usd
 from steward.errors import ProviderError
 from steward.events.protocol import Usage
 
@@ -35,7 +35,7 @@ ProviderFactory = Callable[[ModelConfig], Provider]
 
 
 def _scripted(config: ModelConfig) -> Provider:
-    from steward.actors.llm.scripted import ScriptedProvider
+    from steward.effects.llm.scripted import ScriptedProvider
 
     if config.script is None:
         return ScriptedProvider(
@@ -47,13 +47,13 @@ def _scripted(config: ModelConfig) -> Provider:
 
 
 def _anthropic(config: ModelConfig) -> Provider:
-    from steward.actors.llm.anthropic import AnthropicProvider
+    from steward.effects.llm.anthropic import AnthropicProvider
 
     return AnthropicProvider.from_config(config)
 
 
 def _openai(config: ModelConfig) -> Provider:
-    from steward.actors.llm.openai import OpenAIProvider
+    from steward.effects.llm.openai import OpenAIProvider
 
     return OpenAIProvider.from_config(config)
 

@@ -26,7 +26,7 @@ from steward.actors.session import (
     session_stream,
     subagent_problem,
 )
-from steward.actors.tools.base import Tool, ToolContext, tool
+from steward.effects.tools.base import Tool, ToolContext, tool
 from steward.errors import ToolError
 from steward.events.session import ScheduleAsked, SubagentAsked
 from steward.isotime import iso_time

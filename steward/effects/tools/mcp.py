@@ -49,8 +49,8 @@ from mcp_types import (
 )
 from mcp_types.jsonrpc import CONNECTION_CLOSED
 
-from steward.actors.tools.base import AnyArgs, NotReached, Tool, ToolContext
 from steward.config.settings import McpServerConfig
+from steward.effects.tools.base import AnyArgs, NotReached, Tool, ToolContext
 from steward.errors import ToolError, describe
 
 __all__ = [
@@ -175,7 +175,7 @@ class McpServer:
 
     async def tools(self) -> tuple[Tool[Any], ...]:
         """Its tools the table offers (``tools``, less ``deny``), as the
-        registry holds them (`steward.actors.tools.registry.Toolset`).
+        registry holds them (`steward.effects.tools.registry.Toolset`).
 
         Raises:
             ToolError: the server could not be started or listed.

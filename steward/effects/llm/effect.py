@@ -19,7 +19,10 @@ import msgspec
 from prometheus_client import Gauge
 
 from steward import events
-from steward.actors.llm.base import (
+from steward.actors.prompt import Prompt
+from steward.bus import Commit
+from steward.clock import Clock
+from steward.effects.llm.base import (
     AssistantDelta,
     Provider,
     RequestInfo,
@@ -28,12 +31,9 @@ from steward.actors.llm.base import (
     ToolUseEvent,
     collect,
 )
-from steward.actors.llm.limits import PRIORITIES, PriorityLimiter
-from steward.actors.llm.registry import ModelRouter
-from steward.actors.llm.retry import backoff_delay
-from steward.actors.prompt import Prompt
-from steward.bus import Commit
-from steward.clock import Clock
+from steward.effects.llm.limits import PRIORITIES, PriorityLimiter
+from steward.effects.llm.registry import ModelRouter
+from steward.effects.llm.retry import backoff_delay
 from steward.errors import ProviderError, describe
 from steward.events import Event, Recorded
 from steward.metrics import HOST as METRICS

@@ -8,9 +8,9 @@ in the process's metrics.
 
 from __future__ import annotations
 
-from steward.actors.tools.base import ToolContext
-from steward.actors.tools.registry import ToolRegistry
 from steward.clock import Clock
+from steward.effects.tools.base import ToolContext
+from steward.effects.tools.registry import ToolRegistry
 from steward.events.protocol import ToolRequested, ToolResulted
 from steward.metrics import HOST as METRICS
 

@@ -4,7 +4,7 @@
 with ``registry.register(tool)``, declaring each with ``@tool("name")``.
 """
 
-from steward.actors.tools.base import Tool, ToolContext, ToolFn, tool
-from steward.actors.tools.registry import ToolOutcome, ToolRegistry
+from steward.effects.tools.base import Tool, ToolContext, ToolFn, tool
+from steward.effects.tools.registry import ToolOutcome, ToolRegistry
 
 __all__ = ["Tool", "ToolContext", "ToolFn", "ToolOutcome", "ToolRegistry", "tool"]

@@ -15,12 +15,12 @@ from typing import Any, Protocol
 
 import msgspec
 
-from steward.actors.tools import files
-from steward.actors.tools import git as git_tools
-from steward.actors.tools import memory as memory_tools
-from steward.actors.tools import script as script_tools
-from steward.actors.tools import session as session_tools
-from steward.actors.tools.base import (
+from steward.effects.tools import files
+from steward.effects.tools import git as git_tools
+from steward.effects.tools import memory as memory_tools
+from steward.effects.tools import script as script_tools
+from steward.effects.tools import session as session_tools
+from steward.effects.tools.base import (
     OUTCOME_UNKNOWN,
     AnyArgs,
     NotReached,

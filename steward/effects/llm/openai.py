@@ -30,14 +30,14 @@ from typing import Any
 import openai
 from openai.types import chat as wire
 
-from steward.actors.llm import _wire
-from steward.actors.llm.base import (
+from steward.actors.prompt import Prompt
+from steward.effects.llm import _wire
+from steward.effects.llm.base import (
     AssistantDelta,
     ResultEvent,
     StreamEvent,
     SystemEvent,
 )
-from steward.actors.prompt import Prompt
 from steward.errors import ProviderError
 from steward.events.protocol import Reasoning, ToolCall, Usage
 

@@ -27,15 +27,15 @@ from typing import Any
 import anthropic
 from anthropic import types as wire
 
-from steward.actors.llm import _wire
-from steward.actors.llm.base import (
+from steward.actors.prompt import Prompt
+from steward.effects.llm import _wire
+from steward.effects.llm.base import (
     AssistantDelta,
     ResultEvent,
     StreamEvent,
     SystemEvent,
     UsageEvent,
 )
-from steward.actors.prompt import Prompt
 from steward.events.protocol import Reasoning, ToolCall, Usage
 
 __all__ = ["API_KEY_ENV", "DEFAULT_MAX_TOKENS", "AnthropicProvider", "to_request"]

@@ -25,7 +25,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from steward.actors.tools.base import Tool, ToolContext, is_argument_error, tool
+from steward.effects.tools.base import Tool, ToolContext, is_argument_error, tool
 from steward.errors import PathEscapeError, ToolError
 
 __all__ = ["ListArgs", "ReadArgs", "TOOLS", "WriteArgs", "list_files", "read", "write"]

@@ -21,9 +21,9 @@ from steward.actors.session import (
     core_set_problem,
     session_stream,
 )
-from steward.actors.tools.base import Tool, ToolContext, tool
-from steward.actors.tools.session import Args as _Args
-from steward.actors.tools.session import session_of
+from steward.effects.tools.base import Tool, ToolContext, tool
+from steward.effects.tools.session import Args as _Args
+from steward.effects.tools.session import session_of
 from steward.errors import ToolError
 from steward.events.session import CoreMemorySet
 

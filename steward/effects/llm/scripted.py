@@ -43,7 +43,8 @@ from typing import Annotated, Any, Literal
 import msgspec
 import yaml
 
-from steward.actors.llm.base import (
+from steward.actors.prompt import Prompt
+from steward.effects.llm.base import (
     AssistantDelta,
     RequestInfo,
     ResultEvent,
@@ -53,7 +54,6 @@ from steward.actors.llm.base import (
     UsageEvent,
     collect,
 )
-from steward.actors.prompt import Prompt
 from steward.errors import ProviderError, ScriptError
 from steward.events.protocol import Reasoning, ToolCall, Usage
 

@@ -35,7 +35,9 @@ from typing import Any, ClassVar, Generic, NamedTuple, Protocol, Self, TypeVar
 
 import httpx2
 
-from steward.actors.llm.base import (
+from steward.actors.prompt import Prompt
+from steward.config import ModelConfig
+from steward.effects.llm.base import (
     AssistantDelta,
     RequestInfo,
     ResultEvent,
@@ -44,9 +46,7 @@ from steward.actors.llm.base import (
     ToolUseEvent,
     UsageEvent,
 )
-from steward.actors.llm.retry import retry_after_from_headers
-from steward.actors.prompt import Prompt
-from steward.config import ModelConfig
+from steward.effects.llm.retry import retry_after_from_headers
 from steward.errors import ProviderError
 from steward.events.protocol import (
     ChatMessage,

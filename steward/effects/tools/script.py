@@ -21,7 +21,7 @@ from typing import Any
 
 import msgspec
 
-from steward.actors.tools.base import Tool, ToolContext, tool
+from steward.effects.tools.base import Tool, ToolContext, tool
 from steward.errors import ToolError
 
 __all__ = ["TOOLS", "run_script"]
