@@ -30,6 +30,8 @@ from functools import partial
 from typing import Any, NamedTuple, TypeVar
 
 import msgspec
+import nats.errors
+import nats.js.errors
 
 from steward import events
 from steward.actors.kind import Kind
@@ -153,6 +155,9 @@ class Egress:
         partitions is caught up), and make the outbound stream if missing."""
         if self._task is not None:
             return
+        if self.told is not None:  # where partitions never told of start
+            told = self.told
+            await _persistently("reading the egress's origin", told.origin)
         self._task = asyncio.create_task(self._publish_all())
         self.host.listen(self.on_event)
         self.host.listen_deltas(self.on_delta)
@@ -264,7 +269,10 @@ class Egress:
                 "summary": summary(rec.event),
             }
             subject = updates_subject(actor_id, name)
-            await self.nc.publish(subject, _json.encode(update))
+            try:  # live only: a lost update must not keep what is told
+                await self.nc.publish(subject, _json.encode(update))
+            except Exception as e:
+                log.debug("an update on %s was not published: %s", subject, e)
         done = self._done.get(item.partition)
         if done is not None and rec.position > done:
             await self._tell(rec, kind, item.partition)
@@ -285,8 +293,10 @@ class Egress:
                     outbound_subject(told.channel), _json.encode(told.message), rec.id
                 )
                 self._done[partition] = rec.position
-                if self.told is not None and await self.told.save(
-                    partition, rec.position
+                if (
+                    self.told is not None
+                    and partition in self._held  # else its holder saves it
+                    and await self.told.save(partition, rec.position)
                 ):
                     self._saved[partition] = rec.position
                 return
@@ -294,12 +304,36 @@ class Egress:
 
     async def _store(self, subject: str, data: bytes, msg_id: str) -> None:
         """Publish to the outbound stream until it acknowledges (a message
-        is never dropped: its partition waits, in order)."""
+        is not dropped while it may yet be stored: its partition waits, in
+        order). One that never can be (larger than the server takes) is
+        dropped, saying so; a stream deleted meanwhile is made again."""
         headers = {"Nats-Msg-Id": msg_id}
-        await _persistently(
-            f"storing an outbound message on {subject}",
-            lambda: self.js.publish(subject, data, headers=headers),
-        )
+        delay = 0.1
+        while True:
+            try:
+                await self.js.publish(subject, data, headers=headers)
+                return
+            except nats.errors.MaxPayloadError as e:
+                log.error(
+                    "the outbound message of event %s on %s cannot be stored "
+                    "(%s): it is not published",
+                    msg_id,
+                    subject,
+                    e,
+                )
+                return
+            except nats.js.errors.NoStreamResponseError:
+                log.warning("no stream keeps %s: making it again", subject)
+                await self._keep_outbound()
+                continue
+            except Exception as e:
+                log.warning(
+                    "storing an outbound message on %s failed (%s); trying again",
+                    subject,
+                    e or type(e).__name__,
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
 
     async def _catch_up(self, partition: int) -> None:
         """Publish what ``partition``'s records told after its saved
@@ -314,6 +348,12 @@ class Egress:
                 lambda: told.load(partition),
             )
             self._done[partition] = self._saved[partition] = after
+            # up to the partition's head as its leader has it: every record
+            # the host heard before holding it (a replica may lag a moment)
+            head = await _persistently(
+                f"reading partition {partition}'s head",
+                partial(told.log.leader_head, partition),
+            )
             kinds = self.host.kinds
             while partition in self._held:
                 page = await _persistently(
@@ -325,9 +365,12 @@ class Egress:
                     if kind is not None:
                         await self._tell(rec, kind, partition)
                     self._done[partition] = rec.position
-                if not page:
+                if page:
+                    after = page[-1].position
+                elif after >= head:
                     break
-                after = page[-1].position
+                else:  # the replica that answered is behind: ask again
+                    await asyncio.sleep(0.05)
         finally:
             self._catching.discard(partition)
 

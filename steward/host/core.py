@@ -209,7 +209,8 @@ class Host:
 
     def listen_holding(self, listener: Callable[[frozenset[int]], None]) -> None:
         """Call ``listener`` with the partitions of a shared log this host
-        holds, whenever they change (before it follows the new ones)."""
+        holds, whenever they change (once it has taken the new ones, or
+        failed to)."""
         self._holding_listeners.append(listener)
 
     async def start(self, progress: Callable[[int], None] | None = None) -> None:
@@ -237,9 +238,12 @@ class Host:
     async def _hold(self, held: frozenset[int]) -> None:
         """Carry out the effects of partitions ``held`` (`Dispatcher.hold`),
         and decide the inputs other workers send them."""
-        for listener in self._holding_listeners:
-            listener(held)
-        await self.dispatcher.hold(held)
+        try:
+            await self.dispatcher.hold(held)
+        finally:  # what it holds now: all of held, or less if taking failed
+            holds = self.dispatcher.held
+            for listener in self._holding_listeners:
+                listener(held if holds is None else holds)
         if self.inputs is not None:
             submit = self.mailboxes.submit
 

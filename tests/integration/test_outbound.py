@@ -303,3 +303,19 @@ async def _worker(
         if out is not None:
             await out.close()
         await host.stop()
+
+
+async def test_a_partitions_head_as_its_leader_has_it(nats: NatsServer) -> None:
+    """What a catch-up reads up to: the partition's last position, from the
+    stream's leader (0 for a partition with nothing)."""
+    log = await JetStreamEventLog.open(nats.url, stream="HEADS", prefix="heads")
+    try:
+        note = events.NoteRecorded(category="c", content="x")
+        await log.append("run.a", [note, note], 0)
+        await log.append("run.a", [note], 2)
+        p = log.partition_of("run.a")
+        assert await log.leader_head(p) == await log.head(frozenset({p})) > 0
+        empty = next(q for q in range(log.partitions) if q != p)
+        assert await log.leader_head(empty) == 0
+    finally:
+        await log.close()

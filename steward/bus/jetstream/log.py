@@ -69,6 +69,7 @@ Reconnects use exponential back-off with jitter, and are logged on the
 from __future__ import annotations
 
 import asyncio
+import base64
 import collections
 import itertools
 import logging
@@ -1079,6 +1080,23 @@ class JetStreamEventLog:
                 position = seq * POSITIONS_PER_COMMIT + decode_head(msg.data).count - 1
                 highest = max(highest, position)
         return highest
+
+    async def leader_head(self, partition: int) -> int:
+        """The highest position of ``partition`` as the stream's leader has
+        it (`head`'s direct gets may be answered by a replica a moment
+        behind); 0 when it holds nothing."""
+        [subject] = self._partition_subjects({partition})
+        try:
+            answer = await self._api(
+                f"STREAM.MSG.GET.{self.stream}", {"last_by_subj": subject}
+            )
+        except ApiFailure as e:
+            if e.error.err_code == 10037:  # no message found
+                return 0
+            raise
+        message = answer["message"]
+        data = base64.b64decode(message["data"])
+        return int(message["seq"]) * POSITIONS_PER_COMMIT + decode_head(data).count - 1
 
     async def streams(self, prefix: str = "") -> list[str]:
         """The names of the streams starting with ``prefix``, sorted."""
