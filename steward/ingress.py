@@ -33,9 +33,9 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 import nats.js.api
-import nats.js.errors
 
 from steward import events
+from steward.bus.jetstream.kept import kept_stream
 from steward.chats import ChatReads, message, open_session
 from steward.config.settings import Settings
 from steward.errors import StewardError
@@ -149,19 +149,15 @@ async def keep_deadletters(js: Any, *, replicas: int = 1) -> None:
     An existing stream of that name is used as it is, so an operator may
     change its limits.
     """
-    try:
-        await js.stream_info(DEADLETTER_STREAM)
-        return
-    except nats.js.errors.NotFoundError:
-        pass
-    await js.add_stream(
+    await kept_stream(
+        js,
         nats.js.api.StreamConfig(
             name=DEADLETTER_STREAM,
             subjects=["steward.deadletter.>"],
             storage=nats.js.api.StorageType.FILE,
             max_age=DEADLETTER_MAX_AGE,
             num_replicas=replicas,
-        )
+        ),
     )
 
 

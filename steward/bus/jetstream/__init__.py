@@ -10,6 +10,7 @@
 - `follower`: the ordered pull consumer behind ``subscribe``;
 - `url`: ``nats://`` event-log URLs;
 - `members`, `inputs`, `reads`, `checkpoints`: the workers sharing a log;
+- `kept`: the streams and buckets kept beside a log, made when missing;
 - `migrate`: copying a log made before partitions into a partitioned one;
 - `outbound`: the stream that keeps what steward tells services, and how
   far each partition's egress has told.

@@ -25,8 +25,9 @@ from typing import Any
 
 import msgspec
 import nats.errors
-import nats.js.api
 import nats.js.errors
+
+from steward.bus.jetstream.kept import kept_bucket
 
 logger = logging.getLogger(__name__)
 
@@ -35,22 +36,6 @@ Want = tuple[str, str, int, str]
 
 _decoder = msgspec.msgpack.Decoder(tuple[str, int, list[Want]])
 _encoder = msgspec.msgpack.Encoder()
-
-
-async def kept_bucket(log: Any, bucket: str, timeout: float) -> Any:
-    """Key-value bucket ``bucket`` beside ``log``: one value a key, in files,
-    with the log's replicas; made if missing."""
-    js = log.connection.jetstream(timeout=timeout)
-    try:
-        return await js.key_value(bucket)
-    except nats.js.errors.BucketNotFoundError:
-        config = nats.js.api.KeyValueConfig(
-            bucket=bucket,
-            history=1,
-            replicas=log.replicas,
-            storage=nats.js.api.StorageType.FILE,
-        )
-        return await js.create_key_value(config)
 
 
 class Checkpoints:

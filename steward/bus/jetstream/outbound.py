@@ -29,7 +29,7 @@ import nats.errors
 import nats.js.api
 import nats.js.errors
 
-from steward.bus.jetstream.checkpoints import kept_bucket
+from steward.bus.jetstream.kept import kept_bucket, kept_stream
 from steward.config.settings import OutboundConfig
 
 logger = logging.getLogger(__name__)
@@ -46,26 +46,17 @@ async def keep_outbound(js: Any, config: OutboundConfig, *, replicas: int = 1) -
     An existing stream of that name is used as it is, so an operator may
     change its limits.
     """
-    try:
-        await js.stream_info(config.stream)
-        return
-    except nats.js.errors.NotFoundError:
-        pass
-    try:
-        await js.add_stream(
-            nats.js.api.StreamConfig(
-                name=config.stream,
-                subjects=[OUTBOUND_SUBJECTS],
-                storage=nats.js.api.StorageType.FILE,
-                max_age=config.max_age_seconds,
-                duplicate_window=config.duplicate_window_seconds,
-                num_replicas=replicas,
-            )
-        )
-    except nats.js.errors.BadRequestError as e:
-        if e.err_code == 10058:  # made by another host meanwhile
-            return
-        raise
+    await kept_stream(
+        js,
+        nats.js.api.StreamConfig(
+            name=config.stream,
+            subjects=[OUTBOUND_SUBJECTS],
+            storage=nats.js.api.StorageType.FILE,
+            max_age=config.max_age_seconds,
+            duplicate_window=config.duplicate_window_seconds,
+            num_replicas=replicas,
+        ),
+    )
 
 
 class Told:
