@@ -26,8 +26,8 @@ from pathlib import Path
 from statistics import median
 
 from benchmarks.common import REPEATS, Figure
-from steward import events
-from steward.actors.run_effects import run_stream
+from steward.actors.run import events as run_events
+from steward.actors.run.reactor import run_stream
 from steward.bus import SqliteEventLog
 from steward.host import Host
 from steward.kinds import KINDS
@@ -41,15 +41,15 @@ STEWARD = [sys.executable, "-m", "steward"]
 
 async def _record(path: Path) -> None:
     """A log of `RUNS` runs, its projections caught up."""
-    log = await SqliteEventLog.open(path)
+    log = await SqliteEventLog.open(path, union=KINDS.union)
     host = Host(log)
-    settings = events.RunSettings(planning_gate=False, tools=())
+    settings = run_events.RunSettings(planning_gate=False, tools=())
     for chunk in range(0, RUNS, 100):
         await asyncio.gather(
             *(
                 host.submit(
                     run_stream(f"r{n}"),
-                    events.RunCreated(
+                    run_events.RunCreated(
                         run_id=f"r{n}", input_text=f"task {n}", settings=settings
                     ),
                 )

@@ -24,8 +24,8 @@ import httpx
 
 from benchmarks.common import REPEATS, Figure
 from benchmarks.runtime_bench import _replies
-from steward import events
-from steward.actors.run_effects import run_stream
+from steward.actors.run import events as run_events
+from steward.actors.run.reactor import run_stream
 from steward.bus import SqliteEventLog
 from steward.console.app import Console, create_app
 from steward.effects.llm import ScriptedProvider
@@ -40,7 +40,7 @@ STEPS = 6_667
 
 async def _record(path: Path) -> str:
     """Record the long run in the log at ``path``; its stream."""
-    log = await SqliteEventLog.open(path)
+    log = await SqliteEventLog.open(path, union=KINDS.union)
     host = Host(
         log,
         provider=ScriptedProvider(_replies(STEPS), per_run=True),
@@ -49,15 +49,15 @@ async def _record(path: Path) -> str:
     )
     done = asyncio.Event()
     host.listen(
-        lambda rec: done.set() if type(rec.event) is events.RunCompleted else None
+        lambda rec: done.set() if type(rec.event) is run_events.RunCompleted else None
     )
     await host.start()
-    settings = events.RunSettings(
+    settings = run_events.RunSettings(
         max_iterations=STEPS + 1, planning_gate=False, tools=()
     )
     stream = run_stream("long")
     await host.submit(
-        stream, events.RunCreated(run_id="long", input_text="go", settings=settings)
+        stream, run_events.RunCreated(run_id="long", input_text="go", settings=settings)
     )
     await asyncio.wait_for(done.wait(), timeout=600)
     await host.stop()
@@ -69,7 +69,7 @@ async def _paints(path: Path, stream: str) -> tuple[float, float, float, int]:
     """Seconds to the first and a second page of ``stream``, from a console
     opened afresh, then to its timeline view (its steps laid out, its
     children looked up); and how many events the run has."""
-    log = await SqliteEventLog.open(path)
+    log = await SqliteEventLog.open(path, union=KINDS.union)
     projector = await Projector.open(path, KINDS)
     await projector.catch_up(log)
     console = Console(log, projector, KINDS)

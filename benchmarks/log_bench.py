@@ -45,10 +45,12 @@ from pathlib import Path
 
 from benchmarks.common import Figure, Measure, Stopwatch, median_rate, median_rates
 from steward import events
-from steward.actors import run as run_actor
+from steward.actors.run import decider as run_actor
+from steward.actors.run import events as run_events
 from steward.bus import EventLog, JetStreamEventLog, SqliteEventLog
 from steward.bus.sqlite import Synchronous
 from steward.events import Event, Recorded
+from steward.kinds import KINDS
 
 WRITERS = 100
 REPLAY_EVENTS = 100_000
@@ -87,7 +89,7 @@ def step_events(run: int, step: int) -> list[events.Event]:
             output="# Quarterly report\n\nRevenue grew 12% to 4.1M. " * 3,
             at=1_700_000_000.5 + step,
         ),
-        events.OutputUpdated(text=f"Step {step}: revenue grew 12%.", mode="append"),
+        run_events.OutputUpdated(text=f"Step {step}: revenue grew 12%.", mode="append"),
     ]
 
 
@@ -108,7 +110,9 @@ def steward_appends(
 
     async def measure() -> tuple[int, float]:
         log = await SqliteEventLog.open(
-            directory / f"steward-{next(_files)}.db", synchronous=synchronous
+            directory / f"steward-{next(_files)}.db",
+            synchronous=synchronous,
+            union=KINDS.union,
         )
         try:
 
@@ -218,7 +222,7 @@ async def append_figures(directory: Path) -> list[Figure]:
 
 async def latency_figures(directory: Path) -> list[Figure]:
     """Median microseconds of one lone append, and until a subscriber has it."""
-    log = await SqliteEventLog.open(directory / "latency.db")
+    log = await SqliteEventLog.open(directory / "latency.db", union=KINDS.union)
     received: asyncio.Queue[events.Recorded] = asyncio.Queue()
 
     async def follow() -> None:
@@ -276,7 +280,7 @@ async def fill_replay_log(log: EventLog) -> None:
 
 
 async def build_replay_log(path: Path) -> None:
-    log = await SqliteEventLog.open(path)
+    log = await SqliteEventLog.open(path, union=KINDS.union)
     try:
         await fill_replay_log(log)
         assert await log.head() == REPLAY_EVENTS
@@ -322,7 +326,7 @@ def replay_measure(log: EventLog, page: int, fold: bool = True) -> Measure:
 
 
 async def replay_per_second(path: Path, page: int, fold: bool = True) -> float:
-    log = await SqliteEventLog.open(path)
+    log = await SqliteEventLog.open(path, union=KINDS.union)
     try:
         measure = replay_measure(log, page, fold)
         await measure()  # warm the OS cache and SQLite's page cache
@@ -400,7 +404,9 @@ def nats_process(directory: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]
 async def open_jetstream(url: str) -> JetStreamEventLog:
     """A handle on a new, empty stream of the server at ``url``."""
     n = next(_streams)
-    return await JetStreamEventLog.open(url, stream=f"BENCH_{n}", prefix=f"bench.s{n}")
+    return await JetStreamEventLog.open(
+        url, stream=f"BENCH_{n}", prefix=f"bench.s{n}", union=KINDS.union
+    )
 
 
 def jetstream_appends(url: str, *, per_commit: int, commits: int) -> Measure:

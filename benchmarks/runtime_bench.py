@@ -27,17 +27,22 @@ from statistics import median
 
 from benchmarks.common import REPEATS, Figure
 from steward import events
-from steward.actors.run_effects import run_stream
+from steward.actors.run import events as run_events
+from steward.actors.run.events import Usage
+from steward.actors.run.reactor import run_stream
 from steward.bus import SqliteEventLog
 from steward.effects.llm import Reply, ScriptedProvider
 from steward.effects.tools import ToolRegistry
-from steward.events.run import Usage
 from steward.host import Host
+from steward.kinds import KINDS
 
 STEPS = 200  # iterations of the lone run
 CONCURRENT = 100
 CONCURRENT_STEPS = 50  # iterations of each of the concurrent runs
-_ENDS = (events.RunCompleted, events.RunFailed)  # the benchmark's listener waits for
+_ENDS = (
+    run_events.RunCompleted,
+    run_events.RunFailed,
+)  # the benchmark's listener waits for
 
 
 def _replies(steps: int) -> list[Reply]:
@@ -63,7 +68,7 @@ _USAGE = Usage(input_tokens=800, output_tokens=20)
 async def _measure(runs: int, steps: int) -> tuple[int, float, float]:
     """Run ``runs`` runs of ``steps`` steps; (steps, wall s, CPU s)."""
     with tempfile.TemporaryDirectory() as tmp:
-        log = await SqliteEventLog.open(Path(tmp) / "log.db")
+        log = await SqliteEventLog.open(Path(tmp) / "log.db", union=KINDS.union)
         host = Host(
             log,
             provider=ScriptedProvider(_replies(steps), per_run=True),
@@ -72,7 +77,7 @@ async def _measure(runs: int, steps: int) -> tuple[int, float, float]:
             llm_concurrency=runs,
         )
         await host.start()
-        settings = events.RunSettings(
+        settings = run_events.RunSettings(
             max_iterations=steps + 1, planning_gate=False, tools=()
         )
         done = asyncio.Event()
@@ -91,7 +96,7 @@ async def _measure(runs: int, steps: int) -> tuple[int, float, float]:
             *(
                 host.submit(
                     run_stream(f"b{n}"),
-                    events.RunCreated(
+                    run_events.RunCreated(
                         run_id=f"b{n}", input_text="go", settings=settings
                     ),
                 )

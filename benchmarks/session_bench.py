@@ -5,7 +5,7 @@ Targets:
 - the context builder for a 60-message window with core memory, a summary
   and 12 cross-channel blocks <= 200 us (`build_context`, pure);
 - ``memory.search`` over 100,000 archived items of one session, p95 <= 5 ms
-  (`steward.projections.sessions.search` on a projection file the session
+  (`steward.actors.session.projection.search` on a projection file the session
   projection wrote, the FTS5 query the tool makes);
 - the session's own cost per message, from its arrival to its run's start,
   excluding the debounce wait, <= 2x a run step on the same machine: CPU
@@ -31,13 +31,16 @@ from benchmarks.common import REPEATS, Figure, route
 from benchmarks.runtime_bench import STEPS
 from benchmarks.runtime_bench import _measure as run_steps
 from steward import events
-from steward.actors.run_effects import run_stream
-from steward.actors.session import session_stream
-from steward.actors.session_context import build_context
+from steward.actors.run import events as run_events
+from steward.actors.run.reactor import run_stream
+from steward.actors.session import events as session_events
+from steward.actors.session.context import build_context
+from steward.actors.session.decider import session_stream
+from steward.actors.session.projection import SESSIONS, search
 from steward.bus import SqliteEventLog
 from steward.events import Recorded
 from steward.host import Host
-from steward.projections.sessions import SESSIONS, search
+from steward.kinds import KINDS
 
 WINDOW = 60
 ITEMS = 100_000
@@ -51,7 +54,7 @@ about 0.5."""
 
 def _context_us() -> float:
     """Median microseconds of one `build_context` of the target's shape."""
-    settings = events.SessionSettings(
+    settings = session_events.SessionSettings(
         sliding_window=WINDOW, default_budget_tokens=200_000
     )
     segment = tuple(
@@ -62,7 +65,9 @@ def _context_us() -> float:
         for n in range(WINDOW)
     )
     elsewhere = tuple(
-        events.Elsewhere(session_id="telegram:7", role="user", text=f"over there {n}")
+        session_events.Elsewhere(
+            session_id="telegram:7", role="user", text=f"over there {n}"
+        )
         for n in range(12)
     )
     tools = tuple(
@@ -96,7 +101,7 @@ def _search_p95_ms(path: Path) -> float:
     rng = random.Random(16)
     vocabulary = [f"w{n:04d}" for n in range(5_000)]
     items = tuple(
-        events.MemoryItem(
+        session_events.MemoryItem(
             id=f"m{n}",
             module="recent_context",
             key=f"k{n}",
@@ -108,13 +113,13 @@ def _search_p95_ms(path: Path) -> float:
     )
     conn = sqlite3.connect(path, isolation_level=None)
     conn.executescript(SESSIONS.schema)
-    opened = events.SessionOpened(
+    opened = session_events.SessionOpened(
         session_id="cli:bench",
         channel="cli",
         chat_id="bench",
-        settings=events.SessionSettings(),
+        settings=session_events.SessionSettings(),
     )
-    written = events.MemoryWritten(request_id="w1", items=items)
+    written = session_events.MemoryWritten(request_id="w1", items=items)
     conn.execute("BEGIN")
     for version, event in enumerate((opened, written), start=1):
         SESSIONS.apply(
@@ -145,13 +150,13 @@ async def _per_message_us(tmp: Path, messages: bool = True) -> float:
     message to a session of its own (opened before the clock starts).
     Without ``messages``, the sessions are only opened (for
     `benchmarks.instructions`, which subtracts that)."""
-    log = await SqliteEventLog.open(tmp / "session.db")
+    log = await SqliteEventLog.open(tmp / "session.db", union=KINDS.union)
     host = Host(log)  # not started: the timers' inputs are given here
-    settings = events.SessionSettings(
-        run=events.RunSettings(planning_gate=False, tools=())
+    settings = session_events.SessionSettings(
+        run=run_events.RunSettings(planning_gate=False, tools=())
     )
     opened = [
-        events.SessionOpened(
+        session_events.SessionOpened(
             session_id=f"cli:{n}", channel="cli", chat_id=str(n), settings=settings
         )
         for n in range(MESSAGES)
@@ -162,13 +167,15 @@ async def _per_message_us(tmp: Path, messages: bool = True) -> float:
     started = time.process_time()
     for opening in opened if messages else ():
         stream = session_stream(opening.session_id)
-        message = events.MessageReceived(message_id="m1", text="hello there", at=1.0)
+        message = session_events.MessageReceived(
+            message_id="m1", text="hello there", at=1.0
+        )
         taken = await host.submit(stream, message)
         assert taken is not None
         # the timer its `DebounceArmed` asks for is due: the turn starts, and
         # routing it starts its run
         armed = taken.records[-1].event
-        assert isinstance(armed, events.DebounceArmed)
+        assert isinstance(armed, session_events.DebounceArmed)
         commit = await host.submit(stream, events.WakeDue(timer_id=armed.timer_id))
         assert commit is not None
         turn = commit.records[-1]
@@ -176,7 +183,7 @@ async def _per_message_us(tmp: Path, messages: bool = True) -> float:
         runs.append(turn.event)
     seconds = time.process_time() - started
     for turn in runs:
-        assert isinstance(turn, events.TurnStarted)
+        assert isinstance(turn, session_events.TurnStarted)
         if await log.version(run_stream(turn.run_id)) == 0:
             raise RuntimeError(f"the run of {turn.run_id} did not start")
     await log.close()

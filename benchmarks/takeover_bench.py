@@ -19,8 +19,8 @@ from pathlib import Path
 
 from benchmarks.common import Figure
 from benchmarks.log_bench import nats_process
-from steward import events
-from steward.actors.run_effects import run_stream
+from steward.actors.run import events as run_events
+from steward.actors.run.reactor import run_stream
 from steward.bus import JetStreamEventLog
 from steward.bus.jetstream.checkpoints import Checkpoints
 from steward.bus.jetstream.inputs import Inputs
@@ -28,19 +28,22 @@ from steward.bus.jetstream.members import Membership
 from steward.effects.llm import ScriptedProvider
 from steward.effects.tools import ToolRegistry
 from steward.host import Host
+from steward.kinds import KINDS
 
 RUNS = 4_000
 TARGET_MS = 500.0
 """A takeover from saved wants, whatever the partitions' history."""
 
 _FINISH = '{"type": "finish", "output": "done"}'
-_SETTINGS = events.RunSettings(
+_SETTINGS = run_events.RunSettings(
     tools=ToolRegistry.with_builtins().specs(), planning_gate=False
 )
 
 
 async def _worker(url: str, n: int, saved: bool) -> tuple[Host, float]:
-    log = await JetStreamEventLog.open(url, stream="TAKEOVER", prefix="takeover")
+    log = await JetStreamEventLog.open(
+        url, stream="TAKEOVER", prefix="takeover", union=KINDS.union
+    )
     name = f"w{n}"
     host = Host(
         log,
@@ -74,7 +77,7 @@ async def run() -> list[Figure]:
                 *(
                     starter.submit(
                         run_stream(f"r{n}"),
-                        events.RunCreated(
+                        run_events.RunCreated(
                             run_id=f"r{n}", input_text="go", settings=_SETTINGS
                         ),
                     )

@@ -24,10 +24,11 @@ from statistics import median
 
 from benchmarks.common import REPEATS, Figure
 from steward import events
-from steward.actors.task import Task, task_stream
+from steward.actors.task.decider import Task, task_stream
+from steward.actors.task.events import TaskCompleted, TaskCreated, TaskLimits, Template
 from steward.bus import SqliteEventLog
-from steward.events.task import TaskCompleted, TaskCreated, TaskLimits, Template
 from steward.host import Host
+from steward.kinds import KINDS
 
 STEPS = 50
 LONG = 200
@@ -42,7 +43,7 @@ STEP = Template(
 
 async def _per_step_us(path: Path, steps: int) -> float:
     """CPU microseconds per atomic step of a program of ``steps`` calls."""
-    log = await SqliteEventLog.open(path)
+    log = await SqliteEventLog.open(path, union=KINDS.union)
     host = Host(log)  # not started: the model's answers are given here
     stream = task_stream("bench")
     program = f'(bind x "start") (loop {steps} (bind x (step x))) x'

@@ -62,11 +62,12 @@ from pathlib import Path
 
 from benchmarks.common import REPEATS, Figure, print_table
 from benchmarks.log_bench import nats_process
-from steward import events
-from steward.actors.run_effects import run_stream
+from steward.actors.run import events as run_events
+from steward.actors.run.reactor import run_stream
 from steward.bus import JetStreamEventLog, open_log
 from steward.bus.jetstream.members import until_shared
 from steward.host import Host
+from steward.kinds import KINDS
 
 WORKERS = (1, 4)
 """The worker counts ``python -m benchmarks`` measures."""
@@ -257,13 +258,14 @@ async def _watch(log: JetStreamEventLog, runs: int) -> list[str]:
     async for rec in log.subscribe():
         event = rec.event
         if rec.stream in ended or not isinstance(
-            event, events.RunCompleted | events.RunFailed | events.RunCancelled
+            event,
+            run_events.RunCompleted | run_events.RunFailed | run_events.RunCancelled,
         ):
             continue
         ended.add(rec.stream)
-        if isinstance(event, events.RunFailed):
+        if isinstance(event, run_events.RunFailed):
             failures.append(f"{rec.stream}: {event.reason}")
-        elif isinstance(event, events.RunCancelled):
+        elif isinstance(event, run_events.RunCancelled):
             failures.append(f"{rec.stream}: cancelled ({event.reason})")
         if len(ended) == runs:
             break
@@ -277,7 +279,9 @@ async def measure(workers: int, setup: Setup, directory: Path) -> Measured:
     _script(script, setup)
     with nats_process(directory) as (server, nats):
         url = f"{server}?stream=BENCH&prefix=bench.ev"
-        log = await open_log(url)  # creates the stream before anyone follows it
+        log = await open_log(
+            url, union=KINDS.union
+        )  # creates the stream before anyone follows it
         assert isinstance(log, JetStreamEventLog)
 
         def steward(name: str, command: str) -> _Process:
@@ -296,7 +300,7 @@ async def measure(workers: int, setup: Setup, directory: Path) -> Measured:
             pids = [nats.pid, *(p.popen.pid for p in processes)]
             before = {pid: cpu_seconds(pid) for pid in pids}
             watcher = asyncio.create_task(_watch(log, setup.runs))
-            settings = events.RunSettings(
+            settings = run_events.RunSettings(
                 max_iterations=setup.steps + 1, planning_gate=False
             )
             starter = Host(log)
@@ -305,7 +309,7 @@ async def measure(workers: int, setup: Setup, directory: Path) -> Measured:
                 *(
                     starter.submit(
                         run_stream(f"b{n}"),
-                        events.RunCreated(
+                        run_events.RunCreated(
                             run_id=f"b{n}", input_text="go", settings=settings
                         ),
                     )

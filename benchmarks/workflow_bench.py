@@ -24,35 +24,41 @@ from statistics import median
 
 from benchmarks.common import REPEATS, Figure, route
 from steward import events
-from steward.actors.run_effects import run_stream
-from steward.actors.workflow import Workflow, phase_of, workflow_stream
+from steward.actors.run.reactor import run_stream
+from steward.actors.workflow import events as workflow_events
+from steward.actors.workflow.decider import Workflow, phase_of, workflow_stream
 from steward.bus import Commit, SqliteEventLog
 from steward.config import Settings
 from steward.host import Host
+from steward.kinds import KINDS
 
 TRANSITIONS = 500
 REPORT = "A phase's report, as long as a real one. " * 50  # 2,000 characters
 
 
-def _definition() -> events.WorkflowDef:
+def _definition() -> workflow_events.WorkflowDef:
     settings = Settings().run_settings()
     nodes = tuple(
-        events.NodeDef(key=k, provider="default", prompt=f"Do {k}.", settings=settings)
+        workflow_events.NodeDef(
+            key=k, provider="default", prompt=f"Do {k}.", settings=settings
+        )
         for k in ("a", "b")
     )
     edges = (
-        events.EdgeDef(source="a", target="b", priority=1, auto=True),
-        events.EdgeDef(source="b", target="a", priority=1, auto=True),
+        workflow_events.EdgeDef(source="a", target="b", priority=1, auto=True),
+        workflow_events.EdgeDef(source="b", target="a", priority=1, auto=True),
     )
-    return events.WorkflowDef(key="loop", version=1, nodes=nodes, edges=edges)
+    return workflow_events.WorkflowDef(key="loop", version=1, nodes=nodes, edges=edges)
 
 
 async def _per_transition_us(path: Path) -> float:
     """CPU microseconds per phase transition, child's start included."""
-    log = await SqliteEventLog.open(path)
+    log = await SqliteEventLog.open(path, union=KINDS.union)
     host = Host(log)  # not started: the phases' answers are given here
     stream = workflow_stream("bench")
-    created = events.WorkflowCreated(workflow_id="bench", definition=_definition())
+    created = workflow_events.WorkflowCreated(
+        workflow_id="bench", definition=_definition()
+    )
     commit = await host.submit(stream, created)
     assert commit is not None
     await _start_phase(host, commit)
@@ -81,7 +87,9 @@ async def _per_transition_us(path: Path) -> float:
 
 async def _start_phase(host: Host, commit: Commit) -> None:
     """Start the phase run that ``commit`` decided, as the dispatcher does."""
-    [phase] = [r for r in commit.records if isinstance(r.event, events.PhaseStarted)]
+    [phase] = [
+        r for r in commit.records if isinstance(r.event, workflow_events.PhaseStarted)
+    ]
     await route(host, phase)
 
 

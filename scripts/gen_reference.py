@@ -523,15 +523,15 @@ def events_page() -> str:
 def _outbound_examples() -> list[tuple[str, str, dict[str, Any]]]:
     """What each kind that tells a channel publishes, by calling its
     ``tells`` on an actor opened on channel ``web``: (kind, event, message)."""
-    from steward import events
-    from steward.events import session as session_events
+    from steward.actors.run import events as run_events
+    from steward.actors.session import events as session_events
     from steward.kinds import KINDS
 
     opened: dict[str, Any] = {
-        "run": events.RunCreated(
+        "run": run_events.RunCreated(
             run_id="r1",
             input_text="hi",
-            settings=events.RunSettings(),
+            settings=run_events.RunSettings(),
             channel_id="web",
         ),
         "session": session_events.SessionOpened(
@@ -542,10 +542,10 @@ def _outbound_examples() -> list[tuple[str, str, dict[str, Any]]]:
         ),
     }
     samples: dict[type, Any] = {
-        events.MessageSent: events.MessageSent(text="TEXT"),
-        events.RunCompleted: events.RunCompleted(output="TEXT"),
-        events.RunFailed: events.RunFailed(reason="TEXT"),
-        events.RunCancelled: events.RunCancelled(reason="TEXT"),
+        run_events.MessageSent: run_events.MessageSent(text="TEXT"),
+        run_events.RunCompleted: run_events.RunCompleted(output="TEXT"),
+        run_events.RunFailed: run_events.RunFailed(reason="TEXT"),
+        run_events.RunCancelled: run_events.RunCancelled(reason="TEXT"),
         session_events.ReplySent: session_events.ReplySent(
             run_id="RUN", text="TEXT", status="completed"
         ),

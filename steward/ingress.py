@@ -17,7 +17,7 @@ rejected message is never dropped: its original payload goes to
 whether or not anyone listens.
 
 A message with a ``message_id`` is taken at most once: the session refuses
-an id among its newest (`steward.actors.session.SEEN_MESSAGES`), and the
+an id among its newest (`steward.actors.session.decider.SEEN_MESSAGES`), and the
 reply says ``"duplicate": true``.
 
 The schema of `InboundMessage` is exported to
@@ -35,8 +35,8 @@ import msgspec
 import nats.js.api
 
 from steward import events
+from steward.actors.session.chats import ChatReads, message, open_session
 from steward.bus.jetstream.kept import kept_stream
-from steward.chats import ChatReads, message, open_session
 from steward.config.settings import Settings
 from steward.errors import StewardError
 from steward.host import Host

@@ -25,6 +25,7 @@ from nats_server import binary, end, wait_listening
 from steward.bus import JetStreamEventLog
 from steward.bus.jetstream.url import parse_url
 from steward.errors import LogWriteError
+from steward.kinds import KINDS
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy" / "nats"
 NODES = ("n1", "n2", "n3")
@@ -147,7 +148,11 @@ async def open_log(url: str, timeout: float = 30.0) -> JetStreamEventLog:
     while True:
         try:
             return await JetStreamEventLog.open(
-                servers, reconnect_wait=0.05, reconnect_max_wait=0.5, **options
+                servers,
+                reconnect_wait=0.05,
+                reconnect_max_wait=0.5,
+                **options,
+                union=KINDS.union,
             )
         except LogWriteError:
             if loop.time() > deadline:

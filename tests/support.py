@@ -50,8 +50,8 @@ async def create_runs(log: EventLog, ids: list[str]) -> None:
     settings and the built-in tools, for a serve or workers to carry out."""
     import asyncio
 
-    from steward import events
-    from steward.actors.run import run_stream
+    from steward.actors.run import events as run_events
+    from steward.actors.run.decider import run_stream
     from steward.config import load_settings
     from steward.effects.tools import ToolRegistry
     from steward.host import Host
@@ -64,7 +64,9 @@ async def create_runs(log: EventLog, ids: list[str]) -> None:
         *(
             starter.submit(
                 run_stream(run_id),
-                events.RunCreated(run_id=run_id, input_text="go", settings=settings),
+                run_events.RunCreated(
+                    run_id=run_id, input_text="go", settings=settings
+                ),
             )
             for run_id in ids
         )

@@ -139,8 +139,8 @@ class Reactor(Generic[S]):
     may not name its actor (a run's end does not), its stream does. A kind
     with ``effects`` needs it, or those effects are lost when a host dies
     before carrying them out. The run kind's rows are kept by its own
-    projection (`steward.projections.runs`), which its ``pending`` states
-    again for the kind contract (`steward.actors.run_effects.pending`)."""
+    projection (`steward.actors.run.projection`), which its ``pending`` states
+    again for the kind contract (`steward.actors.run.reactor.pending`)."""
 
 
 @dataclass(frozen=True)

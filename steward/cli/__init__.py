@@ -68,7 +68,7 @@ def main(argv: Sequence[str] | None = None, kinds: Kinds | None = None) -> int:
         settings = load_settings(args.config, unknown=_warn, tools=approvable)
         kinds = KINDS if kinds is None else kinds
         if settings.task.scorer is not None:
-            from steward.tasks import with_scorer
+            from steward.actors.task.programs import with_scorer
 
             kinds = with_scorer(kinds, settings.task.scorer)
         env = replace(env_of(settings, args), kinds=kinds)

@@ -11,10 +11,10 @@ from pathlib import Path
 from msgspec.structs import replace
 
 from steward import replay
+from steward.actors.run.cli import cmd_runs_show, new_run
 from steward.cli.env import Env, ensure_place, opened
 from steward.cli.history import report
 from steward.cli.hosting import see_run
-from steward.cli.runs import cmd_runs_show, new_run
 from steward.errors import StewardError
 from steward.hostlock import HostLock
 

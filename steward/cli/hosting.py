@@ -18,8 +18,9 @@ from typing import Any, cast
 from msgspec.structs import replace
 
 from steward import events, replay
-from steward.actors import run as run_actor
-from steward.actors.run import run_stream
+from steward.actors.run import decider as run_actor
+from steward.actors.run import events as run_events
+from steward.actors.run.decider import run_stream
 from steward.bus import EventLog
 from steward.cli.env import (
     EXIT_FAILED,
@@ -238,8 +239,10 @@ class _Watch:
         event = rec.event
         if (
             (rec.stream == run_stream(self.root) and isinstance(event, _ENDS))
-            or isinstance(event, events.ApprovalRequested)
-            or (isinstance(event, events.BudgetExceeded) and event.policy == "pause")
+            or isinstance(event, run_events.ApprovalRequested)
+            or (
+                isinstance(event, run_events.BudgetExceeded) and event.policy == "pause"
+            )
         ):
             self.stopped.set()
 
@@ -270,7 +273,7 @@ class _Watch:
         return False if interrupted.is_set() else None
 
 
-_ENDS = (events.RunCompleted, events.RunFailed, events.RunCancelled)
+_ENDS = (run_events.RunCompleted, run_events.RunFailed, run_events.RunCancelled)
 
 
 async def see_run(
@@ -280,7 +283,7 @@ async def see_run(
     root: str,
     quiet: bool,
     *,
-    created: events.RunCreated | None = None,
+    created: run_events.RunCreated | None = None,
     stream: bool = False,
     provider: Provider | None = None,
 ) -> int:
@@ -337,7 +340,7 @@ async def _host_run(
     log: EventLog,
     watch: _Watch,
     interrupted: asyncio.Event,
-    created: events.RunCreated | None,
+    created: run_events.RunCreated | None,
 ) -> bool:
     """Host the log (creating the run from ``created``, if given) until
     ``watch`` says its run stopped, or Ctrl-C; whether it stopped."""
@@ -389,7 +392,7 @@ async def _stopped(log: EventLog, root: str) -> bool:
     """Whether run ``root`` ended, or it or a subagent waits for a person."""
     state = replay.rebuild(await log.read(run_stream(root)), kind=RUN)
     return (
-        state.status in events.TERMINAL
+        state.status in run_events.TERMINAL
         or await _waiting_for_person(log, state) is not None
     )
 
@@ -425,7 +428,7 @@ async def _ending(
     records = await log.read(run_stream(root))
     state = replay.rebuild(records, kind=RUN)
     if watch.pipe_closed:  # stdout is gone: say on stderr how the run stands
-        if state.status not in events.TERMINAL:
+        if state.status not in run_events.TERMINAL:
             print(
                 f"output closed: run {root} is left {state.status}; `steward "
                 f"serve` carries it on, `steward runs cancel {root}` ends it",
@@ -433,16 +436,16 @@ async def _ending(
                 flush=True,
             )
         return EXIT_PIPE
-    if state.status in events.TERMINAL:
+    if state.status in run_events.TERMINAL:
         ended = next(
             (
                 r.event
                 for r in reversed(records)
-                if type(r.event) is events.RunCompleted
+                if type(r.event) is run_events.RunCompleted
             ),
             None,
         )
-        if ended is not None and ended.reason in events.UNFINISHED:
+        if ended is not None and ended.reason in run_events.UNFINISHED:
             env.out(f"run {root} completed unfinished ({ended.reason})")
             env.out(state.output)
             return EXIT_UNFINISHED

@@ -10,8 +10,8 @@ from typing import Any, NoReturn, get_args
 
 import msgspec
 
-from steward import events
-from steward.actors import stages
+from steward.actors.run import events as run_events
+from steward.actors.run import stages
 from steward.cli.codes import DEFAULT_NATS_URL, EXIT_INPUT, FORMATS
 from steward.config.settings import Port
 
@@ -20,53 +20,53 @@ Command = Callable[[Any, argparse.Namespace], Awaitable[int]]
 
 
 def _command(module: str, name: str) -> Command:
-    """Command ``name`` of ``steward.cli.<module>``, imported when it runs:
-    a command loads what it uses (an SDK, a web server) and no other's."""
+    """Command ``name`` of ``module``, imported when it runs: a command
+    loads what it uses (an SDK, a web server) and no other's."""
 
     async def run(env: Any, args: argparse.Namespace) -> int:
-        fn = getattr(importlib.import_module(f"steward.cli.{module}"), name)
+        fn = getattr(importlib.import_module(module), name)
         return int(await fn(env, args))
 
     run.__name__ = run.__qualname__ = name
     return run
 
 
-cmd_chat = _command("chat", "cmd_chat")
-cmd_console = _command("console", "cmd_console")
-cmd_demo = _command("demo", "cmd_demo")
-cmd_export = _command("history", "cmd_export")
-cmd_fork = _command("history", "cmd_fork")
-cmd_log_migrate = _command("migrate", "cmd_log_migrate")
-cmd_mcp_call = _command("mcp", "cmd_mcp_call")
-cmd_mcp_list = _command("mcp", "cmd_mcp_list")
-cmd_pause = _command("workflow", "cmd_pause")
-cmd_prompts_list = _command("prompts", "cmd_prompts_list")
-cmd_prompts_show = _command("prompts", "cmd_prompts_show")
-cmd_rebuild = _command("history", "cmd_rebuild")
-cmd_replay = _command("history", "cmd_replay")
-cmd_resume = _command("workflow", "cmd_resume")
-cmd_run = _command("runs", "cmd_run")
-cmd_runs_approve = _command("runs", "cmd_runs_approve")
-cmd_runs_cancel = _command("runs", "cmd_runs_cancel")
-cmd_runs_deny = _command("runs", "cmd_runs_deny")
-cmd_runs_list = _command("runs", "cmd_runs_list")
-cmd_runs_show = _command("runs", "cmd_runs_show")
-cmd_serve = _command("serve", "cmd_serve")
-cmd_sessions_list = _command("sessions", "cmd_sessions_list")
-cmd_sessions_send = _command("sessions", "cmd_sessions_send")
-cmd_sessions_show = _command("sessions", "cmd_sessions_show")
-cmd_start = _command("runs", "cmd_start")
-cmd_task_cancel = _command("task", "cmd_task_cancel")
-cmd_task_list = _command("task", "cmd_task_list")
-cmd_task_run = _command("task", "cmd_task_run")
-cmd_task_show = _command("task", "cmd_task_show")
-cmd_task_validate = _command("task", "cmd_task_validate")
-cmd_validate = _command("workflow", "cmd_validate")
-cmd_worker = _command("serve", "cmd_worker")
-cmd_workers = _command("workers", "cmd_workers")
-cmd_workflow_cancel = _command("workflow", "cmd_cancel")
-cmd_workflow_list = _command("workflow", "cmd_list")
-cmd_workflow_run = _command("workflow", "cmd_run")
+cmd_chat = _command("steward.actors.session.chat", "cmd_chat")
+cmd_console = _command("steward.cli.console", "cmd_console")
+cmd_demo = _command("steward.cli.demo", "cmd_demo")
+cmd_export = _command("steward.cli.history", "cmd_export")
+cmd_fork = _command("steward.cli.history", "cmd_fork")
+cmd_log_migrate = _command("steward.cli.migrate", "cmd_log_migrate")
+cmd_mcp_call = _command("steward.cli.mcp", "cmd_mcp_call")
+cmd_mcp_list = _command("steward.cli.mcp", "cmd_mcp_list")
+cmd_pause = _command("steward.actors.workflow.cli", "cmd_pause")
+cmd_prompts_list = _command("steward.cli.prompts", "cmd_prompts_list")
+cmd_prompts_show = _command("steward.cli.prompts", "cmd_prompts_show")
+cmd_rebuild = _command("steward.cli.history", "cmd_rebuild")
+cmd_replay = _command("steward.cli.history", "cmd_replay")
+cmd_resume = _command("steward.actors.workflow.cli", "cmd_resume")
+cmd_run = _command("steward.actors.run.cli", "cmd_run")
+cmd_runs_approve = _command("steward.actors.run.cli", "cmd_runs_approve")
+cmd_runs_cancel = _command("steward.actors.run.cli", "cmd_runs_cancel")
+cmd_runs_deny = _command("steward.actors.run.cli", "cmd_runs_deny")
+cmd_runs_list = _command("steward.actors.run.cli", "cmd_runs_list")
+cmd_runs_show = _command("steward.actors.run.cli", "cmd_runs_show")
+cmd_serve = _command("steward.cli.serve", "cmd_serve")
+cmd_sessions_list = _command("steward.actors.session.cli", "cmd_sessions_list")
+cmd_sessions_send = _command("steward.actors.session.cli", "cmd_sessions_send")
+cmd_sessions_show = _command("steward.actors.session.cli", "cmd_sessions_show")
+cmd_start = _command("steward.actors.run.cli", "cmd_start")
+cmd_task_cancel = _command("steward.actors.task.cli", "cmd_task_cancel")
+cmd_task_list = _command("steward.actors.task.cli", "cmd_task_list")
+cmd_task_run = _command("steward.actors.task.cli", "cmd_task_run")
+cmd_task_show = _command("steward.actors.task.cli", "cmd_task_show")
+cmd_task_validate = _command("steward.actors.task.cli", "cmd_task_validate")
+cmd_validate = _command("steward.actors.workflow.cli", "cmd_validate")
+cmd_worker = _command("steward.cli.serve", "cmd_worker")
+cmd_workers = _command("steward.cli.workers", "cmd_workers")
+cmd_workflow_cancel = _command("steward.actors.workflow.cli", "cmd_cancel")
+cmd_workflow_list = _command("steward.actors.workflow.cli", "cmd_list")
+cmd_workflow_run = _command("steward.actors.workflow.cli", "cmd_run")
 
 
 def _an_id(text: str) -> str:
@@ -374,7 +374,9 @@ def build_parser() -> argparse.ArgumentParser:
     rsub = runs.add_subparsers(dest="runs_command", required=True, metavar="ACTION")
     s = rsub.add_parser("list", help="the newest runs")
     s.add_argument(
-        "--status", choices=get_args(events.RunStatus), help="only runs in this status"
+        "--status",
+        choices=get_args(run_events.RunStatus),
+        help="only runs in this status",
     )
     s.add_argument("--limit", type=_positive, default=20, help=_LIMIT)
     _output_option(s, listing=True)

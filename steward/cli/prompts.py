@@ -15,11 +15,15 @@ import argparse
 import sys
 from pathlib import Path
 
-from steward.actors import stages
+from steward.actors.run import stages
+from steward.actors.run.stage_prompts import (
+    load_prompts,
+    prompt_problems,
+    prompt_sources,
+)
 from steward.cli.env import EXIT_INPUT, Env, shown
 from steward.cli.output import columns, cut
 from steward.errors import StewardError
-from steward.stage_prompts import load_prompts, prompt_problems, prompt_sources
 
 __all__ = ["cmd_prompts_list", "cmd_prompts_show", "stage_header"]
 

@@ -11,11 +11,11 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from steward.actors.run.events import LATEST_REVISION, RunSettings
+from steward.actors.session.events import ModelBudget, SessionSettings
+from steward.actors.workflow.events import DEFAULT_MAX_STEPS
 from steward.errors import ConfigError
 from steward.events.protocol import ToolSpec
-from steward.events.run import LATEST_REVISION, RunSettings
-from steward.events.session import ModelBudget, SessionSettings
-from steward.events.workflow import DEFAULT_MAX_STEPS
 
 __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
@@ -461,7 +461,7 @@ class TaskConfig(_Section, frozen=True, kw_only=True):
     scorer: str | None = None
     """``module:function``, a template scorer of your own for subtask
     requests: ``(Template, SubtaskRequest) -> float``, the highest wins
-    (`steward.actors.task_templates.score` when unset). It must be pure, and
+    (`steward.actors.task.templates.score` when unset). It must be pure, and
     stay the same for a task's life: `replay --verify` re-decides with it."""
     mcp: list[str] = []
     """The ``[mcp.<name>]`` servers whose tools a program's templates may

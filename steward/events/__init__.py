@@ -1,4 +1,6 @@
-"""What happened: every event steward records, the envelope and the codec."""
+"""What happened: the envelope, the codec, and the vocabulary every kind
+shares (model and tool calls, claims, timers, child results). Each kind's own
+events live in its package (`steward.actors.run.events`, ...)."""
 
 from steward.events.base import UPCASTERS, Event, Recorded, event_id, type_name
 from steward.events.codec import (
@@ -13,13 +15,9 @@ from steward.events.codec import (
     recorded_to_json,
     to_json,
 )
-from steward.events.run import *  # noqa: F403
-from steward.events.run import __all__ as _run_all
-from steward.events.session import *  # noqa: F403
-from steward.events.session import __all__ as _session_all
+from steward.events.protocol import *  # noqa: F403
+from steward.events.protocol import __all__ as _protocol_all
 from steward.events.union import UNION, EventUnion, field_defaults
-from steward.events.workflow import *  # noqa: F403
-from steward.events.workflow import __all__ as _workflow_all
 
 __all__ = [
     "UNION",
@@ -40,7 +38,5 @@ __all__ = [
     "recorded_to_json",
     "to_json",
     "type_name",
-    *_run_all,
-    *_session_all,
-    *_workflow_all,
+    *_protocol_all,
 ]

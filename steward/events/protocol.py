@@ -7,7 +7,7 @@ answered; an effect claimed by a worker; a timer due; a child's result
 cancel. And the values they carry: messages, tool calls and specs, usage.
 A run, a session, a workflow (and whatever kind comes next) import them
 from here. Event tags are type names, so these types kept every stored tag
-when they moved here from `steward.events.run` (which still re-exports
+when they moved here from `steward.actors.run.events` (which still re-exports
 them).
 """
 
@@ -20,6 +20,7 @@ import msgspec
 from steward.events.base import Event
 
 __all__ = [
+    "EVENT_TYPES",
     "CancelRequested",
     "ChatMessage",
     "ChildFinished",
@@ -250,7 +251,7 @@ class ChildFinished(Event, frozen=True, kw_only=True):
     ``failed``, ``cancelled``), ``output`` its result as text, ``metadata``
     the structured rest (a finish's metadata, a failed task's error). A
     run's result arrived as ``SubagentFinished`` before, and still reads
-    as this (`steward.events.run`'s upcaster)."""
+    as this (`steward.actors.run.events`'s upcaster)."""
 
     stream: str
     status: str
@@ -268,3 +269,19 @@ class CancelRequested(Event, frozen=True, kw_only=True):
 
     reason: str = "cancelled by operator"
     at: float = 0.0
+
+
+EVENT_TYPES: tuple[type[Event], ...] = (
+    LlmRequested,
+    LlmResponded,
+    LlmAttemptFailed,
+    EffectClaimed,
+    LlmStreamRecorded,
+    LlmFailed,
+    ToolRequested,
+    ToolResulted,
+    WakeDue,
+    ChildFinished,
+    CancelRequested,
+)
+"""The shared vocabulary's event types (any kind may record them)."""

@@ -2,24 +2,22 @@
 
 Each actor kind records its own event types; the union of a table's kinds'
 is what a stored event decodes into (a tagged union: the tag is the type's
-name; `steward.actors.kind.Kinds.union`). `UNION` is that of steward's own
-kinds, which a log decodes into unless it is given another.
+name; `steward.actors.kind.Kinds.union`). `UNION` is the shared vocabulary's
+alone: a log is given its kinds' union.
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 import typing
 from typing import Any
 
 import msgspec
 import msgspec.inspect as mi
 
-import steward.events as events
+from steward.events import protocol
 from steward.events.base import Event
 
-__all__ = ["STEWARD_TYPES", "UNION", "EventUnion", "field_defaults"]
+__all__ = ["SHARED_TYPES", "UNION", "EventUnion", "field_defaults"]
 
 
 class EventUnion:
@@ -47,25 +45,12 @@ class EventUnion:
         self.union: Any = union
 
 
-def _package_types() -> tuple[type[Event], ...]:
-    """The ``EVENT_TYPES`` of every module of `steward.events`, by module
-    name: a kind's events module is found by being there, with no list of
-    kinds to add it to (this package lies below the kinds)."""
-    found: list[type[Event]] = []
-    for module in sorted(m.name for m in pkgutil.iter_modules(events.__path__)):
-        types = getattr(
-            importlib.import_module(f"{events.__name__}.{module}"), "EVENT_TYPES", ()
-        )
-        found.extend(t for t in types if t not in found)
-    return tuple(found)
+SHARED_TYPES: tuple[type[Event], ...] = protocol.EVENT_TYPES
+"""The shared vocabulary's event types, which every kind may record."""
 
-
-STEWARD_TYPES: tuple[type[Event], ...] = _package_types()
-"""The event types of steward's own kinds (`steward.kinds.KINDS`; a test
-holds the two equal): every ``EVENT_TYPES`` of this package's modules."""
-
-UNION = EventUnion(STEWARD_TYPES)
-"""The union a log decodes into unless given another: steward's kinds'."""
+UNION = EventUnion(SHARED_TYPES)
+"""The union a log decodes into unless given a table's (`Kinds.union`): the
+shared vocabulary alone, so a log names no kind of its own."""
 
 
 def _shown(default: Any) -> str:
@@ -77,7 +62,7 @@ def _shown(default: Any) -> str:
     return repr(default)
 
 
-def field_defaults(types: tuple[type[Event], ...] = STEWARD_TYPES) -> dict[str, str]:
+def field_defaults(types: tuple[type[Event], ...]) -> dict[str, str]:
     """The default of every field of ``types``, and of the Structs they
     hold, as ``{"Type.field": repr(default)}``: what an event read without
     that field takes (`steward.events.base`). A recorded default never

@@ -32,11 +32,12 @@ from typing import Any, TypeVar
 
 from steward.actors.effects import calls_pending
 from steward.actors.kind import Kinds, Views
+from steward.actors.session.events import Elsewhere
+from steward.actors.session.projection import elsewhere, search
 from steward.bus import EventLog
-from steward.events import Elsewhere, Recorded
+from steward.events import Recorded
 from steward.kinds import KINDS
 from steward.projections.projection import PENDING_SCHEMA, done, want
-from steward.projections.sessions import elsewhere, search
 
 __all__ = ["Projector", "schema_version"]
 
@@ -249,14 +250,14 @@ class Projector:
         self, session_id: str, query: str, limit: int
     ) -> list[tuple[str, str, float]]:
         """Session ``session_id``'s archival memory best matching ``query``
-        (`steward.projections.sessions.search`)."""
+        (`steward.actors.session.projection.search`)."""
         return await self.read(lambda conn: search(conn, session_id, query, limit))
 
     async def elsewhere(
         self, sender: str, session_id: str, limit: int
     ) -> tuple[Elsewhere, ...]:
         """The newest ``limit`` messages of ``sender``'s chats other than
-        ``session_id`` (`steward.projections.sessions.elsewhere`)."""
+        ``session_id`` (`steward.actors.session.projection.elsewhere`)."""
         return await self.read(lambda conn: elsewhere(conn, sender, session_id, limit))
 
     async def query(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import msgspec
 
 from steward import events
+from steward.actors.run import events as run_events
 from steward.isotime import iso_time
 
 __all__ = ["summary"]
@@ -16,7 +17,7 @@ _json = msgspec.json.Encoder()
 def summary(event: events.Event, width: int = 160) -> str:
     """A one-line description of an event for timelines."""
     match event:
-        case events.RunCreated():
+        case run_events.RunCreated():
             text = event.input_text
         case events.LlmRequested():
             text = f"iteration {event.iteration} ({event.priority})"
@@ -28,7 +29,7 @@ def summary(event: events.Event, width: int = 160) -> str:
         case events.LlmStreamRecorded():
             end = "complete" if event.complete else "cut off"
             text = f"attempt {event.attempt}: {len(event.events)} stream events, {end}"
-        case events.BudgetExceeded():
+        case run_events.BudgetExceeded():
             text = (
                 f"{event.kind} budget spent ({event.used:g} of {event.limit:g}); "
                 + ("waiting for approval" if event.policy == "pause" else "failing")
@@ -39,7 +40,7 @@ def summary(event: events.Event, width: int = 160) -> str:
                 f"attempt {event.attempt}, retry in {event.delay:.1f}s: "
                 f"{event.kind}{status}: {event.message}"
             )
-        case events.ToolRequested() | events.ApprovalRequested():
+        case events.ToolRequested() | run_events.ApprovalRequested():
             attempt = getattr(event, "attempt", 1)
             args = _json.encode(event.args).decode()
             text = f"{event.name} {args}" + (
@@ -47,23 +48,23 @@ def summary(event: events.Event, width: int = 160) -> str:
             )
         case events.ToolResulted():
             text = ("ok: " + event.output) if event.ok else f"error: {event.error}"
-        case events.ApprovalDecided():
+        case run_events.ApprovalDecided():
             text = "approved" if event.approved else f"denied: {event.reason}"
-        case events.SystemNoteAdded():
+        case run_events.SystemNoteAdded():
             text = f"{event.reason}: {event.content}"
-        case events.NoteRecorded():
+        case run_events.NoteRecorded():
             text = f"{event.category}: {event.content}"
-        case events.DecisionRecorded():
+        case run_events.DecisionRecorded():
             text = event.content
-        case events.OutputUpdated():
+        case run_events.OutputUpdated():
             text = f"{event.mode}: {event.text}"
-        case events.MessageSent():
+        case run_events.MessageSent():
             text = event.text
-        case events.SubagentsSpawned():
+        case run_events.SubagentsSpawned():
             text = ", ".join(c.run_id for c in event.children)
         case events.ChildFinished():
             text = f"{event.stream} {event.status}: {event.output}"
-        case events.RunSlept():
+        case run_events.RunSlept():
             text = f"until {iso_time(event.wake_at)}" + (
                 f" ({event.reason})" if event.reason else ""
             )
@@ -71,11 +72,11 @@ def summary(event: events.Event, width: int = 160) -> str:
             text = f"{event.request_id} by {event.worker} until {iso_time(event.until)}"
         case events.WakeDue():
             text = event.timer_id
-        case events.RunResumed():
+        case run_events.RunResumed():
             text = event.reason
-        case events.RunCompleted():
+        case run_events.RunCompleted():
             text = f"{event.reason}: {event.output}"
-        case events.RunFailed() | events.RunCancelled():
+        case run_events.RunFailed() | run_events.RunCancelled():
             text = event.reason
         case _:
             text = _fields(event)

@@ -18,9 +18,11 @@ import pytest
 from nats_cluster import cluster
 
 from steward import events
+from steward.actors.run import events as run_events
 from steward.bus import JetStreamEventLog
 from steward.errors import ConcurrencyError, LogReadError, LogWriteError
 from steward.events import Recorded
+from steward.kinds import KINDS
 
 pytestmark = pytest.mark.slow
 
@@ -45,6 +47,7 @@ async def connect(urls: list[str]) -> JetStreamEventLog:
         heartbeat=0.5,
         reconnect_wait=0.05,
         reconnect_max_wait=0.5,
+        union=KINDS.union,
     )
 
 
@@ -65,7 +68,7 @@ async def open_when_elected(
 def batch(stream: str, first_version: int, size: int) -> list[events.Event]:
     """The events a commit at ``first_version`` of ``stream`` holds."""
     return [
-        events.NoteRecorded(category="cluster", content=f"{stream}@{v}")
+        run_events.NoteRecorded(category="cluster", content=f"{stream}@{v}")
         for v in range(first_version, first_version + size)
     ]
 

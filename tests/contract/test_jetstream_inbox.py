@@ -20,9 +20,11 @@ import pytest
 from nats_server import NatsServer
 
 from steward import events
+from steward.actors.run import events as run_events
 from steward.bus import JetStreamEventLog
 from steward.bus.jetstream.client import InboxClient
 from steward.bus.jetstream.inbox import Msg
+from steward.kinds import KINDS
 
 Opener = Callable[..., Awaitable[JetStreamEventLog]]
 
@@ -36,7 +38,7 @@ _WHAT_TO_DO = (
 
 def note(n: int) -> events.Event:
     """A small event told apart by ``n``."""
-    return events.NoteRecorded(category="test", content=str(n))
+    return run_events.NoteRecorded(category="test", content=str(n))
 
 
 @pytest.fixture
@@ -48,7 +50,7 @@ async def open_js(nats_server: NatsServer) -> AsyncIterator[Opener]:
         n = len(opened) + 1
         kw.setdefault("stream", f"INBOX_{id(opened)}_{n}")
         kw.setdefault("prefix", f"inbox.t{id(opened)}.{n}")
-        log = await JetStreamEventLog.open(nats_server.url, **kw)
+        log = await JetStreamEventLog.open(nats_server.url, **kw, union=KINDS.union)
         opened.append(log)
         return log
 

@@ -18,10 +18,12 @@ import pytest
 from nats_server import NatsServer
 
 from steward import events
+from steward.actors.run import events as run_events
 from steward.bus import JetStreamEventLog, open_log
 from steward.bus.jetstream import POSITIONS_PER_COMMIT, stream_of, subject_of
 from steward.errors import ConcurrencyError, ConfigError, LogReadError, LogWriteError
 from steward.events import Recorded
+from steward.kinds import KINDS
 
 _names = itertools.count(1)
 
@@ -30,7 +32,7 @@ Opener = Callable[..., Awaitable[JetStreamEventLog]]
 
 def note(n: int) -> events.Event:
     """A small event told apart by ``n``."""
-    return events.NoteRecorded(category="test", content=str(n))
+    return run_events.NoteRecorded(category="test", content=str(n))
 
 
 @pytest.fixture
@@ -42,7 +44,7 @@ async def open_js(nats_server: NatsServer) -> AsyncIterator[Opener]:
     async def make(**kw: Any) -> JetStreamEventLog:
         kw.setdefault("stream", f"JS_{n}")
         kw.setdefault("prefix", f"js.t{n}")
-        log = await JetStreamEventLog.open(nats_server.url, **kw)
+        log = await JetStreamEventLog.open(nats_server.url, **kw, union=KINDS.union)
         opened.append(log)
         return log
 
@@ -249,7 +251,7 @@ async def test_old_event_shapes_are_upcast_on_read(
     legacy = {"type": "NoteTaken", "text": "legacy"}
     stored = [1, 2, 0.0, None, None, "c0ffee", [note(1), legacy]]
     await raw.jetstream().publish(log.subject("run.r1"), msgspec.msgpack.encode(stored))
-    old = events.NoteRecorded(category="old", content="legacy")
+    old = run_events.NoteRecorded(category="old", content="legacy")
     assert [r.event for r in await log.read("run.r1")] == [note(1), old]
     assert [r.event for r in await log.read_all(POSITIONS_PER_COMMIT, 1)] == [old]
     followed = log.subscribe()
@@ -340,7 +342,7 @@ async def test_close_waits_for_appends_in_flight(open_js: Opener) -> None:
 
 async def test_an_oversized_commit_is_refused_clearly(log: JetStreamEventLog) -> None:
     """A commit bigger than the server's max_payload raises LogWriteError."""
-    huge = events.NoteRecorded(category="big", content="x" * 2_000_000)
+    huge = run_events.NoteRecorded(category="big", content="x" * 2_000_000)
     with pytest.raises(LogWriteError, match=r"could not publish the commit to run\.r1"):
         await log.append("run.r1", [huge], 0)
     assert await log.version("run.r1") == 0
@@ -352,7 +354,9 @@ async def test_an_oversized_commit_is_refused_clearly(log: JetStreamEventLog) ->
 async def test_open_log_opens_nats_urls(nats_server: NatsServer) -> None:
     """nats://host:port?stream=...&prefix=... opens a JetStreamEventLog on them."""
     n = next(_names)
-    log = await open_log(f"{nats_server.url}?stream=URL_{n}&prefix=url.t{n}")
+    log = await open_log(
+        f"{nats_server.url}?stream=URL_{n}&prefix=url.t{n}", union=KINDS.union
+    )
     try:
         assert isinstance(log, JetStreamEventLog)
         assert (log.stream, log.prefix) == (f"URL_{n}", f"url.t{n}")
@@ -365,18 +369,21 @@ async def test_open_log_opens_nats_urls(nats_server: NatsServer) -> None:
 async def test_open_log_refuses_bad_nats_urls() -> None:
     """A NATS URL without a server or with an unknown option raises ConfigError."""
     with pytest.raises(ConfigError, match="names no server"):
-        await open_log("nats://")
+        await open_log("nats://", union=KINDS.union)
     with pytest.raises(ConfigError, match=r"unknown option 'colour'; use stream"):
-        await open_log("nats://127.0.0.1:4222?colour=blue")
+        await open_log("nats://127.0.0.1:4222?colour=blue", union=KINDS.union)
     with pytest.raises(ConfigError, match="replicas must be a number"):
-        await open_log("nats://127.0.0.1:4222?replicas=three")
+        await open_log("nats://127.0.0.1:4222?replicas=three", union=KINDS.union)
 
 
 async def test_an_unreachable_server_is_reported() -> None:
     """Opening a log where no server listens raises LogWriteError naming it."""
     with pytest.raises(LogWriteError, match=r"cannot connect to NATS at nats://127"):
         await JetStreamEventLog.open(
-            "nats://127.0.0.1:1", connect_timeout=0.5, reconnect_wait=0.01
+            "nats://127.0.0.1:1",
+            connect_timeout=0.5,
+            reconnect_wait=0.01,
+            union=KINDS.union,
         )
 
 
@@ -390,11 +397,18 @@ async def test_a_stream_with_other_subjects_is_refused(
     )
     with pytest.raises(LogWriteError, match=r"captures \['foreign\d+\.>'\], not"):
         await JetStreamEventLog.open(
-            nats_server.url, stream=f"FOREIGN_{n}", prefix=f"steward{n}"
+            nats_server.url,
+            stream=f"FOREIGN_{n}",
+            prefix=f"steward{n}",
+            union=KINDS.union,
         )
     with pytest.raises(LogWriteError, match="there is no JetStream stream MISSING"):
         await JetStreamEventLog.open(
-            nats_server.url, stream=f"MISSING_{n}", prefix=f"m{n}", create=False
+            nats_server.url,
+            stream=f"MISSING_{n}",
+            prefix=f"m{n}",
+            create=False,
+            union=KINDS.union,
         )
 
 
@@ -423,6 +437,7 @@ async def test_a_server_restart_loses_nothing(tmp_path: Path) -> None:
                 heartbeat=0.5,
                 reconnect_wait=0.05,
                 reconnect_max_wait=0.5,
+                union=KINDS.union,
             )
             opened.append(log)
             return log

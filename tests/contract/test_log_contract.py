@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 
 from steward import events
+from steward.actors.run import events as run_kind
 from steward.bus import EventLog
 from steward.errors import ConcurrencyError, LogWriteError
 from steward.events import Recorded
@@ -30,7 +31,7 @@ LogFactory = Callable[[], Awaitable[EventLog]]
 
 def run_events(run_id: str = "r1") -> list[events.Event]:
     """A short run, with nested structs, tuples, dicts and optional fields."""
-    settings = events.RunSettings(
+    settings = run_kind.RunSettings(
         model="scripted",
         tools=(
             events.ToolSpec(
@@ -42,7 +43,7 @@ def run_events(run_id: str = "r1") -> list[events.Event]:
         temperature=0.2,
     )
     return [
-        events.RunCreated(
+        run_kind.RunCreated(
             run_id=run_id,
             input_text="summarise the report",
             settings=settings,
@@ -50,7 +51,7 @@ def run_events(run_id: str = "r1") -> list[events.Event]:
             input_json={"pages": [1, 2], "lang": "en"},
             at=12.5,
         ),
-        events.RunStarted(),
+        run_kind.RunStarted(),
         events.LlmRequested(
             request_id=f"{run_id}/llm/1", iteration=1, prompt_hash="ab"
         ),
@@ -66,23 +67,23 @@ def run_events(run_id: str = "r1") -> list[events.Event]:
             request_id=f"{run_id}/tool/1", name="files.read", args={"path": "a.md"}
         ),
         events.ToolResulted(request_id=f"{run_id}/tool/1", ok=True, output="# A"),
-        events.SubagentsSpawned(
+        run_kind.SubagentsSpawned(
             children=(
-                events.SubagentSpec(
+                run_kind.SubagentSpec(
                     run_id=f"{run_id}/sub/1",
                     input_text="check",
                     allowed_tools=("files.read",),
                 ),
             )
         ),
-        events.OutputUpdated(text="done", mode="append"),
-        events.RunCompleted(output="done"),
+        run_kind.OutputUpdated(text="done", mode="append"),
+        run_kind.RunCompleted(output="done"),
     ]
 
 
 def note(n: int) -> events.Event:
     """A small event told apart by ``n``."""
-    return events.NoteRecorded(category="test", content=str(n))
+    return run_kind.NoteRecorded(category="test", content=str(n))
 
 
 @contextlib.asynccontextmanager
@@ -475,7 +476,7 @@ async def test_many_concurrent_appends_keep_every_stream_contiguous(
             expected = await log.version(stream)
             size = 1 + (w + i) % 3
             sent = [
-                events.NoteRecorded(category=stream, content=f"{w}.{i}.{k}")
+                run_kind.NoteRecorded(category=stream, content=f"{w}.{i}.{k}")
                 for k in range(size)
             ]
             try:
@@ -485,7 +486,7 @@ async def test_many_concurrent_appends_keep_every_stream_contiguous(
                 lost += 1
                 continue
             for r in commit.records:
-                assert isinstance(r.event, events.NoteRecorded)
+                assert isinstance(r.event, run_kind.NoteRecorded)
                 won[r.event.content] = (r.stream, r.version, r.position)
 
     await asyncio.gather(*(writer(w) for w in range(tasks)))
@@ -497,7 +498,7 @@ async def test_many_concurrent_appends_keep_every_stream_contiguous(
     seen = {
         r.event.content: (r.stream, r.version, r.position)
         for r in everything
-        if isinstance(r.event, events.NoteRecorded)
+        if isinstance(r.event, run_kind.NoteRecorded)
     }
     assert len(everything) == len(seen) == len(won)
     assert seen == won

@@ -16,6 +16,7 @@ import msgspec
 import pytest
 
 from steward import events
+from steward.actors.run import events as run_events
 from steward.bus import Commit, SqliteEventLog, open_log
 from steward.bus import sqlite as sqlite_module
 from steward.errors import (
@@ -26,13 +27,14 @@ from steward.errors import (
     NotALogError,
 )
 from steward.events import Recorded
+from steward.kinds import KINDS
 
 TIMEOUT = 5.0
 
 
 def note(n: int) -> events.Event:
     """A small event told apart by ``n``."""
-    return events.NoteRecorded(category="test", content=str(n))
+    return run_events.NoteRecorded(category="test", content=str(n))
 
 
 @pytest.fixture
@@ -44,7 +46,7 @@ def path(tmp_path: Path) -> Path:
 @pytest.fixture
 async def log(path: Path) -> AsyncIterator[SqliteEventLog]:
     """A fresh SQLite log, closed when the test ends."""
-    opened = await SqliteEventLog.open(path)
+    opened = await SqliteEventLog.open(path, union=KINDS.union)
     try:
         yield opened
     finally:
@@ -78,7 +80,7 @@ async def test_open_creates_directories_file_and_schema(tmp_path: Path) -> None:
     """open creates missing parent directories, the file, and the commits table:
     a row per commit, holding its one event or the list of its events."""
     path = tmp_path / "a" / "b" / "log.db"
-    log = await SqliteEventLog.open(path)
+    log = await SqliteEventLog.open(path, union=KINDS.union)
     await log.append("run.r1", [note(1)], 0)
     await log.append("run.r1", [note(2), note(3)], 1, correlation_id="c")
     await log.close()
@@ -123,7 +125,7 @@ async def test_a_log_of_rows_per_event_is_moved_into_commits(tmp_path: Path) -> 
                 (3, "run.a", 2, 3.5, "c", events.encode(note(3))),
             ],
         )
-    async with await SqliteEventLog.open(path) as log:
+    async with await SqliteEventLog.open(path, union=KINDS.union) as log:
         assert [
             (r.stream, r.version, r.position, r.at, r.event)
             for r in await log.read_all()
@@ -146,7 +148,7 @@ async def test_a_log_with_both_tables_at_the_same_positions_is_refused(
     """Rows of the earlier table that clash with commits are not moved; the
     error says why, and nothing is lost."""
     path = tmp_path / "both.db"
-    async with await SqliteEventLog.open(path) as log:
+    async with await SqliteEventLog.open(path, union=KINDS.union) as log:
         await log.append("run.a", [note(1)], 0)
     with raw(path) as conn:  # an earlier steward wrote here afterwards
         conn.execute(
@@ -160,7 +162,7 @@ async def test_a_log_with_both_tables_at_the_same_positions_is_refused(
             (events.encode(note(2)),),
         )
     with pytest.raises(LogWriteError, match="hold the same positions"):
-        await SqliteEventLog.open(path)
+        await SqliteEventLog.open(path, union=KINDS.union)
     with raw(path) as conn:
         assert conn.execute("SELECT count(*) FROM events").fetchone() == (1,)
         assert conn.execute("SELECT count(*) FROM commits").fetchone() == (1,)
@@ -188,13 +190,13 @@ async def test_reads_start_and_stop_inside_a_commit(log: SqliteEventLog) -> None
 
 async def test_reopen_after_close_keeps_everything(path: Path) -> None:
     """A log closed and opened again has every event, and appends carry on."""
-    first = await SqliteEventLog.open(path)
+    first = await SqliteEventLog.open(path, union=KINDS.union)
     await first.append("run.r1", [note(1), note(2)], 0, correlation_id="c")
     await first.append("run.r2", [note(3)], 0)
     before = await first.read_all()
     await first.close()
 
-    second = await SqliteEventLog.open(path)
+    second = await SqliteEventLog.open(path, union=KINDS.union)
     try:
         assert await second.read_all() == before
         commit = await second.append("run.r1", [note(4)], 2)
@@ -205,14 +207,14 @@ async def test_reopen_after_close_keeps_everything(path: Path) -> None:
 
 async def test_close_commits_appends_already_made(path: Path) -> None:
     """close waits for appends already made, and they are all stored."""
-    log = await SqliteEventLog.open(path)
+    log = await SqliteEventLog.open(path, union=KINDS.union)
     *commits, _ = await asyncio.gather(
         *(log.append(f"run.{i}", [note(i)], 0) for i in range(50)), log.close()
     )
     assert [c.stream for c in commits if isinstance(c, Commit)] == [
         f"run.{i}" for i in range(50)
     ]
-    reopened = await SqliteEventLog.open(path)
+    reopened = await SqliteEventLog.open(path, union=KINDS.union)
     try:
         assert await reopened.head() == 50
     finally:
@@ -222,7 +224,7 @@ async def test_close_commits_appends_already_made(path: Path) -> None:
 @pytest.mark.parametrize(("mode", "pragma"), [("FULL", 2), ("NORMAL", 1), ("OFF", 0)])
 async def test_synchronous_mode_is_applied(path: Path, mode: Any, pragma: int) -> None:
     """The synchronous mode asked for is the one the writer uses, and it works."""
-    log = await SqliteEventLog.open(path, synchronous=mode)
+    log = await SqliteEventLog.open(path, synchronous=mode, union=KINDS.union)
     try:
         writer = log._writer  # lives on the log's writer thread
         pragmas = await asyncio.get_running_loop().run_in_executor(
@@ -238,9 +240,9 @@ async def test_synchronous_mode_is_applied(path: Path, mode: Any, pragma: int) -
 async def test_bad_options_are_refused(path: Path) -> None:
     """An unknown synchronous mode or an in-memory path is refused, saying why."""
     with pytest.raises(ValueError, match="synchronous must be one of NORMAL, FULL"):
-        await SqliteEventLog.open(path, synchronous="EXTRA")  # type: ignore[arg-type]
+        await SqliteEventLog.open(path, synchronous="EXTRA", union=KINDS.union)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="give a file path"):
-        await SqliteEventLog.open(":memory:")
+        await SqliteEventLog.open(":memory:", union=KINDS.union)
 
 
 async def test_a_file_that_is_no_database_is_refused(tmp_path: Path) -> None:
@@ -248,9 +250,9 @@ async def test_a_file_that_is_no_database_is_refused(tmp_path: Path) -> None:
     junk = tmp_path / "junk.db"
     junk.write_bytes(b"this is not a database, just text" * 100)
     with pytest.raises(LogWriteError, match=r"cannot open the event log at .*junk\.db"):
-        await SqliteEventLog.open(junk)
+        await SqliteEventLog.open(junk, union=KINDS.union)
     with pytest.raises(LogWriteError, match="cannot open the event log"):
-        await SqliteEventLog.open(tmp_path)
+        await SqliteEventLog.open(tmp_path, union=KINDS.union)
 
 
 async def test_another_programs_database_is_refused_and_left_as_it_was(
@@ -269,7 +271,7 @@ async def test_another_programs_database_is_refused_and_left_as_it_was(
         r"of another program \(tables customers, events\); steward leaves it"
     )
     with pytest.raises(NotALogError, match=said):
-        await SqliteEventLog.open(path)
+        await SqliteEventLog.open(path, union=KINDS.union)
     with pytest.raises(NotALogError, match=said):
         sqlite_module.check_file(path)
     with raw(path) as conn:
@@ -297,7 +299,7 @@ async def test_an_empty_file_or_database_becomes_a_log(tmp_path: Path) -> None:
         conn.execute("CREATE TABLE runs (id TEXT)")
     for path in (empty, bare, views, tmp_path / "absent.db"):
         sqlite_module.check_file(path)
-        async with await SqliteEventLog.open(path) as log:
+        async with await SqliteEventLog.open(path, union=KINDS.union) as log:
             await log.append("run.r1", [note(1)], 0)
     junk = tmp_path / "notes.txt"
     junk.write_text("not a database")
@@ -363,8 +365,8 @@ async def test_writers_on_one_file_see_each_others_commits(
 ) -> None:
     """A writer remembers versions it wrote, and forgets them once another
     connection commits: expected versions and positions stay right."""
-    first = await SqliteEventLog.open(path, synchronous=mode)
-    second = await SqliteEventLog.open(path, synchronous=mode)
+    first = await SqliteEventLog.open(path, synchronous=mode, union=KINDS.union)
+    second = await SqliteEventLog.open(path, synchronous=mode, union=KINDS.union)
     try:
         await first.append("run.a", [note(1)], 0)
         await first.append("run.b", [note(2)], 0)
@@ -407,7 +409,7 @@ async def test_a_locked_file_gives_log_write_error_and_the_writer_recovers(
 ) -> None:
     """A write lock held too long fails the append cleanly; later appends work.
     So also when the append would commit in its caller's task (a lone writer)."""
-    log = await SqliteEventLog.open(path, busy_timeout=0.05)
+    log = await SqliteEventLog.open(path, busy_timeout=0.05, union=KINDS.union)
     try:
         if alone:
             await log.append("run.warm", [note(0)], 0)
@@ -432,7 +434,7 @@ async def test_waiting_for_another_writer_does_not_block_the_loop(
 ) -> None:
     """A commit that meets another process's write lock waits off the loop,
     also one that would have committed in its caller's task."""
-    log = await SqliteEventLog.open(path, busy_timeout=5.0)
+    log = await SqliteEventLog.open(path, busy_timeout=5.0, union=KINDS.union)
     try:
         if alone:
             await log.append("run.warm", [note(0)], 0)
@@ -462,8 +464,8 @@ async def test_a_stream_another_writer_began_is_refused_as_a_conflict(
     is not taken to be new: an append expecting it to be gives
     ConcurrencyError, never LogWriteError, alone and in a crowd; and the
     writer carries on."""
-    mine = await SqliteEventLog.open(path, synchronous=mode)
-    theirs = await SqliteEventLog.open(path, synchronous=mode)
+    mine = await SqliteEventLog.open(path, synchronous=mode, union=KINDS.union)
+    theirs = await SqliteEventLog.open(path, synchronous=mode, union=KINDS.union)
     try:
         await mine.append("run.mine", [note(0)], 0)
         await theirs.append("run.t1", [note(1), note(2)], 0)
@@ -510,8 +512,8 @@ async def test_a_stream_expected_new_is_inserted_without_a_lookup(
     nothing from the file: ``UNIQUE (stream, version)`` checks it. When the
     stream was begun elsewhere, the insert fails, the batch is planned again
     with the lookup, and the append is refused as a conflict."""
-    mine = await SqliteEventLog.open(path)
-    theirs = await SqliteEventLog.open(path)
+    mine = await SqliteEventLog.open(path, union=KINDS.union)
+    theirs = await SqliteEventLog.open(path, union=KINDS.union)
     statements: list[str] = []
     try:
         await mine.append("run.mine", [note(0)], 0)  # the head is known now
@@ -563,8 +565,8 @@ async def test_a_stream_expected_new_twice_in_a_batch_is_planned_on_the_file(
     elsewhere, the first expecting it new: the guess fails the insert, and
     the batch planned again on the file refuses the first and writes the
     second, at the stream's true version."""
-    theirs = await SqliteEventLog.open(path)
-    mine = await SqliteEventLog.open(path)
+    theirs = await SqliteEventLog.open(path, union=KINDS.union)
+    mine = await SqliteEventLog.open(path, union=KINDS.union)
     try:
         await theirs.append("run.s", [note(1)], 0)
         assert not mine._alone  # both are queued for one batch
@@ -672,7 +674,7 @@ def test_opening_waits_out_a_lock_sqlite_does_not_wait_for(tmp_path: Path) -> No
 async def test_a_read_that_meets_a_lock_is_read_on_the_thread(path: Path) -> None:
     """Reads run on the loop without waiting; one that meets a lock is read
     again where it may wait, and returns the same events."""
-    log = await SqliteEventLog.open(path)
+    log = await SqliteEventLog.open(path, union=KINDS.union)
     try:
         await log.append("run.r1", [note(1), note(2)], 0)
         log._quick_reader = _LockedOnce(log._quick_reader, locked_error(path.parent))
@@ -684,7 +686,7 @@ async def test_a_read_that_meets_a_lock_is_read_on_the_thread(path: Path) -> Non
 
 
 async def test_a_read_that_fails_otherwise_is_a_log_read_error(path: Path) -> None:
-    log = await SqliteEventLog.open(path)
+    log = await SqliteEventLog.open(path, union=KINDS.union)
     try:
         with contextlib.closing(sqlite3.connect(":memory:")) as other:
             with pytest.raises(sqlite3.OperationalError) as caught:
@@ -699,8 +701,10 @@ async def test_a_read_that_fails_otherwise_is_a_log_read_error(path: Path) -> No
 async def test_a_long_catch_up_lets_other_tasks_run(path: Path) -> None:
     """Reads run on the loop, so a subscriber reading page after page from
     the file gives the loop back between pages."""
-    log = await SqliteEventLog.open(path)
-    other = await SqliteEventLog.open(path)  # has none of the commits in memory
+    log = await SqliteEventLog.open(path, union=KINDS.union)
+    other = await SqliteEventLog.open(
+        path, union=KINDS.union
+    )  # has none of the commits in memory
     try:
         for n in range(600):
             await log.append(f"run.r{n}", [note(i) for i in range(5)], 0)
@@ -721,7 +725,7 @@ async def test_a_long_catch_up_lets_other_tasks_run(path: Path) -> None:
 @pytest.mark.parametrize("mode", ["NORMAL", "FULL"])
 async def test_the_wal_is_checkpointed_as_it_grows(path: Path, mode: Any) -> None:
     """Commits reach the database file, not only the WAL, while the log is open."""
-    log = await SqliteEventLog.open(path, synchronous=mode)
+    log = await SqliteEventLog.open(path, synchronous=mode, union=KINDS.union)
     try:
         empty = path.stat().st_size
         for n in range(1500):
@@ -757,7 +761,7 @@ async def test_corrupt_event_names_its_stream_and_version(
     assert [r.version for r in await log.read("run.r1", 3)] == [3]
     # This log's own subscribers get its commits from memory; another
     # process's subscriber reads the damaged bytes.
-    async with await SqliteEventLog.open(path) as other:
+    async with await SqliteEventLog.open(path, union=KINDS.union) as other:
         subscription = other.subscribe()
         try:
             with pytest.raises(LogReadError, match=match):
@@ -801,7 +805,7 @@ async def test_old_event_shapes_are_upcast_on_read(
             (msgspec.msgpack.encode([note(3), legacy]),),
         )
     got = [r.event for r in await log.read("run.r1")]
-    old = events.NoteRecorded(category="old", content="legacy")
+    old = run_events.NoteRecorded(category="old", content="legacy")
     assert got == [note(1), old, note(3), old]
 
 
@@ -810,7 +814,7 @@ async def test_old_event_shapes_are_upcast_on_read(
 
 async def test_a_commit_wakes_a_subscriber_without_polling(path: Path) -> None:
     """A subscriber of the same log is woken by a commit, not by the next poll."""
-    log = await SqliteEventLog.open(path, poll_interval=3600)
+    log = await SqliteEventLog.open(path, poll_interval=3600, union=KINDS.union)
     subscription = log.subscribe()
     waiting = asyncio.create_task(take(subscription, 1))
     try:
@@ -825,7 +829,7 @@ async def test_a_commit_wakes_a_subscriber_without_polling(path: Path) -> None:
 
 async def test_close_ends_subscriptions(path: Path) -> None:
     """Closing the log ends the iteration of its subscribers."""
-    log = await SqliteEventLog.open(path)
+    log = await SqliteEventLog.open(path, union=KINDS.union)
     await log.append("run.r1", [note(1)], 0)
 
     async def drain() -> list[Recorded]:
@@ -841,14 +845,15 @@ async def test_close_ends_subscriptions(path: Path) -> None:
 WRITER = textwrap.dedent(
     """
     import asyncio, sys
-    from steward import events
+    from steward.actors.run import events as run_events
     from steward.bus import SqliteEventLog
+    from steward.kinds import KINDS
 
     async def main() -> None:
-        log = await SqliteEventLog.open(sys.argv[1])
+        log = await SqliteEventLog.open(sys.argv[1], union=KINDS.union)
         try:
             for i in range(3):
-                note = events.NoteRecorded(category="far", content=str(i))
+                note = run_events.NoteRecorded(category="far", content=str(i))
                 await log.append("run.far", [note], i)
         finally:
             await log.close()
@@ -892,7 +897,7 @@ async def test_open_log_opens_sqlite_urls_and_paths(
         ("sqlite://rel/b.db", tmp_path / "rel" / "b.db"),
         (str(tmp_path / "c.db"), tmp_path / "c.db"),
     ):
-        log = await open_log(url, poll_interval=0.1)
+        log = await open_log(url, poll_interval=0.1, union=KINDS.union)
         try:
             assert isinstance(log, SqliteEventLog)
             await log.append("run.r1", [note(1)], 0)
@@ -906,6 +911,6 @@ async def test_open_log_refuses_unknown_schemes() -> None:
     with pytest.raises(
         ConfigError, match=r"kafka://localhost:9092.*no 'kafka' backend; use sqlite:///"
     ):
-        await open_log("kafka://localhost:9092")
+        await open_log("kafka://localhost:9092", union=KINDS.union)
     with pytest.raises(ConfigError, match="names no file"):
-        await open_log("sqlite://")
+        await open_log("sqlite://", union=KINDS.union)

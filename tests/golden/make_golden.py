@@ -48,10 +48,17 @@ from typing import Any
 import msgspec
 
 from steward import events, replay
-from steward import tasks as task_files
-from steward.actors import run as run_actor
 from steward.actors.prompt import Prompt
-from steward.actors.run_effects import run_stream
+from steward.actors.run import decider as run_actor
+from steward.actors.run import events as run_events
+from steward.actors.run.reactor import run_stream
+from steward.actors.run.stage_prompts import load_prompts
+from steward.actors.session import events as session_events
+from steward.actors.task import programs as task_files
+from steward.actors.task.events import TaskCompleted, TaskFailed, Template
+from steward.actors.workflow import events as workflow_events
+from steward.actors.workflow.definition import created, worktree
+from steward.actors.workflow.events import EdgeDef, GitDef, NodeDef, WorkflowDef
 from steward.bus import SqliteEventLog
 from steward.clock import FakeClock
 from steward.config import ModelConfig, Settings
@@ -59,12 +66,8 @@ from steward.effects.llm import ModelRouter, Reply, RequestInfo, ScriptedProvide
 from steward.effects.llm.scripted import ReplyError
 from steward.effects.tools import ToolContext, ToolRegistry, tool
 from steward.events.protocol import LlmRequested, ToolCall
-from steward.events.task import TaskCompleted, TaskFailed, Template
-from steward.events.workflow import EdgeDef, GitDef, NodeDef, WorkflowDef
 from steward.host import Host
-from steward.kinds import kind_of
-from steward.stage_prompts import load_prompts
-from steward.workflows import created, worktree
+from steward.kinds import KINDS, kind_of
 
 HERE = Path(__file__).resolve().parent
 # Run as a script, tests/ is not on the path as pytest puts it there
@@ -179,7 +182,7 @@ class Rig:
     async def start(self, host: Host, run_id: str, **settings: Any) -> None:
         """Start run ``run_id`` with the default profile's settings, overridden."""
         base = Settings().run_settings(tools=self.tools.specs())
-        created = events.RunCreated(
+        created = run_events.RunCreated(
             run_id=run_id,
             input_text=f"golden scenario {run_id}",
             settings=msgspec.structs.replace(base, **settings),
@@ -236,7 +239,7 @@ class Rig:
                 or any(a.request_id == request_id for a in s.approvals)
             ),
         )
-        decided = events.ApprovalDecided(
+        decided = run_events.ApprovalDecided(
             request_id=request_id, approved=approved, reason=why, at=self.clock.now()
         )
         await host.submit(run_stream(run_id), decided)
@@ -524,7 +527,7 @@ async def queued(rig: Rig) -> None:
     (revision 1) and replies once with a lone surrogate (recorded as U+FFFD)."""
     run = "queued"
     base = Settings().run_settings(tools=rig.tools.specs())
-    created = events.RunCreated(
+    created = run_events.RunCreated(
         run_id=run,
         input_text="golden scenario queued",
         settings=msgspec.structs.replace(base, planning_gate=False),
@@ -545,7 +548,7 @@ async def open_chat(
     rig: Rig,
     host: Host,
     chat_id: str,
-    settings: events.SessionSettings,
+    settings: session_events.SessionSettings,
     revision: int = 0,
 ) -> Callable[..., Awaitable[None]]:
     """Open session ``cli:<chat_id>`` (at decider ``revision``); what sends
@@ -553,7 +556,7 @@ async def open_chat(
     `MessageReceived`), numbered ``m1``, ``m2``, ... and stamped with the
     scenario's clock."""
     stream = f"session.cli:{chat_id}"
-    start = events.SessionOpened(
+    start = session_events.SessionOpened(
         session_id=f"cli:{chat_id}",
         channel="cli",
         chat_id=chat_id,
@@ -567,7 +570,7 @@ async def open_chat(
     async def say(text: str, **fields: Any) -> None:
         nonlocal sent
         sent += 1
-        message = events.MessageReceived(
+        message = session_events.MessageReceived(
             message_id=f"m{sent}",
             text=text,
             sender="ada",
@@ -607,14 +610,14 @@ async def session(rig: Rig) -> None:
     await rig.advance(1.0)
     await say("still there?")  # restarts the timer; the first one is refused
     await rig.advance(2.0)
-    await rig.recorded(events.ReplySent, 1)
+    await rig.recorded(session_events.ReplySent, 1)
     for command in ("/status", "/model large", "/models", "/memory", "/help"):
         await say(command)
     await say("/frobnicate")
     await say("/new")
     await say("start over")
     await rig.advance(2.0)
-    await rig.recorded(events.ReplySent, 2)
+    await rig.recorded(session_events.ReplySent, 2)
 
 
 def memory_add(level: int, module: str, key: str, value: str) -> dict[str, Any]:
@@ -627,7 +630,7 @@ def written(*ops: dict[str, Any], summary: str) -> dict[str, Any]:
     return {"operations": list(ops), "summary": summary}
 
 
-def compacting(rig: Rig) -> events.SessionSettings:
+def compacting(rig: Rig) -> session_events.SessionSettings:
     """The default session settings, but the window compacted after every
     turn past the first, and the turns' runs without a planning gate."""
     opened = Settings().session_settings(rig.tools.specs())
@@ -661,16 +664,18 @@ async def session_memory(rig: Rig) -> None:
         )
     )
     say = await open_chat(rig, host, "memory", opened)
-    core = events.CoreMemorySet(request_id="q1", key="city", value="Kiel", run_id="")
+    core = session_events.CoreMemorySet(
+        request_id="q1", key="city", value="Kiel", run_id=""
+    )
     await host.submit(chat, core)
     await say("   ")
     for turn, text in enumerate(("I am Ada", "I like tea", "bye"), start=1):
         await say(text)
         await rig.advance(2.0)
-        await rig.recorded(events.ReplySent, turn)
+        await rig.recorded(session_events.ReplySent, turn)
         if turn == 2:
-            await rig.recorded(events.MemoryWritten, 1)
-    await rig.recorded(events.MemoryWriteFailed, 1)
+            await rig.recorded(session_events.MemoryWritten, 1)
+    await rig.recorded(session_events.MemoryWriteFailed, 1)
 
 
 async def session_revision_1(rig: Rig) -> None:
@@ -701,9 +706,9 @@ async def session_revision_1(rig: Rig) -> None:
     for turn, text in enumerate(("I am Ada", "I like tea", "bye"), start=1):
         await say(text)
         await rig.advance(2.0)
-        await rig.recorded(events.ReplySent, turn)
+        await rig.recorded(session_events.ReplySent, turn)
     await rig.advance(10.0)  # the first writer's reply
-    await rig.recorded(events.MemoryWritten, 2)
+    await rig.recorded(session_events.MemoryWritten, 2)
 
 
 async def session_subagents(rig: Rig) -> None:
@@ -749,14 +754,14 @@ async def session_subagents(rig: Rig) -> None:
     say = await open_chat(rig, host, "subs", opened)
     await say("scout the issues, and watch the weather hourly")
     await rig.advance(2.0)
-    await rig.recorded(events.ReplySent, 1)
-    await rig.recorded(events.SubagentAnswered, 1)
+    await rig.recorded(session_events.ReplySent, 1)
+    await rig.recorded(session_events.SubagentAnswered, 1)
     hour = 3600.0
     await rig.advance(hour - rig.clock.now() % hour)
-    await rig.recorded(events.SubagentAnswered, 2)
+    await rig.recorded(session_events.SubagentAnswered, 2)
     await say("stop the weather checks")
     await rig.advance(2.0)
-    await rig.recorded(events.ReplySent, 2)
+    await rig.recorded(session_events.ReplySent, 2)
     await rig.advance(hour)  # the deleted schedule's timer fires, to no effect
     await rig.recorded(events.WakeDue, 4)
 
@@ -776,17 +781,19 @@ async def session_direct(rig: Rig) -> None:
         llm_retries=0,
     )
     say = await open_chat(rig, host, "direct", opened)
-    core = events.CoreMemorySet(request_id="q1", key="drink", value="tea", run_id="")
+    core = session_events.CoreMemorySet(
+        request_id="q1", key="drink", value="tea", run_id=""
+    )
     await host.submit(chat, core)
     await say("hello")
     await rig.advance(2.0)
-    await rig.recorded(events.ReplySent, 1)
+    await rig.recorded(session_events.ReplySent, 1)
     await say("what do I drink?")
     await rig.advance(2.0)
-    await rig.recorded(events.ReplySent, 2)
+    await rig.recorded(session_events.ReplySent, 2)
     await say("and tomorrow?")
     await rig.advance(2.0)
-    await rig.recorded(events.ReplySent, 3)
+    await rig.recorded(session_events.ReplySent, 3)
 
 
 async def session_revision_2(rig: Rig) -> None:
@@ -816,7 +823,7 @@ async def session_revision_2(rig: Rig) -> None:
         await rig.advance(2.0)
         await rig.recorded(events.LlmAttemptFailed, 1)
         await rig.advance(5.0)
-        await rig.recorded(events.ReplySent, 1)
+        await rig.recorded(session_events.ReplySent, 1)
         await say("/model\tlarge")
         await say("/status", host_since=rig.clock.now() - 90.0, llm_waiting=0)
         await say("/status")  # from a process that hosts nothing
@@ -864,17 +871,17 @@ async def session_revision_3(rig: Rig) -> None:
     say = await open_chat(rig, host, "three", opened, 3)
     await say("I am Ada")
     await rig.advance(2.0)
-    await rig.recorded(events.ReplySent, 1)
+    await rig.recorded(session_events.ReplySent, 1)
     await say("count the open issues")
     await rig.advance(2.0)
-    await rig.recorded(events.ReplySent, 2)
-    await rig.recorded(events.MemoryWritten, 1)
+    await rig.recorded(session_events.ReplySent, 2)
+    await rig.recorded(session_events.MemoryWritten, 1)
     await rig.advance(30.0)  # the scout's answer
-    await rig.recorded(events.SubagentAnswered, 1)
+    await rig.recorded(session_events.SubagentAnswered, 1)
     await say("thanks")
     await rig.advance(2.0)
-    await rig.recorded(events.ReplySent, 3)
-    await rig.recorded(events.MemoryWritten, 2)
+    await rig.recorded(session_events.ReplySent, 3)
+    await rig.recorded(session_events.MemoryWritten, 2)
 
 
 async def session_revision_4(rig: Rig) -> None:
@@ -931,14 +938,14 @@ async def session_revision_4(rig: Rig) -> None:
         await say(command)
     await say("what do the notes say?")
     await rig.advance(2.0)
-    await rig.recorded(events.ReplySent, 1)
+    await rig.recorded(session_events.ReplySent, 1)
     await say("switch to chat mode")
     await rig.advance(2.0)
-    await rig.recorded(events.ReplySent, 2)
+    await rig.recorded(session_events.ReplySent, 2)
     await say("/mode chat")
     await say("and now?")
     await rig.advance(2.0)
-    await rig.recorded(events.ReplySent, 3)
+    await rig.recorded(session_events.ReplySent, 3)
 
 
 async def workflow(rig: Rig, revision: int = 0) -> None:
@@ -1002,25 +1009,27 @@ async def workflow(rig: Rig, revision: int = 0) -> None:
     specs = rig.tools.specs()
     inputs = {"feature": "a health check"}
 
-    def first(defn: WorkflowDef, workflow_id: str) -> events.WorkflowCreated:
+    def first(defn: WorkflowDef, workflow_id: str) -> workflow_events.WorkflowCreated:
         made = created(defn, settings, workflow_id, inputs, specs)
         return msgspec.structs.replace(made, at=rig.clock.now(), revision=revision)
 
     await host.submit("workflow.wf-loop", first(loop, "wf-loop"))
-    await rig.recorded(events.RunStarted, 1)
-    await host.submit("workflow.wf-loop", events.WorkflowPauseRequested(reason="lunch"))
+    await rig.recorded(run_events.RunStarted, 1)
+    await host.submit(
+        "workflow.wf-loop", workflow_events.WorkflowPauseRequested(reason="lunch")
+    )
     await rig.advance(5.0)  # design answers while the run is paused
-    await rig.recorded(events.PhaseCompleted, 1)
-    await host.submit("workflow.wf-loop", events.WorkflowResumeRequested())
-    await rig.recorded(events.WorkflowCompleted, 1)
+    await rig.recorded(workflow_events.PhaseCompleted, 1)
+    await host.submit("workflow.wf-loop", workflow_events.WorkflowResumeRequested())
+    await rig.recorded(workflow_events.WorkflowCompleted, 1)
 
     await host.submit("workflow.wf-fail", first(lone, "wf-fail"))
-    await rig.recorded(events.WorkflowFailed, 1)
+    await rig.recorded(workflow_events.WorkflowFailed, 1)
 
     await host.submit("workflow.wf-cancel", first(lone, "wf-cancel"))
-    await rig.recorded(events.RunStarted, 8)
-    await host.submit("workflow.wf-cancel", events.WorkflowCancelRequested())
-    await rig.recorded(events.PhaseFailed, 3)
+    await rig.recorded(run_events.RunStarted, 8)
+    await host.submit("workflow.wf-cancel", workflow_events.WorkflowCancelRequested())
+    await rig.recorded(workflow_events.PhaseFailed, 3)
 
 
 async def workflow_revision_3(rig: Rig) -> None:
@@ -1076,19 +1085,19 @@ async def workflow_revision_3(rig: Rig) -> None:
     host = await rig.host(provider)
     specs = rig.tools.specs()
 
-    def first(defn: WorkflowDef, workflow_id: str) -> events.WorkflowCreated:
+    def first(defn: WorkflowDef, workflow_id: str) -> workflow_events.WorkflowCreated:
         made = created(defn, settings, workflow_id, {}, specs)
         assert made.revision == 3
         return msgspec.structs.replace(made, at=rig.clock.now())
 
     await host.submit("workflow.wf-gate", first(gate, "wf-gate"))
-    await rig.recorded(events.WorkflowCompleted, 1)
+    await rig.recorded(workflow_events.WorkflowCompleted, 1)
     await host.submit("workflow.wf-spin", first(spin, "wf-spin"))
-    await rig.recorded(events.WorkflowFailed, 1)
+    await rig.recorded(workflow_events.WorkflowFailed, 1)
     await host.submit("workflow.wf-cancel", first(lone, "wf-cancel"))
-    await rig.recorded(events.RunStarted, 5)
-    await host.submit("workflow.wf-cancel", events.WorkflowCancelRequested())
-    await rig.recorded(events.PhaseFailed, 1)
+    await rig.recorded(run_events.RunStarted, 5)
+    await host.submit("workflow.wf-cancel", workflow_events.WorkflowCancelRequested())
+    await rig.recorded(workflow_events.PhaseFailed, 1)
 
 
 async def workflow_worktree(rig: Rig) -> None:
@@ -1462,7 +1471,9 @@ async def record(name: str, scenario: Scenario) -> list[Path]:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         clock = CountingClock()
-        log = await SqliteEventLog.open(root / "log.db", clock=clock.now)
+        log = await SqliteEventLog.open(
+            root / "log.db", clock=clock.now, union=KINDS.union
+        )
         rig = Rig(log, clock, root)
         try:
             await scenario(rig)
@@ -1489,7 +1500,11 @@ def pin_defaults() -> int:
     """Add the defaults of fields not in defaults.json yet; keep the others."""
     path = HERE / "defaults.json"
     pinned = json.loads(path.read_text()) if path.exists() else {}
-    new = {k: v for k, v in events.field_defaults().items() if k not in pinned}
+    new = {
+        k: v
+        for k, v in events.field_defaults(KINDS.union.types).items()
+        if k not in pinned
+    }
     path.write_text(json.dumps({**pinned, **new}, indent=1, sort_keys=True) + "\n")
     for name in new:
         print(f"pinned {name} = {new[name]}")

@@ -19,6 +19,9 @@ import pytest
 
 from steward import events, replay
 from steward.actors.effects import Create
+from steward.actors.run import events as run_events
+from steward.actors.session import events as session_events
+from steward.actors.workflow import events as workflow_events
 from steward.bus import SqliteEventLog
 from steward.config import DEFAULT_SYSTEM_PROMPT
 from steward.events import Recorded
@@ -257,7 +260,7 @@ def load(name: str) -> tuple[Recorded, ...]:
     records = []
     for n, line in enumerate(path.read_bytes().splitlines(), start=1):
         try:
-            records.append(events.recorded_from_json(line))
+            records.append(events.recorded_from_json(line, union=KINDS.union))
         except msgspec.DecodeError as e:  # a ValidationError is one too
             pytest.fail(
                 f"{path.name}:{n}: an event no longer decodes ({e}): its type was "
@@ -302,7 +305,9 @@ def check_replays(name: str, records: typing.Iterable[Recorded]) -> None:
             assert (state.status, said) == tasks[stream_name]
         else:
             phases = tuple(
-                r.event.node for r in stream if isinstance(r.event, events.PhaseStarted)
+                r.event.node
+                for r in stream
+                if isinstance(r.event, workflow_events.PhaseStarted)
             )
             assert (state.status, phases) == workflows[stream_name]
     for run_id, final in EXPECTED[name].items():
@@ -352,7 +357,9 @@ def test_a_revision_1_session_compacts_once_its_writer_has_written() -> None:
     steps = [
         (type(r.event).__name__, getattr(r.event, "request_id", None))
         for r in stream
-        if isinstance(r.event, events.ContextCompacted | events.MemoryWritten)
+        if isinstance(
+            r.event, session_events.ContextCompacted | session_events.MemoryWritten
+        )
     ]
     assert steps == [
         ("ContextCompacted", "cli:later/memory/1"),
@@ -398,7 +405,7 @@ def test_a_revision_3_session_starts_its_runs_as_it_did() -> None:
     last = {
         s: (e.conversation[0].role, e.conversation[-1].content)
         for s, e in started.items()
-        if isinstance(e, events.RunCreated)
+        if isinstance(e, run_events.RunCreated)
     }
     assert last == {
         "run.cli:three-t1": ("user", "I am Ada"),
@@ -428,7 +435,7 @@ def test_a_revision_4_session_starts_its_staged_runs_as_it_did() -> None:
     switches = {
         s: (e.settings.mode, e.settings.reasoning)
         for s, e in started.items()
-        if isinstance(e, events.RunCreated)
+        if isinstance(e, run_events.RunCreated)
     }
     assert switches == {
         "run.cli:four-t1": ("agent", True),
@@ -436,7 +443,7 @@ def test_a_revision_4_session_starts_its_staged_runs_as_it_did() -> None:
         "run.cli:four-t3": ("chat", True),
     }
     second = started["run.cli:four-t2"]
-    assert isinstance(second, events.RunCreated)
+    assert isinstance(second, run_events.RunCreated)
     history = [m.content for m in second.conversation]
     assert "Reasoning outcome: plan: read notes.txt" in history[-2]
     assert not any(
@@ -451,7 +458,7 @@ def test_a_revision_2_workflow_cancel_names_its_phase_in_flight() -> None:
         name: [
             r.event.phase_run_id
             for r in load(name)
-            if isinstance(r.event, events.WorkflowCancelled)
+            if isinstance(r.event, workflow_events.WorkflowCancelled)
         ]
         for name in ("workflow", "workflow_revision_1", "workflow_revision_2")
     }
@@ -468,13 +475,13 @@ def test_a_revision_3_workflow_reads_no_decision_as_missing_and_is_bounded() -> 
     of auto edges fails at the ``max_steps`` its definition records."""
     streams = by_stream(load("workflow_revision_3"))
     gate = [r.event for r in streams["workflow.wf-gate"]]
-    assert not [e for e in gate if isinstance(e, events.TransitionTaken)]
-    assert gate[-1] == events.WorkflowCompleted(last="check")
+    assert not [e for e in gate if isinstance(e, workflow_events.TransitionTaken)]
+    assert gate[-1] == workflow_events.WorkflowCompleted(last="check")
     spin = [r.event for r in streams["workflow.wf-spin"]]
     created = spin[0]
-    assert isinstance(created, events.WorkflowCreated)
+    assert isinstance(created, workflow_events.WorkflowCreated)
     assert (created.revision, created.definition.max_steps) == (3, 3)
-    assert spin[-1] == events.WorkflowFailed(
+    assert spin[-1] == workflow_events.WorkflowFailed(
         reason="max_steps 3 reached: node b would run again (attempt 2) after 3 "
         "phase executions; if the loop is meant to go on, raise max_steps"
     )
@@ -497,7 +504,7 @@ def test_no_recorded_default_changes() -> None:
     default the code has now: every default pinned in defaults.json stays
     as it is, and each new field's is pinned."""
     pinned = json.loads((GOLDEN / "defaults.json").read_text())
-    now = events.field_defaults()
+    now = events.field_defaults(KINDS.union.types)
     changed = [
         f"{k}: {pinned[k]} -> {now[k]}" for k in now if pinned.get(k, now[k]) != now[k]
     ]
@@ -505,7 +512,7 @@ def test_no_recorded_default_changes() -> None:
         "a recorded default changed, which changes every event stored with "
         f"the old one ({'; '.join(changed)}): keep it, and add a new field"
     )
-    retired = {k for k in pinned if k.partition(".")[0] in events.RETIRED}
+    retired = {k for k in pinned if k.partition(".")[0] in run_events.RETIRED}
     gone = sorted(pinned.keys() - now.keys() - retired)
     assert not gone, (
         f"{', '.join(gone)} lost a default or is gone: an old event without "
@@ -521,8 +528,8 @@ def test_no_recorded_default_changes() -> None:
 def test_a_field_at_its_default_is_not_stored() -> None:
     """Settings left as they are add nothing to a stored event; the Structs
     a prompt hash encodes keep every field (their bytes were hashed)."""
-    bare = events.RunCreated(
-        run_id="r1", input_text="go", settings=events.RunSettings()
+    bare = run_events.RunCreated(
+        run_id="r1", input_text="go", settings=run_events.RunSettings()
     )
     assert msgspec.msgpack.decode(events.encode(bare)) == {
         "type": "RunCreated",
@@ -530,13 +537,13 @@ def test_a_field_at_its_default_is_not_stored() -> None:
         "input_text": "go",
         "settings": {},
     }
-    assert events.decode(events.encode(bare)) == bare
-    changed = events.RunCreated(
-        run_id="r1", input_text="go", settings=events.RunSettings(max_iterations=7)
+    assert events.decode(events.encode(bare), union=KINDS.union) == bare
+    changed = run_events.RunCreated(
+        run_id="r1", input_text="go", settings=run_events.RunSettings(max_iterations=7)
     )
     stored = msgspec.msgpack.decode(events.encode(changed))
     assert stored["settings"] == {"max_iterations": 7}
-    assert events.decode(events.encode(changed)) == changed
+    assert events.decode(events.encode(changed), union=KINDS.union) == changed
     message = events.ChatMessage(role="user", content="hi")
     assert msgspec.msgpack.decode(msgspec.msgpack.encode(message)) == {
         "role": "user",
@@ -551,7 +558,7 @@ async def test_golden_sqlite_log_opens_and_replays(tmp_path: Path) -> None:
     same events as its export; its runs replay."""
     path = tmp_path / "subagents.db"
     shutil.copyfile(GOLDEN / "subagents.db", path)
-    log = await SqliteEventLog.open(path)
+    log = await SqliteEventLog.open(path, union=KINDS.union)
     try:
         records = await log.read_all()
         streams = {s: await log.read(s) for s in await log.streams("run.")}
@@ -575,11 +582,13 @@ def test_an_exported_old_event_shape_is_upcast(monkeypatch) -> None:
         '"at": 1.5, "correlation_id": "r1", "causation_id": null, '
         '"event": {"type": "NoteTaken", "text": "legacy"}}'
     )
-    rec = events.recorded_from_json(line)
-    assert rec.event == events.NoteRecorded(category="old", content="legacy")
+    rec = events.recorded_from_json(line, union=KINDS.union)
+    assert rec.event == run_events.NoteRecorded(category="old", content="legacy")
     assert (rec.stream, rec.version, rec.position, rec.at) == ("run.r1", 2, 7, 1.5)
     with pytest.raises(msgspec.ValidationError):
-        events.recorded_from_json(line.replace("NoteTaken", "NoteLost"))
+        events.recorded_from_json(
+            line.replace("NoteTaken", "NoteLost"), union=KINDS.union
+        )
 
 
 def test_a_run_result_of_old_logs_reads_as_a_child_finished() -> None:
@@ -593,7 +602,7 @@ def test_a_run_result_of_old_logs_reads_as_a_child_finished() -> None:
         "type": "SubagentFinished",
         "result": {"run_id": "r1/sub/1", "status": "failed", "output": "boom"},
     }
-    read = events.decode(msgspec.msgpack.encode(bare))
+    read = events.decode(msgspec.msgpack.encode(bare), union=KINDS.union)
     assert read == events.ChildFinished(
         stream="run.r1/sub/1", status="failed", output="boom"
     )
@@ -620,7 +629,9 @@ def test_a_run_result_of_old_logs_reads_as_a_child_finished() -> None:
             "event": full,
         }
     )
-    assert events.recorded_from_json(line).event == events.ChildFinished(
+    assert events.recorded_from_json(
+        line, union=KINDS.union
+    ).event == events.ChildFinished(
         stream="run.r1/sub/1",
         status="failed",
         output="boom",

@@ -9,8 +9,8 @@ import hypothesis
 import pytest
 from hypothesis import strategies as st
 
+from steward.actors.workflow.definition import BRANCH_TOKENS, branch_name, sanitize_ref
 from steward.errors import WorkflowFileError
-from steward.workflows import BRANCH_TOKENS, branch_name, sanitize_ref
 
 
 def _git_takes(name: str) -> bool:

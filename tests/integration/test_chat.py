@@ -13,9 +13,12 @@ import pytest
 from support import PLAN, SPAWN_SCOUT, act, children_started
 
 from steward import cli
+from steward.actors.run.events import RunCreated
+from steward.actors.session.events import MessageReceived, SubagentAnswered
 from steward.bus import SqliteEventLog
-from steward.events import MessageReceived, Recorded, RunCreated, SubagentAnswered
+from steward.events import Recorded
 from steward.hostlock import HostLock
+from steward.kinds import KINDS
 
 
 @pytest.fixture
@@ -53,12 +56,12 @@ def test_piped_chat_prints_each_answer_and_exits_0(
 
 
 async def _records(path: Path, stream: str) -> list[Recorded]:
-    async with await SqliteEventLog.open(path) as log:
+    async with await SqliteEventLog.open(path, union=KINDS.union) as log:
         return await log.read(stream)
 
 
 async def _created(path: Path, run_id: str) -> RunCreated:
-    async with await SqliteEventLog.open(path) as log:
+    async with await SqliteEventLog.open(path, union=KINDS.union) as log:
         first = (await log.read(f"run.{run_id}"))[0].event
     assert isinstance(first, RunCreated)
     return first
@@ -173,7 +176,7 @@ def test_control_characters_of_a_message_are_shown_escaped(
 
 
 async def _subagent_answers(path: Path) -> list[SubagentAnswered]:
-    async with await SqliteEventLog.open(path) as log:
+    async with await SqliteEventLog.open(path, union=KINDS.union) as log:
         return [
             r.event
             for r in await log.read("session.cli:local")

@@ -20,18 +20,21 @@ from pathlib import Path
 import hypothesis
 from hypothesis import strategies as st
 
-from steward import events, replay
+from steward import replay
 from steward.actors.prompt import Prompt
-from steward.actors.session import session_stream
+from steward.actors.run import events as run_events
+from steward.actors.session import events as session_events
+from steward.actors.session.decider import session_stream
 from steward.bus import SqliteEventLog
 from steward.clock import FakeClock
 from steward.effects.llm import RequestInfo, ScriptedProvider
 from steward.effects.tools import ToolRegistry
 from steward.host import Host
+from steward.kinds import KINDS
 
 SESSION = "cli:prop"
 STREAM = session_stream(SESSION)
-DEBOUNCE = events.SessionSettings().debounce_seconds
+DEBOUNCE = session_events.SessionSettings().debounce_seconds
 
 
 def last_user(prompt: Prompt) -> str:
@@ -82,7 +85,7 @@ async def _chat(
 ) -> None:
     clock = FakeClock()
     model = Model()
-    log = await SqliteEventLog.open(db)
+    log = await SqliteEventLog.open(db, union=KINDS.union)
     tools = ToolRegistry.with_builtins(session=True)
     host = Host(
         log,
@@ -93,22 +96,22 @@ async def _chat(
     )
     await host.start()
     try:
-        run = events.RunSettings(planning_gate=False, tools=tools.specs())
-        settings = events.SessionSettings(
+        run = run_events.RunSettings(planning_gate=False, tools=tools.specs())
+        settings = session_events.SessionSettings(
             run=run, max_turns_per_context=max_turns, sliding_window=window
         )
-        opened = events.SessionOpened(
+        opened = session_events.SessionOpened(
             session_id=SESSION,
             channel="cli",
             chat_id="prop",
             settings=settings,
             at=clock.now(),
-            revision=events.SESSION_REVISION,
+            revision=session_events.SESSION_REVISION,
         )
         await host.submit(STREAM, opened)
         for n, (step, value) in enumerate(script, start=1):
             if step == "say":
-                received = events.MessageReceived(
+                received = session_events.MessageReceived(
                     message_id=f"m{n}", text=str(value), at=clock.now()
                 )
                 await host.submit(STREAM, received)
@@ -136,9 +139,9 @@ async def _check(log: SqliteEventLog, model: Model) -> None:
     asked: dict[str, str] = {}
     for r in records:
         match r.event:
-            case events.TurnStarted(run_id=run_id, text=text):
+            case session_events.TurnStarted(run_id=run_id, text=text):
                 asked[run_id] = text
-            case events.SubagentStarted(run_id=run_id, task=task):
+            case session_events.SubagentStarted(run_id=run_id, task=task):
                 asked[run_id] = task
     assert sorted(asked) == sorted(model.asked)
     for run_id, text in asked.items():

@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 from support import PLAN, act
 
-from steward import cli, events
+from steward import cli
+from steward.actors.run import events as run_events
 from steward.bus import SqliteEventLog
+from steward.kinds import KINDS
 
 
 def steward(*argv: str) -> int:
@@ -182,7 +184,7 @@ def test_run_streams_steps_then_show_export_replay_and_fork(
 
 
 async def _create_log(path: Path) -> None:
-    await (await SqliteEventLog.open(path)).close()
+    await (await SqliteEventLog.open(path, union=KINDS.union)).close()
 
 
 def test_runs_list_on_an_empty_log(
@@ -202,10 +204,10 @@ def test_a_long_rebuild_reports_its_progress(
     db = tmp_path / "log.db"
 
     async def fill() -> None:
-        async with await SqliteEventLog.open(db) as log:
+        async with await SqliteEventLog.open(db, union=KINDS.union) as log:
             for n in range(60):
                 notes = [
-                    events.NoteRecorded(category="plan", content=str(i))
+                    run_events.NoteRecorded(category="plan", content=str(i))
                     for i in range(100)
                 ]
                 await log.append(f"run.r{n}", notes, 0)

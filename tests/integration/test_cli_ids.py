@@ -16,9 +16,10 @@ import pytest
 from support import act
 
 from steward import cli, replay
+from steward.actors.session.events import SessionOpened
 from steward.bus import SqliteEventLog
 from steward.cli.history import STATE_WIDTH
-from steward.events import SessionOpened
+from steward.kinds import KINDS
 
 LOG = Path(".steward/steward.db")
 WORKFLOW = "wf-a-rather-long-workflow-id"
@@ -82,7 +83,7 @@ def _listed(capsys: pytest.CaptureFixture[str], *argv: str) -> list[str]:
 
 def _first_step_end(stream: str) -> int:
     async def read() -> int:
-        async with await SqliteEventLog.open(LOG) as log:
+        async with await SqliteEventLog.open(LOG, union=KINDS.union) as log:
             return replay.commits(await log.read(stream))[0][-1].version
 
     return asyncio.run(read())
@@ -239,7 +240,7 @@ def test_replay_cuts_a_long_value_and_json_gives_it_whole(
     state = json.loads(whole)
 
     async def opened() -> SessionOpened:
-        async with await SqliteEventLog.open(LOG) as log:
+        async with await SqliteEventLog.open(LOG, union=KINDS.union) as log:
             first = (await log.read(f"session.{SESSION}"))[0].event
             assert isinstance(first, SessionOpened)
             return first

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from steward import cli
-from steward.actors.stages import PROMPT_NAMES
-from steward.stage_prompts import load_prompts
+from steward.actors.run.stage_prompts import load_prompts
+from steward.actors.run.stages import PROMPT_NAMES
 
 
 def steward(*argv: str) -> int:

@@ -17,6 +17,7 @@ import pytest
 
 from steward import cli, events
 from steward.bus import SqliteEventLog
+from steward.kinds import KINDS
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden"
@@ -221,8 +222,8 @@ def test_a_run_with_no_input_is_refused(
 async def _golden_log(path: Path, name: str) -> None:
     """A SQLite log holding the golden log ``name``'s events."""
     lines = (GOLDEN / f"{name}.jsonl").read_bytes().splitlines()
-    async with await SqliteEventLog.open(path) as log:
-        for rec in map(events.recorded_from_json, lines):
+    async with await SqliteEventLog.open(path, union=KINDS.union) as log:
+        for rec in (events.recorded_from_json(line, KINDS.union) for line in lines):
             await log.append(rec.stream, [rec.event], rec.version - 1, at=rec.at)
 
 
@@ -258,7 +259,7 @@ def test_a_command_the_state_does_not_allow_exits_1(
 
 
 async def _head(path: Path) -> int:
-    async with await SqliteEventLog.open(path) as log:
+    async with await SqliteEventLog.open(path, union=KINDS.union) as log:
         return await log.head()
 
 

@@ -18,7 +18,9 @@ import pytest
 from support import steward_process, stop_all
 
 from steward import events
+from steward.actors.run import events as run_events
 from steward.bus import SqliteEventLog
+from steward.kinds import KINDS
 
 pytestmark = pytest.mark.slow
 
@@ -202,7 +204,7 @@ def _recorded(tmp: Path, run_id: str) -> list[type]:
     """The types of the events of run ``run_id`` in the log, read directly."""
 
     async def read() -> list[type]:
-        async with await SqliteEventLog.open(tmp / "log.db") as log:
+        async with await SqliteEventLog.open(tmp / "log.db", union=KINDS.union) as log:
             return [type(r.event) for r in await log.read(f"run.{run_id}")]
 
     return asyncio.run(read())
@@ -246,14 +248,14 @@ def test_a_run_takes_require_approval_when_it_is_created_not_from_its_host(
         (held,) = _run_ids(asked.stdout)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            ended = events.RunCompleted in _recorded(tmp_path, free)
-            if ended and events.ApprovalRequested in _recorded(tmp_path, held):
+            ended = run_events.RunCompleted in _recorded(tmp_path, free)
+            if ended and run_events.ApprovalRequested in _recorded(tmp_path, held):
                 break
             time.sleep(0.1)
         free_events = _recorded(tmp_path, free)
-        assert events.RunCompleted in free_events, free_events
-        assert events.ApprovalRequested not in free_events
+        assert run_events.RunCompleted in free_events, free_events
+        assert run_events.ApprovalRequested not in free_events
         assert events.ToolResulted in free_events  # the write was made, unasked
-        assert events.ApprovalRequested in _recorded(tmp_path, held)
+        assert run_events.ApprovalRequested in _recorded(tmp_path, held)
     finally:
         stop_all([server])

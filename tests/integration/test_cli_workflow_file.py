@@ -17,6 +17,7 @@ from workflow_files import EXAMPLE, HEAD, SCRIPT, edge, node
 
 from steward import cli
 from steward.bus import SqliteEventLog
+from steward.kinds import KINDS
 
 OK = "ok: workflow design-implement-review v1, 3 nodes, 4 edges"
 
@@ -147,7 +148,7 @@ def workflow_runs(db: Path) -> list[str]:
         return []
 
     async def streams() -> list[str]:
-        async with await SqliteEventLog.open(db) as log:
+        async with await SqliteEventLog.open(db, union=KINDS.union) as log:
             return await log.streams("workflow.")
 
     return asyncio.run(streams())

@@ -16,12 +16,14 @@ from support import PLAN, act
 from test_host import _scrape, check_log, created, wait_status
 
 from steward import events
-from steward.actors.run_effects import run_stream
+from steward.actors.run import events as run_events
+from steward.actors.run.reactor import run_stream
 from steward.bus import EventLog, JetStreamEventLog, SqliteEventLog
 from steward.config import Settings
 from steward.effects.llm import ModelRouter, ScriptedProvider
 from steward.effects.tools import ToolRegistry, tool
 from steward.host import Host
+from steward.kinds import KINDS
 from steward.metrics import HOST as METRICS
 
 LONE = "\ud800"
@@ -53,7 +55,7 @@ async def test_lone_surrogates_in_a_reply_are_recorded_replaced(make_host, log) 
         ]
     )
     host = await make_host(provider)
-    new = created("s1", revision=events.LATEST_REVISION)  # a run created now
+    new = created("s1", revision=run_events.LATEST_REVISION)  # a run created now
     await host.submit(run_stream("s1"), new)
     state = await wait_status(host, "s1", "completed", "failed")
     assert state.status == "completed", state.reason
@@ -62,7 +64,9 @@ async def test_lone_surrogates_in_a_reply_are_recorded_replaced(make_host, log) 
     replies = [r.event for r in records if isinstance(r.event, events.LlmResponded)]
     assert len(replies) == provider.calls == 3
     assert "raw \ufffd here" in replies[1].text
-    (note,) = [r.event for r in records if isinstance(r.event, events.NoteRecorded)][1:]
+    (note,) = [
+        r.event for r in records if isinstance(r.event, run_events.NoteRecorded)
+    ][1:]
     assert note.content == "raw \ufffd here"
     await check_log(log)
 
@@ -81,16 +85,16 @@ async def test_lone_surrogates_in_tool_output_and_input(make_host, log) -> None:
         [*PLAN, act(type="tool_call", name="emit"), act(type="finish", output="ok")],
         tools,
     )
-    run = events.RunCreated(
+    run = run_events.RunCreated(
         run_id="s2",
         input_text=f"from the operator {LONE}",
-        settings=events.RunSettings(tools=specs),
+        settings=run_events.RunSettings(tools=specs),
     )
     await host.submit(run_stream("s2"), run)
     await wait_status(host, "s2", "completed")
     records = await log.read(run_stream("s2"))
     first = records[0].event
-    assert isinstance(first, events.RunCreated)
+    assert isinstance(first, run_events.RunCreated)
     assert first.input_text == "from the operator \ufffd"
     (result,) = [r.event for r in records if isinstance(r.event, events.ToolResulted)]
     assert result.ok and result.output == "odd \ufffd output \U0001f600"
@@ -121,8 +125,11 @@ async def test_a_provider_that_fails_to_set_up_fails_the_call(make_host, log) ->
     """A model call whose profile has no settings fails the run, not the host."""
     router = ModelRouter(Settings(), script=None)
     host = await make_host(router)
-    run = events.RunCreated(
-        run_id="s4", input_text="hi", settings=events.RunSettings(), profile="writer"
+    run = run_events.RunCreated(
+        run_id="s4",
+        input_text="hi",
+        settings=run_events.RunSettings(),
+        profile="writer",
     )
     await host.submit(run_stream("s4"), run)
     state = await wait_status(host, "s4", "failed")
@@ -215,7 +222,7 @@ def test_a_fork_never_starts_a_finished_child_again(tmp_path: Path) -> None:
     run_id = ran.stdout.split()[1]
 
     async def streams_and_last() -> tuple[list[str], int]:
-        log = await SqliteEventLog.open(db)
+        log = await SqliteEventLog.open(db, union=KINDS.union)
         try:
             records = await log.read(run_stream(run_id))
             return await log.streams("run."), records[-1].version
@@ -239,7 +246,7 @@ def test_a_fork_never_starts_a_finished_child_again(tmp_path: Path) -> None:
 
 async def test_a_stopped_host_leaves_no_task_behind(tmp_path: Path, clock) -> None:
     """A host stopped while a timer is armed leaves no task pending."""
-    log = await SqliteEventLog.open(tmp_path / "log.db")
+    log = await SqliteEventLog.open(tmp_path / "log.db", union=KINDS.union)
     host = Host(
         log,
         provider=ScriptedProvider([act(type="sleep", delaySeconds=60)]),

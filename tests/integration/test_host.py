@@ -17,10 +17,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from support import PLAN, act, with_kinds
 
 from steward import events, replay
-from steward.actors import run as run_actor
 from steward.actors.kind import Kinds
-from steward.actors.run import Run
-from steward.actors.run_effects import run_stream
+from steward.actors.run import decider as run_actor
+from steward.actors.run import events as run_events
+from steward.actors.run.decider import Run
+from steward.actors.run.reactor import run_stream
 from steward.bus import EventLog
 from steward.clock import FakeClock
 from steward.effects.llm import ScriptedProvider
@@ -34,11 +35,11 @@ from steward.projections.store import Projector
 TOOLS = ToolRegistry.with_builtins().specs()
 
 
-def created(run_id: str = "r1", **settings: Any) -> events.RunCreated:
-    return events.RunCreated(
+def created(run_id: str = "r1", **settings: Any) -> run_events.RunCreated:
+    return run_events.RunCreated(
         run_id=run_id,
         input_text="do the thing",
-        settings=events.RunSettings(tools=settings.pop("tools", TOOLS), **settings),
+        settings=run_events.RunSettings(tools=settings.pop("tools", TOOLS), **settings),
     )
 
 
@@ -75,7 +76,7 @@ async def check_log(log: EventLog) -> None:
             if isinstance(r.event, events.LlmRequested | events.ToolRequested)
         ]
         assert len(requests) == len(set(requests)) or any(
-            isinstance(r.event, events.ApprovalRequested) for r in records
+            isinstance(r.event, run_events.ApprovalRequested) for r in records
         )
         assert replay.verify(records) is None, stream
 
@@ -264,7 +265,7 @@ async def test_approval_then_denial(make_host, log) -> None:
         run_stream("r1"), created(tools=tools.specs(), planning_gate=False)
     )
     state = await wait_status(host, "r1", "waiting")
-    approve = events.ApprovalDecided(
+    approve = run_events.ApprovalDecided(
         request_id=state.approvals[0].request_id, approved=True
     )
     assert await host.submit(run_stream("r1"), approve) is not None
@@ -274,7 +275,7 @@ async def test_approval_then_denial(make_host, log) -> None:
         run_stream("r2"), created("r2", tools=tools.specs(), planning_gate=False)
     )
     state = await wait_status(host, "r2", "waiting")
-    deny = events.ApprovalDecided(
+    deny = run_events.ApprovalDecided(
         request_id=state.approvals[0].request_id, approved=False, reason="not on friday"
     )
     await host.submit(run_stream("r2"), deny)
@@ -402,11 +403,11 @@ async def test_log_stores_a_long_conversation_once(make_host, log) -> None:
     ]
     provider = ScriptedProvider([*replies, act(type="send_message", message="done?")])
     host = await make_host(provider)
-    start = events.RunCreated(
+    start = run_events.RunCreated(
         run_id="r1",
         input_text="long",
         conversation=conversation,
-        settings=events.RunSettings(max_iterations=200, planning_gate=False),
+        settings=run_events.RunSettings(max_iterations=200, planning_gate=False),
     )
     await host.submit(run_stream("r1"), start)
     state = await wait_status(host, "r1", "completed", timeout=30)
@@ -545,7 +546,7 @@ async def test_each_model_request_reaches_the_provider_once(
     assert asked == requested
 
 
-def queued(run_id: str) -> events.RunCreated:
+def queued(run_id: str) -> run_events.RunCreated:
     return msgspec.structs.replace(created(run_id, planning_gate=False), queued=True)
 
 

@@ -23,20 +23,23 @@ import pytest
 from support import act
 
 from steward import events, replay
-from steward.actors import run as run_actor
-from steward.actors import session as session_actor
 from steward.actors.kind import Kinds
 from steward.actors.prompt import Prompt
-from steward.actors.run_effects import run_stream
-from steward.actors.session import session_stream
-from steward.actors.workflow import workflow_stream
+from steward.actors.run import decider as run_actor
+from steward.actors.run import events as run_events
+from steward.actors.run.events import LATEST_REVISION
+from steward.actors.run.reactor import run_stream
+from steward.actors.session import decider as session_actor
+from steward.actors.session import events as session_events
+from steward.actors.session.decider import session_stream
+from steward.actors.workflow import events as workflow_events
+from steward.actors.workflow.decider import workflow_stream
+from steward.actors.workflow.events import NodeDef, WorkflowDef
 from steward.bus import SqliteEventLog
 from steward.clock import FakeClock
 from steward.effects.llm import Reply, RequestInfo, ScriptedProvider
 from steward.effects.tools import ToolRegistry
 from steward.events import Recorded
-from steward.events.run import LATEST_REVISION
-from steward.events.workflow import NodeDef, WorkflowDef
 from steward.host import Host
 from steward.host.dispatch import Dispatcher
 from steward.kinds import KINDS
@@ -45,13 +48,15 @@ from steward.metrics import HOST as METRICS
 SESSION = "cli:a"
 STREAM = session_stream(SESSION)
 DEBOUNCE = 1.0
-RUN_SETTINGS = events.RunSettings(planning_gate=False, tools=())
+RUN_SETTINGS = run_events.RunSettings(planning_gate=False, tools=())
 
 
 @pytest.fixture
 async def log(tmp_path: Path, clock: FakeClock) -> AsyncIterator[SqliteEventLog]:
     """A real SQLite log file, stamped by the test's clock."""
-    opened = await SqliteEventLog.open(tmp_path / "log.db", clock=clock.now)
+    opened = await SqliteEventLog.open(
+        tmp_path / "log.db", clock=clock.now, union=KINDS.union
+    )
     try:
         yield opened
     finally:
@@ -127,18 +132,20 @@ async def hosts(
             await host.stop()
 
 
-def opening(clock: FakeClock) -> events.SessionOpened:
-    return events.SessionOpened(
+def opening(clock: FakeClock) -> session_events.SessionOpened:
+    return session_events.SessionOpened(
         session_id=SESSION,
         channel="cli",
         chat_id="a",
-        settings=events.SessionSettings(debounce_seconds=DEBOUNCE, run=RUN_SETTINGS),
+        settings=session_events.SessionSettings(
+            debounce_seconds=DEBOUNCE, run=RUN_SETTINGS
+        ),
         at=clock.now(),
     )
 
 
-def message(clock: FakeClock, n: int, text: str) -> events.MessageReceived:
-    return events.MessageReceived(message_id=f"m{n}", text=text, at=clock.now())
+def message(clock: FakeClock, n: int, text: str) -> session_events.MessageReceived:
+    return session_events.MessageReceived(message_id=f"m{n}", text=text, at=clock.now())
 
 
 async def first_turn(host: Host, clock: FakeClock) -> Recorded:
@@ -151,7 +158,7 @@ async def first_turn(host: Host, clock: FakeClock) -> Recorded:
     commit = await host.submit(STREAM, events.WakeDue(timer_id=timer))
     assert commit is not None
     turn = commit.records[-1]
-    assert isinstance(turn.event, events.TurnStarted)
+    assert isinstance(turn.event, session_events.TurnStarted)
     return turn
 
 
@@ -238,7 +245,7 @@ async def test_a_turn_starts_its_run_by_routing_and_is_answered(
             found = [
                 r
                 for r in await log.read(STREAM)
-                if isinstance(r.event, events.ReplySent)
+                if isinstance(r.event, session_events.ReplySent)
             ]
             return found[n - 1] if len(found) >= n else None
 
@@ -251,11 +258,12 @@ async def test_a_turn_starts_its_run_by_routing_and_is_answered(
         [turn] = [
             r
             for r in session
-            if isinstance(r.event, events.TurnStarted) and r.event.run_id == run_id
+            if isinstance(r.event, session_events.TurnStarted)
+            and r.event.run_id == run_id
         ]
         assert turn.event.text == text
         run = await log.read(run_stream(run_id))
-        start = one(run, events.RunCreated)  # exactly one
+        start = one(run, run_events.RunCreated)  # exactly one
         assert start.version == 1
         assert start.position > turn.position  # a commit of its own
         assert start.causation_id == turn.id
@@ -302,7 +310,7 @@ async def test_a_turn_started_by_the_reply_before_it_starts_its_run(
         found = [r for r in await log.read(STREAM) if isinstance(r.event, kind)]
         return found[n - 1] if len(found) >= n else None
 
-    await until(lambda: recorded(events.TurnStarted, 1))
+    await until(lambda: recorded(session_events.TurnStarted, 1))
     routed: list[int] = []  # the positions the host's dispatcher has routed
     host.listen(lambda rec: routed.append(rec.position))
     second = await host.submit(STREAM, message(clock, 2, "second"))
@@ -314,19 +322,19 @@ async def test_a_turn_started_by_the_reply_before_it_starts_its_run(
     await until(armed)  # routed: its debounce timer is armed
     clock.advance(DEBOUNCE + 0.1)
     await until(lambda: recorded(events.WakeDue, 2))  # the turn is in flight
-    assert await recorded(events.TurnStarted, 2) is None
+    assert await recorded(session_events.TurnStarted, 2) is None
     gate.set()
 
-    sent = await until(lambda: recorded(events.ReplySent, 2))
+    sent = await until(lambda: recorded(session_events.ReplySent, 2))
     assert sent.event.text == f"answer of {SESSION}-t2"
     session = await log.read(STREAM)
-    turn = await recorded(events.TurnStarted, 2)
+    turn = await recorded(session_events.TurnStarted, 2)
     assert turn is not None and turn.event.text == "second"
     first_reply = session[turn.version - 2]
-    assert isinstance(first_reply.event, events.ReplySent)  # the same commit
+    assert isinstance(first_reply.event, session_events.ReplySent)  # the same commit
     assert isinstance(session[turn.version - 3].event, events.ChildFinished)
     run = await log.read(run_stream(turn.event.run_id))
-    start = one(run, events.RunCreated)
+    start = one(run, run_events.RunCreated)
     assert start.position > turn.position
     assert start.causation_id == turn.id
 
@@ -365,12 +373,12 @@ async def test_a_parent_that_conflicts_starts_no_child_until_it_is_written(
     assert commit is not None
     assert commit.first_version == version + len(answered) + 2
     turn = commit.records[-1]
-    assert isinstance(turn.event, events.TurnStarted)
+    assert isinstance(turn.event, session_events.TurnStarted)
     assert METRICS.conflicts - counts["conflicts"] == 1
 
     await settle(routing)
     run = await log.read(run_stream(turn.event.run_id))
-    start = one(run, events.RunCreated)  # once, after the turn written
+    start = one(run, run_events.RunCreated)  # once, after the turn written
     assert start.version == 1
     assert start.position > turn.position
     assert start.causation_id == turn.id
@@ -379,11 +387,11 @@ async def test_a_parent_that_conflicts_starts_no_child_until_it_is_written(
     await verify_all(log)
 
 
-def workflow() -> events.WorkflowCreated:
-    settings = events.RunSettings(planning_gate=False, revision=LATEST_REVISION)
+def workflow() -> workflow_events.WorkflowCreated:
+    settings = run_events.RunSettings(planning_gate=False, revision=LATEST_REVISION)
     node = NodeDef(key="design", provider="default", settings=settings)
     definition = WorkflowDef(key="w", version=1, nodes=(node,))
-    return events.WorkflowCreated(workflow_id="wf", definition=definition)
+    return workflow_events.WorkflowCreated(workflow_id="wf", definition=definition)
 
 
 @pytest.mark.parametrize("case", ["session subagent", "workflow phase"])
@@ -401,18 +409,22 @@ async def test_every_kind_starts_its_children_by_routing(
     if case == "session subagent":
         assert await host.submit(STREAM, opening(clock)) is not None
         stream = STREAM
-        input: events.Event = events.SubagentAsked(
+        input: events.Event = session_events.SubagentAsked(
             request_id="t1/tool/1", name="scout", task="count the issues"
         )
-        kind: type[Any] = events.SubagentStarted
+        kind: type[Any] = session_events.SubagentStarted
     else:
-        stream, input, kind = workflow_stream("wf"), workflow(), events.PhaseStarted
+        stream, input, kind = (
+            workflow_stream("wf"),
+            workflow(),
+            workflow_events.PhaseStarted,
+        )
     commit = await host.submit(stream, input)
     assert commit is not None
     [deciding] = [r for r in commit.records if isinstance(r.event, kind)]
     child = run_stream(deciding.event.run_id)
     await settle(host)
-    start = one(await log.read(child), events.RunCreated)
+    start = one(await log.read(child), run_events.RunCreated)
     assert start.position > commit.last_position
     assert start.causation_id == deciding.id
     assert start.event.reply_to == stream
@@ -432,7 +444,7 @@ async def test_turns_decided_at_once_each_start_their_run_once(
     the log's writer together: the dispatcher creates each turn's run once,
     caused by its turn, and no creation is tried twice."""
     log = await SqliteEventLog.open(
-        tmp_path / "log.db", clock=clock.now, synchronous=synchronous
+        tmp_path / "log.db", clock=clock.now, synchronous=synchronous, union=KINDS.union
     )
     try:
         await each_run_created_once(log, tmp_path, clock, 8, created, counts)
@@ -469,9 +481,9 @@ async def each_run_created_once(
         for done in commits:
             assert done is not None
             turn = done.records[-1]
-            assert isinstance(turn.event, events.TurnStarted)
+            assert isinstance(turn.event, session_events.TurnStarted)
             run = await log.read(run_stream(turn.event.run_id))
-            assert one(run, events.RunCreated).causation_id == turn.id
+            assert one(run, run_events.RunCreated).causation_id == turn.id
         assert sorted(created) == sorted(run_stream(f"{s}-t1") for s in sessions)
         assert refused(counts) == refusals
         assert spawned(counts) == len(sessions)
@@ -503,7 +515,7 @@ async def test_a_child_that_cannot_be_decided_leaves_its_parent_committed(
     decide = run_actor.decide_and_fold
 
     def broken(input: Any, state: Any, cache: Any = None) -> Any:
-        if isinstance(input, events.RunCreated):
+        if isinstance(input, run_events.RunCreated):
             raise RuntimeError("the run's decider is broken")
         return decide(input, state, cache)
 
@@ -544,19 +556,23 @@ async def test_a_runs_subagents_start_by_routing_and_their_results_come_back(
 
     host = await hosts(reply)
     parent = run_stream("r1")
-    first = events.RunCreated(run_id="r1", input_text="split it", settings=RUN_SETTINGS)
+    first = run_events.RunCreated(
+        run_id="r1", input_text="split it", settings=RUN_SETTINGS
+    )
     assert await host.submit(parent, first) is not None
 
     async def finished() -> Any:
         state, _ = await host.state(parent)
-        return state if state.status in events.TERMINAL else None
+        return state if state.status in run_events.TERMINAL else None
 
     state = await until(finished)
     assert state.status == "completed"
     assert "result of r1-1" in state.output and "result of r1-2" in state.output
 
     everything = await log.read_all()
-    [spawn] = [r for r in everything if isinstance(r.event, events.SubagentsSpawned)]
+    [spawn] = [
+        r for r in everything if isinstance(r.event, run_events.SubagentsSpawned)
+    ]
     assert spawn.stream == parent
     children = [run_stream("r1-1"), run_stream("r1-2")]
     caused = [r for r in everything if r.causation_id == spawn.id]
@@ -565,11 +581,11 @@ async def test_a_runs_subagents_start_by_routing_and_their_results_come_back(
     assert all(r.position > spawn.position for r in caused)
     for child in children:
         records = await log.read(child)
-        start = one(records, events.RunCreated)  # exactly one
+        start = one(records, run_events.RunCreated)  # exactly one
         assert start.version == 1
         assert start.event.parent_run_id == "r1"
         end = records[-1].event
-        assert isinstance(end, events.RunCompleted)
+        assert isinstance(end, run_events.RunCompleted)
         assert end.output == f"result of {child.removeprefix('run.')}"
 
     await settle(host)
@@ -599,7 +615,7 @@ async def test_a_child_begun_already_is_left_as_it_was(
     is left as it was, and the dispatcher's `Create` is refused by the run's
     decider, not appended twice."""
     child = run_stream(f"{SESSION}-t1")
-    early = events.RunCreated(
+    early = run_events.RunCreated(
         run_id=f"{SESSION}-t1", input_text="begun elsewhere", settings=RUN_SETTINGS
     )
     decided = run_actor.decide(early, run_actor.initial)
@@ -607,7 +623,9 @@ async def test_a_child_begun_already_is_left_as_it_was(
     if writer == "same handle":
         await log.append(child, [early, *decided], 0)
     else:
-        other = await SqliteEventLog.open(tmp_path / "log.db", clock=clock.now)
+        other = await SqliteEventLog.open(
+            tmp_path / "log.db", clock=clock.now, union=KINDS.union
+        )
         try:
             await other.append(child, [early, *decided], 0)
         finally:
@@ -655,7 +673,7 @@ async def test_a_host_scoped_elsewhere_starts_nothing(
 
     run = await log.read(run_stream(turn.event.run_id))
     if starts:
-        assert one(run, events.RunCreated).causation_id == turn.id
+        assert one(run, run_events.RunCreated).causation_id == turn.id
         assert spawned(counts) == 1
     else:
         assert run == []
@@ -698,8 +716,8 @@ async def test_each_chat_starts_its_turn_when_its_own_debounce_is_due(
             r for r in await log.read(streams[session]) if isinstance(r.event, kind)
         ]
 
-    [armed_a] = await recorded(SESSION, events.DebounceArmed)
-    [armed_b] = await recorded(other, events.DebounceArmed)
+    [armed_a] = await recorded(SESSION, session_events.DebounceArmed)
+    [armed_b] = await recorded(other, session_events.DebounceArmed)
     assert (armed_a.event.due, armed_b.event.due) == (
         start + DEBOUNCE,
         start + 0.5 + DEBOUNCE,
@@ -709,28 +727,28 @@ async def test_each_chat_starts_its_turn_when_its_own_debounce_is_due(
     await settle(host)
     for session in streams:
         assert await recorded(session, events.WakeDue) == []
-        assert await recorded(session, events.TurnStarted) == []
+        assert await recorded(session, session_events.TurnStarted) == []
 
     clock.advance(0.5)  # 1.25 s: only the first chat's timer is due
-    [turn_a] = await until(lambda: recorded(SESSION, events.TurnStarted))
+    [turn_a] = await until(lambda: recorded(SESSION, session_events.TurnStarted))
     assert turn_a.event.text == f"hello from {SESSION}"
     [wake_a] = await recorded(SESSION, events.WakeDue)
     assert wake_a.event.at == start + 1.25
-    await until(lambda: recorded(SESSION, events.ReplySent))
+    await until(lambda: recorded(SESSION, session_events.ReplySent))
     await settle(host)
     assert await recorded(other, events.WakeDue) == []
-    assert await recorded(other, events.TurnStarted) == []
+    assert await recorded(other, session_events.TurnStarted) == []
 
     clock.advance(0.5)  # 1.75 s: the second chat's timer is due too
-    [turn_b] = await until(lambda: recorded(other, events.TurnStarted))
+    [turn_b] = await until(lambda: recorded(other, session_events.TurnStarted))
     assert turn_b.event.text == f"hello from {other}"
     assert turn_b.event.run_id == f"{other}-t1"
     [wake_b] = await recorded(other, events.WakeDue)
     assert wake_b.event.at == start + 1.75
-    [sent_b] = await until(lambda: recorded(other, events.ReplySent))
+    [sent_b] = await until(lambda: recorded(other, session_events.ReplySent))
     assert sent_b.event.text == f"answer of {other}-t1"
     await settle(host)
-    assert len(await recorded(SESSION, events.TurnStarted)) == 1
+    assert len(await recorded(SESSION, session_events.TurnStarted)) == 1
     assert await verify_all(log) == [
         run_stream(f"{SESSION}-t1"),
         run_stream(f"{other}-t1"),

@@ -25,10 +25,12 @@ from nats_server import NatsServer
 from support import SPAWN_SCOUT, act
 
 from steward import events, replay
-from steward.actors.run_effects import run_stream
-from steward.actors.session import session_stream
+from steward.actors.run import events as run_events
+from steward.actors.run.reactor import run_stream
+from steward.actors.session import events as session_events
+from steward.actors.session.chats import answer
+from steward.actors.session.decider import session_stream
 from steward.bus import SqliteEventLog
-from steward.chats import answer
 from steward.clock import FakeClock
 from steward.config.settings import AgentProfile, RunConfig, SessionConfig, Settings
 from steward.effects.llm import ScriptedProvider
@@ -127,11 +129,11 @@ async def past_debounce(setup: Setup, *replies: dict[str, Any]) -> None:
     assert await setup.host.settle(timeout=5.0)
     for reply in replies:
         session = await setup.log.read(session_stream(reply["session_id"]))
-        assert any(isinstance(r.event, events.DebounceArmed) for r in session)
+        assert any(isinstance(r.event, session_events.DebounceArmed) for r in session)
         assert not [
             r
             for r in session
-            if isinstance(r.event, events.TurnStarted)
+            if isinstance(r.event, session_events.TurnStarted)
             and reply["message_id"] in r.event.message_ids
         ], "a turn started before the clock moved past the debounce"
     setup.clock.advance(DEBOUNCE + 0.1)
@@ -153,7 +155,7 @@ async def wait_done(host: Host, run_id: str, timeout: float = 10.0) -> Any:
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
         state = kind_of(stream).fold(r.event for r in await host.log.read(stream))
-        if state.status in events.TERMINAL:
+        if state.status in run_events.TERMINAL:
             return state
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"run {run_id} stayed {state.status}")
@@ -293,7 +295,7 @@ async def told_by_subagent(
     make_host: Any,
     clock: FakeClock,
     answer: str,
-) -> tuple[events.SubagentAnswered, list[dict[str, Any]]]:
+) -> tuple[session_events.SubagentAnswered, list[dict[str, Any]]]:
     """A turn on channel ``web`` spawns subagent ``scout``, whose run answers
     ``answer``: the session's `SubagentAnswered`, and everything that went
     out on ``steward.outbound.web`` until the answer of a command sent after
@@ -321,7 +323,7 @@ async def told_by_subagent(
             return [
                 r
                 for r in await log.read(stream)
-                if isinstance(r.event, events.SubagentAnswered)
+                if isinstance(r.event, session_events.SubagentAnswered)
             ]
 
         loop = asyncio.get_running_loop()
@@ -330,7 +332,7 @@ async def told_by_subagent(
             assert loop.time() < deadline, "the subagent never answered"
             await asyncio.sleep(0.01)
         [recorded] = found
-        assert isinstance(recorded.event, events.SubagentAnswered)
+        assert isinstance(recorded.event, session_events.SubagentAnswered)
         command = await setup.request("web", {"text": "/model", "context_id": "c1"})
         said = []
         while not said or said[-1]["type"] != "command":
@@ -427,7 +429,7 @@ async def test_the_same_message_id_is_taken_once(setup: Setup) -> None:
     taken = [
         r
         for r in await setup.log.read(session_stream("web:c2"))
-        if isinstance(r.event, events.MessageReceived)
+        if isinstance(r.event, session_events.MessageReceived)
     ]
     assert len(taken) == 1
 

@@ -14,11 +14,13 @@ import pytest
 from support import steward_process, stop_all
 
 from steward import events, replay
-from steward.actors.run_effects import run_stream
+from steward.actors.run import events as run_events
+from steward.actors.run.reactor import run_stream
 from steward.bus import SqliteEventLog
 from steward.config import load_settings
 from steward.effects.tools import ToolRegistry
 from steward.host import Host
+from steward.kinds import KINDS
 
 pytestmark = pytest.mark.slow
 
@@ -63,14 +65,14 @@ async def _statuses(log: SqliteEventLog) -> Counter[str]:
 async def test_sigkill_mid_run_then_restart_completes_every_run(tmp_path: Path) -> None:
     """Kill -9 the server mid-way; a new one finishes every run exactly once."""
     _script(tmp_path / "script.json")
-    log = await SqliteEventLog.open(tmp_path / "log.db")
+    log = await SqliteEventLog.open(tmp_path / "log.db", union=KINDS.union)
     try:
         settings = load_settings(None, env={}).run_settings(
             "default", ToolRegistry.with_builtins().specs()
         )
         starter = Host(log)
         for n in range(RUNS):
-            start = events.RunCreated(
+            start = run_events.RunCreated(
                 run_id=f"k{n}", input_text="go", settings=settings
             )
             await starter.submit(run_stream(f"k{n}"), start)
@@ -173,7 +175,7 @@ async def test_a_scripted_run_left_on_ctrl_c_goes_on_under_serve(
 
 
 async def _calls(db: Path) -> list[events.LlmRequested]:
-    async with await SqliteEventLog.open(db) as log:
+    async with await SqliteEventLog.open(db, union=KINDS.union) as log:
         return [
             r.event
             for s in await log.streams("run.")
@@ -183,5 +185,5 @@ async def _calls(db: Path) -> list[events.LlmRequested]:
 
 
 async def _statuses_in(db: Path) -> Counter[str]:
-    async with await SqliteEventLog.open(db) as log:
+    async with await SqliteEventLog.open(db, union=KINDS.union) as log:
         return await _statuses(log)

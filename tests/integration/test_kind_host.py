@@ -40,7 +40,8 @@ from steward.actors.effects import (
 from steward.actors.kind import Decider, Kind, Kinds, Reactor, Surface
 from steward.actors.outstanding import Outstanding, folded, kept
 from steward.actors.prompt import Prompt, prompt_hash
-from steward.actors.run import run_id_of, run_stream
+from steward.actors.run import events as run_events
+from steward.actors.run.decider import run_id_of, run_stream
 from steward.bus import SqliteEventLog
 from steward.clock import FakeClock
 from steward.effects.llm import ScriptedProvider
@@ -178,10 +179,10 @@ def effects(rec: Recorded, at: Tally, latest: Tally) -> list[Effect]:
         case TallySlept(timer_id=timer_id, due=due):
             return [ArmTimer(timer_id=timer_id, due=due)]
         case TallyChildAsked(run_id=run_id):
-            settings = events.RunSettings(
-                planning_gate=False, revision=events.LATEST_REVISION
+            settings = run_events.RunSettings(
+                planning_gate=False, revision=run_events.LATEST_REVISION
             )
-            child = events.RunCreated(
+            child = run_events.RunCreated(
                 run_id=run_id,
                 input_text="say hi",
                 settings=settings,
@@ -483,8 +484,10 @@ async def test_a_reply_its_host_died_before_delivering_reaches_the_next_host(
     delivery in the pending projection and makes it."""
     model = ScriptedProvider([act(type="send_message", message="hi")], per_run=True)
     first = await make_host(model)
-    settings = events.RunSettings(planning_gate=False, revision=events.LATEST_REVISION)
-    child = events.RunCreated(
+    settings = run_events.RunSettings(
+        planning_gate=False, revision=run_events.LATEST_REVISION
+    )
+    child = run_events.RunCreated(
         run_id="t6-child", input_text="say hi", settings=settings, reply_to="tally.t6"
     )
     await first.submit("run.t6-child", child)

@@ -21,10 +21,12 @@ import pytest
 from nats_server import NatsServer
 from support import PLAN, act, start_run, steward_process, stop_all
 
-from steward import cli, events
-from steward.actors.run_effects import run_stream
+from steward import cli
+from steward.actors.run import events as run_events
+from steward.actors.run.reactor import run_stream
 from steward.bus import JetStreamEventLog, open_log
 from steward.bus.jetstream import POSITIONS_PER_COMMIT
+from steward.kinds import KINDS
 
 pytestmark = pytest.mark.slow
 
@@ -63,7 +65,7 @@ def _records(url: str) -> dict[str, list[tuple[Any, ...]]]:
     time, correlation and causation ids."""
 
     async def read() -> dict[str, list[tuple[Any, ...]]]:
-        log = await open_log(url, create=False)
+        log = await open_log(url, create=False, union=KINDS.union)
         try:
             return {
                 stream: [
@@ -87,10 +89,10 @@ def _until(check: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
 
 def _completed(url: str, run_id: str) -> bool:
     async def read() -> bool:
-        log = await open_log(url, create=False)
+        log = await open_log(url, create=False, union=KINDS.union)
         try:
             return any(
-                isinstance(r.event, events.RunCompleted)
+                isinstance(r.event, run_events.RunCompleted)
                 for r in await log.read(run_stream(run_id))
             )
         finally:
@@ -101,7 +103,7 @@ def _completed(url: str, run_id: str) -> bool:
 
 def _hosted(url: str) -> bool:
     async def ask() -> bool:
-        log = await open_log(url)
+        log = await open_log(url, union=KINDS.union)
         try:
             assert isinstance(log, JetStreamEventLog)
             return await log.host(timeout=0.5) is not None
@@ -163,7 +165,7 @@ def test_an_old_log_is_migrated_and_served_partitioned(
         assert "verify: ok" in capsys.readouterr().out, stream
 
     async def spread() -> set[int]:
-        log = await open_log(new, create=False)
+        log = await open_log(new, create=False, union=KINDS.union)
         try:
             assert isinstance(log, JetStreamEventLog)
             return {log.partition_of(s) for s in await log.streams()}
@@ -208,14 +210,15 @@ async def test_a_migration_refuses_what_it_cannot_copy_and_resumes(
     target holding the start of the copy is continued with --resume."""
     await asyncio.to_thread(_old_stream, nats)
     old, new = f"{nats.url}?{OLD}", f"{nats.url}?{NEW}"
-    source = await open_log(old, create=False)
+    source = await open_log(old, create=False, union=KINDS.union)
     assert isinstance(source, JetStreamEventLog)
     try:
         for n in range(6):
             for v in range(3):
                 await source.append(
                     f"run.m{n}",
-                    [events.NoteRecorded(category="c", content=f"{n}.{v}")] * (1 + v),
+                    [run_events.NoteRecorded(category="c", content=f"{n}.{v}")]
+                    * (1 + v),
                     v * (v + 1) // 2,
                     correlation_id=f"m{n}",
                     causation_id=f"run.m{n}/{v}" if v else None,
@@ -226,7 +229,7 @@ async def test_a_migration_refuses_what_it_cannot_copy_and_resumes(
             return _steward(tmp_path, "--log", old, "log", "migrate", *argv)
 
         partitioned = f"{nats.url}?stream=PART&prefix=part.ev"
-        await (await open_log(partitioned)).close()
+        await (await open_log(partitioned, union=KINDS.union)).close()
         done = await asyncio.to_thread(
             _steward, tmp_path, "--log", partitioned, "log", "migrate", "--to", new
         )
@@ -251,8 +254,8 @@ async def test_a_migration_refuses_what_it_cannot_copy_and_resumes(
             "is itself a log made before partitions",
         )
         other = f"{nats.url}?stream=OTHER&prefix=other.ev"
-        unrelated = await open_log(other)
-        note = events.NoteRecorded(category="c", content="another log's")
+        unrelated = await open_log(other, union=KINDS.union)
+        note = run_events.NoteRecorded(category="c", content="another log's")
         await unrelated.append("run.m0", [note, note], 0)
         await unrelated.close()
         _refused(
@@ -263,11 +266,11 @@ async def test_a_migration_refuses_what_it_cannot_copy_and_resumes(
         await source.advertise("steward serve, pid 1")
         _refused(await asyncio.to_thread(migrate, "--to", new), "is hosted")
         await source.close()
-        source = await open_log(old, create=False)
+        source = await open_log(old, create=False, union=KINDS.union)
         assert isinstance(source, JetStreamEventLog)
 
         # a copy that stopped after its first seven commits
-        target = await open_log(new)
+        target = await open_log(new, union=KINDS.union)
         try:
             page = await source.read_all(0, 100)
             commits: dict[int, list[Any]] = {}

@@ -19,7 +19,9 @@ from mcp_support import SERVER, calls
 from support import act, steward_process, stop_all
 
 from steward import events, replay
+from steward.actors.run import events as run_events
 from steward.bus import SqliteEventLog
+from steward.kinds import KINDS
 
 pytestmark = pytest.mark.slow
 
@@ -64,7 +66,7 @@ def steward(tmp: Path, *argv: str) -> subprocess.CompletedProcess[str]:
 
 
 async def records(tmp: Path, stream: str | None = None) -> list[events.Recorded]:
-    log = await SqliteEventLog.open(tmp / "log.db")
+    log = await SqliteEventLog.open(tmp / "log.db", union=KINDS.union)
     try:
         if stream is None:
             (stream,) = await log.streams("run.")
@@ -87,7 +89,7 @@ async def test_a_run_records_the_tools_it_was_offered_and_verifies_without_them(
     assert ran.returncode == 0, ran.stderr[-2000:]
     recorded = await records(tmp_path)
     opened = recorded[0].event
-    assert isinstance(opened, events.RunCreated)
+    assert isinstance(opened, run_events.RunCreated)
     offered = {t.name: t for t in opened.settings.tools}
     assert "notes.die" not in offered and "files.write" not in offered
     assert offered["notes.add"].description == "Add a note."
@@ -113,7 +115,7 @@ async def test_a_run_records_the_tools_it_was_offered_and_verifies_without_them(
     script(tmp_path, act(type="finish", output="nothing to do"))
     again = steward(tmp_path, "--script", "s.json", "run", "look")
     assert again.returncode == 0, again.stderr[-2000:]
-    log = await SqliteEventLog.open(tmp_path / "log.db")
+    log = await SqliteEventLog.open(tmp_path / "log.db", union=KINDS.union)
     try:
         streams = await log.streams("run.")
         first = await log.read(f"run.{opened.run_id}")
@@ -204,14 +206,14 @@ async def test_a_call_in_flight_when_the_host_is_killed(
         )
         for _ in range(600):
             recorded = await records(tmp_path)
-            if any(isinstance(r.event, events.RunCompleted) for r in recorded):
+            if any(isinstance(r.event, run_events.RunCompleted) for r in recorded):
                 break
             await asyncio.sleep(0.05)
     finally:
         (tmp_path / "release").touch()  # no server is left holding
         errors = stop_all([p for p in (runner, serve) if p is not None])
     (result,) = [r.event for r in recorded if isinstance(r.event, events.ToolResulted)]
-    assert isinstance(recorded[-1].event, events.RunCompleted), errors
+    assert isinstance(recorded[-1].event, run_events.RunCompleted), errors
     if idempotent:
         assert (result.ok, result.output) == (True, "held a")
         assert calls(tmp_path) == ["hold a", "hold a"]

@@ -15,8 +15,10 @@ import pytest
 from mcp_support import calls, http_server, stdio
 from support import act
 
-from steward import chats, events
-from steward.actors.run_effects import run_stream
+from steward.actors.run import events as run_events
+from steward.actors.run.reactor import run_stream
+from steward.actors.session import chats
+from steward.actors.workflow.definition import load_definition, mcp_of
 from steward.cli.env import Env
 from steward.config import Settings, load_settings
 from steward.config.settings import AgentProfile, McpServerConfig, RunConfig
@@ -24,7 +26,6 @@ from steward.effects.llm import ScriptedProvider
 from steward.effects.tools import ToolContext, ToolRegistry
 from steward.effects.tools.mcp import McpServer
 from steward.errors import ConfigError
-from steward.workflows import load_definition, mcp_of
 
 pytestmark = pytest.mark.slow
 
@@ -276,7 +277,7 @@ async def test_a_run_offered_a_servers_tool_calls_it_after_approval(
     host = await make_host(ScriptedProvider(reply), tools)
     stream = run_stream("r1")
     await host.submit(
-        stream, events.RunCreated(run_id="r1", input_text="note milk", settings=run)
+        stream, run_events.RunCreated(run_id="r1", input_text="note milk", settings=run)
     )
     for _ in range(400):
         state, _ = await host.state(stream)
@@ -284,7 +285,7 @@ async def test_a_run_offered_a_servers_tool_calls_it_after_approval(
             break
         await asyncio.sleep(0.025)
     assert calls(tmp_path) == []  # nothing runs before a person approves
-    decided = events.ApprovalDecided(
+    decided = run_events.ApprovalDecided(
         request_id=state.approvals[0].request_id, approved=True
     )
     assert await host.submit(stream, decided) is not None

@@ -11,14 +11,15 @@ from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from support import act
 
-from steward import events
-from steward.actors.run_effects import run_stream
+from steward.actors.run import events as run_events
+from steward.actors.run.reactor import run_stream
 from steward.bus import SqliteEventLog
 from steward.config import Settings
 from steward.config.settings import RunConfig
 from steward.effects.llm import ScriptedProvider
 from steward.effects.tools import ToolRegistry
 from steward.host import Host
+from steward.kinds import KINDS
 
 
 def series() -> set[tuple[str, tuple[tuple[str, str], ...]]]:
@@ -40,7 +41,7 @@ async def test_a_thousand_runs_add_no_series(tmp_path: Path) -> None:
         tool = "files.list" if n % 2 else f"made.up{n}"
         return act(type="tool_call", name=tool, args={"path": "."})
 
-    log = await SqliteEventLog.open(tmp_path / "log.db")
+    log = await SqliteEventLog.open(tmp_path / "log.db", union=KINDS.union)
     workspace = tmp_path / "workspace"
     workspace.mkdir()
     tools = ToolRegistry.with_builtins()
@@ -56,7 +57,7 @@ async def test_a_thousand_runs_add_no_series(tmp_path: Path) -> None:
                 *(
                     host.submit(
                         run_stream(f"r{n}"),
-                        events.RunCreated(
+                        run_events.RunCreated(
                             run_id=f"r{n}", input_text="go", settings=run
                         ),
                     )
@@ -76,12 +77,14 @@ async def test_a_thousand_runs_add_no_series(tmp_path: Path) -> None:
 
 
 async def log_status(tmp: Path) -> dict[str, int]:
-    log = await SqliteEventLog.open(tmp / "log.db")
+    log = await SqliteEventLog.open(tmp / "log.db", union=KINDS.union)
     try:
         out: dict[str, int] = {}
         for stream in await log.streams("run."):
             last = (await log.read(stream))[-1].event
-            status = "completed" if isinstance(last, events.RunCompleted) else "other"
+            status = (
+                "completed" if isinstance(last, run_events.RunCompleted) else "other"
+            )
             out[status] = out.get(status, 0) + 1
         return out
     finally:

@@ -19,6 +19,7 @@ from steward import cli
 from steward.bus import JetStreamEventLog, open_log
 from steward.cli.env import EXIT_NO_ANSWER
 from steward.hostlock import HostLock
+from steward.kinds import KINDS
 
 
 def _refused(capsys: pytest.CaptureFixture[str], code: int, start: str) -> None:
@@ -101,7 +102,7 @@ def _until_hosted(base: list[str]) -> None:
     """Wait until the serve answers on NATS that it hosts the log."""
 
     async def hosted() -> bool:
-        log = await open_log(base[1])
+        log = await open_log(base[1], union=KINDS.union)
         try:
             assert isinstance(log, JetStreamEventLog)
             return await log.host(timeout=0.5) is not None

@@ -21,6 +21,7 @@ import pytest
 
 from steward import events, replay
 from steward.bus import SqliteEventLog
+from steward.kinds import KINDS
 
 pytestmark = pytest.mark.slow
 
@@ -87,7 +88,7 @@ def _stop(process: subprocess.Popen[str]) -> str:
 
 
 async def _runs(db: Path) -> dict[str, list[events.Recorded]]:
-    async with await SqliteEventLog.open(db) as log:
+    async with await SqliteEventLog.open(db, union=KINDS.union) as log:
         return {s: await log.read(s) for s in await log.streams("run.")}
 
 

@@ -31,8 +31,10 @@ from nats_server import NatsServer
 from support import act, steward_process, stop_all
 
 from steward import events
-from steward.actors.run import run_stream
-from steward.actors.session import session_stream
+from steward.actors.run import events as run_events
+from steward.actors.run.decider import run_stream
+from steward.actors.session import events as session_events
+from steward.actors.session.decider import session_stream
 from steward.bus import JetStreamEventLog
 from steward.bus.jetstream.inputs import Inputs
 from steward.bus.jetstream.members import Membership, until_shared
@@ -41,11 +43,12 @@ from steward.effects.llm import ScriptedProvider
 from steward.effects.tools import ToolRegistry
 from steward.egress import Egress
 from steward.host import Host
+from steward.kinds import KINDS
 
 pytestmark = pytest.mark.slow
 
 CHATS = 6
-SETTINGS = events.RunSettings(
+SETTINGS = run_events.RunSettings(
     tools=ToolRegistry.with_builtins().specs(), planning_gate=False
 )
 STREAM = "OWED"
@@ -172,7 +175,7 @@ async def test_every_reply_reaches_a_durable_consumer_once(
             async def replied() -> bool:
                 sessions = await _sessions(log, CHATS + 1)
                 return all(
-                    any(isinstance(r.event, events.ReplySent) for r in s)
+                    any(isinstance(r.event, session_events.ReplySent) for r in s)
                     for s in sessions
                 )
 
@@ -205,7 +208,7 @@ async def test_every_reply_reaches_a_durable_consumer_once(
                 r.id: r.stream
                 for s in await _sessions(log, CHATS + 1)
                 for r in s
-                if isinstance(r.event, events.ReplySent)
+                if isinstance(r.event, session_events.ReplySent)
             }
             assert sorted(msg_id for _, msg_id in heard) == sorted(sent)
             assert sorted(m["session_id"] for m, _ in heard) == [
@@ -232,7 +235,9 @@ async def test_a_partition_taken_publishes_what_its_last_holder_did_not(
     died before publishing): the next holder of their partitions stores
     what they told, once each, with their events' ids; when it lets them
     go, how far each partition told is saved for the next."""
-    log = await JetStreamEventLog.open(nats.url, stream="TAKEN", prefix="taken")
+    log = await JetStreamEventLog.open(
+        nats.url, stream="TAKEN", prefix="taken", union=KINDS.union
+    )
     raw = await nats_client.connect(nats.url)
     js = raw.jetstream()
     runs = [f"r{n}" for n in range(3)]
@@ -241,7 +246,7 @@ async def test_a_partition_taken_publishes_what_its_last_holder_did_not(
         async with _worker(log, "w0", egress=False) as first:
             starter = Host(log)
             for run_id in runs:
-                created = events.RunCreated(
+                created = run_events.RunCreated(
                     run_id=run_id, input_text="go", settings=SETTINGS, channel_id="web"
                 )
                 await starter.submit(run_stream(run_id), created)
@@ -250,7 +255,7 @@ async def test_a_partition_taken_publishes_what_its_last_holder_did_not(
             r.id: r
             for run_id in runs
             for r in await log.read(run_stream(run_id))
-            if isinstance(r.event, events.RunCompleted)
+            if isinstance(r.event, run_events.RunCompleted)
         }
         assert len(ended) == len(runs)
         with pytest.raises(nats_client.js.errors.NotFoundError):
@@ -308,9 +313,11 @@ async def _worker(
 async def test_a_partitions_head_as_its_leader_has_it(nats: NatsServer) -> None:
     """What a catch-up reads up to: the partition's last position, from the
     stream's leader (0 for a partition with nothing)."""
-    log = await JetStreamEventLog.open(nats.url, stream="HEADS", prefix="heads")
+    log = await JetStreamEventLog.open(
+        nats.url, stream="HEADS", prefix="heads", union=KINDS.union
+    )
     try:
-        note = events.NoteRecorded(category="c", content="x")
+        note = run_events.NoteRecorded(category="c", content="x")
         await log.append("run.a", [note, note], 0)
         await log.append("run.a", [note], 2)
         p = log.partition_of("run.a")

@@ -6,7 +6,9 @@ import sqlite3
 from pathlib import Path
 
 from steward import events
+from steward.actors.run import events as run_events
 from steward.bus import SqliteEventLog
+from steward.kinds import KINDS
 from steward.projections.store import Projector, schema_version
 
 
@@ -14,11 +16,11 @@ async def test_an_old_schema_is_dropped_and_rebuilt_from_the_log(
     tmp_path: Path,
 ) -> None:
     log_path, proj_path = tmp_path / "log.db", tmp_path / "proj.db"
-    async with await SqliteEventLog.open(log_path) as log:
-        start = events.RunCreated(
-            run_id="r1", input_text="hello", settings=events.RunSettings()
+    async with await SqliteEventLog.open(log_path, union=KINDS.union) as log:
+        start = run_events.RunCreated(
+            run_id="r1", input_text="hello", settings=run_events.RunSettings()
         )
-        await log.append("run.r1", [start, events.RunStarted()], 0)
+        await log.append("run.r1", [start, run_events.RunStarted()], 0)
         with sqlite3.connect(proj_path) as old:  # a file from before cost_usd
             old.execute("CREATE TABLE runs (id TEXT PRIMARY KEY, status TEXT)")
             old.execute("CREATE TABLE projection_checkpoint (name TEXT, position INT)")
@@ -43,15 +45,15 @@ async def test_two_projectors_on_one_file_apply_each_event_once(
     """A serve projecting and a `runs list` catching up in another process
     share one file: each event is applied once, so tokens are not doubled."""
     log_path = tmp_path / "log.db"
-    async with await SqliteEventLog.open(log_path) as log:
-        start = events.RunCreated(
-            run_id="r1", input_text="hello", settings=events.RunSettings()
+    async with await SqliteEventLog.open(log_path, union=KINDS.union) as log:
+        start = run_events.RunCreated(
+            run_id="r1", input_text="hello", settings=run_events.RunSettings()
         )
         asked = events.LlmRequested(request_id="r1/llm/1", iteration=1, prompt_hash="")
         reply = events.LlmResponded(
             request_id="r1/llm/1", text="hi", usage=events.Usage(input_tokens=7)
         )
-        await log.append("run.r1", [start, events.RunStarted(), asked], 0)
+        await log.append("run.r1", [start, run_events.RunStarted(), asked], 0)
         serve = await Projector.open(log_path)
         await serve.catch_up(log)
         lister = await Projector.open(log_path)  # opens at checkpoint 3
@@ -70,14 +72,14 @@ async def test_two_projectors_on_one_file_apply_each_event_once(
 async def test_a_cancelled_parent_leaves_no_child_to_create(tmp_path: Path) -> None:
     """A run cancelled before its children were created leaves no pending
     spawn row that a restarted host would act on."""
-    async with await SqliteEventLog.open(tmp_path / "log.db") as log:
-        start = events.RunCreated(
-            run_id="p", input_text="hello", settings=events.RunSettings()
+    async with await SqliteEventLog.open(tmp_path / "log.db", union=KINDS.union) as log:
+        start = run_events.RunCreated(
+            run_id="p", input_text="hello", settings=run_events.RunSettings()
         )
-        child = events.SubagentSpec(run_id="p-1", input_text="look")
-        spawned = events.SubagentsSpawned(children=(child,))
-        cancelled = events.RunCancelled(reason="stop", children=("p-1",))
-        await log.append("run.p", [start, events.RunStarted(), spawned], 0)
+        child = run_events.SubagentSpec(run_id="p-1", input_text="look")
+        spawned = run_events.SubagentsSpawned(children=(child,))
+        cancelled = run_events.RunCancelled(reason="stop", children=("p-1",))
+        await log.append("run.p", [start, run_events.RunStarted(), spawned], 0)
         await log.append("run.p", [events.CancelRequested(reason="stop"), cancelled], 3)
         projector = await Projector.open(tmp_path / "log.db")
         try:

@@ -24,8 +24,9 @@ from hypothesis import strategies as st
 from support import PLAN, act
 
 from steward import cli, events, replay
-from steward.actors import run as run_actor
-from steward.actors.run_effects import run_stream
+from steward.actors.run import decider as run_actor
+from steward.actors.run import events as run_events
+from steward.actors.run.reactor import run_stream
 from steward.bus import SqliteEventLog
 from steward.config import load_settings
 from steward.effects.llm import Reply, ReplyError, ScriptedProvider
@@ -136,7 +137,7 @@ async def _play(
     settings = msgspec.structs.replace(
         settings, max_iterations=12, planning_gate=planning_gate
     )
-    log = await SqliteEventLog.open(db)
+    log = await SqliteEventLog.open(db, union=KINDS.union)
     workspace = db.parent / "workspace"
     workspace.mkdir(exist_ok=True)
     host = Host(
@@ -151,7 +152,7 @@ async def _play(
     try:
         await host.submit(
             run_stream("p1"),
-            events.RunCreated(run_id="p1", input_text="do it", settings=settings),
+            run_events.RunCreated(run_id="p1", input_text="do it", settings=settings),
         )
         deadline = asyncio.get_running_loop().time() + 20
         while True:
@@ -276,5 +277,5 @@ def test_a_changed_decider_is_reported_at_the_first_diverging_version(
 
 
 async def _records(db: Path, run_id: str) -> list[events.Recorded]:
-    async with await SqliteEventLog.open(db) as log:
+    async with await SqliteEventLog.open(db, union=KINDS.union) as log:
         return await log.read(run_stream(run_id))

@@ -21,8 +21,10 @@ from pathlib import Path
 import pytest
 from doc_pages import GUIDES, PLACEHOLDER, inline_commands
 
-from steward import cli, events, replay
+from steward import cli, replay
+from steward.actors.run import events as run_events
 from steward.bus import SqliteEventLog
+from steward.kinds import KINDS
 
 pytestmark = pytest.mark.slow
 
@@ -121,7 +123,7 @@ def _waiting(shell: Shell, listing: list[str], ids: set[str]) -> None:
 
 def _first_step_end(exported: str) -> int:
     """The version where a run's first step ends (before its second input)."""
-    inputs = {t.__name__ for t in events.INPUT_TYPES}
+    inputs = {t.__name__ for t in run_events.INPUT_TYPES}
     records = [json.loads(line) for line in exported.splitlines()]
     return next(r["version"] - 1 for r in records[1:] if r["event"]["type"] in inputs)
 
@@ -183,7 +185,9 @@ def test_every_command_line_in_using_it_works_as_written(tmp_path: Path) -> None
 
 def _status(cwd: Path, run_id: str) -> str:
     async def read() -> str:
-        async with await SqliteEventLog.open(cwd / ".steward" / "steward.db") as log:
+        async with await SqliteEventLog.open(
+            cwd / ".steward" / "steward.db", union=KINDS.union
+        ) as log:
             return str(replay.rebuild(await log.read(f"run.{run_id}")).status)
 
     return asyncio.run(read())

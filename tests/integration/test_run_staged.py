@@ -18,9 +18,12 @@ import pytest
 from unit import test_kind_contract as contract
 
 from steward import cli, events, replay
-from steward.actors import run_staged, stages
 from steward.actors.effects import notify_key
 from steward.actors.prompt import Prompt
+from steward.actors.run import events as run_events
+from steward.actors.run import staged as run_staged
+from steward.actors.run import stages
+from steward.actors.run.stage_prompts import load_prompts
 from steward.config import Settings
 from steward.effects.llm import ScriptedProvider
 from steward.effects.llm.base import RequestInfo
@@ -28,7 +31,6 @@ from steward.effects.llm.scripted import Reply, ReplyError
 from steward.effects.tools import ToolRegistry
 from steward.events import ToolCall
 from steward.kinds import KINDS
-from steward.stage_prompts import load_prompts
 
 TOOLS = ToolRegistry.with_builtins().specs()
 NAMES = tuple(t.name for t in TOOLS)
@@ -67,7 +69,7 @@ DEFAULTS: dict[str, str | Reply] = {
 
 def staged(
     *, mode: str = "agent", reasoning: bool = True, qa: bool = True
-) -> events.RunSettings:
+) -> run_events.RunSettings:
     """The settings of a staged run with the builtin tools."""
     return msgspec.structs.replace(
         Settings().run_settings(tools=TOOLS),
@@ -106,21 +108,21 @@ class Model:
 
 
 async def run(
-    make_host: Any, log: Any, model: Model, settings: events.RunSettings
+    make_host: Any, log: Any, model: Model, settings: run_events.RunSettings
 ) -> list[Any]:
     """The events of a run ``stg-1`` with ``settings`` (see `runs`)."""
     return (await runs(make_host, log, model, {"stg-1": settings}))["stg-1"]
 
 
 async def runs(
-    make_host: Any, log: Any, model: Model, settings: dict[str, events.RunSettings]
+    make_host: Any, log: Any, model: Model, settings: dict[str, run_events.RunSettings]
 ) -> dict[str, list[Any]]:
     """Runs (by id, their settings) through a host answered by ``model``,
     each to its end; the events of each, once every stream of the log
     replays to its decisions and keeps the kind contract."""
     host = await make_host(ScriptedProvider(model))
     for run_id, its in settings.items():
-        created = events.RunCreated(run_id=run_id, input_text=TEXT, settings=its)
+        created = run_events.RunCreated(run_id=run_id, input_text=TEXT, settings=its)
         await host.submit(f"run.{run_id}", created)
     recorded = {}
     for run_id in settings:
@@ -174,7 +176,7 @@ def of(kind: type[Any], recorded: list[Any]) -> list[Any]:
 
 
 def entered(recorded: list[Any]) -> list[str]:
-    return [e.stage for e in of(events.StageEntered, recorded)]
+    return [e.stage for e in of(run_events.StageEntered, recorded)]
 
 
 def follow_the_policy(
@@ -183,7 +185,7 @@ def follow_the_policy(
     """Each stage entered has the user's mode and reasoning and the
     policy's tools and prompts, and the prompt its model call got is of that
     stage, offers just those tools and composes just those prompts."""
-    stages_entered = of(events.StageEntered, recorded)
+    stages_entered = of(run_events.StageEntered, recorded)
     assert [s for s, _ in asked] == [e.stage for e in stages_entered]
     for event, (_, prompt) in zip(stages_entered, asked, strict=True):
         policy = stages.policy(settings.mode, settings.reasoning, event.stage, NAMES)
@@ -243,11 +245,11 @@ async def test_a_staged_run_goes_through_its_stages_and_completes(
     requested = [(e.name, e.args) for e in of(events.ToolRequested, recorded)]
     assert requested == [("files.read", READ.args), ("files.list", {})]
     assert [e.ok for e in of(events.ToolResulted, recorded)] == [True, True]
-    assert [e.text for e in of(events.OutputUpdated, recorded)] == [ANSWER]
-    assert [e.output for e in of(events.AnswerDelivered, recorded)] == [ANSWER]
-    assert [e.report for e in of(events.QaReported, recorded)] == [REPORT]
-    assert of(events.SystemNoteAdded, recorded) == []
-    done = of(events.RunCompleted, recorded)
+    assert [e.text for e in of(run_events.OutputUpdated, recorded)] == [ANSWER]
+    assert [e.output for e in of(run_events.AnswerDelivered, recorded)] == [ANSWER]
+    assert [e.report for e in of(run_events.QaReported, recorded)] == [REPORT]
+    assert of(run_events.SystemNoteAdded, recorded) == []
+    done = of(run_events.RunCompleted, recorded)
     assert [e.output for e in done] == [ANSWER]
     assert recorded[-1] == done[0]
     followup = model.asked["stg-1"][2 if reasoning else 1][1]
@@ -261,8 +263,8 @@ async def test_the_warmup_is_kept_only_as_its_outcome(host_of: Any, log: Any) ->
     reply's visible text, never the block."""
     model = Model()
     recorded = await run(host_of, log, model, staged())
-    assert of(events.ReasoningRecorded, recorded) == [
-        events.ReasoningRecorded(
+    assert of(run_events.ReasoningRecorded, recorded) == [
+        run_events.ReasoningRecorded(
             stage="warmup",
             plan_delta="read notes.txt",
             next_action="files.read",
@@ -302,13 +304,13 @@ async def test_a_reply_asking_to_switch_mode_is_text(
     model = Model(act=[ask], delivery_check=[f"{ask}\nDelivery: DONE"])
     settings = staged(mode=mode)
     recorded = await run(host_of, log, model, settings)
-    assert [e.text for e in of(events.OutputUpdated, recorded)] == [ask]
-    after = recorded.index(of(events.OutputUpdated, recorded)[0])
-    later = of(events.StageEntered, recorded[after:])
+    assert [e.text for e in of(run_events.OutputUpdated, recorded)] == [ask]
+    after = recorded.index(of(run_events.OutputUpdated, recorded)[0])
+    later = of(run_events.StageEntered, recorded[after:])
     assert [e.stage for e in later] == ["delivery_check", "qa_review"]
     assert all((e.mode, e.reasoning) == (mode, True) for e in later)
     follow_the_policy(recorded, model.asked["stg-1"], settings)
-    assert of(events.RunCompleted, recorded)[0].output == ask
+    assert of(run_events.RunCompleted, recorded)[0].output == ask
 
 
 # -- §2.4 the stage owns the tools --------------------------------------------------
@@ -333,8 +335,8 @@ async def test_a_write_in_qa_review_is_refused(
     model = Model(qa_review=[Reply(tool_calls=(write,))])
     settings = staged()
     recorded = await run(host_of, log, model, settings)
-    assert of(events.SystemNoteAdded, recorded) == [
-        events.SystemNoteAdded(
+    assert of(run_events.SystemNoteAdded, recorded) == [
+        run_events.SystemNoteAdded(
             reason="tool_error",
             content=refusal("files.write", "qa_review", "files.list, files.read"),
             call_id="c-write",
@@ -345,7 +347,7 @@ async def test_a_write_in_qa_review_is_refused(
     assert not (workspace / "qa.txt").exists()
     assert entered(recorded)[-2:] == ["qa_review", "qa_review"]
     follow_the_policy(recorded, model.asked["stg-1"], settings)
-    assert of(events.RunCompleted, recorded)[0].output == ANSWER
+    assert of(run_events.RunCompleted, recorded)[0].output == ANSWER
 
 
 async def test_any_tool_in_delivery_check_is_refused(host_of: Any, log: Any) -> None:
@@ -355,14 +357,14 @@ async def test_any_tool_in_delivery_check_is_refused(host_of: Any, log: Any) -> 
     model = Model(delivery_check=[Reply(tool_calls=(READ,))])
     settings = staged(reasoning=False)
     recorded = await run(host_of, log, model, settings)
-    notes = of(events.SystemNoteAdded, recorded)
+    notes = of(run_events.SystemNoteAdded, recorded)
     assert [(n.reason, n.content, n.call_id) for n in notes] == [
         ("tool_error", refusal("files.read", "delivery_check", "none"), "c-read")
     ]
     assert of(events.ToolRequested, recorded) == []
     assert entered(recorded) == ["act", "delivery_check", "delivery_check", "qa_review"]
     follow_the_policy(recorded, model.asked["stg-1"], settings)
-    assert of(events.RunCompleted, recorded)[0].output == ANSWER
+    assert of(run_events.RunCompleted, recorded)[0].output == ANSWER
 
 
 async def test_chat_mode_acts_with_read_only_tools(
@@ -376,7 +378,7 @@ async def test_chat_mode_acts_with_read_only_tools(
     model = Model(act=[Reply(tool_calls=(write, READ))])
     settings = staged(mode="chat", reasoning=False)
     recorded = await run(host_of, log, model, settings)
-    notes = of(events.SystemNoteAdded, recorded)
+    notes = of(run_events.SystemNoteAdded, recorded)
     assert [(n.reason, n.content, n.call_id) for n in notes] == [
         (
             "tool_error",
@@ -403,7 +405,7 @@ async def test_an_invented_tool_is_refused_and_never_made(
     model = Model(act=[Reply(tool_calls=(invented,))])
     settings = staged()
     recorded = await run(host_of, log, model, settings)
-    notes = of(events.SystemNoteAdded, recorded)
+    notes = of(run_events.SystemNoteAdded, recorded)
     assert [(n.reason, n.content, n.tool) for n in notes] == [
         (
             "tool_error",
@@ -412,9 +414,9 @@ async def test_an_invented_tool_is_refused_and_never_made(
         )
     ]
     assert of(events.ToolRequested, recorded) == []
-    assert of(events.ApprovalRequested, recorded) == []
+    assert of(run_events.ApprovalRequested, recorded) == []
     follow_the_policy(recorded, model.asked["stg-1"], settings)
-    assert of(events.RunCompleted, recorded)[0].output == ANSWER
+    assert of(run_events.RunCompleted, recorded)[0].output == ANSWER
 
 
 # -- §2.3 QA is advisory ------------------------------------------------------------
@@ -429,15 +431,15 @@ async def test_qa_cannot_replace_the_answer(host_of: Any, log: Any) -> None:
     both = {"stg-qa-on": staged(qa=True), "stg-qa-off": staged(qa=False)}
     recorded = await runs(host_of, log, model, both)
     with_qa, without = recorded["stg-qa-on"], recorded["stg-qa-off"]
-    assert [e.report for e in of(events.QaReported, with_qa)] == [
+    assert [e.report for e in of(run_events.QaReported, with_qa)] == [
         {"verdict": "unparsed", "text": says}
     ]
-    delivered = of(events.AnswerDelivered, with_qa)[0].output
-    output = of(events.RunCompleted, with_qa)[0].output
+    delivered = of(run_events.AnswerDelivered, with_qa)[0].output
+    output = of(run_events.RunCompleted, with_qa)[0].output
     assert output == delivered == ANSWER
-    assert of(events.QaReported, without) == []
+    assert of(run_events.QaReported, without) == []
     assert "qa_review" not in entered(without)
-    assert of(events.RunCompleted, without)[0].output.encode() == output.encode()
+    assert of(run_events.RunCompleted, without)[0].output.encode() == output.encode()
 
 
 # -- §2.5 delivery is authoritative -------------------------------------------------
@@ -460,7 +462,7 @@ async def test_nothing_changes_the_answer_once_delivered(
         qa_review=[Reply(tool_calls=(READ,)), "Replace the answer with: nothing."],
     )
     recorded = await run(host_of, log, model, staged(reasoning=False))
-    gates = of(events.SystemNoteAdded, recorded)
+    gates = of(run_events.SystemNoteAdded, recorded)
     assert [(n.reason, n.content) for n in gates] == [
         ("delivery_gate", PROMPTS["stages/delivery_gate"].strip())
     ]
@@ -472,12 +474,12 @@ async def test_nothing_changes_the_answer_once_delivered(
         "qa_review",
         "qa_review",
     ]
-    (delivered,) = of(events.AnswerDelivered, recorded)
+    (delivered,) = of(run_events.AnswerDelivered, recorded)
     assert delivered.output == final
     after = recorded[recorded.index(delivered) :]
-    assert of(events.OutputUpdated, after) == []
-    assert of(events.RunCompleted, recorded)[0].output == final
-    assert [e.text for e in of(events.OutputUpdated, recorded)] == [
+    assert of(run_events.OutputUpdated, after) == []
+    assert of(run_events.RunCompleted, recorded)[0].output == final
+    assert [e.text for e in of(run_events.OutputUpdated, recorded)] == [
         "A first draft.",
         ANSWER,
     ]
@@ -510,7 +512,7 @@ async def test_reasoning_prompts_follow_the_users_switch(
     reasoning_prompts = set(expected.values())
     shown = [
         (event.stage, [p for p in event.prompts if p in reasoning_prompts])
-        for event in of(events.StageEntered, recorded)
+        for event in of(run_events.StageEntered, recorded)
     ]
     if on:
         assert shown == [(stage, [expected[stage]]) for stage, _ in shown]
@@ -532,7 +534,7 @@ async def test_reasoning_prompts_follow_the_users_switch(
     for _, prompt in model.asked["stg-1"]:
         has = "Reasoning is required at this step." in prompt.system
         assert has == on
-    assert {e.reasoning for e in of(events.StageEntered, recorded)} == {reasoning}
+    assert {e.reasoning for e in of(run_events.StageEntered, recorded)} == {reasoning}
     follow_the_policy(recorded, model.asked["stg-1"], settings)
 
 
@@ -558,7 +560,7 @@ async def test_a_recovery_sends_its_prompt_and_the_run_goes_on(
     model = Model(act=[reply])
     settings = staged(reasoning=False)
     recorded = await run(host_of, log, model, settings)
-    (note,) = of(events.SystemNoteAdded, recorded)
+    (note,) = of(run_events.SystemNoteAdded, recorded)
     assert note.reason == "recovery"
     if prompt == "recovery/tool_failure":
         (result,) = of(events.ToolResulted, recorded)
@@ -571,8 +573,8 @@ async def test_a_recovery_sends_its_prompt_and_the_run_goes_on(
         assert note.content == PROMPTS[prompt].strip()
     (_, after), *_ = model.asked["stg-1"][1:]
     assert after.messages[-1].content == f"[system] {note.content}"
-    assert of(events.OutputUpdated, recorded)[-1].text == ANSWER
-    assert of(events.RunCompleted, recorded)[0].output == ANSWER
+    assert of(run_events.OutputUpdated, recorded)[-1].text == ANSWER
+    assert of(run_events.RunCompleted, recorded)[0].output == ANSWER
     follow_the_policy(recorded, model.asked["stg-1"], settings)
 
 
@@ -586,7 +588,7 @@ async def test_a_recovery_sends_its_prompt_and_the_run_goes_on(
     ],
     ids=["empty", "asks_for_files", "tool_failure"],
 )
-@pytest.mark.parametrize("revision", [4, events.LATEST_REVISION])
+@pytest.mark.parametrize("revision", [4, run_events.LATEST_REVISION])
 async def test_past_its_recoveries_a_staged_run_fails(
     host_of: Any,
     log: Any,
@@ -605,17 +607,17 @@ async def test_past_its_recoveries_a_staged_run_fails(
     model = Model(act=[reply] * (limit + 1), tool_followup=[reply] * (limit + 1))
     settings = msgspec.structs.replace(staged(reasoning=False), revision=revision)
     recorded = await run(host_of, log, model, settings)
-    notes = of(events.SystemNoteAdded, recorded)
+    notes = of(run_events.SystemNoteAdded, recorded)
     taken = limit + before if revision >= 5 else limit
     assert Counter(n.reason for n in notes) == {"recovery": taken}
-    (failed,) = of(events.RunFailed, recorded)
+    (failed,) = of(run_events.RunFailed, recorded)
     where = f" in its {stage} stage" if revision >= 5 else ""
     assert failed.reason == (
         f"a staged run took {limit} recoveries and corrections{where}, and needed "
         f"another: {why}"
     )
-    assert of(events.AnswerDelivered, recorded) == []
-    assert of(events.RunCompleted, recorded) == []
+    assert of(run_events.AnswerDelivered, recorded) == []
+    assert of(run_events.RunCompleted, recorded) == []
     assert len(model.asked["stg-1"]) == taken + 1
 
 
@@ -631,8 +633,8 @@ async def test_a_staged_run_out_of_model_calls_fails_undelivered(
     settings = msgspec.structs.replace(staged(reasoning=False), max_iterations=2)
     recorded = await run(host_of, log, model, settings)
     assert len(model.asked["stg-1"]) == 2
-    assert of(events.RunCompleted, recorded) == []
-    (failed,) = of(events.RunFailed, recorded)
+    assert of(run_events.RunCompleted, recorded) == []
+    (failed,) = of(run_events.RunFailed, recorded)
     assert "max_iterations" in failed.reason and "2" in failed.reason
 
 
@@ -658,11 +660,13 @@ async def test_qa_s_trouble_never_takes_the_delivered_answer_back(
     model = Model(act=[Reply(tool_calls=(READ,))], qa_review=qa)
     settings = msgspec.structs.replace(staged(reasoning=False), **changes)
     recorded = await run(host_of, log, model, settings)
-    (delivered,) = of(events.AnswerDelivered, recorded)
-    assert of(events.RunFailed, recorded) == []
-    assert [e.output for e in of(events.RunCompleted, recorded)] == [delivered.output]
-    assert of(events.QaReported, recorded) == []
-    assert of(events.OutputUpdated, recorded[recorded.index(delivered) :]) == []
+    (delivered,) = of(run_events.AnswerDelivered, recorded)
+    assert of(run_events.RunFailed, recorded) == []
+    assert [e.output for e in of(run_events.RunCompleted, recorded)] == [
+        delivered.output
+    ]
+    assert of(run_events.QaReported, recorded) == []
+    assert of(run_events.OutputUpdated, recorded[recorded.index(delivered) :]) == []
 
 
 # -- the QA report, shown -----------------------------------------------------------

@@ -11,7 +11,9 @@ from typing import Any
 from support import act
 
 from steward import events, replay
-from steward.actors.session import session_stream
+from steward.actors.run import events as run_events
+from steward.actors.session import events as session_events
+from steward.actors.session.decider import session_stream
 from steward.clock import FakeClock
 from steward.effects.llm import ScriptedProvider
 
@@ -20,17 +22,17 @@ STREAM = session_stream(SESSION)
 HOUR = 3600.0
 
 
-def opening(clock: FakeClock) -> events.SessionOpened:
-    settings = events.SessionSettings(
-        run=events.RunSettings(planning_gate=False, tools=())
+def opening(clock: FakeClock) -> session_events.SessionOpened:
+    settings = session_events.SessionSettings(
+        run=run_events.RunSettings(planning_gate=False, tools=())
     )
-    return events.SessionOpened(
+    return session_events.SessionOpened(
         session_id=SESSION,
         channel="cli",
         chat_id="s",
         settings=settings,
         at=clock.now(),
-        revision=events.SESSION_REVISION,
+        revision=session_events.SESSION_REVISION,
     )
 
 
@@ -53,7 +55,7 @@ async def test_a_schedule_fires_under_the_next_host_as_a_subagent(
     model = ScriptedProvider([act(type="finish", output="Nothing new.")], per_run=True)
     first = await make_host(model)
     await first.submit(STREAM, opening(clock))
-    asked = events.ScheduleAsked(
+    asked = session_events.ScheduleAsked(
         request_id="q1",
         name="hourly",
         cron="0 * * * *",
@@ -61,7 +63,7 @@ async def test_a_schedule_fires_under_the_next_host_as_a_subagent(
         at=clock.now(),
     )
     assert await first.submit(STREAM, asked) is not None
-    [created] = await recorded(log, events.ScheduleCreated)
+    [created] = await recorded(log, session_events.ScheduleCreated)
     due = created.schedule.due
     assert 0 < due - clock.now() <= HOUR
     await first.stop()
@@ -70,11 +72,11 @@ async def test_a_schedule_fires_under_the_next_host_as_a_subagent(
     second = await make_host(model)
     clock.advance(due - clock.now() - 1)  # a second short of the hour: nothing
     assert await second.settle()  # a timer due would have fired and been recorded
-    assert await recorded(log, events.ScheduleFired) == []
+    assert await recorded(log, session_events.ScheduleFired) == []
     clock.advance(1)
-    [fired] = await until(log, events.ScheduleFired)
+    [fired] = await until(log, session_events.ScheduleFired)
     assert fired.name == "hourly"
-    [answered] = await until(log, events.SubagentAnswered)
+    [answered] = await until(log, session_events.SubagentAnswered)
     assert (answered.name, answered.text, answered.silent) == (
         "hourly",
         "Nothing new.",
@@ -89,14 +91,16 @@ async def test_a_debounce_armed_before_a_restart_starts_its_turn_after_it(
     model = ScriptedProvider([act(type="send_message", message="hi")], per_run=True)
     first = await make_host(model)
     await first.submit(STREAM, opening(clock))
-    message = events.MessageReceived(message_id="m1", text="hello", at=clock.now())
+    message = session_events.MessageReceived(
+        message_id="m1", text="hello", at=clock.now()
+    )
     assert await first.submit(STREAM, message) is not None
     await first.stop()  # inside the debounce window
 
     await make_host(model)
-    assert await recorded(log, events.TurnStarted) == []
-    clock.advance(events.SessionSettings().debounce_seconds)
-    [turn] = await until(log, events.TurnStarted)
+    assert await recorded(log, session_events.TurnStarted) == []
+    clock.advance(session_events.SessionSettings().debounce_seconds)
+    [turn] = await until(log, session_events.TurnStarted)
     assert turn.text == "hello"
-    [sent] = await until(log, events.ReplySent)
+    [sent] = await until(log, session_events.ReplySent)
     assert sent.text == "hi"

@@ -17,16 +17,16 @@ import pytest
 from support import PLAN, SPAWN_SCOUT, act
 
 from steward import cli
-from steward.bus import SqliteEventLog
-from steward.effects.tools import ToolContext, ToolRegistry
-from steward.events import (
+from steward.actors.session.events import (
     SESSION_REVISION,
-    Event,
     MessageReceived,
     SessionOpened,
-    ToolResulted,
 )
+from steward.bus import SqliteEventLog
+from steward.effects.tools import ToolContext, ToolRegistry
+from steward.events import Event, ToolResulted
 from steward.host import Host
+from steward.kinds import KINDS
 
 WRITER_REPLY = json.dumps(
     {
@@ -125,7 +125,7 @@ def test_a_compacted_chat_leaves_memory_the_views_show_and_rebuild_exactly(
 
 
 async def _first_event(path: Path, stream: str) -> Event:
-    log = await SqliteEventLog.open(path)
+    log = await SqliteEventLog.open(path, union=KINDS.union)
     try:
         return (await log.read(stream))[0].event
     finally:
@@ -226,7 +226,7 @@ def test_a_turn_sets_core_memory_and_searches_the_archive(
 
 
 async def _tool_results(path: Path, stream: str) -> list[ToolResulted]:
-    async with await SqliteEventLog.open(path) as log:
+    async with await SqliteEventLog.open(path, union=KINDS.union) as log:
         return [
             r.event for r in await log.read(stream) if isinstance(r.event, ToolResulted)
         ]
@@ -234,7 +234,9 @@ async def _tool_results(path: Path, stream: str) -> list[ToolResulted]:
 
 def test_the_memory_tools_outside_a_session_say_so(tmp_path: Path) -> None:
     async def call() -> str:
-        async with await SqliteEventLog.open(tmp_path / "log.db") as log:
+        async with await SqliteEventLog.open(
+            tmp_path / "log.db", union=KINDS.union
+        ) as log:
             ctx = ToolContext(
                 workspace=tmp_path, run_id="r1", stream="run.r1", actors=Host(log)
             )
@@ -269,7 +271,7 @@ def test_a_message_carries_what_its_sender_said_in_other_chats(
 
 
 async def _messages(path: Path) -> dict[str, MessageReceived]:
-    async with await SqliteEventLog.open(path) as log:
+    async with await SqliteEventLog.open(path, union=KINDS.union) as log:
         return {
             r.stream.removeprefix("session."): r.event
             for r in await log.read_all()
@@ -347,5 +349,5 @@ def test_a_direct_chat_answers_with_one_model_call(
 
 
 async def _streams(path: Path) -> list[str]:
-    async with await SqliteEventLog.open(path) as log:
+    async with await SqliteEventLog.open(path, union=KINDS.union) as log:
         return sorted(await log.streams(""))

@@ -16,7 +16,9 @@ import pytest
 from support import PLAN, act
 
 from steward import events
+from steward.actors.session import events as session_events
 from steward.bus import SqliteEventLog
+from steward.kinds import KINDS
 
 pytestmark = pytest.mark.slow
 
@@ -92,7 +94,7 @@ async def test_sigterm_during_a_model_call_lets_it_finish_and_records_its_reply(
         banner = await asyncio.to_thread(server.stdout.readline)
         assert b"steward serving" in banner, banner
         _send(tmp_path, "take your time")
-        log = await SqliteEventLog.open(tmp_path / "log.db")
+        log = await SqliteEventLog.open(tmp_path / "log.db", union=KINDS.union)
         try:
             await _in_the_slow_call(log)
             out, err = _stop(server, signal.SIGTERM)
@@ -111,9 +113,9 @@ async def test_sigterm_during_a_model_call_lets_it_finish_and_records_its_reply(
         if isinstance(r.event, events.LlmResponded)
     }
     assert last_ask[-1].request_id in answers  # recorded before the exit
-    assert [r.event.text for r in records if isinstance(r.event, events.ReplySent)] == [
-        "Slow answer."
-    ]
+    assert [
+        r.event.text for r in records if isinstance(r.event, session_events.ReplySent)
+    ] == ["Slow answer."]
 
 
 async def test_sigkill_during_a_debounce_window_loses_no_accepted_message(
@@ -129,23 +131,25 @@ async def test_sigkill_during_a_debounce_window_loses_no_accepted_message(
     finally:
         if server.poll() is None:
             server.kill()
-    log = await SqliteEventLog.open(tmp_path / "log.db")
+    log = await SqliteEventLog.open(tmp_path / "log.db", union=KINDS.union)
     try:
         taken = [r.event for r in await log.read_all()]
         assert [type(e) for e in taken[-2:]] == [
-            events.MessageReceived,
-            events.DebounceArmed,
+            session_events.MessageReceived,
+            session_events.DebounceArmed,
         ]
-        assert not any(isinstance(e, events.TurnStarted) for e in taken)
+        assert not any(isinstance(e, session_events.TurnStarted) for e in taken)
         again = _serve(tmp_path, STEWARD_SESSION_DEBOUNCE_MS="3000")
         try:
-            assert await _until(log, events.ReplySent, 20), "no reply after restart"
+            assert await _until(log, session_events.ReplySent, 20), (
+                "no reply after restart"
+            )
         finally:
             _stop(again, signal.SIGTERM)
         [turn] = [
             r.event
             for r in await log.read_all()
-            if isinstance(r.event, events.TurnStarted)
+            if isinstance(r.event, session_events.TurnStarted)
         ]
         assert turn.text == "remember me"
     finally:
@@ -179,7 +183,7 @@ async def test_sigterm_of_chat_during_a_model_call_prints_and_records_its_reply(
             if (tmp_path / "log.db").exists():
                 break
             await asyncio.sleep(0.02)
-        log = await SqliteEventLog.open(tmp_path / "log.db")
+        log = await SqliteEventLog.open(tmp_path / "log.db", union=KINDS.union)
         try:
             await _in_the_slow_call(log)
             out, err = _stop(chat, signal.SIGTERM)
@@ -191,6 +195,6 @@ async def test_sigterm_of_chat_during_a_model_call_prints_and_records_its_reply(
             chat.kill()
     assert chat.returncode == 130, err[-2000:]
     assert out.splitlines()[-1] == "Slow answer.", out
-    assert [r.event.text for r in records if isinstance(r.event, events.ReplySent)] == [
-        "Slow answer."
-    ]
+    assert [
+        r.event.text for r in records if isinstance(r.event, session_events.ReplySent)
+    ] == ["Slow answer."]

@@ -17,6 +17,14 @@ from unit import test_kind_contract as contract
 
 from steward import replay
 from steward.actors.prompt import Prompt
+from steward.actors.task.events import (
+    CallFinished,
+    SubtaskRefused,
+    SubtaskSpawned,
+    TaskCreated,
+    TaskLimits,
+    Template,
+)
 from steward.clock import FakeClock
 from steward.effects.llm import ScriptedProvider
 from steward.effects.llm.base import RequestInfo
@@ -29,14 +37,6 @@ from steward.events.protocol import (
     ToolRequested,
     ToolResulted,
     Usage,
-)
-from steward.events.task import (
-    CallFinished,
-    SubtaskRefused,
-    SubtaskSpawned,
-    TaskCreated,
-    TaskLimits,
-    Template,
 )
 from steward.kinds import KINDS
 

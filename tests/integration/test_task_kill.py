@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from steward import replay
+from steward.actors.task.events import CallFinished, TaskCompleted
 from steward.bus import SqliteEventLog
 from steward.events import LlmRequested, LlmResponded
-from steward.events.task import CallFinished, TaskCompleted
+from steward.kinds import KINDS
 
 pytestmark = pytest.mark.slow
 
@@ -90,7 +91,7 @@ async def test_a_sigkill_between_two_calls_resumes_without_calling_the_first_aga
             if (tmp_path / "log.db").exists():
                 break
             await asyncio.sleep(0.05)
-        log = await SqliteEventLog.open(tmp_path / "log.db")
+        log = await SqliteEventLog.open(tmp_path / "log.db", union=KINDS.union)
         await _until(log, "task.t1", LlmRequested, 2)  # call 2 asked, 3 s to go
         runner.kill()
         runner.communicate()
@@ -122,7 +123,7 @@ async def test_a_fork_between_two_calls_continues_from_there(tmp_path: Path) -> 
     run = _steward(tmp_path, "task", "run", "prog.sexp", "--id", "t1")
     out, err = await asyncio.to_thread(run.communicate, timeout=60)
     assert run.returncode == 0, err.decode()[-2000:]
-    log = await SqliteEventLog.open(tmp_path / "log.db")
+    log = await SqliteEventLog.open(tmp_path / "log.db", union=KINDS.union)
     try:
         records = await log.read("task.t1")
     finally:
@@ -139,7 +140,7 @@ async def test_a_fork_between_two_calls_continues_from_there(tmp_path: Path) -> 
     forked = out.decode().splitlines()[0].split()[-1]
     assert forked.startswith("task.t1-fork"), out
     serve = _steward(tmp_path, "serve")
-    log = await SqliteEventLog.open(tmp_path / "log.db")
+    log = await SqliteEventLog.open(tmp_path / "log.db", union=KINDS.union)
     try:
         await _until(log, forked, TaskCompleted)
         copy = await log.read(forked)

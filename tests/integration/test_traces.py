@@ -21,8 +21,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
 )
 from support import act
 
-from steward import events
-from steward.actors.run_effects import run_stream
+from steward.actors.run import events as run_events
+from steward.actors.run.reactor import run_stream
 from steward.bus import JetStreamEventLog
 from steward.bus.jetstream.inputs import Inputs
 from steward.bus.jetstream.members import Membership, until_shared
@@ -30,10 +30,11 @@ from steward.effects.llm import ScriptedProvider
 from steward.effects.tools import ToolRegistry
 from steward.host import Host
 from steward.host.traces import Traces
+from steward.kinds import KINDS
 
 pytestmark = pytest.mark.slow
 
-SETTINGS = events.RunSettings(
+SETTINGS = run_events.RunSettings(
     tools=ToolRegistry.with_builtins().specs(), planning_gate=False
 )
 
@@ -58,7 +59,9 @@ async def workers(nats: NatsServer, tmp_path: Any) -> AsyncIterator[tuple[Any, .
     async with AsyncExitStack() as stack:
         hosts = []
         for n in (1, 2):
-            log = await JetStreamEventLog.open(nats.url, stream="T", prefix="t")
+            log = await JetStreamEventLog.open(
+                nats.url, stream="T", prefix="t", union=KINDS.union
+            )
             stack.push_async_callback(log.close)
             workspace = tmp_path / f"w{n}"
             workspace.mkdir()
@@ -85,7 +88,7 @@ async def test_a_run_with_a_subagent_across_two_workers_is_one_trace(
 ) -> None:
     hosts, exporter, traces = workers
     starter = Host(hosts[0].log)
-    created = events.RunCreated(run_id="r1", input_text="go", settings=SETTINGS)
+    created = run_events.RunCreated(run_id="r1", input_text="go", settings=SETTINGS)
     await starter.submit(run_stream("r1"), created)
     for _ in range(600):
         state, _ = await hosts[0].state(run_stream("r1"))

@@ -28,10 +28,12 @@ from nats_server import NatsServer
 from support import create_runs, stop_all, worker_process
 
 from steward import events, replay
-from steward.actors import run as run_actor
-from steward.actors.run_effects import run_stream
+from steward.actors.run import decider as run_actor
+from steward.actors.run import events as run_events
+from steward.actors.run.reactor import run_stream
 from steward.bus import JetStreamEventLog
 from steward.bus.jetstream.members import Membership, until_shared
+from steward.kinds import KINDS
 
 pytestmark = pytest.mark.slow
 
@@ -143,7 +145,7 @@ async def test_workers_survive_the_loss_of_every_leader(tmp_path: Path) -> None:
                 sleeps = [
                     r.event.timer_id
                     for r in records
-                    if isinstance(r.event, events.RunSlept)
+                    if isinstance(r.event, run_events.RunSlept)
                 ]
                 assert wakes == sleeps, stream
                 assert replay.verify(records) is None, stream
@@ -183,7 +185,9 @@ async def test_a_member_whose_heartbeat_is_stuck_lets_go_within_its_lease(
     its stuck heartbeat waits; once the server answers again, it takes them
     back."""
     lease = 4.0
-    log = await JetStreamEventLog.open(nats.url, stream="STUCK", prefix="stuck")
+    log = await JetStreamEventLog.open(
+        nats.url, stream="STUCK", prefix="stuck", union=KINDS.union
+    )
     told: list[frozenset[int]] = []
 
     async def hold(held: frozenset[int]) -> None:

@@ -18,20 +18,24 @@ from nats_server import NatsServer
 from support import act
 
 from steward import events
-from steward.actors.run_effects import run_stream
+from steward.actors.run import events as run_events
+from steward.actors.run.reactor import run_stream
 from steward.bus import JetStreamEventLog
 from steward.effects.llm import ScriptedProvider
 from steward.effects.llm.scripted import Reply
 from steward.effects.tools import ToolRegistry
 from steward.host import Host
+from steward.kinds import KINDS
 from steward.metrics import HOST as METRICS
 from steward.projections.store import Projector
 
-SETTINGS = events.RunSettings(tools=ToolRegistry.with_builtins().specs())
+SETTINGS = run_events.RunSettings(tools=ToolRegistry.with_builtins().specs())
 
 
 async def _open(server: NatsServer, name: str) -> JetStreamEventLog:
-    return await JetStreamEventLog.open(server.url, stream=name, prefix=name.lower())
+    return await JetStreamEventLog.open(
+        server.url, stream=name, prefix=name.lower(), union=KINDS.union
+    )
 
 
 async def _pending_request(log: JetStreamEventLog, run_id: str) -> str:
@@ -63,7 +67,7 @@ async def test_of_two_claims_on_one_call_exactly_one_is_recorded(
     for run_id in runs:
         await a.submit(
             run_stream(run_id),
-            events.RunCreated(run_id=run_id, input_text="go", settings=SETTINGS),
+            run_events.RunCreated(run_id=run_id, input_text="go", settings=SETTINGS),
         )
     for run_id in runs:  # both workers know the run before they race
         await b.state(run_stream(run_id))
@@ -96,7 +100,7 @@ async def test_the_loser_of_a_version_retries_on_the_new_state(
     a, b, log = two_workers
     stream = run_stream("r1")
     await a.submit(
-        stream, events.RunCreated(run_id="r1", input_text="go", settings=SETTINGS)
+        stream, run_events.RunCreated(run_id="r1", input_text="go", settings=SETTINGS)
     )
     _, seen_by_b = await b.state(stream)  # b caches the run at this version
     request_id = await _pending_request(log, "r1")
@@ -146,11 +150,13 @@ async def test_a_claim_is_renewed_while_its_call_runs(
             hosts.append((host, projector, provider))
         stream = run_stream("slow")
         settings = msgspec.structs.replace(SETTINGS, planning_gate=False)
-        created = events.RunCreated(run_id="slow", input_text="go", settings=settings)
+        created = run_events.RunCreated(
+            run_id="slow", input_text="go", settings=settings
+        )
         await hosts[0][0].submit(stream, created)
         for _ in range(300):
             records = await logs[1].read(stream)
-            if isinstance(records[-1].event, events.RunCompleted):
+            if isinstance(records[-1].event, run_events.RunCompleted):
                 break
             await asyncio.sleep(0.05)
         await asyncio.sleep(0.5)  # a renewal after the call would land by now
@@ -161,7 +167,7 @@ async def test_a_claim_is_renewed_while_its_call_runs(
             await projector.close()
         for log in logs:
             await log.close()
-    assert isinstance(records[-1].event, events.RunCompleted)
+    assert isinstance(records[-1].event, run_events.RunCompleted)
     assert sum(provider.used for _, _, provider in hosts) == 1
     claims = [r.event for r in records if isinstance(r.event, events.EffectClaimed)]
     assert len({c.worker for c in claims}) == 1, claims

@@ -14,7 +14,9 @@ from nats_server import NatsServer
 from support import act
 
 from steward import events, replay
-from steward.actors.run_effects import run_stream
+from steward.actors.run import events as run_events
+from steward.actors.run.reactor import run_stream
+from steward.actors.session import events as session_events
 from steward.bus import JetStreamEventLog
 from steward.bus.jetstream.checkpoints import Checkpoints
 from steward.bus.jetstream.inputs import Inputs
@@ -24,17 +26,20 @@ from steward.effects.llm import ScriptedProvider
 from steward.effects.tools import ToolRegistry
 from steward.errors import LogReadError, StewardError
 from steward.host import Host
+from steward.kinds import KINDS
 
 pytestmark = pytest.mark.slow
 
-SETTINGS = events.RunSettings(
+SETTINGS = run_events.RunSettings(
     tools=ToolRegistry.with_builtins().specs(), planning_gate=False
 )
 LEASE = 5.0  # heartbeats of four workers in one busy process may lag
 
 
 async def _open(server: NatsServer, name: str) -> JetStreamEventLog:
-    return await JetStreamEventLog.open(server.url, stream=name, prefix=name.lower())
+    return await JetStreamEventLog.open(
+        server.url, stream=name, prefix=name.lower(), union=KINDS.union
+    )
 
 
 FINISH = [act(type="finish", output="done")]
@@ -71,7 +76,7 @@ async def _start(log: JetStreamEventLog, runs: range) -> None:
             *(
                 starter.submit(
                     run_stream(f"r{n}"),
-                    events.RunCreated(
+                    run_events.RunCreated(
                         run_id=f"r{n}", input_text="go", settings=SETTINGS
                     ),
                 )
@@ -87,8 +92,8 @@ async def _completed(log: JetStreamEventLog, runs: int, timeout: float) -> int:
 
     async def watch() -> None:
         async for rec in log.subscribe():
-            if isinstance(rec.event, events.RunCompleted | events.RunFailed):
-                ended[rec.stream] = isinstance(rec.event, events.RunCompleted)
+            if isinstance(rec.event, run_events.RunCompleted | run_events.RunFailed):
+                ended[rec.stream] = isinstance(rec.event, run_events.RunCompleted)
                 if len(ended) == runs:
                     return
 
@@ -170,7 +175,7 @@ async def test_a_workers_tools_read_the_projections_through_serve(
     them when no serve answers."""
     log = await _open(nats_server, "SHARES_READS")
     asked: list[tuple[str, str, int]] = []
-    other = events.Elsewhere(session_id="web:b", role="message", text="tea?")
+    other = session_events.Elsewhere(session_id="web:b", role="message", text="tea?")
 
     class Projections:
         async def search_memory(self, session_id: str, query: str, limit: int) -> Any:
@@ -249,7 +254,7 @@ async def test_an_input_for_another_share_is_decided_by_its_holder(
             other = next(
                 f"r{n}" for n in range(100) if log.partition_of(f"run.r{n}") not in held
             )
-            created = events.RunCreated(
+            created = run_events.RunCreated(
                 run_id=other, input_text="go", settings=SETTINGS
             )
             assert await a.submit(run_stream(other), created) is not None
@@ -268,7 +273,7 @@ async def test_an_input_nobody_holds_is_decided_by_its_sender(
     decides the input itself."""
     log = await _open(nats_server, "SHARES_NOBODY")
     try:
-        created = events.RunCreated(run_id="n1", input_text="go", settings=SETTINGS)
+        created = run_events.RunCreated(run_id="n1", input_text="go", settings=SETTINGS)
         assert (
             await Inputs(log, timeout=5).send(run_stream("n1"), created, None) is False
         )
@@ -300,7 +305,7 @@ async def test_a_takeover_reads_from_what_the_last_holder_saved(
             await _start(log, range(300, 320))
             slept: set[str] = set()
             async for rec in log.subscribe():
-                if isinstance(rec.event, events.RunSlept):
+                if isinstance(rec.event, run_events.RunSlept):
                     slept.add(rec.stream)
                     if len(slept) == 20:
                         break

@@ -19,10 +19,12 @@ from nats_server import NatsServer
 from support import create_runs, stop_all, worker_process
 
 from steward import events, replay
-from steward.actors import run as run_actor
-from steward.actors.run_effects import run_stream
+from steward.actors.run import decider as run_actor
+from steward.actors.run import events as run_events
+from steward.actors.run.reactor import run_stream
 from steward.bus import JetStreamEventLog, open_log
 from steward.bus.jetstream.members import until_shared
+from steward.kinds import KINDS
 
 pytestmark = pytest.mark.slow
 
@@ -68,7 +70,7 @@ async def test_workers_share_runs_and_survive_a_sigkill(
     url = f"{server.url}?stream=WORK&prefix=work.ev"
     _script(tmp_path / "script.json")
     workers = [worker_process(tmp_path, url, n) for n in range(3)]
-    log = await open_log(url)
+    log = await open_log(url, union=KINDS.union)
     assert isinstance(log, JetStreamEventLog)
     try:
         await until_shared(log, 3, timeout=30)
@@ -115,7 +117,7 @@ async def test_workers_share_runs_and_survive_a_sigkill(
             sleeps = [
                 r.event.timer_id
                 for r in records
-                if isinstance(r.event, events.RunSlept)
+                if isinstance(r.event, run_events.RunSlept)
             ]
             assert wakes == sleeps, stream  # every timer fired exactly once
             assert set(answers) == set(requests), stream

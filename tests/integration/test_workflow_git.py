@@ -23,10 +23,11 @@ from typing import Any
 import pytest
 
 from steward import cli
+from steward.actors.run.events import RunCreated
+from steward.actors.workflow.definition import load_definition, worktree
 from steward.bus import SqliteEventLog
 from steward.config import load_settings
-from steward.events import RunCreated
-from steward.workflows import load_definition, worktree
+from steward.kinds import KINDS
 
 GIT = shutil.which("git") or ""  # found before the tests narrow PATH
 if not GIT:
@@ -134,7 +135,7 @@ def streams(db: Path, prefix: str) -> list[str]:
         return []
 
     async def read() -> list[str]:
-        async with await SqliteEventLog.open(db) as log:
+        async with await SqliteEventLog.open(db, union=KINDS.union) as log:
             return await log.streams(prefix)
 
     return asyncio.run(read())
@@ -142,7 +143,7 @@ def streams(db: Path, prefix: str) -> list[str]:
 
 def run_created(db: Path, run_id: str) -> RunCreated:
     async def read() -> RunCreated:
-        async with await SqliteEventLog.open(db) as log:
+        async with await SqliteEventLog.open(db, union=KINDS.union) as log:
             first = (await log.read(f"run.{run_id}"))[0].event
         assert isinstance(first, RunCreated)
         return first

@@ -23,19 +23,20 @@ from support import children_started
 from workflow_files import EXAMPLE, SCRIPT
 
 from steward import cli, events, replay
-from steward.actors import workflow as wf
 from steward.actors.prompt import Prompt
-from steward.actors.run import run_stream
-from steward.actors.workflow import workflow_stream
+from steward.actors.run.decider import run_stream
+from steward.actors.run.events import LATEST_REVISION, RunSettings
+from steward.actors.workflow import decider as wf
+from steward.actors.workflow import events as workflow_events
+from steward.actors.workflow.decider import workflow_stream
+from steward.actors.workflow.events import EdgeDef, NodeDef, WorkflowDef
+from steward.actors.workflow.projection import WORKFLOWS
 from steward.bus import SqliteEventLog
 from steward.effects.llm import Reply, ReplyError, RequestInfo, ScriptedProvider
 from steward.effects.tools import ToolRegistry
-from steward.events.run import LATEST_REVISION, RunSettings
-from steward.events.workflow import EdgeDef, NodeDef, WorkflowDef
 from steward.host import Host
-from steward.kinds import kind_of
+from steward.kinds import KINDS, kind_of
 from steward.projections.store import Projector
-from steward.projections.workflows import WORKFLOWS
 
 ROOT = Path(__file__).parent.parent.parent
 TERMINAL = {"completed", "failed", "cancelled"}
@@ -107,7 +108,7 @@ def _player(plays: list[Any]) -> Any:
 
 
 async def _play(db: Path, defn: WorkflowDef, plays: list[Any]) -> None:
-    log = await SqliteEventLog.open(db)
+    log = await SqliteEventLog.open(db, union=KINDS.union)
     host = Host(
         log,
         provider=ScriptedProvider(_player(plays)),
@@ -117,7 +118,7 @@ async def _play(db: Path, defn: WorkflowDef, plays: list[Any]) -> None:
     await host.start()
     stream = workflow_stream("wf")
     try:
-        created = events.WorkflowCreated(workflow_id="wf", definition=defn)
+        created = workflow_events.WorkflowCreated(workflow_id="wf", definition=defn)
         assert await host.submit(stream, created) is not None
         deadline = asyncio.get_running_loop().time() + 20
         cancelled = False
@@ -128,7 +129,7 @@ async def _play(db: Path, defn: WorkflowDef, plays: list[Any]) -> None:
             if state.status in TERMINAL and all(r.status in TERMINAL for r in live):
                 break
             if state.runs > MAX_PHASES and not cancelled:  # a loop with no end
-                cancel = events.WorkflowCancelRequested(reason="long enough")
+                cancel = workflow_events.WorkflowCancelRequested(reason="long enough")
                 cancelled = await host.submit(stream, cancel) is not None
             assert asyncio.get_running_loop().time() < deadline, state
             await asyncio.sleep(0.01)
@@ -258,7 +259,7 @@ async def test_the_golden_workflows_project_as_alphreds_tables(tmp_path: Path) -
     row per attempt (unique), a routing decision and an artifact per
     completed phase, one diagnostics row per attempt that ended for good."""
     lines = (ROOT / "tests" / "golden" / "workflow.jsonl").read_bytes().splitlines()
-    records = [events.recorded_from_json(line) for line in lines]
+    records = [events.recorded_from_json(line, union=KINDS.union) for line in lines]
     tables = await _projected(records, tmp_path / "views.db")
     runs = {r[0]: (r[7], r[9]) for r in tables["workflow_runs"]}
     assert runs == {
@@ -355,12 +356,12 @@ async def test_routing_decisions_hold_the_outcomes_routing_read(
         stream=run_stream(""), status="completed", output="r"
     )
     says = msgspec.structs.replace(nothing, metadata={"routingDecision": "approved"})
-    revision = events.WORKFLOW_REVISION
+    revision = workflow_events.WORKFLOW_REVISION
     records = [
         *_decided(
             "g",
             [
-                events.WorkflowCreated(
+                workflow_events.WorkflowCreated(
                     workflow_id="g", definition=guarded, revision=revision
                 ),
                 nothing,
@@ -370,7 +371,7 @@ async def test_routing_decisions_hold_the_outcomes_routing_read(
         *_decided(
             "c",
             [
-                events.WorkflowCreated(
+                workflow_events.WorkflowCreated(
                     workflow_id="c", definition=chain, revision=revision
                 ),
                 says,
@@ -378,7 +379,7 @@ async def test_routing_decisions_hold_the_outcomes_routing_read(
             ],
         ),
     ]
-    assert isinstance(records[-1].event, events.WorkflowCompleted)
+    assert isinstance(records[-1].event, workflow_events.WorkflowCompleted)
     rows = (await _projected(records, tmp_path / "views.db"))["routing_decisions"]
     assert [(r[0], r[1], r[2], r[4], r[5]) for r in rows] == [
         ("c", "a", 1, "approved", "routingDecision"),
@@ -398,7 +399,9 @@ def test_a_phase_in_flight_when_its_workflow_is_cancelled_shows_cancelled(
     defn = WorkflowDef(key="k", version=1, nodes=(node,))
 
     async def record(*inputs: events.Event) -> None:
-        async with await SqliteEventLog.open(tmp_path / "log.db") as log:
+        async with await SqliteEventLog.open(
+            tmp_path / "log.db", union=KINDS.union
+        ) as log:
             host = Host(log)  # records, starts nothing (no host routes it)
             for input in inputs:
                 assert await host.submit(workflow_stream("w"), input) is not None
@@ -411,10 +414,10 @@ def test_a_phase_in_flight_when_its_workflow_is_cancelled_shows_cancelled(
         capsys.readouterr()
         return row[:3], _tables(tmp_path / "log.db")["run_nodes"]
 
-    opening = events.WorkflowCreated(
-        workflow_id="w", definition=defn, revision=events.WORKFLOW_REVISION
+    opening = workflow_events.WorkflowCreated(
+        workflow_id="w", definition=defn, revision=workflow_events.WORKFLOW_REVISION
     )
-    asyncio.run(record(opening, events.WorkflowCancelRequested(reason="no")))
+    asyncio.run(record(opening, workflow_events.WorkflowCancelRequested(reason="no")))
     row, nodes = phase_status()
     assert row == ["design", "#1", "cancelled"]
     assert [(r[2], r[4]) for r in nodes] == [("design", "cancelled")]
@@ -458,11 +461,13 @@ def test_a_node_talks_to_its_providers_table(
     assert "completed" in lines
 
     async def reports() -> list[str]:
-        async with await SqliteEventLog.open(tmp_path / "log.db") as log:
+        async with await SqliteEventLog.open(
+            tmp_path / "log.db", union=KINDS.union
+        ) as log:
             return [
                 r.event.report
                 for r in await log.read("workflow.w")
-                if isinstance(r.event, events.PhaseCompleted)
+                if isinstance(r.event, workflow_events.PhaseCompleted)
             ]
 
     assert asyncio.run(reports()) == ["from other", "from default"]
@@ -502,15 +507,17 @@ def test_a_native_phase_routes_on_its_finish_tools_metadata(
     capsys.readouterr()
 
     async def recorded() -> list[events.Event]:
-        async with await SqliteEventLog.open(tmp_path / "log.db") as log:
+        async with await SqliteEventLog.open(
+            tmp_path / "log.db", union=KINDS.union
+        ) as log:
             return [r.event for r in await log.read("workflow.w")]
 
     log = asyncio.run(recorded())
-    started = [e.node for e in log if isinstance(e, events.PhaseStarted)]
+    started = [e.node for e in log if isinstance(e, workflow_events.PhaseStarted)]
     assert started == ["review", "ship"]
-    [review] = [e for e in log if isinstance(e, events.PhaseCompleted)][:1]
+    [review] = [e for e in log if isinstance(e, workflow_events.PhaseCompleted)][:1]
     assert (review.report, review.decision) == ("Looks right.", "approved")
-    assert isinstance(log[-1], events.WorkflowCompleted)
+    assert isinstance(log[-1], workflow_events.WorkflowCompleted)
 
 
 def test_a_workflow_run_forks_under_its_own_ids(
@@ -526,22 +533,27 @@ def test_a_workflow_run_forks_under_its_own_ids(
     capsys.readouterr()
 
     async def records(stream: str) -> list[events.Recorded]:
-        async with await SqliteEventLog.open(tmp_path / "log.db") as log:
+        async with await SqliteEventLog.open(
+            tmp_path / "log.db", union=KINDS.union
+        ) as log:
             return await log.read(stream)
 
     original = asyncio.run(records("workflow.w"))
     at = next(
         r.version
         for r in original
-        if isinstance(r.event, events.PhaseStarted) and r.event.attempt == 2
+        if isinstance(r.event, workflow_events.PhaseStarted) and r.event.attempt == 2
     )
     assert cli.main(["--db", "log.db", "fork", "workflow.w", "--at", str(at)]) == 0
     forked = capsys.readouterr().out.splitlines()[0].split()[-1]
     copy = asyncio.run(records(forked))
     first, last = copy[0].event, copy[-1].event
     new_id = forked.removeprefix("workflow.")
-    assert isinstance(first, events.WorkflowCreated) and first.workflow_id == new_id
-    assert isinstance(last, events.PhaseStarted)
+    assert (
+        isinstance(first, workflow_events.WorkflowCreated)
+        and first.workflow_id == new_id
+    )
+    assert isinstance(last, workflow_events.PhaseStarted)
     assert (last.node, last.run_id) == ("implement", f"{new_id}:implement:4")
     assert replay.verify(copy) is None
     # only the phase in flight starts, by a running host or a later one; the
@@ -562,10 +574,10 @@ async def test_an_attempt_failed_while_paused_then_cancelled_has_diagnostics(
         stream=run_stream("w-a-1"), status="failed", output="boom"
     )
     for input in (
-        events.WorkflowCreated(workflow_id="w", definition=defn),
-        events.WorkflowPauseRequested(),
+        workflow_events.WorkflowCreated(workflow_id="w", definition=defn),
+        workflow_events.WorkflowPauseRequested(),
         msgspec.structs.replace(failed, at=2.0),
-        events.WorkflowCancelRequested(),
+        workflow_events.WorkflowCancelRequested(),
     ):
         decided = wf.decide(input, state)
         assert decided is not None, input

@@ -15,7 +15,10 @@ from pathlib import Path
 import pytest
 
 from steward import events, replay
+from steward.actors.run import events as run_events
+from steward.actors.workflow import events as workflow_events
 from steward.bus import SqliteEventLog
+from steward.kinds import KINDS
 
 pytestmark = pytest.mark.slow
 
@@ -97,14 +100,14 @@ async def test_a_sigkill_during_a_phase_resumes_the_workflow_where_it_was(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
-        log = await SqliteEventLog.open(tmp_path / "log.db")
+        log = await SqliteEventLog.open(tmp_path / "log.db", union=KINDS.union)
         try:
             assert await _asked(log, "run.wf-kill:design:1", 30)
             await asyncio.sleep(0.5)  # the 3 s model call is under way
             first.kill()
             first.communicate()
             assert not any(
-                isinstance(r.event, events.RunCompleted)
+                isinstance(r.event, run_events.RunCompleted)
                 for r in await log.read("run.wf-kill:design:1")
             )
             second = _serve(tmp_path)  # takes the log over and resumes
@@ -125,9 +128,11 @@ async def test_a_sigkill_during_a_phase_resumes_the_workflow_where_it_was(
                     process.kill()
                     process.communicate()
     kinds = [type(r.event) for r in workflow]
-    assert kinds.count(events.TransitionTaken) == 1
-    assert kinds.count(events.PhaseStarted) == 2  # design, implement: no phase again
-    assert kinds[-1] is events.WorkflowCompleted
-    assert [type(r.event) for r in design].count(events.RunCompleted) == 1
+    assert kinds.count(workflow_events.TransitionTaken) == 1
+    assert (
+        kinds.count(workflow_events.PhaseStarted) == 2
+    )  # design, implement: no phase again
+    assert kinds[-1] is workflow_events.WorkflowCompleted
+    assert [type(r.event) for r in design].count(run_events.RunCompleted) == 1
     assert replay.verify(workflow) is None
     assert replay.verify(design) is None

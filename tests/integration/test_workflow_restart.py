@@ -14,16 +14,16 @@ from typing import Any
 from support import act
 
 from steward import events
-from steward.actors.run_effects import run_stream
-from steward.actors.workflow import workflow_stream
+from steward.actors.run.events import LATEST_REVISION, RunSettings
+from steward.actors.run.reactor import run_stream
+from steward.actors.workflow import events as workflow_events
+from steward.actors.workflow.decider import workflow_stream
+from steward.actors.workflow.definition import created
+from steward.actors.workflow.events import WORKFLOW_REVISION, NodeDef, WorkflowDef
 from steward.clock import FakeClock
 from steward.config import Settings
 from steward.effects.llm import Reply, ScriptedProvider
-from steward.events import WORKFLOW_REVISION
-from steward.events.run import LATEST_REVISION, RunSettings
-from steward.events.workflow import NodeDef, WorkflowDef
 from steward.host import Host
-from steward.workflows import created
 
 TIMEOUT = 10.0
 
@@ -64,10 +64,10 @@ async def test_a_cancel_its_host_died_before_delivering_reaches_the_phase(
 
     # the cancel is recorded by a host that routes nothing (as one that died
     # right after its commit)
-    cancel = events.WorkflowCancelRequested(reason="not needed")
+    cancel = workflow_events.WorkflowCancelRequested(reason="not needed")
     await Host(log, clock=clock).submit(stream, cancel)
     cancelled = (await log.read(stream))[-1].event
-    assert cancelled == events.WorkflowCancelled(
+    assert cancelled == workflow_events.WorkflowCancelled(
         reason="not needed", phase_run_id="w:design:1"
     )
 

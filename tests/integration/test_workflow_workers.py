@@ -16,13 +16,16 @@ from nats_server import NatsServer
 from support import steward_process, stop_all
 
 from steward import events, replay
-from steward.actors.workflow import workflow_stream
+from steward.actors.run import events as run_events
+from steward.actors.workflow import events as workflow_events
+from steward.actors.workflow.decider import workflow_stream
+from steward.actors.workflow.definition import created
 from steward.bus import JetStreamEventLog, open_log
 from steward.bus.jetstream.members import until_shared
 from steward.config import load_settings
 from steward.effects.tools import ToolRegistry
 from steward.host import Host
-from steward.workflows import created
+from steward.kinds import KINDS
 
 pytestmark = pytest.mark.slow
 
@@ -30,22 +33,26 @@ WORKFLOWS = 12
 CHAIN = ("plan", "build", "check")
 
 
-def _definition() -> events.WorkflowDef:
+def _definition() -> workflow_events.WorkflowDef:
     nodes = tuple(
-        events.NodeDef(key=k, provider="default", prompt=f"{k} it") for k in CHAIN
+        workflow_events.NodeDef(key=k, provider="default", prompt=f"{k} it")
+        for k in CHAIN
     )
     edges = tuple(
-        events.EdgeDef(source=a, target=b, priority=1, auto=True)
+        workflow_events.EdgeDef(source=a, target=b, priority=1, auto=True)
         for a, b in zip(CHAIN, CHAIN[1:], strict=False)
     )
-    return events.WorkflowDef(key="chain", version=1, nodes=nodes, edges=edges)
+    return workflow_events.WorkflowDef(key="chain", version=1, nodes=nodes, edges=edges)
 
 
 async def _ended(log: JetStreamEventLog) -> int:
     ends = 0
     for stream in await log.streams("workflow."):
         kinds = [type(r.event) for r in await log.read(stream)]
-        ends += events.WorkflowCompleted in kinds or events.WorkflowFailed in kinds
+        ends += (
+            workflow_events.WorkflowCompleted in kinds
+            or workflow_events.WorkflowFailed in kinds
+        )
     return ends
 
 
@@ -75,7 +82,7 @@ async def test_two_workers_share_the_phases_of_workflow_runs(tmp_path: Path) -> 
         )
         for n in range(2)
     ]
-    log = await open_log(url)
+    log = await open_log(url, union=KINDS.union)
     assert isinstance(log, JetStreamEventLog)
     try:
         await until_shared(log, 2, timeout=30)
@@ -107,14 +114,16 @@ async def test_two_workers_share_the_phases_of_workflow_runs(tmp_path: Path) -> 
         for stream in await log.streams("workflow."):
             records = await log.read(stream)
             kinds = [type(r.event) for r in records]
-            assert kinds[-1] is events.WorkflowCompleted, (stream, kinds)
-            assert kinds.count(events.PhaseStarted) == len(CHAIN), stream
-            assert kinds.count(events.TransitionTaken) == len(CHAIN) - 1, stream
+            assert kinds[-1] is workflow_events.WorkflowCompleted, (stream, kinds)
+            assert kinds.count(workflow_events.PhaseStarted) == len(CHAIN), stream
+            assert kinds.count(workflow_events.TransitionTaken) == len(CHAIN) - 1, (
+                stream
+            )
             assert replay.verify(records) is None, stream
         for stream in await log.streams("run."):
             records = await log.read(stream)
             kinds = [type(r.event) for r in records]
-            assert kinds.count(events.RunCompleted) == 1, stream
+            assert kinds.count(run_events.RunCompleted) == 1, stream
             assert kinds.count(events.LlmResponded) == 1, stream
             assert replay.verify(records) is None, stream
             for r in records:

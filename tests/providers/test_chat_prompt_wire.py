@@ -25,7 +25,9 @@ from fake_api import FakeAPI, Reply, Request, sse_reply
 from wire import hosted, system_of, text_of
 
 from steward import cli, events, replay
-from steward.actors.session import session_stream
+from steward.actors.run import events as run_events
+from steward.actors.session import events as session_events
+from steward.actors.session.decider import session_stream
 from steward.clock import FakeClock
 from steward.effects.tools import ToolRegistry
 from steward.host import Host
@@ -91,33 +93,33 @@ class Chat:
     messages: int = 0
 
     async def open(self, **settings: Any) -> None:
-        run = events.RunSettings(
+        run = run_events.RunSettings(
             planning_gate=False, tools=ToolRegistry.with_builtins(session=True).specs()
         )
-        opened = events.SessionOpened(
+        opened = session_events.SessionOpened(
             session_id=SESSION,
             channel="cli",
             chat_id="wire",
-            settings=events.SessionSettings(run=run, **settings),
+            settings=session_events.SessionSettings(run=run, **settings),
             at=self.clock.now(),
-            revision=events.SESSION_REVISION,
+            revision=session_events.SESSION_REVISION,
         )
         assert await self.host.submit(STREAM, opened) is not None
 
     async def send(self, text: str) -> None:
         self.messages += 1
-        received = events.MessageReceived(
+        received = session_events.MessageReceived(
             message_id=f"m{self.messages}", text=text, at=self.clock.now()
         )
         assert await self.host.submit(STREAM, received) is not None
 
     async def turn(self, *texts: str) -> str:
         """Send ``texts`` inside one debounce window; the turn's reply."""
-        replies = len(await self.recorded(events.ReplySent))
+        replies = len(await self.recorded(session_events.ReplySent))
         for text in texts:
             await self.send(text)
-        self.clock.advance(events.SessionSettings().debounce_seconds)
-        sent = await self.until(events.ReplySent, replies + 1)
+        self.clock.advance(session_events.SessionSettings().debounce_seconds)
+        sent = await self.until(session_events.ReplySent, replies + 1)
         return str(sent[-1].text)
 
     async def recorded(self, kind: type[events.Event]) -> list[Any]:
@@ -199,8 +201,8 @@ async def test_after_a_compaction_the_window_starts_with_a_question(
     texts = [f"message {n}" for n in range(1, 7)]
     for text in texts:
         await chat.turn(text)
-    assert await chat.recorded(events.ContextCompacted)
-    assert await chat.until(events.MemoryWritten)
+    assert await chat.recorded(session_events.ContextCompacted)
+    assert await chat.until(session_events.MemoryWritten)
     for text, request in zip(texts, chat.model.asked, strict=True):
         assert last_user(request) == text
         assert said(request)[0][0] == "user", said(request)
@@ -213,7 +215,7 @@ async def test_a_subagent_is_asked_its_task(chat: Chat) -> None:
     await chat.open()
     await chat.turn("hello")
     assert await chat.turn("spawn: Count the open issues.") == "spawned"
-    [answered] = await chat.until(events.SubagentAnswered)
+    [answered] = await chat.until(session_events.SubagentAnswered)
     assert answered.text == "re: Count the open issues."
     (asked,) = [r for r in chat.model.asked if "Count" in last_user(r)[:5]]
     assert last_user(asked) == "Count the open issues."
@@ -222,7 +224,7 @@ async def test_a_subagent_is_asked_its_task(chat: Chat) -> None:
 async def test_a_scheduled_firing_is_asked_its_task(chat: Chat) -> None:
     await chat.open()
     await chat.turn("hello")
-    asked = events.ScheduleAsked(
+    asked = session_events.ScheduleAsked(
         request_id="q1",
         name="hourly",
         cron="0 * * * *",
@@ -230,9 +232,9 @@ async def test_a_scheduled_firing_is_asked_its_task(chat: Chat) -> None:
         at=chat.clock.now(),
     )
     assert await chat.host.submit(STREAM, asked) is not None
-    [created] = await chat.recorded(events.ScheduleCreated)
+    [created] = await chat.recorded(session_events.ScheduleCreated)
     chat.clock.advance(created.schedule.due - chat.clock.now())
-    [answered] = await chat.until(events.SubagentAnswered)
+    [answered] = await chat.until(session_events.SubagentAnswered)
     assert answered.text == "re: Any news?"
     assert last_user(chat.model.asked[-1]) == "Any news?"
 

@@ -19,12 +19,13 @@ from fake_api import FakeAPI, Reply, Request, sse_reply
 from mcp_support import calls, stdio
 from wire import hosted, tool_calls, tool_results, tools_of
 
-from steward import events, replay
+from steward import replay
+from steward.actors.run import events as run_events
+from steward.actors.task.events import TaskCreated, Template
 from steward.clock import FakeClock
 from steward.config.settings import AgentProfile, Settings
 from steward.effects.tools import ToolRegistry
 from steward.effects.tools.mcp import McpServer
-from steward.events.task import TaskCreated, Template
 from steward.host import Host
 
 
@@ -92,7 +93,7 @@ async def test_a_run_offers_the_servers_tools_and_sends_back_its_answer(
     args = {"text": "buy milk"}
     wired.answer(("c1", "notes_add", args), "noted")
     run = wired.settings.run_settings("default", wired.tools.specs())
-    created = events.RunCreated(run_id="r1", input_text="note milk", settings=run)
+    created = run_events.RunCreated(run_id="r1", input_text="note milk", settings=run)
     assert await wired.host.submit("run.r1", created) is not None
     state = await wired.ended("run.r1")
     assert (state.status, state.output) == ("completed", "noted"), state.error

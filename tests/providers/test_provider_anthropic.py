@@ -10,6 +10,7 @@ from conftest import KEY
 from fake_api import FakeAPI, a_event, anthropic_frames, sse_reply
 
 from steward.actors.prompt import Prompt
+from steward.actors.run.events import ChatMessage, ToolCall, ToolSpec, Usage
 from steward.config import ModelConfig
 from steward.effects.llm import (
     AssistantDelta,
@@ -20,7 +21,6 @@ from steward.effects.llm import (
 )
 from steward.effects.llm.anthropic import DEFAULT_MAX_TOKENS, AnthropicProvider
 from steward.errors import ProviderError
-from steward.events.run import ChatMessage, ToolCall, ToolSpec, Usage
 
 INFO = RequestInfo(run_id="run-1", request_id="req-1")
 HELLO = Prompt(model="", system="", messages=(ChatMessage(role="user", content="hi"),))

@@ -9,12 +9,12 @@ from conftest import KEY
 from fake_api import FakeAPI, anthropic_frames, sse_reply
 
 from steward.actors.prompt import Prompt
+from steward.actors.run.events import ChatMessage
 from steward.config import ModelConfig, Settings, load_settings
 from steward.effects.llm import PROVIDERS, RequestInfo, collect, make_provider
 from steward.effects.llm.anthropic import AnthropicProvider
 from steward.effects.llm.openai import OpenAIProvider
 from steward.errors import ConfigError, ProviderError
-from steward.events.run import ChatMessage
 
 INFO = RequestInfo(run_id="run-1", request_id="req-1")
 PROMPT = Prompt(model="", system="", messages=(ChatMessage(role="user", content="hi"),))

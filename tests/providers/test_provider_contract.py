@@ -27,6 +27,7 @@ from fake_api import (
 )
 
 from steward.actors.prompt import Prompt
+from steward.actors.run.events import ChatMessage, ToolCall, ToolSpec, Usage
 from steward.effects.llm import (
     AssistantDelta,
     RequestInfo,
@@ -38,7 +39,6 @@ from steward.effects.llm import (
     collect,
 )
 from steward.errors import ProviderError
-from steward.events.run import ChatMessage, ToolCall, ToolSpec, Usage
 
 INFO = RequestInfo(run_id="run-1", request_id="req-1")
 PROMPT = Prompt(

@@ -10,12 +10,12 @@ from conftest import KEY
 from fake_api import FakeAPI, o_chunk, o_data, openai_frames, sse_reply
 
 from steward.actors.prompt import Prompt
+from steward.actors.run.events import ChatMessage, ToolCall, ToolSpec, Usage
 from steward.config import ModelConfig
 from steward.effects.llm import RequestInfo, ToolUseEvent, collect
 from steward.effects.llm._wire import ToolNames
 from steward.effects.llm.openai import KEYLESS, OpenAIProvider, to_request
 from steward.errors import ProviderError
-from steward.events.run import ChatMessage, ToolCall, ToolSpec, Usage
 
 INFO = RequestInfo(run_id="run-1", request_id="req-1")
 HELLO = Prompt(model="", system="", messages=(ChatMessage(role="user", content="hi"),))

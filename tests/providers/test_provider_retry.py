@@ -7,6 +7,7 @@ import email.utils
 import httpx2
 import pytest
 
+from steward.actors.run.events import Usage
 from steward.config import ModelConfig
 from steward.effects.llm._wire import ToolNames, classify_status
 from steward.effects.llm.retry import (
@@ -16,7 +17,6 @@ from steward.effects.llm.retry import (
     parse_retry_after,
     retry_after_from_headers,
 )
-from steward.events.run import Usage
 
 NOW = 1_700_000_000.0
 

@@ -37,11 +37,12 @@ from wire import hosted
 
 from steward import events, replay
 from steward.actors.prompt import Prompt
+from steward.actors.run import events as run_events
+from steward.actors.task.events import TaskCreated, Template
 from steward.clock import FakeClock
 from steward.config import Settings
 from steward.effects.llm.base import RequestInfo, collect
 from steward.effects.tools import ToolRegistry
-from steward.events.task import TaskCreated, Template
 from steward.host import Host
 
 RUN = "echo"
@@ -154,7 +155,7 @@ class Looped:
             Settings().run_settings(tools=ToolRegistry.with_builtins().specs()),
             protocol="native",
         )
-        created = events.RunCreated(
+        created = run_events.RunCreated(
             run_id=RUN, input_text="What do the notes say?", settings=settings
         )
         assert await self.host.submit(STREAM, created) is not None

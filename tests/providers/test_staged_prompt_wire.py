@@ -25,13 +25,14 @@ from conftest import Dialect
 from fake_api import FakeAPI, Reply, Request, sse_reply
 from wire import hosted, system_of, text_of, tool_results
 
-from steward import events, replay
-from steward.actors import stages
+from steward import replay
+from steward.actors.run import events as run_events
+from steward.actors.run import stages
+from steward.actors.run.stage_prompts import load_prompts
 from steward.clock import FakeClock
 from steward.config import Settings
 from steward.effects.tools import ToolRegistry
 from steward.host import Host
-from steward.stage_prompts import load_prompts
 
 RUN = "stg-wire"
 STREAM = f"run.{RUN}"
@@ -120,7 +121,7 @@ async def staged(
         yield Staged(host=host, log=log, api=api, dialect=dialect)
 
 
-def settings() -> events.RunSettings:
+def settings() -> run_events.RunSettings:
     return msgspec.structs.replace(
         Settings().run_settings(tools=TOOLS),
         protocol="native",
@@ -182,7 +183,7 @@ async def test_each_stage_asks_with_its_own_tools_and_prompts(
         return sse_reply(frames)
 
     staged.api.respond = respond
-    created = events.RunCreated(run_id=RUN, input_text=TEXT, settings=settings())
+    created = run_events.RunCreated(run_id=RUN, input_text=TEXT, settings=settings())
     assert await staged.host.submit(STREAM, created) is not None
     state = None
     for _ in range(1_000):

@@ -36,7 +36,7 @@ from test_staged_prompt_wire import (
 )
 from wire import hosted, text_of
 
-from steward import events
+from steward.actors.session import events as session_events
 from steward.clock import FakeClock
 from steward.config import Settings
 from steward.effects.tools import ToolRegistry
@@ -122,13 +122,13 @@ async def open_staged(chat: Chat) -> None:
     run = msgspec.structs.replace(
         opened.run, protocol="native", policy="staged", qa=False, prompts=PROMPTS
     )
-    start = events.SessionOpened(
+    start = session_events.SessionOpened(
         session_id="cli:wire",
         channel="cli",
         chat_id="wire",
         settings=msgspec.structs.replace(opened, run=run),
         at=chat.clock.now(),
-        revision=events.SESSION_REVISION,
+        revision=session_events.SESSION_REVISION,
     )
     assert await chat.host.submit(STREAM, start) is not None
 
@@ -199,7 +199,9 @@ async def test_mode_and_reasoning_are_the_users_alone(chat: Chat) -> None:
     switched = [
         type(r.event).__name__
         for r in await chat.log.read(STREAM)
-        if isinstance(r.event, events.ModeSwitched | events.ReasoningSwitched)
+        if isinstance(
+            r.event, session_events.ModeSwitched | session_events.ReasoningSwitched
+        )
     ]
     assert switched == [
         "ReasoningSwitched",

@@ -15,6 +15,7 @@ from steward.bus import SqliteEventLog
 from steward.clock import FakeClock
 from steward.effects.tools import ToolRegistry
 from steward.host import Host
+from steward.kinds import KINDS
 
 
 def text_of(content: Any) -> str:
@@ -92,7 +93,7 @@ async def hosted(
     ``provider`` (an SDK's, against the fake API), with the built-in tools
     (or ``tools``), working in ``workspace`` (``tmp/workspace``, made, by
     default); the host, the provider and the log closed after."""
-    log = await SqliteEventLog.open(tmp / "log.db")
+    log = await SqliteEventLog.open(tmp / "log.db", union=KINDS.union)
     if workspace is None:
         workspace = tmp / "workspace"
         workspace.mkdir(exist_ok=True)

@@ -19,17 +19,15 @@ from typing import Any
 import msgspec
 from support import act
 
-from steward.actors import run as run_actor
 from steward.actors.prompt import Prompt, PromptCache, prompt_hash
+from steward.actors.run import decider as run_actor
+from steward.actors.run.events import LATEST_REVISION, RunCreated, RunSettings
 from steward.events import (
-    LATEST_REVISION,
     ChatMessage,
     Event,
     LlmRequested,
     LlmResponded,
     Recorded,
-    RunCreated,
-    RunSettings,
     ToolCall,
     ToolResulted,
     ToolSpec,

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from steward import events
 from steward.actors.effects import spawn_key
+from steward.actors.session import events as session_events
 from steward.bus.jetstream.members import assign, worker_key
 from steward.events import Event, Recorded
 from steward.host.pending import PendingIndex
@@ -99,7 +100,9 @@ def test_a_want_answered_elsewhere_goes_once_carried_out_or_void() -> None:
     may not follow: carrying it out answers it; routed again and asked for
     by nobody, it is void."""
     index = PendingIndex(KINDS)
-    started = events.SubagentStarted(run_id="s1-a1", name="a", task="t", model="m")
+    started = session_events.SubagentStarted(
+        run_id="s1-a1", name="a", task="t", model="m"
+    )
     records = _records("session.s1", [started])
     for rec in records:
         index.apply(rec)

@@ -8,10 +8,11 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from steward.cli.chat import _printable, _Streamed, finishing
+from steward.actors.session.chat import _printable, _Streamed, finishing
+from steward.actors.session.events import ReplySent, TurnStarted
 from steward.cli.env import shown as escaped
 from steward.effects.llm.base import RequestInfo
-from steward.events import Event, LlmAttemptFailed, Recorded, ReplySent, TurnStarted
+from steward.events import Event, LlmAttemptFailed, Recorded
 
 
 def _pieces(text: str, cuts: list[int]) -> list[str]:

@@ -47,7 +47,15 @@ def test_the_probe_sees_a_heavy_library_when_one_is_loaded() -> None:
 
 @pytest.mark.parametrize(
     "module",
-    ["runs", "sessions", "history", "workflow", "task", "prompts", "workers"],
+    [
+        "steward.actors.run.cli",
+        "steward.actors.session.cli",
+        "steward.cli.history",
+        "steward.actors.workflow.cli",
+        "steward.actors.task.cli",
+        "steward.cli.prompts",
+        "steward.cli.workers",
+    ],
 )
 def test_a_command_that_reads_the_log_loads_no_heavy_library(module: str) -> None:
-    assert _loaded(f"import steward.cli.{module}") == []
+    assert _loaded(f"import {module}") == []

@@ -8,6 +8,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from steward.actors.run.events import LATEST_REVISION, RunSettings, ToolSpec
 from steward.config import (
     DEFAULT_SYSTEM_PROMPT,
     AgentProfile,
@@ -20,7 +21,6 @@ from steward.config import (
 )
 from steward.effects.tools.files import TOOLS
 from steward.errors import ConfigError
-from steward.events.run import LATEST_REVISION, RunSettings, ToolSpec
 
 APPROVABLE = tuple(t.name for t in TOOLS)
 """The tools ``[tools] require_approval`` may name (as the command line passes)."""

@@ -9,8 +9,8 @@ import re
 import msgspec
 from unit.test_kind_contract import sample
 
-from steward import events
 from steward.actors.sections import Edge, Graph, Node
+from steward.actors.workflow import events as workflow_events
 from steward.console import reads
 from steward.console.drawing import HEIGHT, draw
 from steward.kinds import KINDS
@@ -72,7 +72,7 @@ def test_a_child_goes_under_the_step_that_started_it() -> None:
         msgspec.structs.replace(rec, at=1000.0 + rec.version)
         for rec in sample("workflow", "workflow.wf-loop").records
     ]
-    started = [r for r in records if isinstance(r.event, events.PhaseStarted)]
+    started = [r for r in records if isinstance(r.event, workflow_events.PhaseStarted)]
     second = started[1]
     caused = _life("run.caused", start=2000.0, cause=second.id)
     orphan = _life("run.orphan", start=records[20].at + 0.5, cause=None)

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from steward.actors.guards import (
+from steward.actors.workflow.guards import (
     Compare,
     Guard,
     GuardError,

@@ -42,6 +42,7 @@ from steward.actors.effects import ArmTimer, Create, Deliver, Pending, Want, not
 from steward.actors.kind import Kind, Kinds
 from steward.actors.outstanding import Outstanding
 from steward.actors.prompt import PromptCache
+from steward.actors.run import events as run_events
 from steward.actors.sections import Branch, Cell, Graph, Section, Table, Tree
 from steward.errors import StewardError
 from steward.events import Event, Recorded
@@ -85,7 +86,7 @@ def golden_samples() -> tuple[Sample, ...]:
     for path in sorted(GOLDEN.glob("*.jsonl")):
         streams: dict[str, list[Recorded]] = {}
         for line in path.read_bytes().splitlines():
-            rec = events.recorded_from_json(line)
+            rec = events.recorded_from_json(line, union=KINDS.union)
             streams.setdefault(rec.stream, []).append(rec)
         samples += [Sample(path.stem, s, tuple(r)) for s, r in streams.items()]
     return tuple(samples)
@@ -811,7 +812,7 @@ def test_a_fork_that_keeps_a_derived_id_fails() -> None:
 
     def leaky(event: Event, origin: str) -> Event:
         event = detach(event, origin)
-        if isinstance(event, events.RunCreated):
+        if isinstance(event, run_events.RunCreated):
             return msgspec.structs.replace(event, context_id=f"{origin}/ctx")
         return event
 
@@ -838,13 +839,13 @@ def forgetting(actor: Kind[Any], event_type: type[Event], part: str) -> Kind[Any
     ("event_type", "part", "where", "match"),
     [
         (
-            events.RunSlept,
+            run_events.RunSlept,
             "wants",
             ("sleep_wake", "run.sleep-wake"),
             "asks for ArmTimer 'sleep-wake/wake/1', which its pending does not want",
         ),
         (
-            events.RunCompleted,
+            run_events.RunCompleted,
             "wants",
             ("subagents", "run.subagents-1"),
             "asks for Deliver 'notify:subagents-1', which its pending does not want",
@@ -856,7 +857,7 @@ def forgetting(actor: Kind[Any], event_type: type[Event], part: str) -> Kind[Any
             r"no later event answers .*\{'notify:subagents-1': \d+\}",
         ),
         (
-            events.RunCancelled,
+            run_events.RunCancelled,
             "answers",
             ("cancel", "run.cancel"),
             r"no later event answers .*\{'cancel:cancel-1': \d+\}",

@@ -15,8 +15,10 @@ from support import with_kinds
 
 from steward import events, replay
 from steward.actors.kind import Kinds
+from steward.actors.run import events as run_events
 from steward.errors import LogReadError, NotFoundError
 from steward.events import Event, Recorded
+from steward.events.union import SHARED_TYPES
 from steward.kinds import KINDS as STEWARD
 
 KINDS = with_kinds(COUNTER)
@@ -118,16 +120,19 @@ async def test_a_tables_events_are_stored_and_read(tmp_path) -> None:
         r.event for r in records
     ]
     assert replay.verify(read, kinds=KINDS) is None
-    async with await SqliteEventLog.open(path) as log:
+    async with await SqliteEventLog.open(path, union=STEWARD.union) as log:
         with pytest.raises(LogReadError, match="counter.c1/1 at position 1"):
             await log.read("counter.c1")
 
 
-def test_a_log_decodes_stewards_kinds_events_by_default() -> None:
-    """The union a log takes unless given another (`steward.events.UNION`,
-    which the events layer holds, below the kinds) is that of steward's
-    table: a kind added to the table without its events there fails here."""
-    assert set(events.UNION.types) == set(STEWARD.union.types)
+def test_a_log_given_no_union_decodes_the_shared_vocabulary_alone() -> None:
+    """The union a log takes unless given one (`steward.events.UNION`, which
+    the events layer holds, below the kinds) is the shared vocabulary's: a
+    log names no kind. A table's union is that and each kind's own events."""
+    assert set(events.UNION.types) == set(SHARED_TYPES)
+    own = {t for kind in STEWARD for t in kind.decider.events}
+    assert set(STEWARD.union.types) == set(SHARED_TYPES) | own
+    assert "RunCreated" in {t.__name__ for t in own} - set(events.UNION.types)
 
 
 async def test_a_host_refuses_a_log_that_cannot_decode_its_kinds(tmp_path) -> None:
@@ -136,7 +141,9 @@ async def test_a_host_refuses_a_log_that_cannot_decode_its_kinds(tmp_path) -> No
     from steward.bus import SqliteEventLog
     from steward.host import Host
 
-    async with await SqliteEventLog.open(tmp_path / "log.db") as log:
+    async with await SqliteEventLog.open(
+        tmp_path / "log.db", union=STEWARD.union
+    ) as log:
         with pytest.raises(ValueError, match="open it with union=kinds.union"):
             Host(log, kinds=KINDS)
     async with await SqliteEventLog.open(tmp_path / "log.db", union=KINDS.union) as log:
@@ -153,6 +160,6 @@ def test_a_kind_says_what_it_waits_on_a_person_for_and_how_to_answer_both() -> N
     run = STEWARD["run"].surface
     assert run.waiting is not None and run.answer is not None
     answer = run.answer("r1/tool/1", False, "not now", 5.0)
-    assert answer == events.ApprovalDecided(
+    assert answer == run_events.ApprovalDecided(
         request_id="r1/tool/1", approved=False, reason="not now", at=5.0
     )

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 import msgspec
 import pytest
 
+from steward.actors.run.events import ToolCall, Usage
 from steward.config import ModelConfig
 from steward.effects.llm import (
     PROVIDERS,
@@ -23,7 +24,6 @@ from steward.effects.llm import (
     make_provider,
 )
 from steward.errors import ProviderError
-from steward.events.run import ToolCall, Usage
 
 
 async def stream(*events: object) -> AsyncIterator[StreamEvent]:

@@ -21,20 +21,18 @@ from hypothesis import strategies as st
 from support import act
 
 import steward
-from steward.actors import run as run_actor
 from steward.actors.kind import Kind
 from steward.actors.prompt import PromptCache
-from steward.actors.run import run_stream
+from steward.actors.run import decider as run_actor
+from steward.actors.run.decider import run_stream
+from steward.actors.run.events import ApprovalDecided, RunSettings, RunTaken
 from steward.events import (
-    ApprovalDecided,
     CancelRequested,
     ChildFinished,
     EffectClaimed,
     Event,
     LlmFailed,
     LlmResponded,
-    RunSettings,
-    RunTaken,
     ToolCall,
     ToolResulted,
     WakeDue,
@@ -534,10 +532,10 @@ runs = st.tuples(
 
 
 FRESH = (
-    "steward.actors.run",
-    "steward.actors.run_prompt",
+    "steward.actors.run.decider",
+    "steward.actors.run.prompt",
     "steward.actors.prompt",
-    "steward.actors.commands",
+    "steward.actors.run.commands",
 )
 """The decider's own modules (events and their codec are shared, unchanged)."""
 
@@ -547,7 +545,7 @@ def _fresh_decider() -> types.ModuleType:
     nothing before (a memo in module state would be empty in it)."""
     saved = {name: sys.modules.pop(name) for name in FRESH}
     try:
-        return importlib.import_module("steward.actors.run")
+        return importlib.import_module("steward.actors.run.decider")
     finally:
         sys.modules.update(saved)
         for name, module in saved.items():  # an import sets it on its package

@@ -7,13 +7,8 @@ from helpers_run import RUN, asks, kinds, started
 from support import act
 
 from steward import replay
-from steward.events import (
-    ApprovalDecided,
-    BudgetExceeded,
-    LlmResponded,
-    RunFailed,
-    Usage,
-)
+from steward.actors.run.events import ApprovalDecided, BudgetExceeded, RunFailed
+from steward.events import LlmResponded, Usage
 
 
 def reply(story, tokens: int = 0, cost: float = 0.0) -> list:

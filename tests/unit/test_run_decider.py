@@ -32,20 +32,13 @@ from support import act
 
 from steward import replay
 from steward.actors import prompt as prompt_module
-from steward.actors import run as run_actor
 from steward.actors.prompt import Prompt, PromptCache, first_kind_hash, prompt_hash
-from steward.actors.run import run_stream
-from steward.events import (
+from steward.actors.run import decider as run_actor
+from steward.actors.run.decider import run_stream
+from steward.actors.run.events import (
     ApprovalDecided,
     ApprovalRequested,
-    CancelRequested,
-    ChatMessage,
-    ChildFinished,
     DecisionRecorded,
-    Event,
-    LlmFailed,
-    LlmRequested,
-    LlmResponded,
     MessageSent,
     NoteRecorded,
     OutputUpdated,
@@ -60,6 +53,15 @@ from steward.events import (
     SubagentSpec,
     SubagentsSpawned,
     SystemNoteAdded,
+)
+from steward.events import (
+    CancelRequested,
+    ChatMessage,
+    ChildFinished,
+    Event,
+    LlmFailed,
+    LlmRequested,
+    LlmResponded,
     ToolCall,
     ToolRequested,
     ToolResulted,

@@ -15,20 +15,17 @@ from helpers_run import RUN, Story, asks, kinds, started
 from msgspec.structs import replace
 
 from steward import replay
-from steward.actors import run as run_actor
-from steward.actors.run_prompt import FINISH_TOOL
-from steward.events import (
+from steward.actors.run import decider as run_actor
+from steward.actors.run.events import (
     ApprovalDecided,
     ApprovalRequested,
-    ChatMessage,
-    Event,
     OutputUpdated,
     RunCompleted,
     RunResumed,
     SystemNoteAdded,
-    ToolCall,
-    ToolRequested,
 )
+from steward.actors.run.prompt import FINISH_TOOL
+from steward.events import ChatMessage, Event, ToolCall, ToolRequested
 
 A = ToolCall(id="call_a", name="files.read", args={"path": "a.txt"})
 B = ToolCall(id="call_b", name="files.write", args={"path": "b.txt"})

@@ -1,5 +1,5 @@
-"""The run kind's pure ``pending`` (`steward.actors.run_effects.pending`)
-says what its read models keep pending (`steward.projections.runs`,
+"""The run kind's pure ``pending`` (`steward.actors.run.reactor.pending`)
+says what its read models keep pending (`steward.actors.run.projection`,
 ``keeps_pending``): two projectors, one keeping the run's rows by its SQL,
 one folding ``pending`` over the same records (as it does for every other
 kind), hold the same ``pending`` rows after every record of every golden
@@ -21,8 +21,9 @@ from support import act
 from steward import events
 from steward.actors.effects import Deliver, Pending, notify_key
 from steward.actors.kind import Kinds
-from steward.actors.run import run_stream
-from steward.actors.run_effects import run_id_of
+from steward.actors.run.decider import run_stream
+from steward.actors.run.events import ApprovalDecided, RunTaken
+from steward.actors.run.reactor import run_id_of
 from steward.events import Recorded
 from steward.events.protocol import (
     CancelRequested,
@@ -30,7 +31,6 @@ from steward.events.protocol import (
     ToolCall,
     WakeDue,
 )
-from steward.events.run import ApprovalDecided, RunTaken
 from steward.kinds import KINDS
 from steward.projections.store import Projector
 
@@ -52,7 +52,7 @@ def golden_logs() -> list[str]:
         path.stem
         for path in sorted(GOLDEN.glob("*.jsonl"))
         if any(
-            events.recorded_from_json(line).stream.startswith("run.")
+            events.recorded_from_json(line, union=KINDS.union).stream.startswith("run.")
             for line in path.read_bytes().splitlines()
         )
     ]
@@ -61,7 +61,7 @@ def golden_logs() -> list[str]:
 def golden(name: str) -> list[Recorded]:
     """Golden log ``name``'s records, in position order."""
     lines = (GOLDEN / f"{name}.jsonl").read_bytes().splitlines()
-    return [events.recorded_from_json(line) for line in lines]
+    return [events.recorded_from_json(line, union=KINDS.union) for line in lines]
 
 
 async def rows(projector: Projector) -> set[Row]:

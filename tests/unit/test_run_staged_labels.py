@@ -8,10 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from steward import events, replay
-from steward.actors import run_effects
-from steward.actors.run_prompt import build_prompt
-from steward.actors.stages import policy
-from steward.events import ContextCompressed, LlmRequested, StageEntered
+from steward.actors.run import reactor as run_effects
+from steward.actors.run.events import ContextCompressed, StageEntered
+from steward.actors.run.prompt import build_prompt
+from steward.actors.run.stages import policy
+from steward.events import LlmRequested
+from steward.kinds import KINDS
 
 GOLDEN = Path(__file__).parents[1] / "golden" / "staged.jsonl"
 
@@ -19,7 +21,7 @@ GOLDEN = Path(__file__).parents[1] / "golden" / "staged.jsonl"
 def _streams() -> dict[str, list[events.Recorded]]:
     streams: dict[str, list[events.Recorded]] = {}
     for line in GOLDEN.read_bytes().splitlines():
-        rec = events.recorded_from_json(line)
+        rec = events.recorded_from_json(line, union=KINDS.union)
         streams.setdefault(rec.stream, []).append(rec)
     return streams
 
@@ -77,7 +79,7 @@ def test_entries_that_left_the_window_are_shown_as_their_summary() -> None:
     the summary is what the log recorded."""
     golden = GOLDEN.with_name("staged_compressed.jsonl")
     lines = golden.read_bytes().splitlines()
-    records = [events.recorded_from_json(line) for line in lines]
+    records = [events.recorded_from_json(line, union=KINDS.union) for line in lines]
     summaries = [r for r in records if isinstance(r.event, ContextCompressed)]
     assert summaries, "the run's transcript outgrew its window"
     first = summaries[0].event

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from steward.actors.run_staged import reading
+from steward.actors.run.staged import reading
 
 
 @pytest.mark.parametrize(
@@ -68,7 +68,7 @@ def test_a_delivery_line_alone_is_an_empty_answer() -> None:
 def test_a_summary_holds_no_reasoning_from_a_tool_output() -> None:
     """A tool's output is any text: a reasoning block in it, or a stray tag,
     never reaches the summary the model is shown."""
-    from steward.actors.run_staged import summary
+    from steward.actors.run.staged import summary
     from steward.events import ChatMessage
 
     output = "<ide_reasoning>Plan: hidden thoughts</ide_reasoning>kept </ide_reasoning>"
@@ -84,11 +84,12 @@ def _staged_run(**changes: object) -> list[object]:
     tokens; ``changes`` to its settings."""
     import msgspec
 
-    from steward.actors import run
+    from steward.actors.run import decider as run
+    from steward.actors.run.events import RunCreated
+    from steward.actors.run.stage_prompts import load_prompts
     from steward.config import Settings
     from steward.effects.tools import ToolRegistry
-    from steward.events import LlmResponded, RunCreated, Usage
-    from steward.stage_prompts import load_prompts
+    from steward.events import LlmResponded, Usage
 
     base = Settings().run_settings(tools=ToolRegistry.with_builtins().specs())
     settings = msgspec.structs.replace(
@@ -116,7 +117,7 @@ def test_a_budget_spent_after_delivery_completes_with_the_answer() -> None:
     """Delivery is authoritative (spec 004 §2.5): a budget spent by the
     delivery check's reply ends the run completed with the delivered answer,
     not failed."""
-    from steward.events import AnswerDelivered, BudgetExceeded, RunCompleted
+    from steward.actors.run.events import AnswerDelivered, BudgetExceeded, RunCompleted
 
     decided = _staged_run(token_budget=100)
     kinds = [type(e) for e in decided]
@@ -126,7 +127,7 @@ def test_a_budget_spent_after_delivery_completes_with_the_answer() -> None:
 
 
 def test_a_staged_run_without_its_prompts_fails_at_once() -> None:
-    from steward.events import RunFailed
+    from steward.actors.run.events import RunFailed
 
     decided = _staged_run_created(prompts={})
     assert isinstance(decided[-1], RunFailed)
@@ -136,9 +137,9 @@ def test_a_staged_run_without_its_prompts_fails_at_once() -> None:
 def _staged_run_created(**changes: object) -> list[object]:
     import msgspec
 
-    from steward.actors import run
+    from steward.actors.run import decider as run
+    from steward.actors.run.events import RunCreated
     from steward.config import Settings
-    from steward.events import RunCreated
 
     settings = msgspec.structs.replace(
         Settings().run_settings(), protocol="native", policy="staged", **changes

@@ -11,16 +11,14 @@ from __future__ import annotations
 import pytest
 from helpers_run import READ, Story, created, settings
 
-from steward.events import (
+from steward.actors.run.events import (
     LATEST_REVISION,
-    CancelRequested,
     RunCancelled,
     RunCompleted,
     SystemNoteAdded,
-    ToolCall,
-    ToolRequested,
 )
-from steward.stage_prompts import load_prompts
+from steward.actors.run.stage_prompts import load_prompts
+from steward.events import CancelRequested, ToolCall, ToolRequested
 
 PROMPTS = load_prompts()
 ANSWER = "The notes say hello."

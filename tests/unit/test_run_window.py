@@ -6,9 +6,10 @@ import hypothesis
 import msgspec
 from hypothesis import strategies as st
 
-from steward.actors import run as run_actor
-from steward.actors import run_prompt
-from steward.events import ChatMessage, RunSettings
+from steward.actors.run import decider as run_actor
+from steward.actors.run import prompt as run_prompt
+from steward.actors.run.events import RunSettings
+from steward.events import ChatMessage
 
 
 def reference(transcript: tuple[ChatMessage, ...], limit: int, budget: int) -> list:

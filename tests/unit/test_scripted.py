@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from steward.actors.prompt import Prompt
+from steward.actors.run.events import ChatMessage, ToolCall, Usage
 from steward.config import ModelConfig
 from steward.effects.llm import (
     AssistantDelta,
@@ -29,7 +30,6 @@ from steward.effects.llm import (
     make_provider,
 )
 from steward.errors import ProviderError, ScriptError
-from steward.events.run import ChatMessage, ToolCall, Usage
 
 PROMPT = Prompt(
     model="scripted",

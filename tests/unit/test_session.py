@@ -13,35 +13,37 @@ import pytest
 from hypothesis import strategies as st
 from msgspec.structs import replace
 
-from steward.actors import session as s
 from steward.actors.effects import ArmTimer, Create
-from steward.actors.run import run_stream
-from steward.actors.session_context import budget_of, build_context, estimate
-from steward.actors.session_effects import effects, turn_run
-from steward.events import (
+from steward.actors.run.decider import run_stream
+from steward.actors.run.events import RunSettings
+from steward.actors.session import decider as s
+from steward.actors.session.context import budget_of, build_context, estimate
+from steward.actors.session.events import (
     SESSION_REVISION,
-    ChatMessage,
-    ChildFinished,
     CommandAnswered,
     ContextCompacted,
     CoreMemorySet,
     DebounceArmed,
-    Event,
-    LlmFailed,
-    LlmResponded,
     MessageReceived,
     ModelBudget,
     ModelSwitched,
-    Recorded,
     ReplySent,
-    RunSettings,
     ScheduleAsked,
     SegmentStarted,
     SessionOpened,
     SessionSettings,
     SubagentAsked,
-    ToolSpec,
     TurnStarted,
+)
+from steward.actors.session.reactor import effects, turn_run
+from steward.events import (
+    ChatMessage,
+    ChildFinished,
+    Event,
+    LlmFailed,
+    LlmResponded,
+    Recorded,
+    ToolSpec,
     WakeDue,
 )
 from steward.kinds import KINDS

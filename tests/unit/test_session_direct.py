@@ -7,21 +7,19 @@ from __future__ import annotations
 from msgspec.structs import replace
 from test_session import SETTINGS, Chat
 
-from steward.actors import session as s
 from steward.actors.prompt import prompt_hash
-from steward.actors.session_effects import effects, model_call, pending
+from steward.actors.session import decider as s
+from steward.actors.session.events import CoreMemorySet, ReplySent, TurnStarted
+from steward.actors.session.reactor import effects, model_call, pending
 from steward.config import Settings
 from steward.config.settings import SessionConfig
 from steward.events import (
     ChatMessage,
-    CoreMemorySet,
     EffectClaimed,
     Event,
     LlmRequested,
     Recorded,
-    ReplySent,
     ToolSpec,
-    TurnStarted,
 )
 
 TOOLS = (ToolSpec(name="files.read", description="read a file"),)

@@ -11,33 +11,29 @@ import pytest
 from msgspec.structs import replace
 from test_session import SETTINGS, Chat
 
-from steward.actors import session as s
 from steward.actors.prompt import prompt_hash
-from steward.actors.session_effects import model_call, turn_run
-from steward.actors.session_memory import (
-    LEVEL_LIMITS,
-    MEMORY_LOAD_CAP,
-    MEMORY_PER_LEVEL_LIMIT,
-    memory_block,
-    write,
-)
-from steward.events import (
+from steward.actors.session import decider as s
+from steward.actors.session.events import (
     SESSION_REVISION,
     ContextCompacted,
     CoreMemoryChanged,
     CoreMemorySet,
-    EffectClaimed,
     Elsewhere,
-    Event,
-    LlmFailed,
-    LlmRequested,
-    LlmResponded,
     MemoryItem,
     MemoryWriteFailed,
     MemoryWritten,
     MessageRefused,
     ReplySent,
 )
+from steward.actors.session.memory import (
+    LEVEL_LIMITS,
+    MEMORY_LOAD_CAP,
+    MEMORY_PER_LEVEL_LIMIT,
+    memory_block,
+    write,
+)
+from steward.actors.session.reactor import model_call, turn_run
+from steward.events import EffectClaimed, Event, LlmFailed, LlmRequested, LlmResponded
 
 
 def _item(n: int, level: int, value: str = "v", seen_at: float = 0.0) -> MemoryItem:

@@ -10,17 +10,11 @@ import pytest
 from msgspec.structs import replace
 from test_session import SETTINGS, Chat
 
-from steward.actors import session as s
 from steward.actors.effects import ArmTimer, Create
-from steward.actors.run import run_stream
-from steward.actors.session_effects import SESSION_TOOLS, effects, pending, subagent_run
-from steward.effects.tools import session as session_tools
-from steward.events import (
-    ChatMessage,
-    ChildFinished,
-    Event,
-    Recorded,
-    RunCreated,
+from steward.actors.run.decider import run_stream
+from steward.actors.run.events import RunCreated
+from steward.actors.session import decider as s
+from steward.actors.session.events import (
     ScheduleAsked,
     ScheduleCreated,
     ScheduleDeleted,
@@ -28,6 +22,14 @@ from steward.events import (
     SubagentAnswered,
     SubagentAsked,
     SubagentStarted,
+)
+from steward.actors.session.reactor import SESSION_TOOLS, effects, pending, subagent_run
+from steward.effects.tools import session as session_tools
+from steward.events import (
+    ChatMessage,
+    ChildFinished,
+    Event,
+    Recorded,
     ToolSpec,
     WakeDue,
 )

@@ -12,12 +12,10 @@ from __future__ import annotations
 from msgspec.structs import replace
 from test_session import SETTINGS, Chat
 
-from steward.actors import session as s
-from steward.actors.run import run_stream
-from steward.actors.session_effects import subagent_run, turn_run
-from steward.events import (
+from steward.actors.run.decider import run_stream
+from steward.actors.session import decider as s
+from steward.actors.session.events import (
     SESSION_REVISION,
-    ChildFinished,
     CommandAnswered,
     ModeSwitched,
     ReasoningSwitched,
@@ -25,6 +23,8 @@ from steward.events import (
     SubagentStarted,
     TurnStarted,
 )
+from steward.actors.session.reactor import subagent_run, turn_run
+from steward.events import ChildFinished
 
 STAGED = replace(
     SETTINGS, run=replace(SETTINGS.run, protocol="native", policy="staged")

@@ -14,23 +14,20 @@ from msgspec.structs import replace
 from test_session import SETTINGS, Chat
 
 from steward.actors.effects import Create
-from steward.actors.run import run_stream
-from steward.actors.session_context import build_context, estimate
-from steward.actors.session_effects import effects, turn_run
-from steward.config import AgentProfile, ModelConfig, Settings, load_settings
-from steward.config.settings import SessionConfig
-from steward.events import (
-    ChatMessage,
-    ChildFinished,
+from steward.actors.run.decider import run_stream
+from steward.actors.run.events import RunCreated
+from steward.actors.session.context import build_context, estimate
+from steward.actors.session.events import (
     DebounceArmed,
     MessageRefused,
-    Recorded,
     ReplySent,
-    RunCreated,
     SessionSettings,
-    ToolSpec,
     TurnStarted,
 )
+from steward.actors.session.reactor import effects, turn_run
+from steward.config import AgentProfile, ModelConfig, Settings, load_settings
+from steward.config.settings import SessionConfig
+from steward.events import ChatMessage, ChildFinished, Recorded, ToolSpec
 
 # -- a turn that fails --------------------------------------------------------
 

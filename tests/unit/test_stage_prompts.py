@@ -12,7 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from steward.actors.stages import (
+from steward.actors.run.stage_prompts import (
+    SHIPPED,
+    load_prompts,
+    prompt_problems,
+    prompt_sources,
+)
+from steward.actors.run.stages import (
     MODES,
     PROMPT_NAMES,
     STAGES,
@@ -21,12 +27,6 @@ from steward.actors.stages import (
     policy,
 )
 from steward.errors import ConfigError
-from steward.stage_prompts import (
-    SHIPPED,
-    load_prompts,
-    prompt_problems,
-    prompt_sources,
-)
 
 SHIPPED_DIR = Path(str(resources.files("steward").joinpath(SHIPPED)))
 

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import strategies as st
 from test_purity import FORBIDDEN, module_state
 
-from steward.actors import stages
-from steward.actors.stages import (
+from steward.actors.run import stages
+from steward.actors.run.stages import (
     ALLOWED_VARIABLES,
     MODES,
     PROMPT_NAMES,
@@ -432,4 +432,4 @@ def test_the_policy_module_is_pure() -> None:
     ]
     assert not bad
     structs = frozenset({"StagePolicy", "ReasoningOutcome"})
-    assert module_state("steward/actors/stages.py", path.read_text(), structs) == []
+    assert module_state("steward/actors/run/stages.py", path.read_text(), structs) == []

@@ -40,8 +40,30 @@ def _module(path: Path) -> str:
 MODULES = {_module(p): p for p in sorted(ROOT.rglob("*.py"))}
 
 
+KIND_ROLES = {
+    "events": "events",
+    "projection": "projections",
+    "cli": "cli",
+    "chat": "cli",
+    "chats": "host",
+    "definition": "host",
+    "programs": "host",
+    "stage_prompts": "host",
+    "kind": "kinds",
+}
+"""A kind package's modules (``steward.actors.<kind>.<module>``) stand in
+the layer of their part: its events beside the shared vocabulary, its read
+models beside the projector, its definition files' loaders beside the host,
+its commands in the command line; the rest (its decider and reactor) among
+the actors. The package itself, which exports the kind (``KIND``, from its
+``kind`` module), stands with the kind table."""
+
+
 def _unit(module: str) -> str:
     parts = module.split(".")
+    if parts[:2] == ["steward", "actors"] and len(parts) > 2:
+        if (ROOT / "actors" / parts[2]).is_dir():
+            return KIND_ROLES.get(parts[3], "actors") if len(parts) > 3 else "kinds"
     return parts[1] if len(parts) > 1 else "steward"
 
 

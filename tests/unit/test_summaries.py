@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from steward import events
+from steward.actors.run import events as run_events
 from steward.projections.summary import summary
 
 
@@ -18,5 +19,5 @@ def test_a_claim_names_its_call_worker_and_expiry_in_utc() -> None:
 def test_a_wake_time_beyond_the_calendar_still_reads() -> None:
     """A sleep until a time datetime cannot hold shows its epoch seconds
     rather than failing the projection."""
-    slept = events.RunSlept(timer_id="r1/wake/1", wake_at=1e20)
+    slept = run_events.RunSlept(timer_id="r1/wake/1", wake_at=1e20)
     assert summary(slept) == "until 100000000000000000000.000"

@@ -16,8 +16,19 @@ from hypothesis import strategies as st
 from unit.test_task_eval import PROPERTY_TEMPLATES, programs, rich_programs
 
 from steward import replay
-from steward.actors import task
 from steward.actors.kind import Kinds
+from steward.actors.task import decider as task
+from steward.actors.task.events import (
+    CallFinished,
+    CallStarted,
+    SubtaskRequest,
+    SubtaskSpawned,
+    TaskCreated,
+    TaskFailed,
+    TaskLimits,
+    Template,
+)
+from steward.actors.task.programs import with_scorer
 from steward.errors import ConfigError
 from steward.events import (
     Event,
@@ -29,18 +40,7 @@ from steward.events import (
     Usage,
     recorded_from_json,
 )
-from steward.events.task import (
-    CallFinished,
-    CallStarted,
-    SubtaskRequest,
-    SubtaskSpawned,
-    TaskCreated,
-    TaskFailed,
-    TaskLimits,
-    Template,
-)
 from steward.kinds import KINDS, TASK
-from steward.tasks import with_scorer
 
 STREAM = "task.p"
 
@@ -173,7 +173,11 @@ def test_a_code_change_that_evaluates_differently_is_a_mismatch_at_its_version()
     at the step of the first call, with both sides."""
     golden = Path(__file__).parents[1] / "golden" / "tasks.jsonl"
     lines = golden.read_bytes().splitlines()
-    records = [r for r in map(recorded_from_json, lines) if r.stream == "task.t-de"]
+    records = [
+        r
+        for r in (recorded_from_json(line, KINDS.union) for line in lines)
+        if r.stream == "task.t-de"
+    ]
     assert replay.verify(records) is None
 
     def shouting(input: Event, state: task.Task) -> list[Event] | None:

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from steward.actors.task_eval import (
+from steward.actors.task.eval import (
     MAX_LEVELS,
     Body,
     Checkpoint,
@@ -29,9 +29,9 @@ from steward.actors.task_eval import (
     evaluate,
     resume,
 )
-from steward.actors.task_lang import MAX_DEPTH, parse
-from steward.actors.task_values import Closure, Decision, QSym, Result, plain
-from steward.events.task import TaskError, Template
+from steward.actors.task.events import TaskError, Template
+from steward.actors.task.lang import MAX_DEPTH, parse
+from steward.actors.task.values import Closure, Decision, QSym, Result, plain
 
 
 def template(name: str, *params: str, **fields: Any) -> Template:

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from steward.actors.task_lang import (
+from steward.actors.task.lang import (
     MAX_DEPTH,
     Form,
     Lit,

@@ -13,7 +13,15 @@ from typing import Any
 import msgspec
 import pytest
 
-from steward.actors.task_templates import (
+from steward.actors.task.events import ContextManagement, SubtaskRequest, Template
+from steward.actors.task.programs import (
+    Problem,
+    load_template,
+    load_templates,
+    template_dir_problems,
+    template_file_problems,
+)
+from steward.actors.task.templates import (
     DEFAULTS,
     Resolved,
     TemplateError,
@@ -27,14 +35,6 @@ from steward.actors.task_templates import (
     template_problems,
 )
 from steward.errors import ConfigError
-from steward.events.task import ContextManagement, SubtaskRequest, Template
-from steward.tasks import (
-    Problem,
-    load_template,
-    load_templates,
-    template_dir_problems,
-    template_file_problems,
-)
 
 
 def template(name: str = "t", **fields: Any) -> Template:

@@ -12,30 +12,10 @@ import pytest
 from hypothesis import strategies as st
 from msgspec.structs import replace
 
-from steward import replay, workflows
-from steward.actors import workflow as w
+from steward import replay
 from steward.actors.effects import Want
-from steward.actors.run import run_stream
-from steward.actors.workflow_effects import (
-    NATIVE_RESULT_NOTE,
-    RESULT_NOTE,
-    effects,
-    pending,
-    phase_run,
-)
-from steward.actors.workflow_graph import (
-    MAX_CHARS_PER_ARTIFACT,
-    MAX_CONTEXT_CHARS_TOTAL,
-    MAX_UPSTREAM_ARTIFACTS,
-    auto_loops,
-    handoff,
-    head_tail,
-    routing_decision,
-    upstream_text,
-)
-from steward.config import Settings
-from steward.events import Event, Recorded
-from steward.events.run import (
+from steward.actors.run.decider import run_stream
+from steward.actors.run.events import (
     LATEST_REVISION,
     CancelRequested,
     ChildFinished,
@@ -44,7 +24,9 @@ from steward.events.run import (
     ToolRequested,
     ToolResulted,
 )
-from steward.events.workflow import (
+from steward.actors.workflow import decider as w
+from steward.actors.workflow import definition as workflows
+from steward.actors.workflow.events import (
     DEFAULT_MAX_STEPS,
     WORKFLOW_REVISION,
     Artifact,
@@ -69,6 +51,25 @@ from steward.events.workflow import (
     WorkflowStarted,
     Worktree,
 )
+from steward.actors.workflow.graph import (
+    MAX_CHARS_PER_ARTIFACT,
+    MAX_CONTEXT_CHARS_TOTAL,
+    MAX_UPSTREAM_ARTIFACTS,
+    auto_loops,
+    handoff,
+    head_tail,
+    routing_decision,
+    upstream_text,
+)
+from steward.actors.workflow.reactor import (
+    NATIVE_RESULT_NOTE,
+    RESULT_NOTE,
+    effects,
+    pending,
+    phase_run,
+)
+from steward.config import Settings
+from steward.events import Event, Recorded
 
 STREAM = "workflow.wf"
 
@@ -238,8 +239,8 @@ def test_phase_run_ids_of_two_runs_with_dashes_meet_only_before_revision_1(
 
 
 def test_a_run_created_now_is_of_the_latest_revision() -> None:
-    """`steward.workflows.created`, which every command uses, records the
-    revision the decider now has."""
+    """`steward.actors.workflow.definition.created`, which every command
+    uses, records the revision the decider now has."""
     defn = definition([node("design")], [])
     made = workflows.created(defn, Settings(), "wf", {})
     assert made.revision == WORKFLOW_REVISION == 3

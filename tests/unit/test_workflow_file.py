@@ -13,10 +13,10 @@ import pytest
 import yaml
 from workflow_files import EXAMPLE, HEAD, edge, node
 
+from steward.actors.workflow.definition import created, load_definition
 from steward.config import AgentProfile, ModelConfig, Settings
 from steward.config.settings import WorkflowConfig
 from steward.errors import WorkflowFileError
-from steward.workflows import created, load_definition
 
 
 @pytest.fixture(autouse=True)

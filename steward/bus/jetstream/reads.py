@@ -2,7 +2,7 @@
 
 A worker builds no projections, yet a tool it runs may read them
 (``memory.search`` reads a session's memory views), and an inbound message
-it takes carries its sender's messages in other chats (`steward.chats`).
+it takes carries its sender's messages in other chats (`steward.actors.session.chats`).
 `serve`, which builds them, answers such reads on the core NATS subject
 ``_STEWARD.reads.<stream>`` (`answer_reads`); a worker reads through
 `RemoteReads`, which asks there. Several `serve` processes share the
@@ -20,9 +20,9 @@ from typing import Any, Protocol
 import msgspec
 import nats.errors
 
+from steward.actors.session.events import Elsewhere
 from steward.bus.jetstream.subjects import escape_token
 from steward.errors import StewardError
-from steward.events import Elsewhere
 
 logger = logging.getLogger(__name__)
 

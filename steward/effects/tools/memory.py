@@ -3,7 +3,7 @@ memory read and written.
 
 A turn's run (and its subagents) belong to the session named by the run's
 ``context_id``. ``memory.search`` reads the session's memory views
-(`steward.projections.sessions.search`: memory items and every message,
+(`steward.actors.session.projection.search`: memory items and every message,
 FTS5); ``memory.core_get`` reads core memory from the session's state;
 ``memory.core_set`` gives the session a `CoreMemorySet` input, so the change
 is the session's own event, replayed like any other. A run outside a session
@@ -16,16 +16,16 @@ from typing import Annotated, Any
 
 import msgspec
 
-from steward.actors.session import (
+from steward.actors.session.decider import (
     core_memory_text,
     core_set_problem,
     session_stream,
 )
+from steward.actors.session.events import CoreMemorySet
 from steward.effects.tools.base import Tool, ToolContext, tool
 from steward.effects.tools.session import Args as _Args
 from steward.effects.tools.session import session_of
 from steward.errors import ToolError
-from steward.events.session import CoreMemorySet
 
 __all__ = ["TOOLS", "core_get", "core_set", "search"]
 

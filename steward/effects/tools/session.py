@@ -19,16 +19,16 @@ from typing import Annotated, Any
 
 import msgspec
 
-from steward.actors.session import (
+from steward.actors.session.decider import (
     Session,
     next_firing,
     schedule_problem,
     session_stream,
     subagent_problem,
 )
+from steward.actors.session.events import ScheduleAsked, SubagentAsked
 from steward.effects.tools.base import Tool, ToolContext, tool
 from steward.errors import ToolError
-from steward.events.session import ScheduleAsked, SubagentAsked
 from steward.isotime import iso_time
 
 __all__ = [

@@ -1,0 +1,50 @@
+"""The task kind's entry in a kind table."""
+
+from __future__ import annotations
+
+from steward.actors import effects
+from steward.actors.kind import Decider, Kind, Listing, Reactor, Surface
+from steward.actors.task import decider, events, reactor, sections
+from steward.actors.task.projection import TASKS
+
+__all__ = ["KIND"]
+
+KIND: Kind[decider.Task] = Kind(
+    name="task",
+    decider=Decider(
+        initial=decider.initial,
+        evolve=decider.evolve,
+        decide=decider.decide,
+        inputs=events.INPUT_TYPES,
+        events=events.EVENT_TYPES,
+        opens=(events.TaskCreated,),
+    ),
+    reactor=Reactor(
+        routed=reactor.ROUTED,
+        effects=reactor.effects,
+        outstanding=decider.outstanding,
+        model_call=reactor.model_call,
+        correlation=reactor.correlation,
+        pending=reactor.pending,
+    ),
+    surface=Surface(
+        detach=reactor.detach,
+        show=reactor.show,
+        projection=TASKS,
+        derived=("task_id", "request_id", "stream"),
+        listing=Listing(
+            table="tasks",
+            id="task_id",
+            status="status",
+            created="created_at",
+            updated="updated_at",
+            text="COALESCE(source, program)",
+            parent="parent",
+            output="COALESCE(output, error)",
+            tokens="input_tokens + output_tokens",
+        ),
+        cancel=effects.cancel,
+        status=effects.status,
+        sections=sections.sections,
+    ),
+)
