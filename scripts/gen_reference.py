@@ -627,8 +627,10 @@ def messages_page() -> str:
     out.append(
         f"Subjects: `{egress.outbound_subject('<channel>')}` (what an actor "
         f"tells a channel), `{egress.updates_subject('ID', 'run')}` (a "
-        f"run's every recorded step), `{egress.deltas_subject('ID')}` "
-        "(model text as it streams, not stored).\n\n"
+        f"run's every recorded step), `{egress.deltas_subject('run.ID')}` "
+        "(model text as it streams, not stored; the calls of an actor of "
+        f"another kind stream on its own: `{egress.deltas_subject('session.ID')}`"
+        f", `{egress.deltas_subject('task.ID')}`).\n\n"
     )
     out.append(
         "### What each kind tells a channel\n\n"

@@ -16,8 +16,9 @@ it names no kind):
   is stored once;
 - an update per recorded event of a kind that publishes them (the run's,
   on ``steward.runs.<run_id>.updates``), on core NATS: live only;
-- model text as it streams, on ``steward.runs.<run_id>.deltas``, core NATS,
-  by the host making the call, kept nowhere.
+- model text as it streams, on ``steward.<kind>s.<id>.deltas`` (a run's on
+  ``steward.runs.<run_id>.deltas``), core NATS, by the host making the call,
+  kept nowhere.
 """
 
 from __future__ import annotations
@@ -66,9 +67,11 @@ def outbound_subject(channel: str) -> str:
     return f"steward.outbound.{channel}"
 
 
-def deltas_subject(run_id: str) -> str:
-    """Where a run's model text streams live (not stored)."""
-    return f"steward.runs.{escape_token(run_id)}.deltas"
+def deltas_subject(stream: str) -> str:
+    """Where the model text of the actor whose stream is ``stream`` streams
+    live (not stored): ``steward.<kind>s.<id>.deltas``, as its updates."""
+    kind, _, actor_id = stream.partition(".")
+    return f"steward.{kind}s.{escape_token(actor_id)}.deltas"
 
 
 class _Told(NamedTuple):
@@ -80,7 +83,7 @@ class _Told(NamedTuple):
 
 
 class _Delta(NamedTuple):
-    run_id: str
+    stream: str
     data: bytes
 
 
@@ -177,13 +180,14 @@ class Egress:
     def on_delta(self, info: RequestInfo, text: str) -> None:
         """The host's delta listener: model text as it streams, not kept anywhere.
 
-        Published on ``steward.runs.<run_id>.deltas`` (core NATS, so nobody
-        listening means nobody gets it; the log records the whole reply).
+        Published on ``steward.<kind>s.<id>.deltas`` (`deltas_subject`; core
+        NATS, so nobody listening means nobody gets it; the log records the
+        whole reply).
         """
         if self._task is not None:
             self._queue.put_nowait(
                 _Delta(
-                    info.run_id,
+                    info.stream,
                     _json.encode({"request_id": info.request_id, "text": text}),
                 )
             )
@@ -245,7 +249,7 @@ class Egress:
         while (item := await self._queue.get()) is not None:
             try:
                 if isinstance(item, _Delta):
-                    await self.nc.publish(deltas_subject(item.run_id), item.data)
+                    await self.nc.publish(deltas_subject(item.stream), item.data)
                 elif isinstance(item, _CatchUp):
                     await self._catch_up(item.partition)
                 else:

@@ -11,6 +11,7 @@ under ``steward/effects/llm`` and ``steward/effects/tools`` do.
 
 from __future__ import annotations
 
+import enum
 from typing import Any
 
 import msgspec
@@ -101,11 +102,10 @@ Effect = CallModel | CallTool | ArmTimer | Deliver | Create
 
 
 class ModelCall(msgspec.Struct, frozen=True, kw_only=True):
-    """What a model call needs of the state that asked it: the prompt, whose
-    actor asks (for logs, limits and scripted replies) and its profile."""
+    """What a model call needs of the state that asked it: the prompt and
+    its profile (the host knows whose stream asks)."""
 
     prompt: Prompt
-    actor_id: str
     profile: str | None = None
     table: str | None = None
     """The ``[models.<name>]`` table the call goes to, when the actor names one."""
@@ -114,16 +114,37 @@ class ModelCall(msgspec.Struct, frozen=True, kw_only=True):
     and request (a staged run's conversation, mode, stage, tools, reasoning)."""
 
 
+class WantKind(enum.StrEnum):
+    """What answers a want, which says who carries it out."""
+
+    LLM = "llm"
+    """A model call's answer (or its failure), carried out by the host."""
+    TOOL = "tool"
+    """A tool call's result, carried out by the host."""
+    TIMER = "timer"
+    """The host, when it is due: a `WakeDue` of the stream itself."""
+    CREATE = "create"
+    """The opening input of another stream (a child created)."""
+    SPAWN = "spawn"
+    """The opening input of a child the stream's actor spawned (a run's
+    subagents)."""
+    DELIVER = "deliver"
+    """An input delivered to another stream (a result, a cancel)."""
+    TAKE = "take"
+    """The stream's own input that takes it off a queue."""
+    APPROVAL = "approval"
+    """A person (`Surface.waiting` and `answer`, a capability of any kind):
+    the host never carries it out."""
+
+
 class Want(msgspec.Struct, frozen=True, kw_only=True):
     """An effect a recorded event asks for that is not carried out until an
     event (of this stream or another) answers ``key``: a timer by its
-    `WakeDue`, a delivery or creation by the input it gives. ``kind`` names
-    it in the pending projection (``timer``, ``create``, ``deliver``; the
-    run's ``take``, ``spawn`` and ``approval``, the last one never routed:
-    a person answers it); a timer is due at ``due_at``."""
+    `WakeDue`, a delivery or creation by the input it gives; a timer is due
+    at ``due_at``."""
 
     key: str
-    kind: str
+    kind: WantKind
     due_at: float | None = None
 
 
@@ -160,9 +181,9 @@ def calls_pending(event: Event) -> Pending | None:
     events are the same for every kind); ``None`` for another event."""
     match event:
         case LlmRequested(request_id=rid):
-            return Pending(wants=(Want(key=rid, kind="llm"),))
+            return Pending(wants=(Want(key=rid, kind=WantKind.LLM),))
         case ToolRequested(request_id=rid):  # (an approved call's approval too)
-            return Pending(wants=(Want(key=rid, kind="tool"),))
+            return Pending(wants=(Want(key=rid, kind=WantKind.TOOL),))
         case (
             LlmResponded(request_id=rid)
             | LlmFailed(request_id=rid)

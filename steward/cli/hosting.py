@@ -193,7 +193,7 @@ def _stream_deltas(host: Host) -> None:
     def on_delta(info: RequestInfo, text: str) -> None:
         if info.request_id not in streaming:
             streaming.add(info.request_id)
-            sys.stderr.write(f"  {info.run_id} model> ")
+            sys.stderr.write(f"  {info.actor_id} model> ")
         sys.stderr.write(text)
         sys.stderr.flush()
 

@@ -110,7 +110,7 @@ async def cmd_mcp_call(env: Env, args: argparse.Namespace) -> int:
     outcome = await registry.call(
         args.tool,
         values,
-        ctx=ToolContext(workspace=Path(env.settings.tools.workspace), run_id=""),
+        ctx=ToolContext(workspace=Path(env.settings.tools.workspace)),
     )
     if args.output == "json":
         said = msgspec.structs.asdict(outcome)

@@ -134,7 +134,7 @@ class Calls:
             log.debug("model call %s of %s", rid, rec.stream)
         prompt = call.prompt
         info = RequestInfo(
-            run_id=call.actor_id,
+            stream=rec.stream,
             request_id=rid,
             priority=request.priority,
             profile=call.profile,
@@ -211,7 +211,6 @@ class Calls:
             )
             ctx = ToolContext(
                 workspace=self._workspace if own is None else Path(own),
-                run_id=rec.stream.partition(".")[2],
                 stream=rec.stream,
                 request_id=rid,
                 actors=self._host,

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
 from steward import events
-from steward.actors.effects import calls_pending
+from steward.actors.effects import WantKind, calls_pending
 from steward.actors.kind import Kinds
 from steward.events import Recorded
 
@@ -75,10 +75,10 @@ class Inputs(Protocol):
     async def close(self) -> None: ...
 
 
-ELSEWHERE = frozenset({"create", "spawn", "deliver"})
+ELSEWHERE = frozenset({WantKind.CREATE, WantKind.SPAWN, WantKind.DELIVER})
 """Kinds of wants answered in another stream (or by nobody)."""
 
-_SKIPPED = frozenset({"approval"})
+_SKIPPED = frozenset({WantKind.APPROVAL})
 """Kinds of wants a host does not carry out (a person answers them)."""
 
 

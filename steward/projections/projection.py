@@ -19,6 +19,7 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from steward.actors.effects import WantKind
 from steward.events import Event, Recorded
 
 __all__ = ["PENDING_SCHEMA", "Projection", "done", "want"]
@@ -54,7 +55,7 @@ def want(
     conn: sqlite3.Connection,
     key: str,
     rec: Recorded,
-    kind: str,
+    kind: WantKind,
     due_at: float | None = None,
 ) -> None:
     """Record that ``rec`` asks for effect ``key`` (of ``kind``), not yet

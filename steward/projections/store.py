@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from steward.actors.effects import calls_pending
+from steward.actors.effects import WantKind, calls_pending
 from steward.actors.kind import Kinds, Views
 from steward.actors.session.events import Elsewhere
 from steward.actors.session.projection import elsewhere, search
@@ -237,7 +237,7 @@ class Projector:
         """The (stream, version) of every event whose effect is still pending."""
         rows = await self.query(
             "SELECT DISTINCT stream, version FROM pending "
-            "WHERE kind != 'approval' ORDER BY stream, version"
+            f"WHERE kind != '{WantKind.APPROVAL}' ORDER BY stream, version"
         )
         return [(str(s), int(v)) for s, v in rows]
 

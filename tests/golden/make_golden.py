@@ -145,9 +145,9 @@ def per_run(
     cursors = {run_id: iter(replies) for run_id, replies in script.items()}
 
     def reply(prompt: Prompt, info: RequestInfo) -> Reply | str:
-        answer = next(cursors[info.run_id], None)
+        answer = next(cursors[info.actor_id], None)
         if answer is None:
-            raise AssertionError(f"the script has no reply left for {info.run_id}")
+            raise AssertionError(f"the script has no reply left for {info.actor_id}")
         return answer
 
     return ScriptedProvider(reply, sleep=sleep)
@@ -1003,7 +1003,7 @@ async def workflow(rig: Rig, revision: int = 0) -> None:
         for run_id, replies in script.items()
     }
     provider = ScriptedProvider(
-        lambda prompt, info: next(cursors[info.run_id]), sleep=rig.clock.sleep
+        lambda prompt, info: next(cursors[info.actor_id]), sleep=rig.clock.sleep
     )
     host = await rig.host(provider, llm_retries=0)
     specs = rig.tools.specs()
@@ -1080,7 +1080,7 @@ async def workflow_revision_3(rig: Rig) -> None:
     }
     cursors = {run_id: iter(replies) for run_id, replies in script.items()}
     provider = ScriptedProvider(
-        lambda prompt, info: next(cursors[info.run_id]), sleep=rig.clock.sleep
+        lambda prompt, info: next(cursors[info.actor_id]), sleep=rig.clock.sleep
     )
     host = await rig.host(provider)
     specs = rig.tools.specs()
@@ -1235,7 +1235,7 @@ async def tasks(rig: Rig) -> None:
     }
     cursors = {task_id: iter(replies) for task_id, replies in script.items()}
     provider = ScriptedProvider(
-        lambda prompt, info: next(cursors[info.run_id]), sleep=hold
+        lambda prompt, info: next(cursors[info.actor_id]), sleep=hold
     )
     host = await rig.host(provider, llm_retries=0)
     settings = Settings()

@@ -50,9 +50,9 @@ class Model:
         self.asked: dict[str, list[Prompt]] = {}
 
     def __call__(self, prompt: Prompt, info: RequestInfo) -> str:
-        if info.run_id == SESSION:  # the memory writer
+        if info.actor_id == SESSION:  # the memory writer
             return json.dumps({"operations": [], "summary": "They talked."})
-        self.asked.setdefault(info.run_id, []).append(prompt)
+        self.asked.setdefault(info.actor_id, []).append(prompt)
         last = last_user(prompt)
         if last.startswith("spawn: "):
             args = {"name": "scout", "task": last.removeprefix("spawn: ")}

@@ -232,7 +232,7 @@ async def test_a_turn_starts_its_run_by_routing_and_is_answered(
     session."""
 
     def reply(prompt: Prompt, info: RequestInfo) -> str:
-        return act(type="send_message", message=f"answer of {info.run_id}")
+        return act(type="send_message", message=f"answer of {info.actor_id}")
 
     host = await hosts(reply)
     assert await host.submit(STREAM, opening(clock)) is not None
@@ -297,8 +297,8 @@ async def test_a_turn_started_by_the_reply_before_it_starts_its_run(
         await gate.wait()
 
     def reply(prompt: Prompt, info: RequestInfo) -> Reply:
-        text = act(type="send_message", message=f"answer of {info.run_id}")
-        return Reply(text=text, delay=1.0 if info.run_id.endswith("-t1") else 0.0)
+        text = act(type="send_message", message=f"answer of {info.actor_id}")
+        return Reply(text=text, delay=1.0 if info.actor_id.endswith("-t1") else 0.0)
 
     host = await hosts(reply, sleep=held)
     assert await host.submit(STREAM, opening(clock)) is not None
@@ -543,9 +543,9 @@ async def test_a_runs_subagents_start_by_routing_and_their_results_come_back(
     asked: list[str] = []
 
     def reply(prompt: Prompt, info: RequestInfo) -> str:
-        asked.append(info.run_id)
-        if info.run_id != "r1":
-            return act(type="finish", output=f"result of {info.run_id}")
+        asked.append(info.actor_id)
+        if info.actor_id != "r1":
+            return act(type="finish", output=f"result of {info.actor_id}")
         if asked.count("r1") == 1:
             return act(
                 type="spawn_subagents",
@@ -694,7 +694,7 @@ async def test_each_chat_starts_its_turn_when_its_own_debounce_is_due(
     when its own comes due."""
 
     def reply(prompt: Prompt, info: RequestInfo) -> str:
-        return act(type="send_message", message=f"answer of {info.run_id}")
+        return act(type="send_message", message=f"answer of {info.actor_id}")
 
     host = await hosts(reply)
     other = "cli:b"

@@ -34,6 +34,7 @@ from steward.actors.effects import (
     Pending,
     Told,
     Want,
+    WantKind,
     notify_key,
     spawn_key,
 )
@@ -163,7 +164,7 @@ def tally_prompt(state: Tally) -> Prompt:
 def model_call(
     state: Tally, request: events.LlmRequested, cache: Any, given: Prompt | None
 ) -> ModelCall:
-    return ModelCall(prompt=given or tally_prompt(state), actor_id=state.id)
+    return ModelCall(prompt=given or tally_prompt(state))
 
 
 def tells(event: Event, state: Tally) -> Told | None:
@@ -204,11 +205,11 @@ def pending(rec: Recorded) -> Pending:
     """What a tally's recorded event asks of a host that a crash must not lose."""
     match rec.event:
         case TallySlept(timer_id=timer_id, due=due):
-            return Pending(wants=(Want(key=timer_id, kind="timer", due_at=due),))
+            return Pending(wants=(Want(key=timer_id, kind=WantKind.TIMER, due_at=due),))
         case events.WakeDue(timer_id=timer_id):
             return Pending(answers=(timer_id,))
         case TallyChildAsked(run_id=run_id):
-            return Pending(wants=(Want(key=spawn_key(run_id), kind="create"),))
+            return Pending(wants=(Want(key=spawn_key(run_id), kind=WantKind.CREATE),))
         case events.ChildFinished(stream=child):
             return Pending(answers=(notify_key(run_id_of(child)),))
         case TallyDone():

@@ -42,7 +42,7 @@ def registry(*servers: McpServer) -> ToolRegistry:
 
 
 def ctx(tmp_path: Path) -> ToolContext:
-    return ToolContext(workspace=tmp_path, run_id="r1")
+    return ToolContext(workspace=tmp_path, stream="run.r1")
 
 
 @pytest.fixture

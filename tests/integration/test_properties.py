@@ -108,15 +108,15 @@ def _player(plan: list[Reply | str], children: list[list[Reply | str]]) -> Any:
     cursors: dict[str, list[Reply | str]] = {}
 
     def reply(prompt: Any, info: Any) -> Reply | str:
-        mine = cursors.get(info.run_id)
+        mine = cursors.get(info.actor_id)
         if mine is None:
-            is_root = "-" not in info.run_id
+            is_root = "-" not in info.actor_id
             source = plan if is_root else (children.pop(0) if children else [])
-            mine = cursors[info.run_id] = list(source)
+            mine = cursors[info.actor_id] = list(source)
         if mine:
             return mine.pop(0)
         if info.priority == "subagent":
-            return act(type="send_message", message=f"{info.run_id} reporting")
+            return act(type="send_message", message=f"{info.actor_id} reporting")
         return act(type="finish", output="the end")
 
     return reply

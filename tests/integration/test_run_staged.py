@@ -100,7 +100,7 @@ class Model:
 
     def __call__(self, prompt: Prompt, info: RequestInfo) -> str | Reply:
         stage = stage_of(prompt)
-        seen = self.asked.setdefault(info.run_id, [])
+        seen = self.asked.setdefault(info.actor_id, [])
         seen.append((stage, prompt))
         n = sum(1 for s, _ in seen if s == stage)
         replies = self.script.get(stage, [])

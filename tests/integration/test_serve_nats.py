@@ -18,19 +18,22 @@ from support import act
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.parametrize("direct", [False, True])
 async def test_a_message_on_a_channel_runs_and_the_answer_goes_out(
-    tmp_path: Path,
+    tmp_path: Path, direct: bool
 ) -> None:
+    """A turn's model text streams on its run's deltas subject; a direct
+    chat's, which the session asks itself, on the session's."""
     server = NatsServer(tmp_path / "nats")
     server.start()
     log_url = f"{server.url}?stream=SERVE&prefix=serve.ev"
     (tmp_path / "steward.toml").write_text(
         f'[log]\nurl = "{log_url}"\n\n[channels]\nweb = "default"\n\n'
         "[session]\ndebounce_ms = 10\n"
+        + ('direct_chats = ["web:*"]\n' if direct else "")
     )
-    (tmp_path / "script.json").write_text(
-        json.dumps({"replies": [{"text": act(type="send_message", message="hi!")}]})
-    )
+    text = "hi!" if direct else act(type="send_message", message="hi!")
+    (tmp_path / "script.json").write_text(json.dumps({"replies": [{"text": text}]}))
     serve = subprocess.Popen(
         [sys.executable, "-m", "steward", "--script", "script.json", "serve"],
         cwd=tmp_path,
@@ -47,7 +50,8 @@ async def test_a_message_on_a_channel_runs_and_the_answer_goes_out(
         assert b"inbound channels: web" in banner
         run_id = "web:u1-t1"  # the first turn of the session web:u1
         outbound = await nc.subscribe("steward.outbound.web")
-        deltas = await nc.subscribe(f"steward.runs.{run_id}.deltas")
+        streams = "steward.sessions.web:u1" if direct else f"steward.runs.{run_id}"
+        deltas = await nc.subscribe(f"{streams}.deltas")
         body = {"version": 1, "text": "say hi", "message_id": "m-1", "user_id": "u1"}
         reply = await nc.request(
             "steward.inbound.web", json.dumps(body).encode(), timeout=10
@@ -69,10 +73,8 @@ async def test_a_message_on_a_channel_runs_and_the_answer_goes_out(
             "status": "completed",
         }
         delta = json.loads((await deltas.next_msg(timeout=10)).data)
-        assert delta == {
-            "request_id": f"{run_id}/llm/1",
-            "text": act(type="send_message", message="hi!"),
-        }
+        asked = f"{run_id}/llm" if direct else f"{run_id}/llm/1"
+        assert delta == {"request_id": asked, "text": text}
 
         bad = await nc.request("steward.inbound.nowhere", b'{"text": "x"}', timeout=10)
         assert json.loads(bad.data)["error"]["code"] == "unknown_channel"

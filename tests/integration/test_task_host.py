@@ -153,10 +153,10 @@ class Asked:
         self.priorities: dict[str, set[str]] = {}
 
     def __call__(self, prompt: Prompt, info: RequestInfo) -> str | Reply:
-        seen = self.prompts.setdefault(info.run_id, [])
+        seen = self.prompts.setdefault(info.actor_id, [])
         seen.append(prompt)
-        self.priorities.setdefault(info.run_id, set()).add(info.priority)
-        return self.answer(info.run_id, prompt, len(seen))
+        self.priorities.setdefault(info.actor_id, set()).add(info.priority)
+        return self.answer(info.actor_id, prompt, len(seen))
 
 
 def first(prompt: Prompt) -> str:

@@ -43,7 +43,7 @@ def reply(prompt: Any, info: Any) -> str:
     """The coordinator spawns a helper, then finishes; the helper lists the
     files, then answers."""
     said = " ".join(m.content for m in prompt.messages)
-    if info.run_id == "r1":
+    if info.actor_id == "r1":
         if "listed" not in said:
             return act(type="spawn_subagent", subagent={"task": "List the files."})
         return act(type="finish", output="the helper listed them")

@@ -101,7 +101,7 @@ def _player(plays: list[Any]) -> Any:
         play = left.pop(0) if left else {"routingDecision": "approved"}
         if play == "fail":  # the run fails
             return Reply(error=ReplyError(kind="invalid_request", message="no"))
-        finish = {"type": "finish", "output": f"report of {info.run_id}"}
+        finish = {"type": "finish", "output": f"report of {info.actor_id}"}
         return Reply(text=json.dumps({**finish, "metadata": play}))
 
     return reply

@@ -22,7 +22,7 @@ from steward.effects.llm import (
 from steward.effects.llm.anthropic import DEFAULT_MAX_TOKENS, AnthropicProvider
 from steward.errors import ProviderError
 
-INFO = RequestInfo(run_id="run-1", request_id="req-1")
+INFO = RequestInfo(stream="run.run-1", request_id="req-1")
 HELLO = Prompt(model="", system="", messages=(ChatMessage(role="user", content="hi"),))
 
 

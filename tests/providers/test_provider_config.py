@@ -16,7 +16,7 @@ from steward.effects.llm.anthropic import AnthropicProvider
 from steward.effects.llm.openai import OpenAIProvider
 from steward.errors import ConfigError, ProviderError
 
-INFO = RequestInfo(run_id="run-1", request_id="req-1")
+INFO = RequestInfo(stream="run.run-1", request_id="req-1")
 PROMPT = Prompt(model="", system="", messages=(ChatMessage(role="user", content="hi"),))
 
 TOML = """

@@ -40,7 +40,7 @@ from steward.effects.llm import (
 )
 from steward.errors import ProviderError
 
-INFO = RequestInfo(run_id="run-1", request_id="req-1")
+INFO = RequestInfo(stream="run.run-1", request_id="req-1")
 PROMPT = Prompt(
     model="",
     system="Be brief.",

@@ -17,7 +17,7 @@ from steward.effects.llm._wire import ToolNames
 from steward.effects.llm.openai import KEYLESS, OpenAIProvider, to_request
 from steward.errors import ProviderError
 
-INFO = RequestInfo(run_id="run-1", request_id="req-1")
+INFO = RequestInfo(stream="run.run-1", request_id="req-1")
 HELLO = Prompt(model="", system="", messages=(ChatMessage(role="user", content="hi"),))
 
 

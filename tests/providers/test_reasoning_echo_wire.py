@@ -296,7 +296,7 @@ async def test_a_whole_reply_keeps_its_reasoning(
     )
     try:
         result = await collect(
-            provider.stream(prompt, RequestInfo(run_id="r", request_id="r/1"))
+            provider.stream(prompt, RequestInfo(stream="run.r", request_id="r/1"))
         )
     finally:
         await provider.aclose()

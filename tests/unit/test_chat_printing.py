@@ -79,7 +79,7 @@ def _rec(stream: str, event: Event) -> Recorded:
 
 
 def _info(run_id: str, request_id: str) -> RequestInfo:
-    return RequestInfo(run_id=run_id, request_id=request_id)
+    return RequestInfo(stream=f"run.{run_id}", request_id=request_id)
 
 
 def test_only_this_chats_turns_stream_each_call_on_a_line_of_its_own(

@@ -148,7 +148,7 @@ async def test_host_serves_interactive_model_calls_before_queued_subagent_calls(
 
     def ask(n: int, priority: Any) -> Any:
         rid = f"r{n}/llm/1"
-        info = RequestInfo(run_id=f"r{n}", request_id=rid, priority=priority)
+        info = RequestInfo(stream=f"run.r{n}", request_id=rid, priority=priority)
         request = events.LlmRequested(request_id=rid, iteration=1, prompt_hash="")
         rec = events.Recorded(
             stream=f"run.r{n}", version=1, position=n + 1, at=0.0, event=request

@@ -40,7 +40,7 @@ PROMPT = Prompt(
 
 def info(n: int = 1, run: str = "r1", priority: str = "interactive") -> RequestInfo:
     return RequestInfo(
-        run_id=run,
+        stream=f"run.{run}",
         request_id=f"{run}/llm/{n}",
         priority=priority,  # type: ignore[arg-type]
         iteration=n,
@@ -231,7 +231,7 @@ async def test_exhausted_script_is_a_config_error(tmp_path: Path) -> None:
     await ask(provider, info(1))
     message = (
         f"^config: script {re.escape(str(path))} has no reply left for request "
-        r"r1/llm/2 of run r1 \(1 used\)$"
+        r"r1/llm/2 of run.r1 \(1 used\)$"
     )
     with pytest.raises(ProviderError, match=message) as error:
         await ask(provider, info(2))
@@ -263,7 +263,7 @@ async def test_per_run_scripts_restart_for_each_run(tmp_path: Path) -> None:
     assert (await ask(provider, info(1, "r1"))).text == "a"
     assert (await ask(provider, info(1, "r2"))).text == "a"
     assert (await ask(provider, info(2, "r1"))).text == "b"
-    with pytest.raises(ProviderError, match=r"run r1 \(2 used\)"):
+    with pytest.raises(ProviderError, match=r"run.r1 \(2 used\)"):
         await ask(provider, info(3, "r1"))
     assert (await ask(provider, info(2, "r2"))).text == "b"
 

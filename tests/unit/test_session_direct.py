@@ -52,7 +52,7 @@ def test_a_direct_turn_is_one_model_call_of_the_session_without_tools() -> None:
     assert effects(rec, chat.state, chat.state) == []  # no run
     assert pending(rec).wants == ()
     call = model_call(chat.state, ask)
-    assert call.prompt == prompt and call.actor_id == "cli:c1"
+    assert call.prompt == prompt
     assert chat.state.outstanding.awaits(ask.request_id)
 
 

@@ -52,7 +52,7 @@ async def nothing(args: NoArgs, *, ctx: ToolContext) -> str:
 
 
 def _ctx(tmp_path: pathlib.Path | None = None) -> ToolContext:
-    return ToolContext(workspace=tmp_path or pathlib.Path("."), run_id="run-1")
+    return ToolContext(workspace=tmp_path or pathlib.Path("."), stream="run.run-1")
 
 
 def _registry(*tools: Tool[Any], **kwargs: Any) -> ToolRegistry:

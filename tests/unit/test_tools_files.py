@@ -28,7 +28,7 @@ def outside(tmp_path: pathlib.Path) -> pathlib.Path:
 
 
 async def _call(workspace: pathlib.Path, name: str, **args: Any) -> ToolOutcome:
-    ctx = ToolContext(workspace=workspace, run_id="run-1")
+    ctx = ToolContext(workspace=workspace, stream="run.run-1")
     return await ToolRegistry.with_builtins().call(name, args, ctx=ctx)
 
 

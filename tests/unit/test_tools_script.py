@@ -11,7 +11,7 @@ from steward.effects.tools import ToolContext, ToolRegistry
 
 
 async def run(workspace: pathlib.Path, command: str) -> dict[str, Any]:
-    ctx = ToolContext(workspace=workspace, run_id="t1", stream="task.t1")
+    ctx = ToolContext(workspace=workspace, stream="task.t1")
     outcome = await ToolRegistry.with_builtins().call(
         "script.run", {"command": command}, ctx=ctx
     )
@@ -34,7 +34,7 @@ async def test_a_failing_command_is_an_answer_not_a_failed_call(
 
 
 async def test_a_command_past_its_time_is_stopped(tmp_path: pathlib.Path) -> None:
-    ctx = ToolContext(workspace=tmp_path, run_id="t1")
+    ctx = ToolContext(workspace=tmp_path, stream="run.t1")
     outcome = await ToolRegistry.with_builtins().call(
         "script.run", {"command": "sleep 30"}, ctx=ctx, timeout=0.2
     )
@@ -54,7 +54,7 @@ async def test_a_command_past_its_time_is_stopped_with_its_children(
     """At its time limit the command's whole process group is killed: the
     child it started (holding the output pipe) is gone, or a zombie, when
     the call ends."""
-    ctx = ToolContext(workspace=tmp_path, run_id="t1")
+    ctx = ToolContext(workspace=tmp_path, stream="run.t1")
     command = {"command": "sleep 30 > /dev/null 2>&1 & echo $! > p; wait"}
     registry = ToolRegistry.with_builtins()
     outcome = await registry.call("script.run", command, ctx=ctx, timeout=0.5)

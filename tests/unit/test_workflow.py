@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from msgspec.structs import replace
 
 from steward import replay
-from steward.actors.effects import Want
+from steward.actors.effects import Want, WantKind
 from steward.actors.run.decider import run_stream
 from steward.actors.run.events import (
     LATEST_REVISION,
@@ -700,7 +700,7 @@ def test_a_cancel_names_the_phase_in_flight_for_the_pending_projection(
         assert wants == ()
         return
     [delivery] = effects(story.records()[-1], story.state, story.state)
-    assert wants == (Want(key=delivery.key, kind="deliver"),)  # type: ignore[union-attr]
+    assert wants == (Want(key=delivery.key, kind=WantKind.DELIVER),)  # type: ignore[union-attr]
     [outcome] = story.finish(status="cancelled", output="") or []
     result = story.records()[-2]
     assert isinstance(result.event, ChildFinished)

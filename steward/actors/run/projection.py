@@ -26,7 +26,7 @@ from typing import Any
 import msgspec
 
 from steward import events
-from steward.actors.effects import cancel_key, notify_key, spawn_key, take_key
+from steward.actors.effects import WantKind, cancel_key, notify_key, spawn_key, take_key
 from steward.actors.run import events as run_events
 from steward.actors.run.decider import run_id_of
 from steward.events import Recorded
@@ -114,7 +114,7 @@ def _apply(conn: sqlite3.Connection, rec: Recorded) -> None:
             )
             done(conn, spawn_key(run_id))  # the parent's (or creator's) ask
             if event.queued:
-                want(conn, take_key(run_id), rec, "take")
+                want(conn, take_key(run_id), rec, WantKind.TAKE)
         case run_events.RunTaken():
             done(conn, take_key(run_id))
         case run_events.RunStarted() | run_events.RunResumed():
@@ -127,7 +127,7 @@ def _apply(conn: sqlite3.Connection, rec: Recorded) -> None:
             conn.execute(
                 "UPDATE runs SET iterations=? WHERE id=?", (event.iteration, run_id)
             )
-            want(conn, rid, rec, "llm")
+            want(conn, rid, rec, WantKind.LLM)
         case events.LlmResponded(request_id=rid) | events.LlmFailed(request_id=rid):
             duration = done(conn, rid, rec.at)
             usage = event.usage
@@ -146,12 +146,12 @@ def _apply(conn: sqlite3.Connection, rec: Recorded) -> None:
                 )
         case events.ToolRequested(request_id=rid):
             done(conn, rid)  # an approved call: its approval row is answered
-            want(conn, rid, rec, "tool")
+            want(conn, rid, rec, WantKind.TOOL)
         case (
             run_events.ApprovalRequested(request_id=rid)
             | run_events.BudgetExceeded(request_id=rid, policy="pause")
         ):
-            want(conn, rid, rec, "approval")
+            want(conn, rid, rec, WantKind.APPROVAL)
             _status(conn, run_id, rec, "waiting")
         case (
             run_events.ApprovalDecided(request_id=rid)
@@ -169,14 +169,14 @@ def _apply(conn: sqlite3.Connection, rec: Recorded) -> None:
             )
         case run_events.SubagentsSpawned(children=children):
             for child in children:
-                want(conn, spawn_key(child.run_id), rec, "spawn")
+                want(conn, spawn_key(child.run_id), rec, WantKind.SPAWN)
             _status(conn, run_id, rec, "waiting")
         case events.ChildFinished(stream=child):
             done(conn, notify_key(run_id_of(child)))
             # a finished child needs no creating (a fork copies its result)
             done(conn, spawn_key(run_id_of(child)))
         case run_events.RunSlept():
-            want(conn, event.timer_id, rec, "timer", due_at=event.wake_at)
+            want(conn, event.timer_id, rec, WantKind.TIMER, due_at=event.wake_at)
             _status(
                 conn,
                 run_id,
@@ -218,10 +218,10 @@ def _apply(conn: sqlite3.Connection, rec: Recorded) -> None:
                 "SELECT parent_run_id, reply_to FROM runs WHERE id=?", (run_id,)
             ).fetchone()
             if row and (row[0] or row[1]):
-                want(conn, notify_key(run_id), rec, "deliver")
+                want(conn, notify_key(run_id), rec, WantKind.DELIVER)
             if isinstance(event, run_events.RunCancelled):
                 for child_id in event.children:
-                    want(conn, cancel_key(child_id), rec, "deliver")
+                    want(conn, cancel_key(child_id), rec, WantKind.DELIVER)
         case _:
             pass
     conn.execute(

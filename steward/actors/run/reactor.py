@@ -21,6 +21,7 @@ from steward.actors.effects import (
     Pending,
     Told,
     Want,
+    WantKind,
     cancel_key,
     notify_key,
     spawn_key,
@@ -162,7 +163,7 @@ def pending(rec: Recorded) -> Pending:
     run_id = run_id_of(rec.stream)
     match rec.event:
         case RunCreated(queued=queued):
-            take = (Want(key=take_key(run_id), kind="take"),) if queued else ()
+            take = (Want(key=take_key(run_id), kind=WantKind.TAKE),) if queued else ()
             return Pending(wants=take, answers=(spawn_key(run_id),))
         case RunTaken():
             return Pending(answers=(take_key(run_id),))
@@ -170,25 +171,32 @@ def pending(rec: Recorded) -> Pending:
             ApprovalRequested(request_id=rid)
             | BudgetExceeded(request_id=rid, policy="pause")
         ):
-            return Pending(wants=(Want(key=rid, kind="approval"),))
+            return Pending(wants=(Want(key=rid, kind=WantKind.APPROVAL),))
         case ApprovalDecided(request_id=rid):
             return Pending(answers=(rid,))
         case SubagentsSpawned(children=children):
-            spawns = (Want(key=spawn_key(c.run_id), kind="spawn") for c in children)
+            spawns = (
+                Want(key=spawn_key(c.run_id), kind=WantKind.SPAWN) for c in children
+            )
             return Pending(wants=tuple(spawns))
         case ChildFinished(stream=child):
             # a finished child needs no creating (a fork copies its result)
             child_id = run_id_of(child)
             return Pending(answers=(notify_key(child_id), spawn_key(child_id)))
         case RunSlept(timer_id=timer_id, wake_at=wake_at):
-            return Pending(wants=(Want(key=timer_id, kind="timer", due_at=wake_at),))
+            return Pending(
+                wants=(Want(key=timer_id, kind=WantKind.TIMER, due_at=wake_at),)
+            )
         case WakeDue(timer_id=timer_id):
             return Pending(answers=(timer_id,))
         case RunCompleted() | RunFailed() | RunCancelled():
             running = rec.event.children if isinstance(rec.event, RunCancelled) else ()
             wants = (
-                Want(key=notify_key(run_id), kind="deliver"),
-                *(Want(key=cancel_key(child), kind="deliver") for child in running),
+                Want(key=notify_key(run_id), kind=WantKind.DELIVER),
+                *(
+                    Want(key=cancel_key(child), kind=WantKind.DELIVER)
+                    for child in running
+                ),
             )
             return Pending(wants=wants, answers=(cancel_key(run_id),), ended=True)
         case _:
@@ -252,7 +260,6 @@ def model_call(
         }
     return ModelCall(
         prompt=prompt or build_prompt(state),
-        actor_id=state.run_id,
         profile=None if created is None else created.profile,
         table=settings.model_table,
         labels=labels,

@@ -174,7 +174,7 @@ class _Streamed:
 
     def on_delta(self, info: RequestInfo, text: str) -> None:
         direct = info.request_id.removesuffix("/llm") in self.turns
-        if info.run_id not in self.turns and not direct:
+        if info.actor_id not in self.turns and not direct:
             return
         if info.request_id != self.request:
             self._end_line()

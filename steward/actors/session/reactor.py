@@ -16,6 +16,7 @@ from steward.actors.effects import (
     Pending,
     Told,
     Want,
+    WantKind,
     notify_key,
     spawn_key,
 )
@@ -196,17 +197,17 @@ def pending(rec: Recorded) -> Pending:
         case DebounceArmed(timer_id=timer_id, due=due):
             # it supersedes the debounce timer before it, whose firing is
             # refused and so never recorded: that one is answered here
-            want = Want(key=timer_id, kind="timer", due_at=due)
+            want = Want(key=timer_id, kind=WantKind.TIMER, due_at=due)
             return Pending(wants=(want,), answers=_before(timer_id))
         case ScheduleFired(timer_id=timer_id, due=due):
-            return Pending(wants=(Want(key=timer_id, kind="timer", due_at=due),))
+            return Pending(wants=(Want(key=timer_id, kind=WantKind.TIMER, due_at=due),))
         case ScheduleCreated(schedule=schedule):
-            want = Want(key=schedule.timer_id, kind="timer", due_at=schedule.due)
+            want = Want(key=schedule.timer_id, kind=WantKind.TIMER, due_at=schedule.due)
             return Pending(wants=(want,))
         case WakeDue(timer_id=timer_id):
             return Pending(answers=(timer_id,))
         case SubagentStarted(run_id=run_id) | TurnStarted(run_id=run_id, direct=False):
-            return Pending(wants=(Want(key=spawn_key(run_id), kind="create"),))
+            return Pending(wants=(Want(key=spawn_key(run_id), kind=WantKind.CREATE),))
         case ChildFinished(stream=child):
             # a finished run needs no creating (a fork copies its result)
             run_id = run_id_of(child)
@@ -256,7 +257,6 @@ def model_call(
             prompt = direct_prompt(state)
     return ModelCall(
         prompt=prompt,
-        actor_id=state.session_id,
         profile=state.settings.profile,
         table=state.model,
     )

@@ -18,6 +18,7 @@ from steward.actors.effects import (
     ModelCall,
     Pending,
     Want,
+    WantKind,
     cancel_key,
     notify_key,
     spawn_key,
@@ -164,7 +165,7 @@ def pending(rec: Recorded) -> Pending:
     match rec.event:
         case SubtaskSpawned(task_id=child):
             stream = task_stream(child)
-            return Pending(wants=(Want(key=spawn_key(stream), kind="create"),))
+            return Pending(wants=(Want(key=spawn_key(stream), kind=WantKind.CREATE),))
         case ChildFinished(stream=stream):
             return Pending(
                 answers=(notify_key(stream), spawn_key(stream), cancel_key(stream))
@@ -172,7 +173,9 @@ def pending(rec: Recorded) -> Pending:
         case TaskCompleted(reply_to=parent):
             return Pending(ended=True, wants=_notify(rec.stream, parent))
         case TaskFailed(reply_to=parent, subtask=below):
-            cancel = (Want(key=cancel_key(below), kind="deliver"),) if below else ()
+            cancel = (
+                (Want(key=cancel_key(below), kind=WantKind.DELIVER),) if below else ()
+            )
             return Pending(ended=True, wants=(*_notify(rec.stream, parent), *cancel))
         case TaskCreated(reply_to=str()):
             # created: its creation (the parent's want) is answered
@@ -183,7 +186,7 @@ def pending(rec: Recorded) -> Pending:
 
 def _notify(stream: str, parent: str | None) -> tuple[Want, ...]:
     """The delivery of a task's result to its parent, if it has one."""
-    return (Want(key=notify_key(stream), kind="deliver"),) if parent else ()
+    return (Want(key=notify_key(stream), kind=WantKind.DELIVER),) if parent else ()
 
 
 def model_call(
@@ -199,7 +202,6 @@ def model_call(
     template = state.templates[atom.template]
     return ModelCall(
         prompt=prompt or atom_prompt(state),
-        actor_id=state.id,
         table=template.model or state.created.model,
     )
 

@@ -11,6 +11,7 @@ from steward.actors.effects import (
     Effect,
     Pending,
     Want,
+    WantKind,
     cancel_key,
     notify_key,
     spawn_key,
@@ -125,10 +126,10 @@ def pending(rec: Recorded) -> Pending:
     lose."""
     match rec.event:
         case PhaseStarted(run_id=run_id):
-            return Pending(wants=(Want(key=spawn_key(run_id), kind="create"),))
+            return Pending(wants=(Want(key=spawn_key(run_id), kind=WantKind.CREATE),))
         case WorkflowCancelled(phase_run_id=str(run_id)):
             # answered when that run ends (the runs projection), or by its result
-            return Pending(wants=(Want(key=cancel_key(run_id), kind="deliver"),))
+            return Pending(wants=(Want(key=cancel_key(run_id), kind=WantKind.DELIVER),))
         case ChildFinished(stream=child):
             run_id = run_id_of(child)  # a finished run needs no creating (a fork)
             return Pending(

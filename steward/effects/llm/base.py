@@ -112,9 +112,11 @@ StreamEvent = (
 
 
 class RequestInfo(msgspec.Struct, frozen=True, kw_only=True):
-    """Who asks: lets a provider (and a script) tell runs and priorities apart."""
+    """Who asks: lets a provider (and a script) tell actors and priorities
+    apart."""
 
-    run_id: str
+    stream: str
+    """The stream of the actor that asks (``KIND.ID``)."""
     request_id: str
     priority: Literal["interactive", "subagent"] = "interactive"
     profile: str | None = None
@@ -124,6 +126,11 @@ class RequestInfo(msgspec.Struct, frozen=True, kw_only=True):
     """Which of its actor's model calls this is (`LlmRequested.iteration`,
     1-based; 0: not known), from the log: a scripted run resumed by a new
     process goes on with its script from there."""
+
+    @property
+    def actor_id(self) -> str:
+        """The id of the actor that asks (its stream's ID)."""
+        return self.stream.partition(".")[2]
 
 
 class Provider(Protocol):

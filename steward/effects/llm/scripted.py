@@ -342,7 +342,7 @@ class ScriptedProvider:
             self._subagent = tuple(_as_reply(r) for r in subagent_replies)
         self._per_run = per_run
         self._cursors: dict[tuple[str, str], int] = {}
-        self._runs: set[str] = set()  # the runs asked for a reply so far
+        self._asked: set[str] = set()  # the actors (streams) asked a reply so far
         self._whole = whole
         self._calls = 0
         self.label = label
@@ -429,13 +429,13 @@ class ScriptedProvider:
         queue, replies, what = "replies", self._replies, "reply"
         if info.priority == "subagent" and self._subagent is not None:
             queue, replies, what = "subagent_replies", self._subagent, "subagent reply"
-        cursor = (queue, info.run_id if self._per_run else "")
+        cursor = (queue, info.stream if self._per_run else "")
         used = self._cursors.get(cursor, 0)
-        if self._per_run or (self._whole and info.run_id not in self._runs):
+        if self._per_run or (self._whole and info.stream not in self._asked):
             # the run's calls before this one had their replies, here or in
             # another process (a resumed run, a fork, another worker)
             used = max(used, info.iteration - 1)
-        self._runs.add(info.run_id)
+        self._asked.add(info.stream)
         if used >= len(replies):
             raise self._exhausted(what, used, info)
         self._cursors[cursor] = used + 1
@@ -446,7 +446,7 @@ class ScriptedProvider:
         return ProviderError(
             "config",
             f"script {self.label} has no {what} left for request {info.request_id} "
-            f"of run {info.run_id} ({used} used){hint}",
+            f"of {info.stream} ({used} used){hint}",
         )
 
 

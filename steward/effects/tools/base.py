@@ -67,10 +67,9 @@ class ToolContext(msgspec.Struct, frozen=True, kw_only=True):
 
     workspace: pathlib.Path
     """The directory the run's files tools are confined to."""
-    run_id: str
-    """The id of the actor that asked for the call (a run's, mostly)."""
     stream: str = ""
-    """The stream of the actor that asked for the call (``KIND.ID``)."""
+    """The stream of the actor that asked for the call (``KIND.ID``; empty
+    where no actor asks: ``steward mcp call``)."""
     request_id: str = ""
     """The tool call's request id."""
     actors: Actors | None = None
@@ -79,6 +78,11 @@ class ToolContext(msgspec.Struct, frozen=True, kw_only=True):
     """The host's projections; ``None`` when it keeps none."""
     now: float = 0.0
     """When the call started, on the host's clock."""
+
+    @property
+    def actor_id(self) -> str:
+        """The id of the actor that asked for the call (its stream's ID)."""
+        return self.stream.partition(".")[2]
 
 
 OUTCOME_UNKNOWN = (

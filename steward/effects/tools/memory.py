@@ -83,7 +83,7 @@ async def core_set(args: CoreSetArgs, *, ctx: ToolContext) -> str:
         raise ToolError(problem)
     assert ctx.actors is not None
     change = CoreMemorySet(
-        request_id=ctx.request_id, key=args.key, value=args.value, run_id=ctx.run_id
+        request_id=ctx.request_id, key=args.key, value=args.value, run_id=ctx.actor_id
     )
     if await ctx.actors.submit(session_stream(session_id), change) is None:
         raise ToolError(f"the session refused to set {args.key!r}")

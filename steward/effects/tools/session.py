@@ -102,7 +102,7 @@ async def session_of(ctx: ToolContext, tools: str) -> tuple[str, Session]:
         if version and isinstance(state, Session):
             return session_id, state
     raise ToolError(
-        f"{ctx.stream or ctx.run_id} belongs to no chat session: the {tools} "
+        f"{ctx.stream or 'a call of no actor'} belongs to no chat session: the {tools} "
         "tools work in a session's turns"
     )
 
@@ -128,7 +128,7 @@ async def subagent_spawn(args: SpawnArgs, *, ctx: ToolContext) -> str:
         name=args.name,
         task=args.task,
         model=args.model,
-        run_id=ctx.run_id,
+        run_id=ctx.actor_id,
     )
     await _give(ctx, session_id, asked, f"subagent {args.name!r}")
     return f"subagent {args.name!r} started; its answer comes to the chat"
@@ -149,7 +149,7 @@ async def schedule_create(args: CreateArgs, *, ctx: ToolContext) -> str:
         cron=args.cron,
         task=args.task,
         model=args.model,
-        run_id=ctx.run_id,
+        run_id=ctx.actor_id,
         at=ctx.now,
     )
     await _give(ctx, session_id, asked, f"schedule {args.name!r}")
@@ -181,7 +181,7 @@ async def schedule_delete(args: DeleteArgs, *, ctx: ToolContext) -> str:
     if problem is not None:
         raise ToolError(problem)
     asked = ScheduleAsked(
-        request_id=ctx.request_id, name=args.name, run_id=ctx.run_id, at=ctx.now
+        request_id=ctx.request_id, name=args.name, run_id=ctx.actor_id, at=ctx.now
     )
     await _give(ctx, session_id, asked, f"to delete schedule {args.name!r}")
     return f"schedule {args.name!r} deleted"
