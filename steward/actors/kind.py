@@ -245,6 +245,11 @@ class Surface(Generic[S]):
     and history, given its state and its stream's records (pure): tables,
     trees and graphs of plain text (`steward.actors.sections`), which the
     console renders the same for every kind; ``None``: nothing more."""
+    commands: str | None = None
+    """The module of the kind's command group on the command line (its
+    package's ``grammar``), whose ``add_commands(sub)`` adds it to the
+    ``steward`` command's; ``None``: none of its own (the core's replay,
+    fork, export and the console serve every kind)."""
 
 
 @dataclass(frozen=True)

@@ -47,8 +47,11 @@ def main(argv: Sequence[str] | None = None, kinds: Kinds | None = None) -> int:
     Each command imports what it uses when it runs (`steward.cli.parser`),
     so ``steward --help`` and the commands that read the log start at once.
     """
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    if kinds is None:
+        from steward.kinds import KINDS
+
+        kinds = KINDS
+    args = build_parser(kinds).parse_args(argv)
     # warnings of every library; -v: steward's own debug lines too (not
     # httpcore's or aiosqlite's)
     logging.basicConfig(
@@ -61,12 +64,10 @@ def main(argv: Sequence[str] | None = None, kinds: Kinds | None = None) -> int:
         from steward.cli.env import env_of
         from steward.config import load_settings
         from steward.effects.tools.files import TOOLS
-        from steward.kinds import KINDS
 
         # the tools ``[tools] require_approval`` may name: the files tools
         approvable = tuple(t.name for t in TOOLS)
         settings = load_settings(args.config, unknown=_warn, tools=approvable)
-        kinds = KINDS if kinds is None else kinds
         if settings.task.scorer is not None:
             from steward.actors.task.programs import with_scorer
 

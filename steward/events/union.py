@@ -8,6 +8,7 @@ alone: a log is given its kinds' union.
 
 from __future__ import annotations
 
+import functools
 import typing
 from typing import Any
 
@@ -38,11 +39,25 @@ class EventUnion:
                     f"tag) of {known.__module__}.{known.__name__}; rename one"
                 )
         self.types: tuple[type[Event], ...] = tuple(names.values())
-        union: Any = typing.Union[self.types]  # noqa: UP007 (built at run time)
-        self.msgpack = msgspec.msgpack.Decoder(union)
-        self.msgpack_list = msgspec.msgpack.Decoder(list[union])
-        self.json = msgspec.json.Decoder(union)
-        self.union: Any = union
+
+    # The decoders are built when first used (a command that reads no event,
+    # as `steward --help`, builds none), then kept as plain attributes.
+
+    @functools.cached_property
+    def union(self) -> Any:
+        return typing.Union[self.types]  # noqa: UP007 (built at run time)
+
+    @functools.cached_property
+    def msgpack(self) -> msgspec.msgpack.Decoder[Any]:
+        return msgspec.msgpack.Decoder(self.union)
+
+    @functools.cached_property
+    def msgpack_list(self) -> msgspec.msgpack.Decoder[list[Any]]:
+        return msgspec.msgpack.Decoder(list[self.union])  # type: ignore[name-defined]
+
+    @functools.cached_property
+    def json(self) -> msgspec.json.Decoder[Any]:
+        return msgspec.json.Decoder(self.union)
 
 
 SHARED_TYPES: tuple[type[Event], ...] = protocol.EVENT_TYPES

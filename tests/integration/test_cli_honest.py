@@ -269,9 +269,9 @@ def test_fork_exits_1_when_the_forked_run_fails(tmp_path: Path) -> None:
         (
             ["nope"],
             "steward: error: argument COMMAND: invalid choice: 'nope' (choose from "
-            "'serve', 'worker', 'workers', 'log', 'run', 'runs', 'replay', 'fork', "
-            "'events', 'projections', 'chat', 'sessions', 'workflow', 'task', "
-            "'prompts', 'mcp', 'console', 'demo'); see `steward --help`",
+            "'serve', 'worker', 'workers', 'log', 'replay', 'fork', 'events', "
+            "'projections', 'run', 'runs', 'prompts', 'chat', 'sessions', "
+            "'workflow', 'task', 'mcp', 'console', 'demo'); see `steward --help`",
         ),
         (
             ["runs", "list", "--limit", "0"],
@@ -406,9 +406,9 @@ def test_hosting_commands_with_bad_settings_create_nothing(tmp_path: Path) -> No
 def test_run_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
     """`steward run ... | head -1`: the command ends with 141 and one line on
     stderr saying how the run stands, not a hang. The reply after the plan
-    comes once the pipe is closed (30 s later at most), so the lines it
+    comes once the pipe is closed (10 s later at most), so the lines it
     brings meet a closed pipe however fast the run is."""
-    slow = {"json": {"type": "decision", "content": "d"}, "delay": 30}
+    slow = {"json": {"type": "decision", "content": "d"}, "delay": 10}
     replies = script(tmp_path / "s.json", [*PLAN, slow, FINISH])
     proc = subprocess.Popen(
         [STEWARD, "--script", replies, "run", "go"],

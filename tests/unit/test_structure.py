@@ -26,7 +26,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset(
         {"host", "chats", "workflows", "tasks", "stage_prompts", "ingress", "egress"}
     ),
-    frozenset({"cli", "console", "__main__", "steward"}),
+    frozenset({"cli", "console", "testing", "__main__", "steward"}),
 )
 """Each unit of steward (a subpackage or top-level module; ``steward`` is
 the package's own ``__init__``), in the layer it stands in."""
@@ -45,6 +45,7 @@ KIND_ROLES = {
     "projection": "projections",
     "cli": "cli",
     "chat": "cli",
+    "grammar": "cli",
     "chats": "host",
     "definition": "host",
     "programs": "host",

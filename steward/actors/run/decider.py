@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
-from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
 import msgspec
-from croniter import croniter  # pure computation over a base time we pass in
 
+from steward.actors.cron import next_firing
+from steward.actors.cron import valid as cron_valid
 from steward.actors.outstanding import Outstanding
 from steward.actors.prompt import Prompt, PromptCache, prompt_hash
 from steward.actors.run import staged
@@ -1053,10 +1053,9 @@ def _sleep(state: Run, command: dict[str, Any], now: float) -> RunSlept:
     timer_id = f"{state.run_id}/wake/{state.sleeps + 1}"
     reason = str(command.get("reason", ""))
     if (cron := command.get("cron")) is not None:
-        if not isinstance(cron, str) or not croniter.is_valid(cron):
+        if not isinstance(cron, str) or not cron_valid(cron):
             raise InvalidCommand(f"`cron` {cron!r} is not a valid cron expression")
-        base = datetime.fromtimestamp(now, UTC)
-        wake = croniter(cron, base).get_next(datetime).timestamp()
+        wake = next_firing(cron, now)
         return RunSlept(timer_id=timer_id, wake_at=wake, reason=reason, cron=cron)
     if (delay := command.get("delaySeconds")) is not None:
         if not isinstance(delay, int | float) or isinstance(delay, bool) or delay < 0:

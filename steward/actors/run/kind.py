@@ -32,6 +32,7 @@ KIND: Kind[decider.Run] = Kind(
         pending=reactor.pending,
     ),
     surface=Surface(
+        commands="steward.actors.run.grammar",
         detach=reactor.detach,
         tells=reactor.tells,
         told=reactor.TOLD,

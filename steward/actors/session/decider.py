@@ -24,14 +24,14 @@ input records (never the clock).
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
 from typing import Literal
 
 import msgspec
-from croniter import croniter  # pure computation over a base time we pass in
 from msgspec import Struct
 from msgspec.structs import replace
 
+from steward.actors.cron import next_firing
+from steward.actors.cron import valid as cron_valid
 from steward.actors.outstanding import Outstanding, folded
 from steward.actors.prompt import Prompt, prompt_hash
 from steward.actors.run.decider import run_stream
@@ -100,7 +100,6 @@ __all__ = [
     "is_command",
     "is_silent",
     "model_id",
-    "next_firing",
     "schedule_problem",
     "session_stream",
     "staged_switches",
@@ -308,7 +307,7 @@ def schedule_problem(
     known = any(s.name == name for s in state.schedules)
     if cron is None:
         return None if known else f"there is no schedule {name!r}"
-    if not croniter.is_valid(cron):
+    if not cron_valid(cron):
         return (
             f"{cron!r} is not a cron expression (five fields: minute hour day "
             "month weekday, as `0 9 * * 1-5`)"
@@ -316,12 +315,6 @@ def schedule_problem(
     if not known and len(state.schedules) >= MAX_SCHEDULES:
         return f"a session holds {MAX_SCHEDULES} schedules; delete one first"
     return _task_problem(state, name, task, model)
-
-
-def next_firing(cron: str, after: float) -> float:
-    """When ``cron`` fires next after time ``after`` (UTC)."""
-    base = datetime.fromtimestamp(after, UTC)
-    return float(croniter(cron, base).get_next(datetime).timestamp())
 
 
 def is_silent(text: str) -> bool:

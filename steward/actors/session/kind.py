@@ -29,6 +29,7 @@ KIND: Kind[decider.Session] = Kind(
         pending=reactor.pending,
     ),
     surface=Surface(
+        commands="steward.actors.session.grammar",
         detach=reactor.detach,
         tells=reactor.tells,
         told=reactor.TOLD,

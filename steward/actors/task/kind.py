@@ -28,6 +28,7 @@ KIND: Kind[decider.Task] = Kind(
         pending=reactor.pending,
     ),
     surface=Surface(
+        commands="steward.actors.task.grammar",
         detach=reactor.detach,
         show=reactor.show,
         projection=TASKS,

@@ -28,6 +28,7 @@ KIND: Kind[decider.Workflow] = Kind(
         pending=reactor.pending,
     ),
     surface=Surface(
+        commands="steward.actors.workflow.grammar",
         detach=reactor.detach,
         projection=WORKFLOWS,
         derived=("workflow_id", "run_id", "request_id", "timer_id", "stream"),

@@ -19,9 +19,9 @@ from typing import Annotated, Any
 
 import msgspec
 
+from steward.actors.cron import next_firing
 from steward.actors.session.decider import (
     Session,
-    next_firing,
     schedule_problem,
     session_stream,
     subagent_problem,
