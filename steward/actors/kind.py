@@ -38,9 +38,11 @@ from steward.events.protocol import LlmRequested, ToolRequested
 
 __all__ = [
     "Approval",
+    "Column",
     "Decider",
     "Kind",
     "Kinds",
+    "Listed",
     "Listing",
     "Views",
     "Reactor",
@@ -144,6 +146,40 @@ class Reactor(Generic[S]):
 
 
 @dataclass(frozen=True)
+class Column:
+    """A column of the text table a kind's ``list`` command prints."""
+
+    title: str
+    value: str | Callable[[dict[str, Any]], object]
+    """The row's field it shows (the row as ``-o json`` prints it), or a
+    function of the row."""
+    width: int | None = None
+    """The characters it shows, on one line (cut with a marker)."""
+    right: bool = False
+    """Aligned right (a number)."""
+
+
+@dataclass(frozen=True)
+class Listed:
+    """What a kind's ``list`` command (``steward KIND list``, one command for
+    every kind: `steward.cli.listing`) prints of each actor: the fields of
+    its ``-o json`` line, each an SQL expression over a row of the listing's
+    table, and the columns of its text table."""
+
+    fields: tuple[tuple[str, str], ...]
+    """(name, SQL expression), in the order a JSON line gives them."""
+    columns: tuple[Column, ...]
+    order: str
+    """The SQL expression the list is ordered by, newest first."""
+    empty: str
+    """What it says when there is no actor (``no runs yet``)."""
+    none_in: str = "no {status} ones"
+    """What it says when none is in the ``--status`` asked for."""
+    times: frozenset[str] = frozenset({"updated_at"})
+    """The fields that are times (seconds since the epoch), given in ISO 8601."""
+
+
+@dataclass(frozen=True)
 class Listing:
     """How a kind's actors are listed from its read models (the console's
     lists): the table with a row per actor, and an SQL expression over it
@@ -166,6 +202,8 @@ class Listing:
     """The tokens its model calls took, in and out."""
     cost: str = "0"
     """What its model calls cost, in US dollars."""
+    listed: Listed | None = None
+    """What its ``list`` command prints; ``None``: it has none."""
 
 
 @dataclass(frozen=True)

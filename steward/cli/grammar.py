@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import unicodedata
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NoReturn
 
 import msgspec
@@ -26,6 +26,7 @@ __all__ = [
     "Parser",
     "an_id",
     "command",
+    "list_command",
     "non_blank",
     "output_option",
     "port",
@@ -156,3 +157,23 @@ class Parser(argparse.ArgumentParser):
         self.exit(
             EXIT_INPUT, f"{self.prog}: error: {message}; see `{self.prog} --help`\n"
         )
+
+
+cmd_list = command("steward.cli.listing", "cmd_list")
+
+
+def list_command(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+    kind: str,
+    help: str,
+    statuses: Sequence[str] = (),
+    status_help: str = "only those in this status",
+) -> None:
+    """Add ``list`` to a kind's actions (``sub``): the command every kind
+    with a `Listed` shares, with ``--status`` when it has ``statuses``."""
+    s = sub.add_parser("list", help=help)
+    if statuses:
+        s.add_argument("--status", choices=statuses, help=status_help)
+    s.add_argument("--limit", type=positive, default=20, help=LIMIT)
+    output_option(s, listing=True)
+    s.set_defaults(fn=cmd_list, listed_kind=kind)

@@ -54,12 +54,15 @@ def _using_it() -> list[list[str]]:
 
 
 def _command(argv: list[str]) -> str:
-    """The function that carries out a command line (`cmd_run`, ...)."""
+    """The function that carries out a command line (`cmd_run`, ...; a
+    kind's list, which every kind shares, as `cmd_list run`)."""
     args = [{"VERSION": "1"}.get(a, a) for a in argv[1:]]
     try:
-        return str(cli.build_parser().parse_args(args).fn.__name__)
+        parsed = cli.build_parser().parse_args(args)
     except SystemExit:
         raise AssertionError(f"{shlex.join(argv)} does not parse") from None
+    kind = getattr(parsed, "listed_kind", None)
+    return str(parsed.fn.__name__) + ("" if kind is None else f" {kind}")
 
 
 COMMANDS = _using_it()
@@ -147,7 +150,7 @@ def test_every_command_line_in_using_it_works_as_written(tmp_path: Path) -> None
     (approve,) = by_command.pop("cmd_runs_approve")
     (deny,) = by_command.pop("cmd_runs_deny")
     (cancel,) = by_command.pop("cmd_runs_cancel")
-    waiting = next(a for a in by_command["cmd_runs_list"] if "waiting" in a)
+    waiting = next(a for a in by_command["cmd_list run"] if "waiting" in a)
 
     (ran,) = shell.run(shell.start(run))
     completed = re.search(r"^run (\S+) completed$", ran, re.MULTILINE)

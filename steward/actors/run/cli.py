@@ -19,6 +19,7 @@ from steward.actors.run import decider as run_actor
 from steward.actors.run import events as run_events
 from steward.actors.run import reactor as run_effects
 from steward.actors.run.decider import run_id_of, run_stream
+from steward.actors.run.kind import status_said
 from steward.actors.run.stage_prompts import with_prompts
 from steward.actors.workflow.cli import workflow_lines, workflow_view
 from steward.bus import EventLog
@@ -35,10 +36,8 @@ from steward.cli.output import (
     columns,
     cut,
     json_line,
-    listed,
     prompt_lines,
     prompts_of,
-    total_of,
 )
 from steward.errors import NotAllowedError, StewardError
 from steward.host import Host
@@ -137,72 +136,6 @@ RUNS_ONLY = "`steward runs` acts on runs only"
 """Why `runs cancel|approve|deny` refuse a stream of another kind."""
 
 
-async def cmd_runs_list(env: Env, args: argparse.Namespace) -> int:
-    async with opened(env, create=False) as (log, projector):
-        await projector.catch_up(log)
-        where, params = ("WHERE status=?", [args.status]) if args.status else ("", [])
-        rows = await projector.query(
-            "SELECT id, status, kind, parent_run_id, iterations, input_tokens, "
-            "output_tokens, cost_usd, created_at, input_text, reason "
-            f"FROM runs {where} "
-            "ORDER BY created_at DESC, id LIMIT ?",
-            [*params, args.limit],
-        )
-        total = await total_of(projector, "runs", len(rows), args.limit, where, params)
-    if not rows and args.output == "text":
-        env.out("no runs yet" if not args.status else f"no {args.status} runs")
-        return 0
-    runs: list[dict[str, Any]] = [
-        {
-            "id": run_id,
-            "status": status,
-            "kind": kind,
-            "parent": parent,
-            "iterations": iterations,
-            "input_tokens": tin,
-            "output_tokens": tout,
-            "cost_usd": cost,
-            "created_at": iso_time(at),
-            "input": text,
-            "reason": reason,
-        }
-        for (
-            run_id,
-            status,
-            kind,
-            parent,
-            iterations,
-            tin,
-            tout,
-            cost,
-            at,
-            text,
-            reason,
-        ) in rows
-    ]
-    table = columns(
-        ("id", "status", "kind", "iter", "tokens", "input"),
-        [
-            (
-                r["id"],
-                _status(r),
-                r["kind"],
-                r["iterations"],
-                r["input_tokens"] + r["output_tokens"],
-                cut(r["input"], INPUT_WIDTH),
-            )
-            for r in runs
-        ],
-        right=(3, 4),
-    )
-    listed(env, args.output, runs, total, table)
-    return 0
-
-
-INPUT_WIDTH = 60
-"""The characters of a run's input `runs list` shows (``-o json``: all)."""
-
-
 async def cmd_runs_show(env: Env, args: argparse.Namespace) -> int:
     async with opened(env, create=False) as (log, projector):
         stream = await resolved(log, args.id, env.kinds)
@@ -268,18 +201,10 @@ async def _run_view(projector: Projector, run_id: str) -> dict[str, Any]:
     }
 
 
-def _status(run: dict[str, Any]) -> str:
-    """A run's status as the lists say it: ``completed (stalled)`` for one
-    that stopped without finishing (`run_events.UNFINISHED`)."""
-    if run["status"] == "completed" and run["reason"] in run_events.UNFINISHED:
-        return f"completed ({run['reason']})"
-    return str(run["status"])
-
-
 def _run_lines(run: dict[str, Any]) -> list[str]:
     parent = f"  parent {run['parent']}" if run["parent"] else ""
     lines = [
-        f"run {run['id']}  {_status(run)}  {run['kind']}{parent}",
+        f"run {run['id']}  {status_said(run)}  {run['kind']}{parent}",
         f"iterations {run['iterations']}  tokens in {run['input_tokens']} out "
         f"{run['output_tokens']}"
         + (f"  cost ${run['cost_usd']:.6f}" if run["cost_usd"] else ""),

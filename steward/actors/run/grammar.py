@@ -11,14 +11,13 @@ from steward.actors.run import stages
 from steward.cli.grammar import (
     EXIT_STATUSES,
     FOREGROUND,
-    LIMIT,
     REFUSED,
     STREAM,
     an_id,
     command,
+    list_command,
     non_blank,
     output_option,
-    positive,
     seconds,
 )
 
@@ -28,7 +27,6 @@ cmd_run = command("steward.actors.run.cli", "cmd_run")
 cmd_runs_approve = command("steward.actors.run.cli", "cmd_runs_approve")
 cmd_runs_cancel = command("steward.actors.run.cli", "cmd_runs_cancel")
 cmd_runs_deny = command("steward.actors.run.cli", "cmd_runs_deny")
-cmd_runs_list = command("steward.actors.run.cli", "cmd_runs_list")
 cmd_runs_show = command("steward.actors.run.cli", "cmd_runs_show")
 cmd_start = command("steward.actors.run.cli", "cmd_start")
 
@@ -89,15 +87,13 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
     runs = sub.add_parser("runs", help="list, inspect, start, cancel or approve runs")
     rsub = runs.add_subparsers(dest="runs_command", required=True, metavar="ACTION")
-    s = rsub.add_parser("list", help="the newest runs")
-    s.add_argument(
-        "--status",
-        choices=get_args(run_events.RunStatus),
-        help="only runs in this status",
+    list_command(
+        rsub,
+        "run",
+        "the newest runs",
+        get_args(run_events.RunStatus),
+        "only runs in this status",
     )
-    s.add_argument("--limit", type=positive, default=20, help=LIMIT)
-    output_option(s, listing=True)
-    s.set_defaults(fn=cmd_runs_list)
     s = rsub.add_parser(
         "show",
         help="a run's (or any actor's) timeline: step, kind, duration, tokens",

@@ -2,12 +2,37 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from steward.actors import effects, outstanding
-from steward.actors.kind import Decider, Kind, Listing, Reactor, Surface
+from steward.actors.kind import (
+    Column,
+    Decider,
+    Kind,
+    Listed,
+    Listing,
+    Reactor,
+    Surface,
+)
 from steward.actors.run import decider, events, reactor
 from steward.actors.run.projection import RUNS, TOKENS
 
-__all__ = ["KIND"]
+__all__ = ["KIND", "status_said"]
+
+
+def status_said(run: dict[str, Any]) -> str:
+    """A run's status as the lists say it, from its row (its ``status`` and
+    ``reason``): ``completed (stalled)`` for one that stopped without
+    finishing (`events.UNFINISHED`)."""
+    if run["status"] == "completed" and run["reason"] in events.UNFINISHED:
+        return f"completed ({run['reason']})"
+    return str(run["status"])
+
+
+def tokens_of(run: dict[str, Any]) -> int:
+    """A run's tokens, in and out, from its row."""
+    return int(run["input_tokens"] + run["output_tokens"])
+
 
 KIND: Kind[decider.Run] = Kind(
     name="run",
@@ -53,6 +78,37 @@ KIND: Kind[decider.Run] = Kind(
             output="COALESCE(output_text, reason)",
             tokens=TOKENS,
             cost="cost_usd",
+            listed=Listed(
+                fields=(
+                    ("id", "id"),
+                    ("status", "status"),
+                    ("kind", "kind"),
+                    ("parent", "parent_run_id"),
+                    ("iterations", "iterations"),
+                    ("input_tokens", "input_tokens"),
+                    ("output_tokens", "output_tokens"),
+                    ("cost_usd", "cost_usd"),
+                    ("created_at", "created_at"),
+                    ("input", "input_text"),
+                    ("reason", "reason"),
+                ),
+                columns=(
+                    Column("id", "id"),
+                    Column("status", status_said),
+                    Column("kind", "kind"),
+                    Column("iter", "iterations", right=True),
+                    Column(
+                        "tokens",
+                        lambda r: r["input_tokens"] + r["output_tokens"],
+                        right=True,
+                    ),
+                    Column("input", "input", width=60),
+                ),
+                order="created_at",
+                empty="no runs yet",
+                none_in="no {status} runs",
+                times=frozenset({"created_at"}),
+            ),
         ),
         cancel=effects.cancel,
         waiting=reactor.waiting,

@@ -8,90 +8,22 @@ import argparse
 import asyncio
 import json
 import sys
-from typing import Any
 
 from steward.actors.session.chats import answer, message, open_session
 from steward.actors.session.decider import session_stream
 from steward.cli.env import EXIT_NO_ANSWER, Env, opened
 from steward.cli.hosting import why_unhosted
 from steward.cli.output import (
-    columns,
     cut,
     json_line,
-    listed,
-    spent_columns,
-    total_of,
 )
 from steward.errors import NotFoundError
 from steward.host import Host
 from steward.isotime import iso_time
-from steward.kinds import SESSION
 
 SEGMENTS_SHOWN = 10
 """The newest segments `sessions show` lists (their messages are listed
 with their segment)."""
-
-
-async def cmd_sessions_list(env: Env, args: argparse.Namespace) -> int:
-    async with opened(env, create=False) as (log, projector):
-        await projector.catch_up(log)
-        rows = await projector.query(
-            "SELECT session_id, channel, chat_id, model, segment, messages, turns, "
-            f"memory_items, updated_at, {spent_columns(SESSION)} FROM sessions "
-            "ORDER BY updated_at DESC, session_id LIMIT ?",
-            [args.limit],
-        )
-        total = await total_of(projector, "sessions", len(rows), args.limit)
-    if not rows and args.output == "text":
-        env.out("no sessions yet")
-        return 0
-    sessions: list[dict[str, Any]] = [
-        {
-            "id": sid,
-            "channel": channel,
-            "chat": chat,
-            "model": model,
-            "segment": segment,
-            "messages": messages,
-            "turns": turns,
-            "memory_items": items,
-            "updated_at": iso_time(updated),
-            "tokens": tokens,
-            "cost_usd": cost,
-        }
-        for (
-            sid,
-            channel,
-            chat,
-            model,
-            segment,
-            messages,
-            turns,
-            items,
-            updated,
-            tokens,
-            cost,
-        ) in rows
-    ]
-    table = columns(
-        ("id", "model", "segment", "messages", "turns", "memory", "tokens", "last"),
-        [
-            (
-                r["id"],
-                r["model"],
-                r["segment"],
-                r["messages"],
-                r["turns"],
-                r["memory_items"],
-                r["tokens"],
-                r["updated_at"],
-            )
-            for r in sessions
-        ],
-        right=(2, 3, 4, 5, 6),
-    )
-    listed(env, args.output, sessions, total, table)
-    return 0
 
 
 TEXT_WIDTH = 100

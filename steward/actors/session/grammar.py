@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import argparse
 
-from steward.cli.grammar import LIMIT, an_id, command, output_option, positive
+from steward.cli.grammar import (
+    an_id,
+    command,
+    list_command,
+    output_option,
+    positive,
+)
 
 cmd_chat = command("steward.actors.session.chat", "cmd_chat")
-cmd_sessions_list = command("steward.actors.session.cli", "cmd_sessions_list")
 cmd_sessions_send = command("steward.actors.session.cli", "cmd_sessions_send")
 cmd_sessions_show = command("steward.actors.session.cli", "cmd_sessions_show")
 
@@ -51,10 +56,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     ssub = sessions.add_subparsers(
         dest="sessions_command", required=True, metavar="ACTION"
     )
-    s = ssub.add_parser("list", help="the sessions, the last active first")
-    s.add_argument("--limit", type=positive, default=20, help=LIMIT)
-    output_option(s, listing=True)
-    s.set_defaults(fn=cmd_sessions_list)
+    list_command(ssub, "session", "the sessions, the last active first")
     s = ssub.add_parser(
         "show",
         help="a session's segments, memory, schedules and messages",

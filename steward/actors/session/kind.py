@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 from steward.actors import outstanding
-from steward.actors.kind import Decider, Kind, Listing, Reactor, Surface
+from steward.actors.kind import (
+    Column,
+    Decider,
+    Kind,
+    Listed,
+    Listing,
+    Reactor,
+    Surface,
+)
 from steward.actors.run.projection import TOKENS, spent
 from steward.actors.session import decider, events, reactor, sections
 from steward.actors.session.projection import SESSIONS
 
 __all__ = ["KIND"]
+
+TOKENS_SPENT = spent("'session.' || session_id", TOKENS)
+COST_SPENT = spent("'session.' || session_id", "cost_usd")
 
 KIND: Kind[decider.Session] = Kind(
     name="session",
@@ -43,8 +54,35 @@ KIND: Kind[decider.Session] = Kind(
             created="opened_at",
             updated="updated_at",
             text="model || ', ' || messages || ' messages, ' || turns || ' turns'",
-            tokens=spent("'session.' || session_id", TOKENS),
-            cost=spent("'session.' || session_id", "cost_usd"),
+            tokens=TOKENS_SPENT,
+            cost=COST_SPENT,
+            listed=Listed(
+                fields=(
+                    ("id", "session_id"),
+                    ("channel", "channel"),
+                    ("chat", "chat_id"),
+                    ("model", "model"),
+                    ("segment", "segment"),
+                    ("messages", "messages"),
+                    ("turns", "turns"),
+                    ("memory_items", "memory_items"),
+                    ("updated_at", "updated_at"),
+                    ("tokens", TOKENS_SPENT),
+                    ("cost_usd", COST_SPENT),
+                ),
+                columns=(
+                    Column("id", "id"),
+                    Column("model", "model"),
+                    Column("segment", "segment", right=True),
+                    Column("messages", "messages", right=True),
+                    Column("turns", "turns", right=True),
+                    Column("memory", "memory_items", right=True),
+                    Column("tokens", "tokens", right=True),
+                    Column("last", "updated_at"),
+                ),
+                order="updated_at",
+                empty="no sessions yet",
+            ),
         ),
         sections=sections.sections,
     ),

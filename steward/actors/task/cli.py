@@ -45,22 +45,17 @@ from steward.cli.env import (
 )
 from steward.cli.hosting import checked_provider, follow, foreground, pair
 from steward.cli.output import (
-    columns,
     cut,
     json_line,
-    listed,
     prompt_lines,
     prompts_of,
-    total_of,
 )
 from steward.errors import NotAllowedError, StewardError
 from steward.events.protocol import ChildFinished
 from steward.host import Host
-from steward.isotime import iso_time
 
 __all__ = [
     "cmd_task_cancel",
-    "cmd_task_list",
     "cmd_task_run",
     "cmd_task_show",
     "cmd_task_validate",
@@ -335,52 +330,6 @@ async def cmd_task_show(env: Env, args: argparse.Namespace) -> int:
 
 
 # -- list and cancel ---------------------------------------------------------------
-
-
-async def cmd_task_list(env: Env, args: argparse.Namespace) -> int:
-    async with opened(env, create=False) as (log, projector):
-        await projector.catch_up(log)
-        where, params = ("WHERE status=?", [args.status]) if args.status else ("", [])
-        rows = await projector.query(
-            "SELECT task_id, status, depth, calls, input_tokens + output_tokens, "
-            "source, COALESCE(output, error, ''), updated_at FROM tasks "
-            f"{where} ORDER BY updated_at DESC, task_id LIMIT ?",
-            [*params, args.limit],
-        )
-        total = await total_of(projector, "tasks", len(rows), args.limit, where, params)
-    if not rows and args.output == "text":
-        env.out("no tasks yet" if not args.status else f"no {args.status} ones")
-        return 0
-    tasks: list[dict[str, Any]] = [
-        {
-            "id": tid,
-            "status": status,
-            "depth": depth,
-            "calls": calls,
-            "tokens": tokens,
-            "source": source,
-            "result": result,
-            "updated_at": iso_time(updated),
-        }
-        for tid, status, depth, calls, tokens, source, result, updated in rows
-    ]
-    table = columns(
-        ("id", "status", "calls", "tokens", "last", "result"),
-        [
-            (
-                t["id"],
-                t["status"],
-                t["calls"],
-                t["tokens"],
-                t["updated_at"],
-                cut(t["result"], 50),
-            )
-            for t in tasks
-        ],
-        right=(2, 3),
-    )
-    listed(env, args.output, tasks, total, table)
-    return 0
 
 
 async def cmd_task_cancel(env: Env, args: argparse.Namespace) -> int:

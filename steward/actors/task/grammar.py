@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import argparse
 
-from steward.cli.grammar import LIMIT, REFUSED, an_id, command, output_option, positive
+from steward.cli.grammar import (
+    REFUSED,
+    an_id,
+    command,
+    list_command,
+    output_option,
+)
 
 cmd_task_cancel = command("steward.actors.task.cli", "cmd_task_cancel")
-cmd_task_list = command("steward.actors.task.cli", "cmd_task_list")
 cmd_task_run = command("steward.actors.task.cli", "cmd_task_run")
 cmd_task_show = command("steward.actors.task.cli", "cmd_task_show")
 cmd_task_validate = command("steward.actors.task.cli", "cmd_task_validate")
@@ -95,15 +100,13 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     )
     output_option(s, listing=False)
     s.set_defaults(fn=cmd_task_show)
-    s = tsub.add_parser(
-        "list", help="the tasks, the last active first, one a line after a header"
+    list_command(
+        tsub,
+        "task",
+        "the tasks, the last active first, one a line after a header",
+        ("running", "completed", "failed"),
+        "only those",
     )
-    s.add_argument(
-        "--status", choices=["running", "completed", "failed"], help="only those"
-    )
-    s.add_argument("--limit", type=positive, default=20, help=LIMIT)
-    output_option(s, listing=True)
-    s.set_defaults(fn=cmd_task_list)
     s = tsub.add_parser(
         "cancel",
         help="stop a task and cancel its subtask",

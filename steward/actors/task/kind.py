@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 from steward.actors import effects
-from steward.actors.kind import Decider, Kind, Listing, Reactor, Surface
+from steward.actors.kind import (
+    Column,
+    Decider,
+    Kind,
+    Listed,
+    Listing,
+    Reactor,
+    Surface,
+)
 from steward.actors.task import decider, events, reactor, sections
 from steward.actors.task.projection import TASKS
 
@@ -43,6 +51,28 @@ KIND: Kind[decider.Task] = Kind(
             parent="parent",
             output="COALESCE(output, error)",
             tokens="input_tokens + output_tokens",
+            listed=Listed(
+                fields=(
+                    ("id", "task_id"),
+                    ("status", "status"),
+                    ("depth", "depth"),
+                    ("calls", "calls"),
+                    ("tokens", "input_tokens + output_tokens"),
+                    ("source", "source"),
+                    ("result", "COALESCE(output, error, '')"),
+                    ("updated_at", "updated_at"),
+                ),
+                columns=(
+                    Column("id", "id"),
+                    Column("status", "status"),
+                    Column("calls", "calls", right=True),
+                    Column("tokens", "tokens", right=True),
+                    Column("last", "updated_at"),
+                    Column("result", "result", width=50),
+                ),
+                order="updated_at",
+                empty="no tasks yet",
+            ),
         ),
         cancel=effects.cancel,
         status=effects.status,

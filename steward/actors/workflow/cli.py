@@ -38,11 +38,10 @@ from steward.cli.env import (
     stream_records,
 )
 from steward.cli.hosting import checked_provider, follow, foreground, pair
-from steward.cli.output import columns, cut, listed, spent_columns, total_of
+from steward.cli.output import columns, cut
 from steward.errors import NotAllowedError, StewardError
 from steward.host import Host
-from steward.isotime import iso_time
-from steward.kinds import WORKFLOW, kind_of
+from steward.kinds import kind_of
 
 TERMINAL = ("completed", "failed", "cancelled")
 
@@ -61,56 +60,6 @@ async def cmd_validate(env: Env, args: argparse.Namespace) -> int:
             f"that gets there goes round until it fails at max_steps ({steps})"
         )
         print(shown(warning), file=sys.stderr)
-    return 0
-
-
-async def cmd_list(env: Env, args: argparse.Namespace) -> int:
-    async with opened(env, create=False) as (log, projector):
-        await projector.catch_up(log)
-        where, params = ("WHERE status=?", [args.status]) if args.status else ("", [])
-        rows = await projector.query(
-            "SELECT workflow_id, status, tree_key, version, phases, current_node, "
-            f"updated_at, {spent_columns(WORKFLOW)} FROM workflow_runs {where} "
-            "ORDER BY updated_at DESC, workflow_id LIMIT ?",
-            [*params, args.limit],
-        )
-        total = await total_of(
-            projector, "workflow_runs", len(rows), args.limit, where, params
-        )
-    if not rows and args.output == "text":
-        env.out("no workflow runs yet" if not args.status else f"no {args.status} ones")
-        return 0
-    runs: list[dict[str, Any]] = [
-        {
-            "id": wid,
-            "status": status,
-            "workflow": key,
-            "version": version,
-            "phases": phases,
-            "current_node": node,
-            "updated_at": iso_time(updated),
-            "tokens": tokens,
-            "cost_usd": cost,
-        }
-        for wid, status, key, version, phases, node, updated, tokens, cost in rows
-    ]
-    table = columns(
-        ("id", "status", "workflow", "phases", "at", "tokens", "last"),
-        [
-            (
-                r["id"],
-                r["status"],
-                f"{r['workflow']} v{r['version']}",
-                r["phases"],
-                r["current_node"] or "-",
-                r["tokens"],
-                r["updated_at"],
-            )
-            for r in runs
-        ],
-        right=(3, 5),
-    )
-    listed(env, args.output, runs, total, table)
     return 0
 
 

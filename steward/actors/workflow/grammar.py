@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import argparse
 
-from steward.cli.grammar import LIMIT, REFUSED, an_id, command, output_option, positive
+from steward.cli.grammar import (
+    REFUSED,
+    an_id,
+    command,
+    list_command,
+)
 
 cmd_pause = command("steward.actors.workflow.cli", "cmd_pause")
 cmd_resume = command("steward.actors.workflow.cli", "cmd_resume")
 cmd_validate = command("steward.actors.workflow.cli", "cmd_validate")
 cmd_workflow_cancel = command("steward.actors.workflow.cli", "cmd_cancel")
-cmd_workflow_list = command("steward.actors.workflow.cli", "cmd_list")
 cmd_workflow_run = command("steward.actors.workflow.cli", "cmd_run")
 
 
@@ -88,18 +92,12 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     s.add_argument("--issue", help="the value of {issue-id} in the branch's name")
     s.add_argument("--quiet", action="store_true", help="print only the end and the id")
     s.set_defaults(fn=cmd_workflow_run)
-    s = wsub.add_parser(
-        "list",
-        help="the workflow runs, the last active first, one a line after a header",
+    list_command(
+        wsub,
+        "workflow",
+        "the workflow runs, the last active first, one a line after a header",
+        ("pending", "running", "paused", "completed", "failed", "cancelled"),
     )
-    s.add_argument(
-        "--status",
-        choices=["pending", "running", "paused", "completed", "failed", "cancelled"],
-        help="only those in this status",
-    )
-    s.add_argument("--limit", type=positive, default=20, help=LIMIT)
-    output_option(s, listing=True)
-    s.set_defaults(fn=cmd_workflow_list)
     for name, fn, what, reason in (
         ("pause", cmd_pause, "start no more phases (the one running ends)", True),
         ("resume", cmd_resume, "go on with a paused run", False),

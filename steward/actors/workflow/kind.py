@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 from steward.actors import effects, outstanding
-from steward.actors.kind import Decider, Kind, Listing, Reactor, Surface
+from steward.actors.kind import (
+    Column,
+    Decider,
+    Kind,
+    Listed,
+    Listing,
+    Reactor,
+    Surface,
+)
 from steward.actors.run.projection import TOKENS, spent
 from steward.actors.workflow import decider, events, reactor, sections
 from steward.actors.workflow.projection import WORKFLOWS
 
 __all__ = ["KIND"]
+
+TOKENS_SPENT = spent("'workflow.' || workflow_id", TOKENS)
+COST_SPENT = spent("'workflow.' || workflow_id", "cost_usd")
 
 KIND: Kind[decider.Workflow] = Kind(
     name="workflow",
@@ -40,8 +51,32 @@ KIND: Kind[decider.Workflow] = Kind(
             updated="updated_at",
             text="name || ' ' || inputs",
             output="reason",
-            tokens=spent("'workflow.' || workflow_id", TOKENS),
-            cost=spent("'workflow.' || workflow_id", "cost_usd"),
+            tokens=TOKENS_SPENT,
+            cost=COST_SPENT,
+            listed=Listed(
+                fields=(
+                    ("id", "workflow_id"),
+                    ("status", "status"),
+                    ("workflow", "tree_key"),
+                    ("version", "version"),
+                    ("phases", "phases"),
+                    ("current_node", "current_node"),
+                    ("updated_at", "updated_at"),
+                    ("tokens", TOKENS_SPENT),
+                    ("cost_usd", COST_SPENT),
+                ),
+                columns=(
+                    Column("id", "id"),
+                    Column("status", "status"),
+                    Column("workflow", lambda r: f"{r['workflow']} v{r['version']}"),
+                    Column("phases", "phases", right=True),
+                    Column("at", lambda r: r["current_node"] or "-"),
+                    Column("tokens", "tokens", right=True),
+                    Column("last", "updated_at"),
+                ),
+                order="updated_at",
+                empty="no workflow runs yet",
+            ),
         ),
         cancel=reactor.cancel,
         status=effects.status,
