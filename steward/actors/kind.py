@@ -169,10 +169,10 @@ class Listed:
     fields: tuple[tuple[str, str], ...]
     """(name, SQL expression), in the order a JSON line gives them."""
     columns: tuple[Column, ...]
-    order: str
-    """The SQL expression the list is ordered by, newest first."""
     empty: str
     """What it says when there is no actor (``no runs yet``)."""
+    order: str = "updated_at"
+    """The SQL expression the list is ordered by, newest first."""
     none_in: str = "no {status} ones"
     """What it says when none is in the ``--status`` asked for."""
     times: frozenset[str] = frozenset({"updated_at"})
@@ -188,12 +188,12 @@ class Listing:
     table: str
     id: str
     """The actor's id (its stream is the kind's name, a dot and this)."""
-    status: str
-    created: str
-    """When the actor began (seconds since the epoch)."""
-    updated: str
     text: str
     """What the actor is about (a run's input, a workflow's name)."""
+    status: str = "status"
+    created: str = "created_at"
+    """When the actor began (seconds since the epoch)."""
+    updated: str = "updated_at"
     parent: str = "NULL"
     """The stream of the actor it answers, if any."""
     output: str = "NULL"

@@ -44,9 +44,6 @@ KIND: Kind[decider.Task] = Kind(
         listing=Listing(
             table="tasks",
             id="task_id",
-            status="status",
-            created="created_at",
-            updated="updated_at",
             text="COALESCE(source, program)",
             parent="parent",
             output="COALESCE(output, error)",
@@ -70,7 +67,6 @@ KIND: Kind[decider.Task] = Kind(
                     Column("last", "updated_at"),
                     Column("result", "result", width=50),
                 ),
-                order="updated_at",
                 empty="no tasks yet",
             ),
         ),

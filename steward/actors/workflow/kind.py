@@ -46,9 +46,6 @@ KIND: Kind[decider.Workflow] = Kind(
         listing=Listing(
             table="workflow_runs",
             id="workflow_id",
-            status="status",
-            created="created_at",
-            updated="updated_at",
             text="name || ' ' || inputs",
             output="reason",
             tokens=TOKENS_SPENT,
@@ -74,7 +71,6 @@ KIND: Kind[decider.Workflow] = Kind(
                     Column("tokens", "tokens", right=True),
                     Column("last", "updated_at"),
                 ),
-                order="updated_at",
                 empty="no workflow runs yet",
             ),
         ),
