@@ -45,8 +45,8 @@ from pathlib import Path
 
 from benchmarks.common import Figure, Measure, Stopwatch, median_rate, median_rates
 from steward import events
-from steward.actors.run import decider as run_actor
 from steward.actors.run import events as run_events
+from steward.actors.run import state as run_state
 from steward.bus import EventLog, JetStreamEventLog, SqliteEventLog
 from steward.bus.sqlite import Synchronous
 from steward.events import Event, Recorded
@@ -288,7 +288,7 @@ async def build_replay_log(path: Path) -> None:
         await log.close()
 
 
-def fold_page(states: dict[str, run_actor.Run], records: list[Recorded]) -> None:
+def fold_page(states: dict[str, run_state.Run], records: list[Recorded]) -> None:
     """Fold a page of the log into ``states``: each run's events of the page
     through the run decider's ``fold``, from that run's state so far, as
     ``steward replay`` and a restarting host fold a run's events."""
@@ -299,7 +299,7 @@ def fold_page(states: dict[str, run_actor.Run], records: list[Recorded]) -> None
             runs[record.stream] = [record.event]
         else:
             events.append(record.event)
-    fold, initial = run_actor.fold, run_actor.initial
+    fold, initial = run_state.fold, run_state.initial
     for stream, events in runs.items():
         states[stream] = fold(events, states.get(stream, initial))
 
@@ -309,7 +309,7 @@ def replay_measure(log: EventLog, page: int, fold: bool = True) -> Measure:
     (`fold_page`)."""
 
     async def measure() -> tuple[int, float]:
-        states: dict[str, run_actor.Run] = {}
+        states: dict[str, run_state.Run] = {}
         seen = position = 0
         watch = Stopwatch()
         while records := await log.read_all(position, page):

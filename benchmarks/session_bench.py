@@ -35,8 +35,8 @@ from steward.actors.run import events as run_events
 from steward.actors.run.reactor import run_stream
 from steward.actors.session import events as session_events
 from steward.actors.session.context import build_context
-from steward.actors.session.decider import session_stream
 from steward.actors.session.projection import SESSIONS, search
+from steward.actors.session.state import session_stream
 from steward.bus import SqliteEventLog
 from steward.events import Recorded
 from steward.host import Host

@@ -24,8 +24,8 @@ from statistics import median
 
 from benchmarks.common import REPEATS, Figure
 from steward import events
-from steward.actors.task.decider import Task, task_stream
 from steward.actors.task.events import TaskCompleted, TaskCreated, TaskLimits, Template
+from steward.actors.task.state import Task, task_stream
 from steward.bus import SqliteEventLog
 from steward.host import Host
 from steward.kinds import KINDS

@@ -51,7 +51,7 @@ async def create_runs(log: EventLog, ids: list[str]) -> None:
     import asyncio
 
     from steward.actors.run import events as run_events
-    from steward.actors.run.decider import run_stream
+    from steward.actors.run.state import run_stream
     from steward.config import load_settings
     from steward.effects.tools import ToolRegistry
     from steward.host import Host

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from steward import events
 from steward.actors.kind import Kinds
-from steward.actors.run.decider import run_id_of, run_stream
+from steward.actors.run.state import run_id_of, run_stream
 from steward.bus import EventLog, log_file, open_log
 from steward.bus.sqlite import check_file
 

@@ -18,9 +18,9 @@ from typing import Any, cast
 from msgspec.structs import replace
 
 from steward import events, replay
-from steward.actors.run import decider as run_actor
 from steward.actors.run import events as run_events
-from steward.actors.run.decider import run_stream
+from steward.actors.run import state as run_state
+from steward.actors.run.state import run_stream
 from steward.bus import EventLog
 from steward.cli.env import (
     EXIT_FAILED,
@@ -397,7 +397,7 @@ async def _stopped(log: EventLog, root: str) -> bool:
     )
 
 
-def _awaited(state: run_actor.Run) -> str | None:
+def _awaited(state: run_state.Run) -> str | None:
     """What a person must decide for run ``state`` to go on, if anything."""
     if state.status != "waiting":
         return None
@@ -480,8 +480,8 @@ async def _ending(
 
 
 async def _waiting_for_person(
-    log: EventLog, state: run_actor.Run
-) -> tuple[run_actor.Run, str] | None:
+    log: EventLog, state: run_state.Run
+) -> tuple[run_state.Run, str] | None:
     """The run of ``state``'s tree (itself first, then its subagents) that
     waits for a person, and what it waits for."""
     need = _awaited(state)

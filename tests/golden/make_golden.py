@@ -49,8 +49,8 @@ import msgspec
 
 from steward import events, replay
 from steward.actors.prompt import Prompt
-from steward.actors.run import decider as run_actor
 from steward.actors.run import events as run_events
+from steward.actors.run import state as run_state
 from steward.actors.run.reactor import run_stream
 from steward.actors.run.stage_prompts import load_prompts
 from steward.actors.session import events as session_events
@@ -190,15 +190,15 @@ class Rig:
         )
         await host.submit(run_stream(run_id), created)
 
-    async def state(self, run_id: str) -> run_actor.Run:
+    async def state(self, run_id: str) -> run_state.Run:
         return replay.rebuild(await self.log.read(run_stream(run_id)))
 
     async def until(
         self,
         run_id: str,
         *statuses: str,
-        when: Callable[[run_actor.Run], bool] = lambda state: True,
-    ) -> run_actor.Run:
+        when: Callable[[run_state.Run], bool] = lambda state: True,
+    ) -> run_state.Run:
         """Poll run ``run_id`` until it is in one of ``statuses`` and ``when``."""
         deadline = asyncio.get_running_loop().time() + 10
         while True:

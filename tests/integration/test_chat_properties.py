@@ -24,7 +24,7 @@ from steward import replay
 from steward.actors.prompt import Prompt
 from steward.actors.run import events as run_events
 from steward.actors.session import events as session_events
-from steward.actors.session.decider import session_stream
+from steward.actors.session.state import session_stream
 from steward.bus import SqliteEventLog
 from steward.clock import FakeClock
 from steward.effects.llm import RequestInfo, ScriptedProvider

@@ -20,8 +20,9 @@ from steward import events, replay
 from steward.actors.kind import Kinds
 from steward.actors.run import decider as run_actor
 from steward.actors.run import events as run_events
-from steward.actors.run.decider import Run
+from steward.actors.run import state as run_state
 from steward.actors.run.reactor import run_stream
+from steward.actors.run.state import Run
 from steward.bus import EventLog
 from steward.clock import FakeClock
 from steward.effects.llm import ScriptedProvider
@@ -177,7 +178,7 @@ async def test_a_request_whose_prompt_changed_is_not_sent(make_host, log) -> Non
     the run records a clear LlmFailed instead.
     """
     start = created(planning_gate=False)
-    decided = run_actor.decide(start, run_actor.initial)
+    decided = run_actor.decide(start, run_state.initial)
     assert decided is not None
     tampered = [
         msgspec.structs.replace(d, prompt_hash="0" * 32)
@@ -624,13 +625,13 @@ async def test_a_request_answered_in_its_own_commit_is_not_asked(
 def _one_commit(*inputs: events.Event) -> list[events.Event]:
     """Run "copied" created and given ``inputs``, decided here as one commit
     (as a fork writes its copy); the copy leaves model call 2 open."""
-    state = run_actor.initial
+    state = run_state.initial
     copy: list[events.Event] = []
     for input in (created("copied", planning_gate=False), *inputs):
         decided = run_actor.decide(input, state)
         assert decided is not None, input
         copy += [input, *decided]
-        state = run_actor.fold([input, *decided], state)
+        state = run_state.fold([input, *decided], state)
     assert state.llm_pending == "copied/llm/2"
     return copy
 

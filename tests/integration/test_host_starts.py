@@ -27,11 +27,12 @@ from steward.actors.kind import Kinds
 from steward.actors.prompt import Prompt
 from steward.actors.run import decider as run_actor
 from steward.actors.run import events as run_events
+from steward.actors.run import state as run_state
 from steward.actors.run.events import LATEST_REVISION
 from steward.actors.run.reactor import run_stream
 from steward.actors.session import decider as session_actor
 from steward.actors.session import events as session_events
-from steward.actors.session.decider import session_stream
+from steward.actors.session.state import session_stream
 from steward.actors.workflow import events as workflow_events
 from steward.actors.workflow.decider import workflow_stream
 from steward.actors.workflow.events import NodeDef, WorkflowDef
@@ -618,7 +619,7 @@ async def test_a_child_begun_already_is_left_as_it_was(
     early = run_events.RunCreated(
         run_id=f"{SESSION}-t1", input_text="begun elsewhere", settings=RUN_SETTINGS
     )
-    decided = run_actor.decide(early, run_actor.initial)
+    decided = run_actor.decide(early, run_state.initial)
     assert decided is not None
     if writer == "same handle":
         await log.append(child, [early, *decided], 0)

@@ -29,7 +29,7 @@ from steward.actors.run import events as run_events
 from steward.actors.run.reactor import run_stream
 from steward.actors.session import events as session_events
 from steward.actors.session.chats import answer
-from steward.actors.session.decider import session_stream
+from steward.actors.session.state import session_stream
 from steward.bus import SqliteEventLog
 from steward.clock import FakeClock
 from steward.config.settings import AgentProfile, RunConfig, SessionConfig, Settings

@@ -42,7 +42,7 @@ from steward.actors.kind import Decider, Kind, Kinds, Reactor, Surface
 from steward.actors.outstanding import Outstanding, folded, kept
 from steward.actors.prompt import Prompt, prompt_hash
 from steward.actors.run import events as run_events
-from steward.actors.run.decider import run_id_of, run_stream
+from steward.actors.run.state import run_id_of, run_stream
 from steward.bus import SqliteEventLog
 from steward.clock import FakeClock
 from steward.effects.llm import ScriptedProvider

@@ -32,9 +32,9 @@ from support import act, steward_process, stop_all
 
 from steward import events
 from steward.actors.run import events as run_events
-from steward.actors.run.decider import run_stream
+from steward.actors.run.state import run_stream
 from steward.actors.session import events as session_events
-from steward.actors.session.decider import session_stream
+from steward.actors.session.state import session_stream
 from steward.bus import JetStreamEventLog
 from steward.bus.jetstream.inputs import Inputs
 from steward.bus.jetstream.members import Membership, until_shared

@@ -26,6 +26,7 @@ from support import PLAN, act
 from steward import cli, events, replay
 from steward.actors.run import decider as run_actor
 from steward.actors.run import events as run_events
+from steward.actors.run import state as run_state
 from steward.actors.run.reactor import run_stream
 from steward.bus import SqliteEventLog
 from steward.config import load_settings
@@ -127,7 +128,7 @@ async def _play(
     plan: list[Reply | str],
     children: list[list[Reply | str]],
     planning_gate: bool = True,
-) -> dict[str, run_actor.Run]:
+) -> dict[str, run_state.Run]:
     """Run one root run to its end; the host's live state of every run."""
     _failures.clear()
     tools = ToolRegistry.with_builtins()
@@ -169,7 +170,7 @@ async def _play(
         for stream, state in live.items():
             records = await log.read(stream)
             assert [r.version for r in records] == list(range(1, len(records) + 1))
-            assert run_actor.fold(r.event for r in records) == state, stream
+            assert run_state.fold(r.event for r in records) == state, stream
             assert replay.verify(records) is None, stream
         return {s.removeprefix("run."): state for s, state in live.items()}
     finally:
@@ -255,7 +256,7 @@ def test_a_changed_decider_is_reported_at_the_first_diverging_version(
     )
     original = run_actor.decide
 
-    def changed(input: events.Event, state: run_actor.Run) -> list[events.Event] | None:
+    def changed(input: events.Event, state: run_state.Run) -> list[events.Event] | None:
         decided = original(input, state)
         if decided is None:
             return None

@@ -13,7 +13,7 @@ from support import act
 from steward import events, replay
 from steward.actors.run import events as run_events
 from steward.actors.session import events as session_events
-from steward.actors.session.decider import session_stream
+from steward.actors.session.state import session_stream
 from steward.clock import FakeClock
 from steward.effects.llm import ScriptedProvider
 

@@ -28,8 +28,8 @@ from nats_server import NatsServer
 from support import create_runs, stop_all, worker_process
 
 from steward import events, replay
-from steward.actors.run import decider as run_actor
 from steward.actors.run import events as run_events
+from steward.actors.run import state as run_state
 from steward.actors.run.reactor import run_stream
 from steward.bus import JetStreamEventLog
 from steward.bus.jetstream.members import Membership, until_shared
@@ -74,7 +74,7 @@ async def _statuses(log: JetStreamEventLog) -> Counter[str]:
     counts: Counter[str] = Counter()
     for n in range(RUNS):
         records = await log.read(run_stream(f"l{n}"))
-        counts[run_actor.fold(r.event for r in records).status] += 1
+        counts[run_state.fold(r.event for r in records).status] += 1
     return counts
 
 

@@ -19,8 +19,8 @@ from nats_server import NatsServer
 from support import create_runs, stop_all, worker_process
 
 from steward import events, replay
-from steward.actors.run import decider as run_actor
 from steward.actors.run import events as run_events
+from steward.actors.run import state as run_state
 from steward.actors.run.reactor import run_stream
 from steward.bus import JetStreamEventLog, open_log
 from steward.bus.jetstream.members import until_shared
@@ -55,7 +55,7 @@ async def _statuses(log: JetStreamEventLog, runs: int | None = None) -> Counter[
     counts: Counter[str] = Counter()
     streams = [run_stream(f"w{n}") for n in range(runs)] if runs else None
     for stream in streams or await log.streams("run."):
-        state = run_actor.fold(r.event for r in await log.read(stream))
+        state = run_state.fold(r.event for r in await log.read(stream))
         counts[state.status] += 1
     return counts
 

@@ -24,8 +24,8 @@ from workflow_files import EXAMPLE, SCRIPT
 
 from steward import cli, events, replay
 from steward.actors.prompt import Prompt
-from steward.actors.run.decider import run_stream
 from steward.actors.run.events import LATEST_REVISION, RunSettings
+from steward.actors.run.state import run_stream
 from steward.actors.workflow import decider as wf
 from steward.actors.workflow import events as workflow_events
 from steward.actors.workflow.decider import workflow_stream

@@ -27,7 +27,7 @@ from wire import hosted, system_of, text_of
 from steward import cli, events, replay
 from steward.actors.run import events as run_events
 from steward.actors.session import events as session_events
-from steward.actors.session.decider import session_stream
+from steward.actors.session.state import session_stream
 from steward.clock import FakeClock
 from steward.effects.tools import ToolRegistry
 from steward.host import Host

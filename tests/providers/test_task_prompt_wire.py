@@ -26,8 +26,8 @@ from fake_api import FakeAPI, Reply, Request, sse_reply
 from wire import hosted, system_of, tool_calls, tool_results, tools_of
 
 from steward import cli, replay
-from steward.actors.task.decider import SUBTASK_TOOL
 from steward.actors.task.events import TaskCreated, Template
+from steward.actors.task.state import SUBTASK_TOOL
 from steward.clock import FakeClock
 from steward.effects.tools import ToolRegistry
 from steward.host import Host

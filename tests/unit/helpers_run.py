@@ -21,6 +21,7 @@ from support import act
 
 from steward.actors.prompt import Prompt, PromptCache, prompt_hash
 from steward.actors.run import decider as run_actor
+from steward.actors.run import state as run_state
 from steward.actors.run.events import LATEST_REVISION, RunCreated, RunSettings
 from steward.events import (
     ChatMessage,
@@ -71,7 +72,7 @@ class Story:
     """A run driven through ``decide``; the log grows with each accepted input."""
 
     def __init__(self) -> None:
-        self.state: run_actor.Run = run_actor.initial
+        self.state: run_state.Run = run_state.initial
         self.log: list[Event] = []
         self.cache = PromptCache()
 
@@ -86,11 +87,11 @@ class Story:
         assert decisions == run_actor.decide(input, self.state)
         state = self.state
         for event in (input, *decisions):
-            state = run_actor.evolve(state, event)
+            state = run_state.evolve(state, event)
         assert after == state, "decide_and_fold's state is not the folded one"
         # states are values: deciding and evolving copy, never change, theirs
         assert msgspec.msgpack.encode(self.state) == before, "the state was changed"
-        assert run_actor.initial == run_actor.Run(), "the initial state was changed"
+        assert run_state.initial == run_state.Run(), "the initial state was changed"
         requested = [d for d in decisions if isinstance(d, LlmRequested)]
         assert prompt is None or prompt == run_actor.build_prompt(state)
         assert prompt is None or requested[-1] is decisions[-1]

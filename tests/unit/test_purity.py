@@ -24,8 +24,9 @@ import steward
 from steward.actors.kind import Kind
 from steward.actors.prompt import PromptCache
 from steward.actors.run import decider as run_actor
-from steward.actors.run.decider import run_stream
+from steward.actors.run import state as run_state
 from steward.actors.run.events import ApprovalDecided, RunSettings, RunTaken
+from steward.actors.run.state import run_stream
 from steward.events import (
     CancelRequested,
     ChildFinished,
@@ -454,7 +455,7 @@ MOVES = STEPS * 4 + ENDS
 others, so that most runs are still going when the last input comes."""
 
 
-def _input(move: str, state: run_actor.Run, n: int) -> Event:
+def _input(move: str, state: run_state.Run, n: int) -> Event:
     """The input ``move`` names, aimed at what ``state`` waits for."""
     at = 1_700_000_000.0 + n
     llm = state.llm_pending or "none"
@@ -493,7 +494,7 @@ def _input(move: str, state: run_actor.Run, n: int) -> Event:
 
 Script = tuple[RunSettings, bool, list[str]]
 """A run to play: its settings, whether it is queued, and its moves."""
-Decided = tuple[Event, run_actor.Run, list[Event] | None]
+Decided = tuple[Event, run_state.Run, list[Event] | None]
 """An input, the state it was decided on, and what `decide` answered."""
 
 
@@ -501,7 +502,7 @@ def _play(run: Script, cache: PromptCache | None = None) -> list[Decided]:
     """Each input of ``run`` through the real decider, as a host decides it,
     with the state it was decided on and the answer."""
     config, queued, moves = run
-    state = run_actor.initial
+    state = run_state.initial
     decided: list[Decided] = []
     for n, move in enumerate([None, *moves]):
         if move is None:
@@ -575,7 +576,7 @@ def test_decide_answers_the_same_whatever_was_decided_before(
             == answer
         )
         assert run_actor.decide(input, state) == answer
-        copy = msgspec.msgpack.decode(before, type=run_actor.Run)
+        copy = msgspec.msgpack.decode(before, type=run_state.Run)
         assert run_actor.decide(input, copy) == answer
         step = run_actor.decide_and_fold(input, state, cache)
         assert (None if step is None else step.decisions) == answer

@@ -34,7 +34,7 @@ from steward import replay
 from steward.actors import prompt as prompt_module
 from steward.actors.prompt import Prompt, PromptCache, first_kind_hash, prompt_hash
 from steward.actors.run import decider as run_actor
-from steward.actors.run.decider import run_stream
+from steward.actors.run import state as run_state
 from steward.actors.run.events import (
     ApprovalDecided,
     ApprovalRequested,
@@ -54,6 +54,7 @@ from steward.actors.run.events import (
     SubagentsSpawned,
     SystemNoteAdded,
 )
+from steward.actors.run.state import run_stream
 from steward.events import (
     CancelRequested,
     ChatMessage,
@@ -1403,11 +1404,11 @@ def test_prompt_hash_is_the_hash_of_the_prompt_after_the_commit():
     story.say(read())
     decisions = story.result("contents")
     (request,) = decisions
-    state_after_commit = run_actor.fold(story.log)
+    state_after_commit = run_state.fold(story.log)
     assert request.prompt_hash == prompt_hash(
         run_actor.build_prompt(state_after_commit)
     )
-    before = run_actor.fold(story.log[:-2])
+    before = run_state.fold(story.log[:-2])
     assert request.prompt_hash != prompt_hash(run_actor.build_prompt(before))
 
 
@@ -1419,7 +1420,7 @@ def test_decide_and_fold_hands_over_the_prompt_it_hashed():
     decided = run_actor.decide_and_fold(reply, story.state)
     assert decided is not None
     decisions, after, prompt = decided
-    assert after == run_actor.fold([reply, *decisions], story.state)
+    assert after == run_state.fold([reply, *decisions], story.state)
     assert prompt is not None and prompt == run_actor.build_prompt(after)
     assert isinstance(decisions[-1], LlmRequested)
     assert decisions[-1].prompt_hash == prompt_hash(prompt)
@@ -1592,7 +1593,7 @@ def test_first_kind_hashes_still_verify():
     old = []
     for r in records:
         if isinstance(r.event, LlmRequested):
-            state = run_actor.fold(x.event for x in records if x.version <= r.version)
+            state = run_state.fold(x.event for x in records if x.version <= r.version)
             legacy = first_kind_hash(run_actor.build_prompt(state))
             r = replace(r, event=replace(r.event, prompt_hash=legacy))
         old.append(r)
@@ -1681,7 +1682,7 @@ def test_replay_reports_the_first_changed_decision():
     story = approval_story()
     records = story.records()
 
-    def changed(input: Event, state: run_actor.Run) -> list[Event] | None:
+    def changed(input: Event, state: run_state.Run) -> list[Event] | None:
         decisions = run_actor.decide(input, state)
         if isinstance(input, ToolResulted) and decisions:
             return [
@@ -1713,7 +1714,7 @@ def test_replay_reports_an_input_the_decider_now_refuses():
     story = subagent_story()
     records = story.records()
 
-    def refuses_wakes(input: Event, state: run_actor.Run) -> list[Event] | None:
+    def refuses_wakes(input: Event, state: run_state.Run) -> list[Event] | None:
         return None if isinstance(input, WakeDue) else run_actor.decide(input, state)
 
     mismatch = replay.verify(records, decide=refuses_wakes)
@@ -1728,7 +1729,7 @@ def test_replay_reports_a_changed_prompt_hash():
     story = invalid_story()
     records = story.records()
 
-    def changed(input: Event, state: run_actor.Run) -> list[Event] | None:
+    def changed(input: Event, state: run_state.Run) -> list[Event] | None:
         decisions = run_actor.decide(input, state)
         return [
             replace(d, prompt_hash="0" * 32)

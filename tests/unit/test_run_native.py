@@ -16,6 +16,7 @@ from msgspec.structs import replace
 
 from steward import replay
 from steward.actors.run import decider as run_actor
+from steward.actors.run import state as run_state
 from steward.actors.run.events import (
     ApprovalDecided,
     ApprovalRequested,
@@ -422,7 +423,7 @@ def test_replay_catches_a_changed_call_id():
     """A decider that drops call ids is caught at the reply that made the calls."""
     records = native_story().records()
 
-    def changed(input: Event, state: run_actor.Run) -> list[Event] | None:
+    def changed(input: Event, state: run_state.Run) -> list[Event] | None:
         decisions = run_actor.decide(input, state)
         return [
             replace(d, call_id=None) if isinstance(d, ToolRequested) else d

@@ -21,9 +21,9 @@ from support import act
 from steward import events
 from steward.actors.effects import Deliver, Pending, notify_key
 from steward.actors.kind import Kinds
-from steward.actors.run.decider import run_stream
 from steward.actors.run.events import ApprovalDecided, RunTaken
 from steward.actors.run.reactor import run_id_of
+from steward.actors.run.state import run_stream
 from steward.events import Recorded
 from steward.events.protocol import (
     CancelRequested,

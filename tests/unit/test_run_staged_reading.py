@@ -85,6 +85,7 @@ def _staged_run(**changes: object) -> list[object]:
     import msgspec
 
     from steward.actors.run import decider as run
+    from steward.actors.run import state as run_state
     from steward.actors.run.events import RunCreated
     from steward.actors.run.stage_prompts import load_prompts
     from steward.config import Settings
@@ -95,7 +96,7 @@ def _staged_run(**changes: object) -> list[object]:
     settings = msgspec.structs.replace(
         base, protocol="native", policy="staged", prompts=load_prompts(), **changes
     )
-    state = run.initial
+    state = run_state.initial
     decided: list[object] = []
     inputs = [
         RunCreated(run_id="s1", input_text="answer it", settings=settings),
@@ -109,7 +110,7 @@ def _staged_run(**changes: object) -> list[object]:
         step = run.decide(item, state)
         assert step is not None, item
         decided += step
-        state = run.fold([item, *step], state)
+        state = run_state.fold([item, *step], state)
     return decided
 
 
@@ -138,6 +139,7 @@ def _staged_run_created(**changes: object) -> list[object]:
     import msgspec
 
     from steward.actors.run import decider as run
+    from steward.actors.run import state as run_state
     from steward.actors.run.events import RunCreated
     from steward.config import Settings
 
@@ -145,4 +147,4 @@ def _staged_run_created(**changes: object) -> list[object]:
         Settings().run_settings(), protocol="native", policy="staged", **changes
     )
     created = RunCreated(run_id="s1", input_text="go", settings=settings)
-    return list(run.decide(created, run.initial) or [])
+    return list(run.decide(created, run_state.initial) or [])

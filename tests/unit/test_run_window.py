@@ -6,8 +6,8 @@ import hypothesis
 import msgspec
 from hypothesis import strategies as st
 
-from steward.actors.run import decider as run_actor
 from steward.actors.run import prompt as run_prompt
+from steward.actors.run import state as run_state
 from steward.actors.run.events import RunSettings
 from steward.events import ChatMessage
 
@@ -45,11 +45,11 @@ messages = st.builds(
 def test_window_matches_the_definition(
     transcript: list[ChatMessage], limit: int, budget: int
 ) -> None:
-    state = run_actor.Run(
+    state = run_state.Run(
         settings=RunSettings(transcript_limit=limit, transcript_token_limit=budget)
     )
     for message in transcript:
-        transcript, totals = run_actor._said(state, message)
+        transcript, totals = run_state._said(state, message)
         state = msgspec.structs.replace(
             state, transcript=transcript, transcript_totals=totals
         )

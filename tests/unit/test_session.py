@@ -14,9 +14,10 @@ from hypothesis import strategies as st
 from msgspec.structs import replace
 
 from steward.actors.effects import ArmTimer, Create
-from steward.actors.run.decider import run_stream
 from steward.actors.run.events import RunSettings
+from steward.actors.run.state import run_stream
 from steward.actors.session import decider as s
+from steward.actors.session import state as session_state
 from steward.actors.session.context import budget_of, build_context, estimate
 from steward.actors.session.events import (
     SESSION_REVISION,
@@ -70,7 +71,7 @@ class Chat:
         at: float = 1000.0,
         revision: int = 0,
     ):
-        self.state = s.initial
+        self.state = session_state.initial
         self.log: list[Event] = []
         self.n = 0
         self.give(
@@ -105,7 +106,7 @@ class Chat:
         """The turn in flight answered: its run's result, or in a direct chat
         the model call's reply (or failure)."""
         assert self.state.turn is not None
-        call = s.direct_call(self.state)
+        call = session_state.direct_call(self.state)
         if call is not None and status == "completed":
             return self.give(LlmResponded(request_id=call, text=output))
         if call is not None:
@@ -249,7 +250,7 @@ def test_context_includes_system_prompt_core_memory_and_sliding_window() -> None
     assert run.settings.model == "m-small"
 
 
-def _fields(state: s.Session) -> dict[str, object]:
+def _fields(state: session_state.Session) -> dict[str, object]:
     return {f: getattr(state, f) for f in state.__struct_fields__}
 
 
@@ -357,7 +358,10 @@ def test_returns_existing_session_for_known_chat_id() -> None:
 
 
 def test_a_message_to_a_session_not_open_is_refused() -> None:
-    assert s.decide(MessageReceived(message_id="m1", text="hi"), s.initial) is None
+    assert (
+        s.decide(MessageReceived(message_id="m1", text="hi"), session_state.initial)
+        is None
+    )
 
 
 def test_a_message_delivered_again_is_taken_once() -> None:
@@ -369,9 +373,9 @@ def test_a_message_delivered_again_is_taken_once() -> None:
         assert chat.give(first) is not None
         assert chat.give(first) is None
     assert len(chat.state.buffer) == 1
-    for n in range(s.SEEN_MESSAGES):
+    for n in range(session_state.SEEN_MESSAGES):
         chat.give(MessageReceived(message_id=f"n{n}", text="/status", at=1002.0))
-    assert len(chat.state.seen) == s.SEEN_MESSAGES
+    assert len(chat.state.seen) == session_state.SEEN_MESSAGES
     again = MessageReceived(message_id="id-hi", text="hi", at=1003.0)
     assert chat.give(again) is not None  # older than the newest 256
 
@@ -669,7 +673,7 @@ def test_fold_of_the_log_is_the_live_state_and_every_step_re_decides(
     if revision >= 1:
         compactions = [e for e in chat.log if isinstance(e, ContextCompacted)]
         assert all(c.request_id is not None for c in compactions)
-    state = s.initial
+    state = session_state.initial
     i = 0
     while i < len(chat.log):
         input = chat.log[i]

@@ -8,7 +8,7 @@ from msgspec.structs import replace
 from test_session import SETTINGS, Chat
 
 from steward.actors.prompt import prompt_hash
-from steward.actors.session import decider as s
+from steward.actors.session import state as session_state
 from steward.actors.session.events import CoreMemorySet, ReplySent, TurnStarted
 from steward.actors.session.reactor import effects, model_call, pending
 from steward.config import Settings
@@ -37,9 +37,9 @@ def test_a_direct_turn_is_one_model_call_of_the_session_without_tools() -> None:
     turn, ask = _turn(chat)
     assert isinstance(turn, TurnStarted) and turn.direct
     assert isinstance(ask, LlmRequested)
-    assert ask.request_id == "cli:c1-t1/llm" == s.direct_call(chat.state)
+    assert ask.request_id == "cli:c1-t1/llm" == session_state.direct_call(chat.state)
     assert ask.priority == "interactive"
-    prompt = s.direct_prompt(chat.state)
+    prompt = session_state.direct_prompt(chat.state)
     assert ask.prompt_hash == prompt_hash(prompt)
     assert prompt.tools == () and prompt.model == "m-small"
     assert prompt.system.startswith(SETTINGS.direct_system_prompt)
@@ -60,9 +60,9 @@ def test_the_direct_answer_is_the_reply_and_the_window_grows() -> None:
     chat = Chat(settings=DIRECT)
     _turn(chat)
     assert chat.answer("Hi, Ada.") == [ReplySent(run_id="cli:c1-t1", text="Hi, Ada.")]
-    assert chat.state.turn is None and s.direct_call(chat.state) is None
+    assert chat.state.turn is None and session_state.direct_call(chat.state) is None
     _turn(chat, "and now?", at=1010.0)
-    window = s.direct_prompt(chat.state).messages
+    window = session_state.direct_prompt(chat.state).messages
     assert [m.content for m in window] == ["hello", "Hi, Ada.", "and now?"]
 
 

@@ -12,7 +12,7 @@ from msgspec.structs import replace
 from test_session import SETTINGS, Chat
 
 from steward.actors.prompt import prompt_hash
-from steward.actors.session import decider as s
+from steward.actors.session import state as session_state
 from steward.actors.session.events import (
     SESSION_REVISION,
     ContextCompacted,
@@ -247,7 +247,7 @@ def _writing_while_turns_end(revision: int) -> tuple[Chat, str]:
     chat = Chat(settings=replace(SETTINGS, max_turns_per_context=1), revision=revision)
     _turns(chat, 2)
     rid = chat.state.writer
-    assert rid is not None and s.window_turns(chat.state) == 1
+    assert rid is not None and session_state.window_turns(chat.state) == 1
     _turns(chat, 1, start=2000.0)
     return chat, rid
 
@@ -258,7 +258,7 @@ def test_before_revision_1_a_compaction_while_the_writer_writes_drops_unread() -
     chat, rid = _writing_while_turns_end(revision=0)
     compacted = [e for e in chat.log if isinstance(e, ContextCompacted)]
     assert [c.request_id for c in compacted] == [rid, None]
-    assert s.window_turns(chat.state) == 1
+    assert session_state.window_turns(chat.state) == 1
     assert chat.state.writer == rid
     assert [m.content for m in chat.state.writing] == ["question 0", "answer 0"]
 
@@ -269,7 +269,7 @@ def test_a_compaction_due_while_the_writer_writes_waits_for_its_end() -> None:
     which reads what leaves the window."""
     chat, rid = _writing_while_turns_end(revision=SESSION_REVISION)
     assert [e for e in chat.log if isinstance(e, ContextCompacted)][1:] == []
-    assert s.window_turns(chat.state) == 2 and chat.state.writer == rid
+    assert session_state.window_turns(chat.state) == 2 and chat.state.writer == rid
     reply = json.dumps({"operations": [ADD_NAME], "summary": "names"})
     decided = chat.give(LlmResponded(request_id=rid, text=reply, at=2100.0)) or []
     assert [type(e) for e in decided] == [
@@ -281,7 +281,7 @@ def test_a_compaction_due_while_the_writer_writes_waits_for_its_end() -> None:
     assert isinstance(compacted, ContextCompacted)
     assert isinstance(request, LlmRequested)
     assert compacted.request_id == request.request_id == chat.state.writer != rid
-    assert s.window_turns(chat.state) == 1
+    assert session_state.window_turns(chat.state) == 1
     assert [m.content for m in chat.state.writing] == ["question 1", "answer 1"]
     assert chat.state.memory[0].value == "Alex"  # the first call's ops stand
     call = model_call(chat.state, request)
@@ -314,7 +314,7 @@ def test_a_writer_that_ends_during_a_turn_leaves_the_compaction_to_its_end() -> 
     decided = chat.answer("landed") or []
     assert [type(e) for e in decided] == [ReplySent, ContextCompacted, LlmRequested]
     assert [m.content for m in chat.state.messages][-2:] == ["in flight", "landed"]
-    assert s.window_turns(chat.state) == 1
+    assert session_state.window_turns(chat.state) == 1
 
 
 @pytest.mark.parametrize(
@@ -356,7 +356,7 @@ def test_new_segment_resets_the_window_turns_and_summary() -> None:
     chat = Chat(settings=replace(SETTINGS, max_turns_per_context=3))
     _turns(chat, 2)
     chat.say("/new", at=3000.0)
-    assert s.window_turns(chat.state) == 0 and chat.state.summary is None
+    assert session_state.window_turns(chat.state) == 0 and chat.state.summary is None
     _turns(chat, 3, start=3001.0)
     assert not any(isinstance(e, ContextCompacted) for e in chat.log)
 
@@ -378,12 +378,12 @@ def test_core_memory_set_changes_and_removes_a_key() -> None:
 
 def test_core_memory_refuses_a_bad_key_and_more_than_it_holds() -> None:
     chat = Chat()
-    too_long = "x" * s.CORE_MEMORY_CHARS
-    assert s.core_set_problem(chat.state, "a:b", "v") is not None
-    problem = s.core_set_problem(chat.state, "k", too_long)
+    too_long = "x" * session_state.CORE_MEMORY_CHARS
+    assert session_state.core_set_problem(chat.state, "a:b", "v") is not None
+    problem = session_state.core_set_problem(chat.state, "k", too_long)
     assert problem is not None and "at most 2000 characters" in problem
     assert chat.give(CoreMemorySet(request_id="q1", key="k", value=too_long)) is None
-    missing = s.core_set_problem(chat.state, "gone", None)
+    missing = session_state.core_set_problem(chat.state, "gone", None)
     assert missing == "core memory has no key 'gone'"
 
 

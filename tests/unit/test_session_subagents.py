@@ -11,9 +11,9 @@ from msgspec.structs import replace
 from test_session import SETTINGS, Chat
 
 from steward.actors.effects import ArmTimer, Create
-from steward.actors.run.decider import run_stream
 from steward.actors.run.events import RunCreated
-from steward.actors.session import decider as s
+from steward.actors.run.state import run_stream
+from steward.actors.session import state as session_state
 from steward.actors.session.events import (
     ScheduleAsked,
     ScheduleCreated,
@@ -103,17 +103,17 @@ def test_a_subagent_of_an_unknown_model_or_without_a_task_is_refused() -> None:
     assert _spawn(chat, model="huge") is None
     assert chat.give(SubagentAsked(request_id="q", name="x", task=" ")) is None
     assert "unknown model 'huge'" in (
-        s.subagent_problem(chat.state, "x", "t", "huge") or ""
+        session_state.subagent_problem(chat.state, "x", "t", "huge") or ""
     )
 
 
 def test_at_most_four_subagents_run_at_once() -> None:
     chat = Chat()
-    for n in range(s.MAX_SUBAGENTS):
+    for n in range(session_state.MAX_SUBAGENTS):
         assert _spawn(chat, name=f"a{n}") is not None
     assert _spawn(chat, name="one-more") is None
     assert "4 subagents run already" in (
-        s.subagent_problem(chat.state, "x", "t", None) or ""
+        session_state.subagent_problem(chat.state, "x", "t", None) or ""
     )
     _finish(chat, "cli:c1-s1", "done")
     assert _spawn(chat, name="one-more") is not None
@@ -158,7 +158,7 @@ def test_non_json_response_treated_as_not_silent(text: str) -> None:
     "text", ['{"silent": true', '{"silent": "true"}', '{"silent": 1}', "{\ud800}"]
 )
 def test_parse_failure_treated_as_not_silent(text: str) -> None:
-    assert not s.is_silent(text)
+    assert not session_state.is_silent(text)
 
 
 def test_a_failed_subagent_is_told_to_the_chat() -> None:
@@ -251,7 +251,7 @@ def test_a_bad_schedule_is_refused_with_its_reason(
     chat = Chat()
     assert _schedule(chat, cron=cron, **fields) is None
     merged = {"name": "weather", "task": "weather?", "model": None, **fields}
-    problem = s.schedule_problem(
+    problem = session_state.schedule_problem(
         chat.state,
         str(merged["name"]),
         cron,
@@ -263,7 +263,7 @@ def test_a_bad_schedule_is_refused_with_its_reason(
 
 def test_a_session_holds_at_most_twenty_schedules() -> None:
     chat = Chat()
-    for n in range(s.MAX_SCHEDULES):
+    for n in range(session_state.MAX_SCHEDULES):
         assert _schedule(chat, name=f"s{n}") is not None
     assert _schedule(chat, name="one-more") is None
     assert _schedule(chat, name="s0", cron="5 9 * * *") is not None  # a replacement

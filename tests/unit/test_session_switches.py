@@ -12,8 +12,8 @@ from __future__ import annotations
 from msgspec.structs import replace
 from test_session import SETTINGS, Chat
 
-from steward.actors.run.decider import run_stream
-from steward.actors.session import decider as s
+from steward.actors.run.state import run_stream
+from steward.actors.session import state as session_state
 from steward.actors.session.events import (
     SESSION_REVISION,
     CommandAnswered,
@@ -150,4 +150,4 @@ def test_sessions_before_revision_4_decide_as_recorded() -> None:
         run_id=turn.run_id, text="Read."
     )
     assert chat.state.messages[-1].content == "Read."
-    assert s.commands(chat.state) == s.COMMANDS
+    assert session_state.commands(chat.state) == session_state.COMMANDS

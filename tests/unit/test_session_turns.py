@@ -14,8 +14,8 @@ from msgspec.structs import replace
 from test_session import SETTINGS, Chat
 
 from steward.actors.effects import Create
-from steward.actors.run.decider import run_stream
 from steward.actors.run.events import RunCreated
+from steward.actors.run.state import run_stream
 from steward.actors.session.context import build_context, estimate
 from steward.actors.session.events import (
     DebounceArmed,

@@ -18,6 +18,7 @@ from unit.test_task_eval import PROPERTY_TEMPLATES, programs, rich_programs
 from steward import replay
 from steward.actors.kind import Kinds
 from steward.actors.task import decider as task
+from steward.actors.task import state as task_state
 from steward.actors.task.events import (
     CallFinished,
     CallStarted,
@@ -81,7 +82,7 @@ def run(program: str, script: list[str], limits: TaskLimits) -> list[Recorded]:
     """The task's records, each input decided on the state folded so far and
     committed with its decisions, its model answered from ``script`` (then
     plain text) until it ends."""
-    state = task.initial
+    state = task_state.initial
     records: list[Recorded] = []
 
     def commit(input: Event) -> None:
@@ -89,7 +90,7 @@ def run(program: str, script: list[str], limits: TaskLimits) -> list[Recorded]:
         decisions = task.decide(input, state)
         assert decisions is not None, input
         for e in (input, *decisions):
-            state = task.evolve(state, e)
+            state = task_state.evolve(state, e)
             n = len(records) + 1
             records.append(
                 Recorded(stream=STREAM, version=n, position=n, at=0.0, event=e)
@@ -126,9 +127,9 @@ def test_any_program_and_answers_end_fold_and_verify(
     limits = TaskLimits(max_turns=turns, max_tokens=tokens)
     records = run(program, script, limits)
     state: Any = TASK.fold(r.event for r in records)
-    live: Any = task.initial
+    live: Any = task_state.initial
     for r in records:
-        live = task.evolve(live, r.event)
+        live = task_state.evolve(live, r.event)
     assert state == live
     assert state.status in ("completed", "failed")
     last = records[-1].event
@@ -153,14 +154,14 @@ def test_the_checkpoint_in_the_state_only_saves_work(
     the same and every finished call leaves the same state, checkpoint
     included."""
     records = run(program, script, TaskLimits())
-    state = task.initial
+    state = task_state.initial
     for r in records:
         without = msgspec.structs.replace(state, checkpoint=None)
         if TASK.is_input(r.event) and state.created is not None:
             assert task.decide(r.event, without) == task.decide(r.event, state)
-        after = task.evolve(state, r.event)
+        after = task_state.evolve(state, r.event)
         if isinstance(r.event, CallFinished):
-            assert task.evolve(without, r.event) == after
+            assert task_state.evolve(without, r.event) == after
         state = after
     assert replay.verify(records) is None
 
@@ -180,7 +181,7 @@ def test_a_code_change_that_evaluates_differently_is_a_mismatch_at_its_version()
     ]
     assert replay.verify(records) is None
 
-    def shouting(input: Event, state: task.Task) -> list[Event] | None:
+    def shouting(input: Event, state: task_state.Task) -> list[Event] | None:
         decided = task.decide(input, state)
         if decided is None:
             return None
@@ -284,7 +285,7 @@ def test_a_template_with_a_problem_fails_the_task_not_the_fold() -> None:
         first = TaskCreated(
             task_id="p", program=f"({template.name})", templates=(template,)
         )
-        decided = task.decide(first, task.initial)
+        decided = task.decide(first, task_state.initial)
         assert decided is not None
         [failed] = decided
         assert isinstance(failed, TaskFailed)
@@ -294,9 +295,9 @@ def test_a_template_with_a_problem_fails_the_task_not_the_fold() -> None:
 
 def test_a_second_task_created_is_refused_even_without_an_id() -> None:
     first = TaskCreated(task_id="", program='"x"')
-    state = task.initial
+    state = task_state.initial
     for e in (first, *(task.decide(first, state) or [])):
-        state = task.evolve(state, e)
+        state = task_state.evolve(state, e)
     assert task.decide(first, state) is None
 
 
@@ -306,9 +307,9 @@ def test_a_subtask_asked_on_the_last_turn_fails_the_call_at_its_turns() -> None:
     one = Template(name="one", instructions="go", max_turns=1)
     other = Template(name="other", params=("x",), instructions="{{x}}")
     first = TaskCreated(task_id="p", program="(one)", templates=(one, other))
-    state = task.initial
+    state = task_state.initial
     for e in (first, *(task.decide(first, state) or [])):
-        state = task.evolve(state, e)
+        state = task_state.evolve(state, e)
     ask = ToolCall(
         id="s1",
         name="subtask",

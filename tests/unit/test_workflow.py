@@ -14,7 +14,6 @@ from msgspec.structs import replace
 
 from steward import replay
 from steward.actors.effects import Want, WantKind
-from steward.actors.run.decider import run_stream
 from steward.actors.run.events import (
     LATEST_REVISION,
     CancelRequested,
@@ -24,6 +23,7 @@ from steward.actors.run.events import (
     ToolRequested,
     ToolResulted,
 )
+from steward.actors.run.state import run_stream
 from steward.actors.workflow import decider as w
 from steward.actors.workflow import definition as workflows
 from steward.actors.workflow.events import (

@@ -15,12 +15,12 @@ from msgspec.structs import replace
 from steward import events
 from steward.actors import effects as actor_effects
 from steward.actors.kind import Kind
-from steward.actors.run import decider as run_actor
 from steward.actors.run import events as run_events
 from steward.actors.run import reactor as run_effects
-from steward.actors.run.decider import run_id_of, run_stream
+from steward.actors.run import state as run_state
 from steward.actors.run.kind import status_said
 from steward.actors.run.stage_prompts import with_prompts
+from steward.actors.run.state import run_id_of, run_stream
 from steward.actors.workflow.cli import workflow_lines, workflow_view
 from steward.bus import EventLog
 from steward.cli.env import (
@@ -269,7 +269,7 @@ DETAIL_WIDTH = 120
 async def _operator_input(
     env: Env,
     name: str,
-    make: Callable[[run_actor.Run, float], events.Event],
+    make: Callable[[run_state.Run, float], events.Event],
     verb: str,
 ) -> int:
     """Record the input ``make`` gives for the run ``name`` names (given its
@@ -300,8 +300,8 @@ async def cmd_runs_cancel(env: Env, args: argparse.Namespace) -> int:
 
 def _approval(
     args: argparse.Namespace, approved: bool
-) -> Callable[[run_actor.Run, float], events.Event]:
-    def make(state: run_actor.Run, at: float) -> events.Event:
+) -> Callable[[run_state.Run, float], events.Event]:
+    def make(state: run_state.Run, at: float) -> events.Event:
         waiting = [w.request_id for w in run_effects.waiting(state)]
         verb = "approve" if approved else "deny"
         subject = f"run {state.run_id}"

@@ -15,6 +15,7 @@ from steward.actors.kind import (
     Surface,
 )
 from steward.actors.run import decider, events, reactor
+from steward.actors.run import state as run_state
 from steward.actors.run.projection import RUNS, TOKENS
 
 __all__ = ["KIND", "status_said"]
@@ -34,16 +35,16 @@ def tokens_of(run: dict[str, Any]) -> int:
     return int(run["input_tokens"] + run["output_tokens"])
 
 
-KIND: Kind[decider.Run] = Kind(
+KIND: Kind[run_state.Run] = Kind(
     name="run",
     decider=Decider(
-        initial=decider.initial,
-        evolve=decider.evolve,
+        initial=run_state.initial,
+        evolve=run_state.evolve,
         decide=decider.decide,
         inputs=events.INPUT_TYPES,
         events=events.EVENT_TYPES,
         opens=(events.RunCreated,),
-        fold_events=decider.fold,
+        fold_events=run_state.fold,
         step=decider.decide_and_fold,
         same_decisions=reactor.same_decisions,
     ),

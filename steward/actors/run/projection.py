@@ -28,7 +28,7 @@ import msgspec
 from steward import events
 from steward.actors.effects import WantKind, cancel_key, notify_key, spawn_key, take_key
 from steward.actors.run import events as run_events
-from steward.actors.run.decider import run_id_of
+from steward.actors.run.state import run_id_of
 from steward.events import Recorded
 from steward.projections.projection import Projection, done, want
 from steward.projections.summary import summary

@@ -36,7 +36,7 @@ from steward.actors.prompt import (
     prompt_matches,
 )
 from steward.actors.run import staged
-from steward.actors.run.decider import Run, child_created, run_id_of, run_stream
+from steward.actors.run.decider import child_created
 from steward.actors.run.events import (
     TERMINAL,
     ApprovalDecided,
@@ -53,6 +53,7 @@ from steward.actors.run.events import (
 )
 from steward.actors.run.prompt import build_prompt
 from steward.actors.run.stages import outcome_text
+from steward.actors.run.state import Run, run_id_of, run_stream
 from steward.events import Event, Recorded
 from steward.events.protocol import (
     CancelRequested,

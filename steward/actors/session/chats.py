@@ -17,7 +17,6 @@ from typing import Protocol
 import msgspec
 
 from steward.actors.run.stage_prompts import with_prompts
-from steward.actors.session.decider import is_command, session_stream
 from steward.actors.session.events import (
     SESSION_REVISION,
     CommandAnswered,
@@ -28,6 +27,7 @@ from steward.actors.session.events import (
     SessionOpened,
     TurnStarted,
 )
+from steward.actors.session.state import is_command, session_stream
 from steward.bus import EventLog
 from steward.config import Settings
 from steward.effects.tools import ToolRegistry

@@ -10,7 +10,7 @@ import json
 import sys
 
 from steward.actors.session.chats import answer, message, open_session
-from steward.actors.session.decider import session_stream
+from steward.actors.session.state import session_stream
 from steward.cli.env import EXIT_NO_ANSWER, Env, opened
 from steward.cli.hosting import why_unhosted
 from steward.cli.output import (

@@ -14,6 +14,7 @@ from steward.actors.kind import (
 )
 from steward.actors.run.projection import TOKENS, spent
 from steward.actors.session import decider, events, reactor, sections
+from steward.actors.session import state as session_state
 from steward.actors.session.projection import SESSIONS
 
 __all__ = ["KIND"]
@@ -21,11 +22,11 @@ __all__ = ["KIND"]
 TOKENS_SPENT = spent("'session.' || session_id", TOKENS)
 COST_SPENT = spent("'session.' || session_id", "cost_usd")
 
-KIND: Kind[decider.Session] = Kind(
+KIND: Kind[session_state.Session] = Kind(
     name="session",
     decider=Decider(
-        initial=decider.initial,
-        evolve=decider.evolve,
+        initial=session_state.initial,
+        evolve=session_state.evolve,
         decide=decider.decide,
         inputs=events.INPUT_TYPES,
         events=events.EVENT_TYPES,

@@ -21,17 +21,10 @@ from steward.actors.effects import (
     spawn_key,
 )
 from steward.actors.prompt import Prompt, PromptCache
-from steward.actors.run.decider import run_id_of, run_stream
 from steward.actors.run.events import RunCreated
+from steward.actors.run.state import run_id_of, run_stream
 from steward.actors.session.context import build_context
-from steward.actors.session.decider import (
-    Session,
-    core_memory_text,
-    cross_channel,
-    direct_prompt,
-    model_id,
-    staged_switches,
-)
+from steward.actors.session.decider import staged_switches
 from steward.actors.session.events import (
     CommandAnswered,
     DebounceArmed,
@@ -45,6 +38,13 @@ from steward.actors.session.events import (
     TurnStarted,
 )
 from steward.actors.session.memory import writer_prompt
+from steward.actors.session.state import (
+    Session,
+    core_memory_text,
+    cross_channel,
+    direct_prompt,
+    model_id,
+)
 from steward.events import Event, Recorded
 from steward.events.protocol import ChatMessage, ChildFinished, LlmRequested, WakeDue
 

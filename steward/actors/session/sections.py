@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from steward.actors.sections import Cell, Section, Table
-from steward.actors.session.decider import Session
 from steward.actors.session.events import (
     ContextCompacted,
     DebounceArmed,
@@ -20,6 +19,7 @@ from steward.actors.session.events import (
     SessionOpened,
     TurnStarted,
 )
+from steward.actors.session.state import Session
 from steward.events import Recorded
 from steward.isotime import iso_time
 

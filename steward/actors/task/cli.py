@@ -23,7 +23,7 @@ from typing import Any
 from msgspec.structs import replace
 
 from steward import events
-from steward.actors.task.decider import Task, evaluation, task_stream
+from steward.actors.task.decider import evaluation
 from steward.actors.task.eval import TraceLine
 from steward.actors.task.events import (
     CallFinished,
@@ -32,6 +32,7 @@ from steward.actors.task.events import (
     SubtaskSpawned,
 )
 from steward.actors.task.programs import created, load_program, load_templates, validate
+from steward.actors.task.state import Task, task_stream
 from steward.bus import EventLog
 from steward.cli.env import (
     EXIT_FAILED,

@@ -13,15 +13,16 @@ from steward.actors.kind import (
     Surface,
 )
 from steward.actors.task import decider, events, reactor, sections
+from steward.actors.task import state as task_state
 from steward.actors.task.projection import TASKS
 
 __all__ = ["KIND"]
 
-KIND: Kind[decider.Task] = Kind(
+KIND: Kind[task_state.Task] = Kind(
     name="task",
     decider=Decider(
-        initial=decider.initial,
-        evolve=decider.evolve,
+        initial=task_state.initial,
+        evolve=task_state.evolve,
         decide=decider.decide,
         inputs=events.INPUT_TYPES,
         events=events.EVENT_TYPES,

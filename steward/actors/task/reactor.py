@@ -24,13 +24,7 @@ from steward.actors.effects import (
     spawn_key,
 )
 from steward.actors.prompt import Prompt, PromptCache
-from steward.actors.task.decider import (
-    Task,
-    atom_prompt,
-    relevant,
-    signature,
-    task_stream,
-)
+from steward.actors.task.decider import atom_prompt, relevant
 from steward.actors.task.events import (
     ContextManagement,
     SubtaskSpawned,
@@ -38,6 +32,7 @@ from steward.actors.task.events import (
     TaskCreated,
     TaskFailed,
 )
+from steward.actors.task.state import Task, signature, task_stream
 from steward.actors.task.templates import resolve_context
 from steward.events import Event, Recorded
 from steward.events.protocol import CancelRequested, ChildFinished, LlmRequested

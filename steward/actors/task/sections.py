@@ -8,9 +8,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from steward.actors.sections import Branch, Section, Tree
-from steward.actors.task.decider import Task, evaluation, task_stream
+from steward.actors.task.decider import evaluation
 from steward.actors.task.eval import TraceLine
 from steward.actors.task.events import SubtaskSpawned
+from steward.actors.task.state import Task, task_stream
 from steward.events import Recorded
 
 __all__ = ["sections"]

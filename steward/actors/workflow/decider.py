@@ -43,7 +43,7 @@ from msgspec import Struct
 from msgspec.structs import replace
 
 from steward.actors.outstanding import Outstanding, folded
-from steward.actors.run.decider import run_stream
+from steward.actors.run.state import run_stream
 from steward.actors.workflow.events import (
     DEFAULT_MAX_STEPS,
     PhaseCompleted,

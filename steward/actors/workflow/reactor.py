@@ -16,8 +16,8 @@ from steward.actors.effects import (
     notify_key,
     spawn_key,
 )
-from steward.actors.run.decider import run_id_of, run_stream
 from steward.actors.run.events import RunCreated, RunSettings
+from steward.actors.run.state import run_id_of, run_stream
 from steward.actors.workflow.decider import Workflow, phase_of, reports
 from steward.actors.workflow.events import (
     PhaseStarted,

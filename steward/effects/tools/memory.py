@@ -16,12 +16,12 @@ from typing import Annotated, Any
 
 import msgspec
 
-from steward.actors.session.decider import (
+from steward.actors.session.events import CoreMemorySet
+from steward.actors.session.state import (
     core_memory_text,
     core_set_problem,
     session_stream,
 )
-from steward.actors.session.events import CoreMemorySet
 from steward.effects.tools.base import Tool, ToolContext, tool
 from steward.effects.tools.session import Args as _Args
 from steward.effects.tools.session import session_of

@@ -20,13 +20,13 @@ from typing import Annotated, Any
 import msgspec
 
 from steward.actors.cron import next_firing
-from steward.actors.session.decider import (
+from steward.actors.session.events import ScheduleAsked, SubagentAsked
+from steward.actors.session.state import (
     Session,
     schedule_problem,
     session_stream,
     subagent_problem,
 )
-from steward.actors.session.events import ScheduleAsked, SubagentAsked
 from steward.effects.tools.base import Tool, ToolContext, tool
 from steward.errors import ToolError
 from steward.isotime import iso_time
