@@ -23,7 +23,6 @@ import nats
 import pytest
 from nats_server import NatsServer
 from support import act, with_kinds
-from unit.test_kind_contract import CHECKS, Sample
 
 from steward import cli, events, replay
 from steward.actors.effects import (
@@ -50,6 +49,7 @@ from steward.egress import Egress
 from steward.events import ChatMessage, Event, Recorded
 from steward.projections.projection import Projection
 from steward.projections.store import Projector
+from steward.testing.kinds import Sample, check_kind
 
 
 class Tally(msgspec.Struct, frozen=True):
@@ -408,11 +408,13 @@ async def test_a_fifth_kind_runs_through_host_cli_replay_fork_and_rebuild(
     assert tallies == [("t1", 3, "hi"), (new, 3, "hi")]
     assert pending == []  # every effect answered
 
-    # the kind contract suite, on what the tally recorded
-    for stream in ("tally.t1", fork):
-        sample = Sample("this test", stream, tuple(await log.read(stream)))
-        for check in CHECKS.values():
-            check(KINDS["tally"], sample)
+    # the kind contract, shipped in steward.testing, on what the tally recorded
+    streams: dict[str, list[Recorded]] = {}
+    for rec in await log.read_all():
+        streams.setdefault(rec.stream, []).append(rec)
+    samples = [Sample("this test", s, tuple(r)) for s, r in streams.items()]
+    assert {"tally.t1", fork} <= {s.stream for s in samples}
+    check_kind(KINDS["tally"], samples, KINDS)
 
 
 async def test_a_pending_tool_call_of_another_kind_survives_a_restart(
