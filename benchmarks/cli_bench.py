@@ -42,7 +42,7 @@ STEWARD = [sys.executable, "-m", "steward"]
 async def _record(path: Path) -> None:
     """A log of `RUNS` runs, its projections caught up."""
     log = await SqliteEventLog.open(path, union=KINDS.union)
-    host = Host(log)
+    host = Host(log, kinds=KINDS)
     settings = run_events.RunSettings(planning_gate=False, tools=())
     for chunk in range(0, RUNS, 100):
         await asyncio.gather(

@@ -46,6 +46,7 @@ async def _record(path: Path) -> str:
         provider=ScriptedProvider(_replies(STEPS), per_run=True),
         tools=ToolRegistry.with_builtins(),
         workspace=path.parent,
+        kinds=KINDS,
     )
     done = asyncio.Event()
     host.listen(

@@ -75,6 +75,7 @@ async def _measure(runs: int, steps: int) -> tuple[int, float, float]:
             tools=ToolRegistry.with_builtins(),
             workspace=tmp,
             llm_concurrency=runs,
+            kinds=KINDS,
         )
         await host.start()
         settings = run_events.RunSettings(

@@ -151,7 +151,7 @@ async def _per_message_us(tmp: Path, messages: bool = True) -> float:
     Without ``messages``, the sessions are only opened (for
     `benchmarks.instructions`, which subtracts that)."""
     log = await SqliteEventLog.open(tmp / "session.db", union=KINDS.union)
-    host = Host(log)  # not started: the timers' inputs are given here
+    host = Host(log, kinds=KINDS)  # not started: the timers' inputs are given here
     settings = session_events.SessionSettings(
         run=run_events.RunSettings(planning_gate=False, tools=())
     )

@@ -54,6 +54,7 @@ async def _worker(url: str, n: int, saved: bool) -> tuple[Host, float]:
         membership=Membership(log, name, lease=5.0),
         inputs=Inputs(log),
         checkpoints=Checkpoints(log) if saved else None,
+        kinds=KINDS,
     )
     started = time.perf_counter()
     await host.start()
@@ -71,7 +72,7 @@ async def run() -> list[Figure]:
         nats_process(Path(directory)) as (url, _),
     ):
         host, _ = await _worker(url, 0, saved=True)
-        starter = Host(host.log)
+        starter = Host(host.log, kinds=KINDS)
         for chunk in range(0, RUNS, 200):
             await asyncio.gather(
                 *(

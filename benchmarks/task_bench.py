@@ -44,7 +44,7 @@ STEP = Template(
 async def _per_step_us(path: Path, steps: int) -> float:
     """CPU microseconds per atomic step of a program of ``steps`` calls."""
     log = await SqliteEventLog.open(path, union=KINDS.union)
-    host = Host(log)  # not started: the model's answers are given here
+    host = Host(log, kinds=KINDS)  # not started: the model's answers are given here
     stream = task_stream("bench")
     program = f'(bind x "start") (loop {steps} (bind x (step x))) x'
     created = TaskCreated(

@@ -303,7 +303,7 @@ async def measure(workers: int, setup: Setup, directory: Path) -> Measured:
             settings = run_events.RunSettings(
                 max_iterations=setup.steps + 1, planning_gate=False
             )
-            starter = Host(log)
+            starter = Host(log, kinds=KINDS)
             started = time.perf_counter()
             await asyncio.gather(
                 *(

@@ -54,7 +54,7 @@ def _definition() -> workflow_events.WorkflowDef:
 async def _per_transition_us(path: Path) -> float:
     """CPU microseconds per phase transition, child's start included."""
     log = await SqliteEventLog.open(path, union=KINDS.union)
-    host = Host(log)  # not started: the phases' answers are given here
+    host = Host(log, kinds=KINDS)  # not started: the phases' answers are given here
     stream = workflow_stream("bench")
     created = workflow_events.WorkflowCreated(
         workflow_id="bench", definition=_definition()

@@ -243,8 +243,9 @@ def _anchor(words: tuple[str, ...]) -> str:
 
 def cli_page() -> str:
     from steward.cli.parser import build_parser
+    from steward.kinds import KINDS
 
-    top = build_parser()
+    top = build_parser(KINDS)
     every = {
         o for a in top._actions for o in a.option_strings if a.dest != "help"
     }  # the options every command takes, before it or after it

@@ -20,7 +20,6 @@ import msgspec
 from steward.actors.kind import Kind, Kinds
 from steward.errors import StewardError
 from steward.events import Event, Recorded
-from steward.kinds import KINDS
 
 Decide = Callable[[Event, Any], list[Event] | None]
 
@@ -39,7 +38,7 @@ def _kind(records: Sequence[Recorded], kinds: Kinds) -> Kind[Any] | None:
     return kinds.of(records[0].stream) if records else None
 
 
-def commits(records: Sequence[Recorded], kinds: Kinds = KINDS) -> list[list[Recorded]]:
+def commits(records: Sequence[Recorded], kinds: Kinds) -> list[list[Recorded]]:
     """Split a stream's records into steps: each input with the decisions
     after it (which events are inputs, the stream's kind in ``kinds`` says)."""
     kind = _kind(records, kinds)
@@ -56,23 +55,26 @@ def rebuild(
     records: Sequence[Recorded],
     until: int | None = None,
     kind: Kind[Any] | None = None,
-    kinds: Kinds = KINDS,
+    kinds: Kinds | None = None,
 ) -> Any:
     """The actor's state after its events up to version ``until`` (all by
     default), folded by the stream's kind in ``kinds`` (``kind`` when given:
     for a stream that may have no records yet).
 
     Raises:
-        ValueError: no records, and no ``kind`` to say what state begins.
+        ValueError: no records, and no ``kind`` to say what state begins;
+            neither ``kind`` nor ``kinds`` given.
     """
-    kind = kind or _kind(records, kinds)
+    if kind is None and kinds is None:
+        raise ValueError("rebuild needs the stream's kind, or the kinds table")
+    kind = kind or _kind(records, kinds or Kinds())
     if kind is None:
         raise ValueError("no records to rebuild, and no kind to begin from")
     return kind.fold(r.event for r in records if until is None or r.version <= until)
 
 
 def verify(
-    records: Sequence[Recorded], decide: Decide | None = None, kinds: Kinds = KINDS
+    records: Sequence[Recorded], decide: Decide | None = None, *, kinds: Kinds
 ) -> Mismatch | None:
     """Re-decide every recorded input; the first disagreement, or ``None``.
 
@@ -156,7 +158,8 @@ def fork_events(
     old: str,
     new: str,
     adapt: Callable[[Event, str], Event] | None = None,
-    kinds: Kinds = KINDS,
+    *,
+    kinds: Kinds,
 ) -> list[Event]:
     """The events that start a fork of ``steps`` (a stream's first steps) as
     actor ``new``: each input with ids of ``old`` rewritten (`remap`, then
@@ -188,7 +191,7 @@ def fork_events(
 
 
 def fork(
-    records: Sequence[Recorded], at: int, kinds: Kinds = KINDS
+    records: Sequence[Recorded], at: int, kinds: Kinds
 ) -> tuple[str, list[Event], str | None]:
     """A fork of the actor of ``records`` at version ``at``, where a step
     ends: the fork's stream (``KIND.ID-forkXXXXXX``), the events that start
@@ -203,7 +206,7 @@ def fork(
     old = stream.partition(".")[2]
     new = _fork_id(old)
     kept = _fork_steps(commits(records, kinds), at)
-    copy = fork_events(kept, old, new, kind.surface.detach, kinds)
+    copy = fork_events(kept, old, new, kind.surface.detach, kinds=kinds)
     correlation = kind.correlation_of(kind.decider.initial, copy[0]) or new
     return f"{kind.name}.{new}", copy, correlation
 

@@ -55,11 +55,12 @@ async def create_runs(log: EventLog, ids: list[str]) -> None:
     from steward.config import load_settings
     from steward.effects.tools import ToolRegistry
     from steward.host import Host
+    from steward.kinds import KINDS
 
     settings = load_settings(None, env={}).run_settings(
         "default", ToolRegistry.with_builtins().specs()
     )
-    starter = Host(log)
+    starter = Host(log, kinds=KINDS)
     await asyncio.gather(
         *(
             starter.submit(

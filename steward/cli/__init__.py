@@ -9,12 +9,15 @@ operator's command the actor's state does not allow), never a traceback; a
 ``STEWARD_*`` variable that names no setting is one warning line, and the
 command goes on; a closed standard output ends a command quietly.
 
-The package, one job a module: `parser` (the grammar), `env` (settings,
-the log, exit statuses), `runs`, `serve`, `history` (replay, fork, export,
-projections), `chat`, `sessions`, `workflow`, `task`, `prompts` and `demo`
-(the commands),
-`hosting` (a run hosted and watched in the foreground), `output` (the
-columns, cut values and JSON lines of the list and show commands).
+The package, one job a module: `parser` (the core's grammar, and each
+kind's command group, from its package's ``grammar`` module), `grammar`
+(the argument types and options they share), `env` (settings, the log, exit
+statuses), `serve`, `history` (replay, fork, export, projections),
+`listing` (every kind's ``list``), `prompts`, `demo` and the others (the
+core's commands), `hosting` (a run hosted and watched in the foreground),
+`output` (the columns, cut values and JSON lines of the list and show
+commands). A kind's own commands are in its package (`steward.actors.run.cli`,
+...).
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from steward.cli.codes import EXIT_INPUT, EXIT_NO_ANSWER, EXIT_PIPE, EXIT_REFUSED
@@ -72,7 +74,7 @@ def main(argv: Sequence[str] | None = None, kinds: Kinds | None = None) -> int:
             from steward.actors.task.programs import with_scorer
 
             kinds = with_scorer(kinds, settings.task.scorer)
-        env = replace(env_of(settings, args), kinds=kinds)
+        env = env_of(settings, args, kinds)
         fn: Callable[[Env, argparse.Namespace], Coroutine[Any, Any, int]] = args.fn
         code = _run(_closing(env, fn(env, args)))
         sys.stdout.flush()  # a reader that went away shows here, not at exit

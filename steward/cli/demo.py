@@ -54,7 +54,7 @@ async def cmd_demo(env: Env, args: argparse.Namespace) -> int:
         worst = 0
         for stream in streams:
             records = await log.read(stream)
-            mismatch = replay.verify(records)
+            mismatch = replay.verify(records, kinds=env.kinds)
             if mismatch is not None:
                 env.out(f"{stream}:")
                 worst = max(worst, report(env, mismatch))

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 
 from steward import events
 from steward.actors.kind import Kinds
-from steward.actors.run.state import run_id_of, run_stream
 from steward.bus import EventLog, log_file, open_log
 from steward.bus.sqlite import check_file
 
@@ -53,7 +52,6 @@ from steward.cli.codes import (
 from steward.config import LogConfig, Settings
 from steward.errors import ConfigError, NotFoundError, StewardError, ToolError
 from steward.events.protocol import ToolSpec
-from steward.kinds import KINDS
 from steward.projections.store import Projector
 
 if TYPE_CHECKING:  # imported by the commands that use them (an SDK each)
@@ -70,10 +68,10 @@ class Env:
     """The SQLite file of the projections (for the embedded log, the log's own)."""
     script: str | None
     out: Callable[[str], None]
+    kinds: Kinds
+    """The actor kinds the commands serve (the log decodes their events)."""
     log_url: str = ""
     """The event log: the ``db`` file, or a ``nats://`` URL."""
-    kinds: Kinds = KINDS
-    """The actor kinds the commands serve (the log decodes their events)."""
     _tools: ToolRegistry | None = field(default=None, repr=False)
     _traces: Traces | None = field(default=None, repr=False)
 
@@ -186,8 +184,9 @@ def _out(text: str) -> None:
     print(shown(text))
 
 
-def env_of(settings: Settings, args: argparse.Namespace) -> Env:
-    """Where the log and the projections are, from the options and settings.
+def env_of(settings: Settings, args: argparse.Namespace, kinds: Kinds) -> Env:
+    """Where the log and the projections are, from the options and settings,
+    for the actor kinds ``kinds``.
 
     ``--log`` wins over ``--db``, which wins over ``[log] url``; ``--backend``
     without ``--log`` picks that backend's default when ``[log] url`` is of the
@@ -205,10 +204,17 @@ def env_of(settings: Settings, args: argparse.Namespace) -> Env:
         file = _log_file(url, args)
     if file is None:
         db = Path(args.db or settings.log.projections or ".steward/projections.db")
-        return Env(settings=settings, db=db, script=args.script, out=_out, log_url=url)
+        return Env(
+            settings=settings,
+            db=db,
+            script=args.script,
+            out=_out,
+            kinds=kinds,
+            log_url=url,
+        )
     if args.log is None and args.db is not None:
         file = Path(args.db)
-    return Env(settings=settings, db=file, script=args.script, out=_out)
+    return Env(settings=settings, db=file, script=args.script, out=_out, kinds=kinds)
 
 
 def _log_file(url: str, args: argparse.Namespace) -> Path | None:
@@ -267,39 +273,18 @@ async def opened(
         await log.close()
 
 
-def run_named(name: str, refusal: str, kinds: Kinds = KINDS) -> str:
-    """The id of the run ``name`` names: its id, or its stream (``run.ID``).
-    A stream of another kind of ``kinds`` is refused, ``refusal`` saying
-    why; one of no kind is refused naming the kinds there are."""
-    if "." not in name:
-        return name
-    kind = kinds.of(name)
-    if not is_run(name):
-        raise StewardError(
-            f"{refusal}: {name} is a {kind.name} stream; `steward "
-            f"replay {name}` shows its state"
-        )
-    return run_id_of(name)
-
-
-def is_run(stream: str) -> bool:
-    """Whether ``stream`` is a run's (named as the host names them)."""
-    return run_stream(run_id_of(stream)) == stream
-
-
-async def stream_records(log: EventLog, stream: str) -> list[events.Recorded]:
-    """Every record of ``stream``, which must be in the log."""
+async def stream_records(
+    log: EventLog, stream: str, missing: str | None = None
+) -> list[events.Recorded]:
+    """Every record of ``stream``, which must be in the log (``missing``
+    says so when it is not: default, that no such stream is)."""
     records = await log.read(stream)
     if records:
         return records
-    if is_run(stream):
-        raise NotFoundError(
-            f"no run {run_id_of(stream)!r} in the log; `steward runs list` shows them"
-        )
-    raise NotFoundError(f"no stream {stream!r} in the log")
+    raise NotFoundError(missing or f"no stream {stream!r} in the log")
 
 
-async def resolved(log: EventLog, name: str, kinds: Kinds = KINDS) -> str:
+async def resolved(log: EventLog, name: str, kinds: Kinds) -> str:
     """The stream in ``log`` that a command's ID argument names, of a kind
     in ``kinds``.
 

@@ -17,7 +17,7 @@ from typing import Any, cast
 
 from msgspec.structs import replace
 
-from steward import events, replay
+from steward import events
 from steward.actors.run import events as run_events
 from steward.actors.run import state as run_state
 from steward.actors.run.state import run_stream
@@ -35,7 +35,6 @@ from steward.effects.llm import ModelRouter, Provider, RequestInfo
 from steward.errors import ConfigError, NoHostError, StewardError
 from steward.host import Host
 from steward.hostlock import Holder, HostLock
-from steward.kinds import RUN
 from steward.projections.store import Projector
 
 
@@ -388,9 +387,14 @@ _TAKE_OVER_EVERY = 0.5
 """Seconds between a follower's tries to take the log over from its host."""
 
 
+def _run(records: list[events.Recorded]) -> run_state.Run:
+    """The state of the run whose records are ``records``."""
+    return run_state.fold(r.event for r in records)
+
+
 async def _stopped(log: EventLog, root: str) -> bool:
     """Whether run ``root`` ended, or it or a subagent waits for a person."""
-    state = replay.rebuild(await log.read(run_stream(root)), kind=RUN)
+    state = _run(await log.read(run_stream(root)))
     return (
         state.status in run_events.TERMINAL
         or await _waiting_for_person(log, state) is not None
@@ -426,7 +430,7 @@ async def _ending(
     exit status."""
     root = watch.root
     records = await log.read(run_stream(root))
-    state = replay.rebuild(records, kind=RUN)
+    state = _run(records)
     if watch.pipe_closed:  # stdout is gone: say on stderr how the run stands
         if state.status not in run_events.TERMINAL:
             print(
@@ -488,9 +492,7 @@ async def _waiting_for_person(
     if need is not None:
         return state, need
     for child in state.children:
-        found = await _waiting_for_person(
-            log, replay.rebuild(await log.read(run_stream(child)), kind=RUN)
-        )
+        found = await _waiting_for_person(log, _run(await log.read(run_stream(child))))
         if found is not None:
             return found
     return None

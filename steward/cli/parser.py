@@ -99,9 +99,9 @@ def _metrics_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser(kinds: Kinds | None = None) -> argparse.ArgumentParser:
+def build_parser(kinds: Kinds) -> argparse.ArgumentParser:
     """The ``steward`` command's grammar, with the command groups of
-    ``kinds`` (default: steward's)."""
+    ``kinds``."""
     p = Parser(
         prog="steward",
         description="An event-sourced actor runtime for LLM agents. Every step of "
@@ -243,10 +243,6 @@ def build_parser(kinds: Kinds | None = None) -> argparse.ArgumentParser:
     )
     s.set_defaults(fn=cmd_rebuild)
 
-    if kinds is None:
-        from steward.kinds import KINDS
-
-        kinds = KINDS
     for kind in kinds:
         if kind.surface.commands is not None:
             importlib.import_module(kind.surface.commands).add_commands(sub)

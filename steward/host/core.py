@@ -33,7 +33,6 @@ from steward.host.mailbox import Mailboxes
 from steward.host.pending import Checkpoints, Inputs, Membership, PendingIndex
 from steward.host.states import States
 from steward.host.traces import Traces
-from steward.kinds import KINDS
 
 CHECKPOINT_SECONDS = 10.0
 """How often a worker saves what its partitions wait for, for their next
@@ -60,7 +59,7 @@ class Host:
         worker_id: str | None = None,
         claim_seconds: float = 300.0,
         scope: str | None = None,
-        kinds: Kinds = KINDS,
+        kinds: Kinds,
         membership: Membership | None = None,
         reads: ReadModels | None = None,
         inputs: Inputs | None = None,

@@ -8,7 +8,7 @@ events carry (never the current time), so ``rebuild`` gives identical tables.
 A projection is a set of handlers per actor kind (its
 `steward.actors.kind.Surface.projection`, a
 `steward.projections.projection.Projection`), for the kinds of the table the
-projector serves (`steward.kinds.KINDS` unless given another). Besides them
+projector is given (`Projector.open(path, kinds)`). Besides them
 the projector keeps the
 ``pending`` table for every kind (what a host routes again on start): the
 model and tool calls each stream requested and has no answer to, and what
@@ -36,7 +36,6 @@ from steward.actors.session.events import Elsewhere
 from steward.actors.session.projection import elsewhere, search
 from steward.bus import EventLog
 from steward.events import Recorded
-from steward.kinds import KINDS
 from steward.projections.projection import PENDING_SCHEMA, done, want
 
 __all__ = ["Projector", "schema_version"]
@@ -73,7 +72,7 @@ def _tables(kinds: Kinds) -> tuple[str, ...]:
     return ("projection_checkpoint", "pending", *owned)
 
 
-def schema_version(kinds: Kinds = KINDS) -> int:
+def schema_version(kinds: Kinds) -> int:
     """The ``user_version`` of a projection file of today's schemas."""
     return zlib.crc32(_schema(kinds).encode()) & 0x7FFFFFFF
 
@@ -81,9 +80,7 @@ def schema_version(kinds: Kinds = KINDS) -> int:
 class Projector:
     """Keeps the read models current; see the module docstring."""
 
-    def __init__(
-        self, conn: sqlite3.Connection, position: int, kinds: Kinds = KINDS
-    ) -> None:
+    def __init__(self, conn: sqlite3.Connection, position: int, kinds: Kinds) -> None:
         self.kinds = kinds
         self._projections = _projections(kinds)
         self._conn = conn
@@ -94,7 +91,7 @@ class Projector:
         self._task: asyncio.Task[None] | None = None
 
     @classmethod
-    async def open(cls, path: str | Path, kinds: Kinds = KINDS) -> Projector:
+    async def open(cls, path: str | Path, kinds: Kinds) -> Projector:
         """Open (creating it) the projection file at ``path`` for the read
         models of ``kinds``."""
         version = schema_version(kinds)

@@ -197,7 +197,7 @@ def check_decide_leaves_state(actor: Kind[Any], sample: Sample, _terms: Terms) -
             actor.decider.same_decisions is not None
             and actor.decider.same_decisions(recorded, again, after)
         ), f"{where}: {name} decided\n  {again}\nbut recorded\n  {recorded}"
-    mismatch = replay.verify(sample.records, actor.decider.decide, Kinds(actor))
+    mismatch = replay.verify(sample.records, actor.decider.decide, kinds=Kinds(actor))
     assert mismatch is None, f"{sample.at(mismatch.version)}: {mismatch.problem}"
 
 
@@ -402,7 +402,7 @@ def check_fork_renames(actor: Kind[Any], sample: Sample, terms: Terms) -> None:
     assert old and old not in FORK, f"{sample.stream}: choose another FORK"
     if (sample.log, sample.stream) in terms.unforkable:
         try:
-            replay.fork_events(cut, old, FORK, actor.surface.detach, Kinds(actor))
+            replay.fork_events(cut, old, FORK, actor.surface.detach, kinds=Kinds(actor))
         except StewardError:
             return
         raise AssertionError(
@@ -412,7 +412,7 @@ def check_fork_renames(actor: Kind[Any], sample: Sample, terms: Terms) -> None:
     for n in range(1, len(cut) + 1):
         try:
             forked = replay.fork_events(
-                cut[:n], old, FORK, actor.surface.detach, Kinds(actor)
+                cut[:n], old, FORK, actor.surface.detach, kinds=Kinds(actor)
             )
         except StewardError as e:
             raise AssertionError(f"{sample.at(cut[n - 1][0].version)}: {e}") from e

@@ -174,6 +174,7 @@ class Rig:
             workspace=self.workspace,
             clock=self.clock,
             **kw,
+            kinds=KINDS,
         )
         await host.start()
         self.hosts.append(host)
@@ -191,7 +192,7 @@ class Rig:
         await host.submit(run_stream(run_id), created)
 
     async def state(self, run_id: str) -> run_state.Run:
-        return replay.rebuild(await self.log.read(run_stream(run_id)))
+        return replay.rebuild(await self.log.read(run_stream(run_id)), kinds=KINDS)
 
     async def until(
         self,
@@ -540,7 +541,9 @@ async def queued(rig: Rig) -> None:
         act(type="finish", output="Listed and said so."),
     ]
     await rig.host(per_run({run: replies}))  # follows the log from here
-    await Host(rig.log).submit(run_stream(run), created)  # as `runs start` does
+    await Host(rig.log, kinds=KINDS).submit(
+        run_stream(run), created
+    )  # as `runs start` does
     await rig.until(run, "completed")
 
 
@@ -829,9 +832,11 @@ async def session_revision_2(rig: Rig) -> None:
         await say("/status")  # from a process that hosts nothing
         # forked as `steward fork` does (`SessionOpened.forked_from`)
         kind = kind_of("session.cli:paths")
-        steps = replay.commits(await rig.log.read("session.cli:paths"))
+        steps = replay.commits(await rig.log.read("session.cli:paths"), kinds=KINDS)
         fork = "cli:paths-fork0a1b2c"
-        copy = replay.fork_events(steps, "cli:paths", fork, kind.surface.detach)
+        copy = replay.fork_events(
+            steps, "cli:paths", fork, kind.surface.detach, kinds=KINDS
+        )
         await rig.log.append(f"session.{fork}", copy, 0, correlation_id=fork)
 
 
@@ -1484,7 +1489,7 @@ async def record(name: str, scenario: Scenario) -> list[Path]:
             await log.close()
         for stream in sorted({r.stream for r in records}):
             mine = [r for r in records if r.stream == stream]
-            mismatch = replay.verify(mine)
+            mismatch = replay.verify(mine, kinds=KINDS)
             assert mismatch is None, f"{name}: {stream} does not verify: {mismatch}"
         jsonl = HERE / f"{name}.jsonl"
         jsonl.write_bytes(b"".join(events.recorded_to_json(r) + b"\n" for r in records))

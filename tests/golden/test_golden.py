@@ -292,8 +292,10 @@ def check_replays(name: str, records: typing.Iterable[Recorded]) -> None:
     assert sorted(others) == sorted([*sessions, *workflows, *tasks])
     for stream_name, stream in others.items():
         assert [r.version for r in stream] == list(range(1, len(stream) + 1))
-        assert replay.verify(stream) is None, f"{name}: {stream_name} no longer replays"
-        state = replay.rebuild(stream)
+        assert replay.verify(stream, kinds=KINDS) is None, (
+            f"{name}: {stream_name} no longer replays"
+        )
+        state = replay.rebuild(stream, kinds=KINDS)
         if stream_name in sessions:
             messages = tuple(m.content for m in state.messages)
             assert messages == sessions[stream_name]
@@ -313,14 +315,14 @@ def check_replays(name: str, records: typing.Iterable[Recorded]) -> None:
     for run_id, final in EXPECTED[name].items():
         stream = runs[f"run.{run_id}"]
         assert [r.version for r in stream] == list(range(1, len(stream) + 1))
-        mismatch = replay.verify(stream)
+        mismatch = replay.verify(stream, kinds=KINDS)
         assert mismatch is None, (
             f"{name}: run {run_id} no longer replays at version {mismatch.version}: "
             f"{mismatch.problem}\n  recorded: {mismatch.recorded}\n"
             f"  decided:  {mismatch.decided}\nkeep old logs working (an "
             "upcaster, or a decider that still decides old inputs the old way)"
         )
-        state = replay.rebuild(stream)
+        state = replay.rebuild(stream, kinds=KINDS)
         reason = state.reason
         if final.reason is not None and reason is not None:
             reason = reason[: len(final.reason)]
@@ -341,7 +343,7 @@ def test_a_run_keeps_the_system_prompt_it_was_created_with() -> None:
     asked = next(r for r in stream if isinstance(r.event, events.LlmRequested))
     call = kind_of(asked.stream).reactor.model_call
     assert call is not None
-    state = replay.rebuild(stream, asked.version)
+    state = replay.rebuild(stream, asked.version, kinds=KINDS)
     system = call(state, asked.event, None, None).prompt.system
     assert "highly complex AI-Assistent!" in system
     assert DEFAULT_SYSTEM_PROMPT.replace("Assistant", "Assistent") in system
@@ -367,7 +369,7 @@ def test_a_revision_1_session_compacts_once_its_writer_has_written() -> None:
         ("ContextCompacted", "cli:later/memory/2"),
         ("MemoryWritten", "cli:later/memory/2"),
     ]
-    state = replay.rebuild(stream)
+    state = replay.rebuild(stream, kinds=KINDS)
     assert [(i.key, i.value) for i in state.memory] == [
         ("name", "Ada"),
         ("drink", "tea"),

@@ -93,6 +93,7 @@ async def _chat(
         tools=tools,
         workspace=db.parent,
         clock=clock,
+        kinds=KINDS,
     )
     await host.start()
     try:
@@ -135,7 +136,7 @@ async def _chat(
 
 async def _check(log: SqliteEventLog, model: Model) -> None:
     records = await log.read(STREAM)
-    assert replay.verify(records) is None
+    assert replay.verify(records, kinds=KINDS) is None
     asked: dict[str, str] = {}
     for r in records:
         match r.event:
@@ -150,7 +151,7 @@ async def _check(log: SqliteEventLog, model: Model) -> None:
         talk = [m for m in first.messages if m.role != "system"]
         assert talk[0].role == "user", (run_id, talk)
         run = await log.read(f"run.{run_id}")
-        assert replay.verify(run) is None, run_id
+        assert replay.verify(run, kinds=KINDS) is None, run_id
 
 
 @hypothesis.settings(max_examples=60, deadline=None, database=None)

@@ -84,7 +84,7 @@ def _listed(capsys: pytest.CaptureFixture[str], *argv: str) -> list[str]:
 def _first_step_end(stream: str) -> int:
     async def read() -> int:
         async with await SqliteEventLog.open(LOG, union=KINDS.union) as log:
-            return replay.commits(await log.read(stream))[0][-1].version
+            return replay.commits(await log.read(stream), kinds=KINDS)[0][-1].version
 
     return asyncio.run(read())
 

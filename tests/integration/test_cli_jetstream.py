@@ -15,6 +15,7 @@ from support import PLAN, act
 from steward import cli
 from steward.cli.env import DEFAULT_NATS_URL, env_of
 from steward.config import load_settings
+from steward.kinds import KINDS
 
 
 def test_run_show_replay_export_and_rebuild_on_jetstream(
@@ -100,7 +101,7 @@ def test_backend_picks_the_log_when_no_url_says(
     )
     if argv[0].startswith("--"):
         argv = [*argv, "runs", "list"]
-    env = env_of(settings, cli.build_parser().parse_args(argv))
+    env = env_of(settings, cli.build_parser(KINDS).parse_args(argv), KINDS)
     assert env.log_url == expected
     assert env.distributed == ("jetstream" in argv)
 

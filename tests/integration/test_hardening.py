@@ -252,6 +252,7 @@ async def test_a_stopped_host_leaves_no_task_behind(tmp_path: Path, clock) -> No
         provider=ScriptedProvider([act(type="sleep", delaySeconds=60)]),
         tools=ToolRegistry.with_builtins(),
         clock=clock,
+        kinds=KINDS,
     )
     before = asyncio.all_tasks()
     await host.start()

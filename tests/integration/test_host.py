@@ -29,7 +29,7 @@ from steward.effects.llm import ScriptedProvider
 from steward.effects.tools import ToolRegistry, tool
 from steward.host import Host
 from steward.host import states as states_module
-from steward.kinds import kind_of
+from steward.kinds import KINDS, kind_of
 from steward.metrics import HOST as METRICS
 from steward.projections.store import Projector
 
@@ -79,7 +79,7 @@ async def check_log(log: EventLog) -> None:
         assert len(requests) == len(set(requests)) or any(
             isinstance(r.event, run_events.ApprovalRequested) for r in records
         )
-        assert replay.verify(records) is None, stream
+        assert replay.verify(records, kinds=KINDS) is None, stream
 
 
 async def test_tool_subagent_and_sleep_run_to_completion(make_host, log, clock) -> None:
@@ -294,7 +294,7 @@ async def test_operator_input_from_another_process_reaches_the_host(
     await host.submit(run_stream("r1"), created(planning_gate=False))
     await wait_status(host, "r1", "waiting")
 
-    operator = Host(await open_log_handle())
+    operator = Host(await open_log_handle(), kinds=KINDS)
     assert await operator.submit(run_stream("r1"), events.CancelRequested()) is not None
     state = await wait_status(host, "r1", "cancelled")
     assert state.reason == "cancelled by operator"
@@ -342,7 +342,7 @@ async def test_a_read_overlapping_a_commit_is_not_decided_on(log) -> None:
     to the next request would be refused on it: the run would stall.
     """
     slow = _SlowReads(log)
-    host = Host(slow)  # type: ignore[arg-type]
+    host = Host(slow, kinds=KINDS)  # type: ignore[arg-type]
     stream = run_stream("r1")
     await host.submit(stream, created(planning_gate=False))
     host.states.forget(stream)
@@ -374,7 +374,7 @@ async def test_projections_rebuild_identically(tmp_path: Path, make_host, log) -
     await host.submit(run_stream("r1"), created())
     await wait_status(host, "r1", "completed")
     await host.stop()
-    projector = await Projector.open(tmp_path / "log.db")
+    projector = await Projector.open(tmp_path / "log.db", kinds=KINDS)
     try:
         await projector.catch_up(log)
         tables = ("runs", "run_steps", "pending")
@@ -530,6 +530,7 @@ async def test_each_model_request_reaches_the_provider_once(
         tools=ToolRegistry.with_builtins(),
         workspace=tmp_path,
         clock=clock,
+        kinds=KINDS,
     )
     await host.start()
     try:
@@ -556,8 +557,8 @@ async def test_a_queued_run_waits_pending_for_the_next_host(
 ) -> None:
     """A run queued with no host stays pending (its projection too, with a
     pending row); a host started later takes it from the pending projection."""
-    await Host(log).submit(run_stream("q1"), queued("q1"))
-    projector = await Projector.open(tmp_path / "log.db")
+    await Host(log, kinds=KINDS).submit(run_stream("q1"), queued("q1"))
+    projector = await Projector.open(tmp_path / "log.db", kinds=KINDS)
     try:
         await projector.catch_up(log)
         runs = await projector.query("SELECT status, iterations FROM runs")
@@ -580,7 +581,9 @@ async def test_a_host_takes_a_run_queued_while_it_runs(
 ) -> None:
     """A run queued through another handle reaches a running host, which takes it."""
     host = await make_host([act(type="finish", output="taken live")])
-    await Host(await open_log_handle()).submit(run_stream("q2"), queued("q2"))
+    await Host(await open_log_handle(), kinds=KINDS).submit(
+        run_stream("q2"), queued("q2")
+    )
     state = await wait_status(host, "q2", "completed")
     assert state.output == "taken live"
     await check_log(log)
@@ -589,7 +592,7 @@ async def test_a_host_takes_a_run_queued_while_it_runs(
 async def test_a_host_scoped_to_a_run_does_no_other_runs_work(make_host, log) -> None:
     """A host scoped to one run (`steward run`) neither takes a queued run nor
     makes another run's pending model call; it carries out its own run."""
-    other = Host(log)
+    other = Host(log, kinds=KINDS)
     await other.submit(run_stream("left"), created("left", planning_gate=False))
     await other.submit(run_stream("queued"), queued("queued"))
     provider = ScriptedProvider([act(type="finish", output="mine done")])
@@ -598,9 +601,12 @@ async def test_a_host_scoped_to_a_run_does_no_other_runs_work(make_host, log) ->
     assert (await wait_status(host, "mine", "completed")).output == "mine done"
     assert await host.settle()  # a wrong take or call would be made and recorded
     assert provider.used == 1
-    left = replay.rebuild(await log.read(run_stream("left")))
+    left = replay.rebuild(await log.read(run_stream("left")), kinds=KINDS)
     assert (left.status, left.llm_pending) == ("running", "left/llm/1")
-    assert replay.rebuild(await log.read(run_stream("queued"))).status == "pending"
+    assert (
+        replay.rebuild(await log.read(run_stream("queued")), kinds=KINDS).status
+        == "pending"
+    )
 
 
 async def test_a_request_answered_in_its_own_commit_is_not_asked(
@@ -644,7 +650,7 @@ async def _written_elsewhere(
     stays its own)."""
     await writer.append(run_stream("copied"), copy, 0, correlation_id="copied")
     for _ in range(500):
-        state = replay.rebuild(await log.read(run_stream("copied")))
+        state = replay.rebuild(await log.read(run_stream("copied")), kinds=KINDS)
         if state.status == "completed":
             break
         await asyncio.sleep(0.01)
@@ -685,7 +691,7 @@ class _CountedReads(_SlowReads):
 
 async def test_a_stream_begun_by_its_opening_input_is_not_read_first(log) -> None:
     counted = _CountedReads(log)
-    host = Host(counted, provider=ScriptedProvider([PLAN]))  # type: ignore[arg-type]
+    host = Host(counted, provider=ScriptedProvider([PLAN]), kinds=KINDS)  # type: ignore[arg-type]
     commit = await host.submit(run_stream("new"), created("new"))
     assert commit is not None and commit.first_version == 1
     assert counted.reads == []
@@ -697,11 +703,13 @@ async def test_a_stream_begun_by_its_opening_input_is_not_read_first(log) -> Non
 async def test_an_opening_input_to_a_stream_another_host_began_is_decided_on_it(
     log,
 ) -> None:
-    first = Host(log, provider=ScriptedProvider([PLAN]))
+    first = Host(log, provider=ScriptedProvider([PLAN]), kinds=KINDS)
     await first.submit(run_stream("r1"), created("r1"))
     before = await log.read(run_stream("r1"))
     conflicts = METRICS.conflicts
-    second = Host(log, provider=ScriptedProvider([PLAN]))  # knows nothing of r1
+    second = Host(
+        log, provider=ScriptedProvider([PLAN]), kinds=KINDS
+    )  # knows nothing of r1
     assert await second.submit(run_stream("r1"), created("r1")) is None  # refused
     assert await log.read(run_stream("r1")) == before
     assert METRICS.conflicts == conflicts  # a guess, not a conflict

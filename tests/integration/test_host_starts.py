@@ -209,7 +209,7 @@ async def verify_all(log: SqliteEventLog) -> list[str]:
     for stream in streams:
         records = await log.read(stream)
         assert [r.version for r in records] == list(range(1, len(records) + 1))
-        assert replay.verify(records) is None, stream
+        assert replay.verify(records, kinds=KINDS) is None, stream
     return streams
 
 
@@ -471,6 +471,7 @@ async def each_run_created_once(
         tools=ToolRegistry.with_builtins(),
         workspace=tmp_path,
         clock=clock,
+        kinds=KINDS,
     )
     try:
         await host.start()

@@ -42,7 +42,7 @@ from steward.ingress import (
     Ingress,
     inbound_schema_json,
 )
-from steward.kinds import kind_of
+from steward.kinds import KINDS, kind_of
 
 SCHEMA = Path(__file__).parents[2] / "docs" / "inbound-message.v1.schema.json"
 DEBOUNCE = 60.0
@@ -226,10 +226,10 @@ async def test_a_forked_session_tells_the_channel_nothing(setup: Setup) -> None:
     await past_debounce(setup, first)
     assert await answered(setup, first) == "hi"
     assert json.loads((await outbound.next_msg(timeout=5)).data)["text"] == "hi"
-    steps = replay.commits(await setup.log.read("session.web:c1"))
+    steps = replay.commits(await setup.log.read("session.web:c1"), kinds=KINDS)
     fork = "web:c1-fork0a1b2c"
     copy = replay.fork_events(
-        steps, "web:c1", fork, kind_of("session.x").surface.detach
+        steps, "web:c1", fork, kind_of("session.x").surface.detach, kinds=KINDS
     )
     await setup.log.append(f"session.{fork}", copy, 0, correlation_id=fork)
 

@@ -54,7 +54,7 @@ def _serve(tmp: Path) -> subprocess.Popen[bytes]:
 
 
 async def _statuses(log: SqliteEventLog) -> Counter[str]:
-    host = Host(log)
+    host = Host(log, kinds=KINDS)
     result: Counter[str] = Counter()
     for stream in await log.streams("run."):
         state, _ = await host.state(stream)
@@ -70,7 +70,7 @@ async def test_sigkill_mid_run_then_restart_completes_every_run(tmp_path: Path) 
         settings = load_settings(None, env={}).run_settings(
             "default", ToolRegistry.with_builtins().specs()
         )
-        starter = Host(log)
+        starter = Host(log, kinds=KINDS)
         for n in range(RUNS):
             start = run_events.RunCreated(
                 run_id=f"k{n}", input_text="go", settings=settings
@@ -122,8 +122,8 @@ async def test_sigkill_mid_run_then_restart_completes_every_run(tmp_path: Path) 
                 if isinstance(r.event, events.LlmRequested | events.ToolRequested)
             ]
             assert sorted(requested) == sorted(answered), stream
-            assert replay.verify(records) is None, stream
-            assert replay.rebuild(records).output == "partialdone"
+            assert replay.verify(records, kinds=KINDS) is None, stream
+            assert replay.rebuild(records, kinds=KINDS).output == "partialdone"
             # the new serve went on with each run's script where it was: one
             # model call per reply, none played twice
             calls = [r for r in records if isinstance(r.event, events.LlmRequested)]

@@ -385,7 +385,7 @@ async def test_a_fifth_kind_runs_through_host_cli_replay_fork_and_rebuild(
     assert f"{new}/llm/1" in ids and f"{new}-child" in ids
     assert f"run.{new}-child" in derived  # the child's result, by its stream
     child = await log.read(f"run.{new}-child")
-    assert replay.rebuild(child).status == "completed"
+    assert replay.rebuild(child, kinds=KINDS).status == "completed"
     out = await steward([*options, "replay", fork, "--verify"], capsys)
     assert out[-1] == "verify: ok"
 

@@ -127,7 +127,7 @@ async def test_a_run_records_the_tools_it_was_offered_and_verifies_without_them(
     assert new_tools["notes.add"].description == "Add a note (version 2)."
     assert "notes.extra" in new_tools
     assert first[0].event == opened
-    assert replay.verify(first) is None
+    assert replay.verify(first, kinds=KINDS) is None
 
 
 def test_mcp_list_and_call(tmp_path: Path) -> None:
@@ -221,7 +221,7 @@ async def test_a_call_in_flight_when_the_host_is_killed(
         assert not result.ok and not result.retryable
         assert "whether it took effect is unknown" in (result.error or "")
         assert calls(tmp_path) == ["hold a"]
-    assert replay.verify(recorded) is None
+    assert replay.verify(recorded, kinds=KINDS) is None
 
 
 def test_a_server_that_cannot_start_says_why_in_one_line(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ from steward.effects.llm import ScriptedProvider
 from steward.effects.tools import ToolContext, ToolRegistry
 from steward.effects.tools.mcp import McpServer
 from steward.errors import ConfigError
+from steward.kinds import KINDS
 
 pytestmark = pytest.mark.slow
 
@@ -242,7 +243,13 @@ def test_a_profile_or_task_naming_no_configured_server_is_refused(
 
 def test_a_server_named_as_built_in_tools_is_refused(tmp_path: Path) -> None:
     settings = Settings(mcp={"files": stdio(tmp_path)})
-    env = Env(settings=settings, db=tmp_path / "log.db", script=None, out=print)
+    env = Env(
+        settings=settings,
+        db=tmp_path / "log.db",
+        script=None,
+        out=print,
+        kinds=KINDS,
+    )
     with pytest.raises(ConfigError) as e:
         env.tools()
     assert str(e.value).startswith("settings: mcp.files: tools named files.*")

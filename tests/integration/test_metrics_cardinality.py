@@ -45,7 +45,13 @@ async def test_a_thousand_runs_add_no_series(tmp_path: Path) -> None:
     workspace = tmp_path / "workspace"
     workspace.mkdir()
     tools = ToolRegistry.with_builtins()
-    host = Host(log, provider=ScriptedProvider(reply), tools=tools, workspace=workspace)
+    host = Host(
+        log,
+        provider=ScriptedProvider(reply),
+        tools=tools,
+        workspace=workspace,
+        kinds=KINDS,
+    )
     await host.start()
     run = Settings(run=RunConfig(planning_gate=False)).run_settings(
         "default", tools.specs()

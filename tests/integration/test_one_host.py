@@ -119,10 +119,10 @@ async def test_runs_beside_a_serve_are_carried_out_once(tmp_path: Path) -> None:
     streams = await _runs(tmp_path / "log.db")
     assert len(streams) == RUNS
     for stream, records in streams.items():
-        assert replay.rebuild(records).status == "completed", stream
+        assert replay.rebuild(records, kinds=KINDS).status == "completed", stream
         kinds = [type(r.event).__name__ for r in records]
         assert kinds[:3] == ["RunCreated", "RunTaken", "RunStarted"], stream
-        assert replay.verify(records) is None, stream
+        assert replay.verify(records, kinds=KINDS) is None, stream
     assert second.returncode == 2
     assert refused.startswith(
         f"steward: the log {tmp_path / 'log.db'} is hosted by pid {serve.pid} "
@@ -162,8 +162,8 @@ async def test_a_fork_beside_a_serve_is_carried_out_once(tmp_path: Path) -> None
     # is the finish, so only the original appended its line
     assert (tmp_path / "out.txt").read_text() == "line\n"
     for stream, records in (await _runs(tmp_path / "log.db")).items():
-        assert replay.rebuild(records).status == "completed", stream
-        assert replay.verify(records) is None, stream
+        assert replay.rebuild(records, kinds=KINDS).status == "completed", stream
+        assert replay.verify(records, kinds=KINDS) is None, stream
 
 
 def test_ctrl_c_on_run_says_how_the_run_goes_on(tmp_path: Path) -> None:

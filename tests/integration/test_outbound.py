@@ -244,7 +244,7 @@ async def test_a_partition_taken_publishes_what_its_last_holder_did_not(
     try:
         assert await Told(log).origin() == 0  # egress began with the log
         async with _worker(log, "w0", egress=False) as first:
-            starter = Host(log)
+            starter = Host(log, kinds=KINDS)
             for run_id in runs:
                 created = run_events.RunCreated(
                     run_id=run_id, input_text="go", settings=SETTINGS, channel_id="web"
@@ -297,6 +297,7 @@ async def _worker(
         worker_id=worker,
         membership=Membership(log, worker, lease=5.0),
         inputs=Inputs(log),
+        kinds=KINDS,
     )
     out = Egress(log.connection, host, told=Told(log)) if egress else None
     if out is not None:

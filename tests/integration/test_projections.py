@@ -26,7 +26,7 @@ async def test_an_old_schema_is_dropped_and_rebuilt_from_the_log(
             old.execute("CREATE TABLE projection_checkpoint (name TEXT, position INT)")
             old.execute("INSERT INTO projection_checkpoint VALUES ('main', 99)")
         old.close()
-        projector = await Projector.open(proj_path)
+        projector = await Projector.open(proj_path, kinds=KINDS)
         try:
             assert projector.position == 0  # the old checkpoint went with its tables
             await projector.catch_up(log)
@@ -35,7 +35,9 @@ async def test_an_old_schema_is_dropped_and_rebuilt_from_the_log(
             await projector.close()
     assert rows == [("r1", "running", 0.0)]
     with sqlite3.connect(proj_path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone() == (schema_version(),)
+        assert conn.execute("PRAGMA user_version").fetchone() == (
+            schema_version(KINDS),
+        )
     conn.close()
 
 
@@ -54,9 +56,9 @@ async def test_two_projectors_on_one_file_apply_each_event_once(
             request_id="r1/llm/1", text="hi", usage=events.Usage(input_tokens=7)
         )
         await log.append("run.r1", [start, run_events.RunStarted(), asked], 0)
-        serve = await Projector.open(log_path)
+        serve = await Projector.open(log_path, kinds=KINDS)
         await serve.catch_up(log)
-        lister = await Projector.open(log_path)  # opens at checkpoint 3
+        lister = await Projector.open(log_path, kinds=KINDS)  # opens at checkpoint 3
         try:
             await log.append("run.r1", [reply], 3)
             await serve.catch_up(log)
@@ -81,7 +83,7 @@ async def test_a_cancelled_parent_leaves_no_child_to_create(tmp_path: Path) -> N
         cancelled = run_events.RunCancelled(reason="stop", children=("p-1",))
         await log.append("run.p", [start, run_events.RunStarted(), spawned], 0)
         await log.append("run.p", [events.CancelRequested(reason="stop"), cancelled], 3)
-        projector = await Projector.open(tmp_path / "log.db")
+        projector = await Projector.open(tmp_path / "log.db", kinds=KINDS)
         try:
             await projector.catch_up(log)
             rows = await projector.query("SELECT key, kind FROM pending")

@@ -147,6 +147,7 @@ async def _play(
         tools=tools,
         workspace=workspace,
         llm_retries=1,
+        kinds=KINDS,
     )
     host.listen(lambda rec: None)
     await host.start()
@@ -171,7 +172,7 @@ async def _play(
             records = await log.read(stream)
             assert [r.version for r in records] == list(range(1, len(records) + 1))
             assert run_state.fold(r.event for r in records) == state, stream
-            assert replay.verify(records) is None, stream
+            assert replay.verify(records, kinds=KINDS) is None, stream
         return {s.removeprefix("run."): state for s, state in live.items()}
     finally:
         await host.stop()
@@ -272,7 +273,7 @@ def test_a_changed_decider_is_reported_at_the_first_diverging_version(
     assert cli.main(argv, kinds=KINDS.replaced(changed_run)) == 3
     out = capsys.readouterr().out
     # Reported at the input of the commit that recorded the third request.
-    (step,) = [c for c in replay.commits(recorded) if third in c]
+    (step,) = [c for c in replay.commits(recorded, kinds=KINDS) if third in c]
     assert f"verify: MISMATCH at version {step[0].version}:" in out
     assert "priority='subagent'" in out
 

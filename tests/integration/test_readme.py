@@ -58,7 +58,7 @@ def _command(argv: list[str]) -> str:
     kind's list, which every kind shares, as `cmd_list run`)."""
     args = [{"VERSION": "1"}.get(a, a) for a in argv[1:]]
     try:
-        parsed = cli.build_parser().parse_args(args)
+        parsed = cli.build_parser(KINDS).parse_args(args)
     except SystemExit:
         raise AssertionError(f"{shlex.join(argv)} does not parse") from None
     kind = getattr(parsed, "listed_kind", None)
@@ -191,7 +191,9 @@ def _status(cwd: Path, run_id: str) -> str:
         async with await SqliteEventLog.open(
             cwd / ".steward" / "steward.db", union=KINDS.union
         ) as log:
-            return str(replay.rebuild(await log.read(f"run.{run_id}")).status)
+            return str(
+                replay.rebuild(await log.read(f"run.{run_id}"), kinds=KINDS).status
+            )
 
     return asyncio.run(read())
 

@@ -151,7 +151,7 @@ async def verified(log: Any) -> None:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(contract, "golden_samples", lambda: samples)
         for sample in samples:
-            assert replay.verify(sample.records) is None, sample.stream
+            assert replay.verify(sample.records, kinds=KINDS) is None, sample.stream
             for name, check in contract.CHECKS.items():
                 if name == "pending":
                     contract.check_effects_pending(
@@ -165,7 +165,10 @@ async def ended(log: Any, stream: str) -> list[Any]:
     """``stream``'s records once its run completed or failed."""
     for _ in range(1_000):
         records = await log.read(stream)
-        if records and replay.rebuild(records).status in ("completed", "failed"):
+        if records and replay.rebuild(records, kinds=KINDS).status in (
+            "completed",
+            "failed",
+        ):
             return list(records)
         await asyncio.sleep(0.01)
     raise AssertionError(f"{stream} did not end")

@@ -16,6 +16,7 @@ from steward.actors.session import events as session_events
 from steward.actors.session.state import session_stream
 from steward.clock import FakeClock
 from steward.effects.llm import ScriptedProvider
+from steward.kinds import KINDS
 
 SESSION = "cli:s"
 STREAM = session_stream(SESSION)
@@ -82,7 +83,7 @@ async def test_a_schedule_fires_under_the_next_host_as_a_subagent(
         "Nothing new.",
         False,
     )
-    assert replay.verify(await log.read(STREAM)) is None
+    assert replay.verify(await log.read(STREAM), kinds=KINDS) is None
 
 
 async def test_a_debounce_armed_before_a_restart_starts_its_turn_after_it(

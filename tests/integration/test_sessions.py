@@ -237,7 +237,9 @@ def test_the_memory_tools_outside_a_session_say_so(tmp_path: Path) -> None:
         async with await SqliteEventLog.open(
             tmp_path / "log.db", union=KINDS.union
         ) as log:
-            ctx = ToolContext(workspace=tmp_path, stream="run.r1", actors=Host(log))
+            ctx = ToolContext(
+                workspace=tmp_path, stream="run.r1", actors=Host(log, kinds=KINDS)
+            )
             registry = ToolRegistry.with_builtins(session=True)
             outcome = await registry.call("memory.core_get", {}, ctx=ctx)
             assert not outcome.ok

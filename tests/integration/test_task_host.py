@@ -137,7 +137,7 @@ async def verified(log: Any) -> list[str]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(contract, "golden_samples", lambda: samples)
         for sample in samples:
-            assert replay.verify(sample.records) is None, sample.stream
+            assert replay.verify(sample.records, kinds=KINDS) is None, sample.stream
             for check in contract.CHECKS.values():
                 check(KINDS.of(sample.stream), sample)
     return streams

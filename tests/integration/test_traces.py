@@ -74,6 +74,7 @@ async def workers(nats: NatsServer, tmp_path: Any) -> AsyncIterator[tuple[Any, .
                 membership=Membership(log, f"w{n}", lease=5.0),
                 inputs=Inputs(log),
                 traces=traces,
+                kinds=KINDS,
             )
             await host.start()
             stack.push_async_callback(host.stop)
@@ -87,7 +88,7 @@ async def test_a_run_with_a_subagent_across_two_workers_is_one_trace(
     workers: tuple[Any, ...],
 ) -> None:
     hosts, exporter, traces = workers
-    starter = Host(hosts[0].log)
+    starter = Host(hosts[0].log, kinds=KINDS)
     created = run_events.RunCreated(run_id="r1", input_text="go", settings=SETTINGS)
     await starter.submit(run_stream("r1"), created)
     for _ in range(600):

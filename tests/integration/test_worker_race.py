@@ -53,7 +53,11 @@ async def two_workers(
     name = "RACE_" + request.node.name.upper()[-12:]
     logs = [await _open(nats_server, name) for _ in range(3)]
     try:
-        yield Host(logs[0], worker_id="a"), Host(logs[1], worker_id="b"), logs[2]
+        yield (
+            Host(logs[0], worker_id="a", kinds=KINDS),
+            Host(logs[1], worker_id="b", kinds=KINDS),
+            logs[2],
+        )
     finally:
         for log in logs:
             await log.close()
@@ -137,7 +141,9 @@ async def test_a_claim_is_renewed_while_its_call_runs(
             provider = ScriptedProvider(
                 [Reply(text=act(type="finish", output="slow"), delay=2.0)]
             )
-            projector = await Projector.open(tmp_path / f"projections-{n}.db")
+            projector = await Projector.open(
+                tmp_path / f"projections-{n}.db", kinds=KINDS
+            )
             host = Host(
                 log,
                 provider=provider,
@@ -145,6 +151,7 @@ async def test_a_claim_is_renewed_while_its_call_runs(
                 projector=projector,
                 worker_id=f"w{n}",
                 claim_seconds=0.6,
+                kinds=KINDS,
             )
             await host.start()
             hosts.append((host, projector, provider))

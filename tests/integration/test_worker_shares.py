@@ -60,6 +60,7 @@ async def _worker(
         membership=Membership(log, worker, lease=LEASE),
         inputs=Inputs(log),
         checkpoints=Checkpoints(log),
+        kinds=KINDS,
     )
     await host.start()
     try:
@@ -70,7 +71,7 @@ async def _worker(
 
 
 async def _start(log: JetStreamEventLog, runs: range) -> None:
-    starter = Host(log)
+    starter = Host(log, kinds=KINDS)
     for chunk in range(runs.start, runs.stop, 100):
         await asyncio.gather(
             *(
@@ -159,7 +160,7 @@ async def test_work_goes_on_while_workers_join_and_leave(
                 if isinstance(r.event, events.LlmResponded)
             ]
             assert len(answers) == len(set(answers)) == 1, stream
-            assert replay.verify(records) is None, stream
+            assert replay.verify(records, kinds=KINDS) is None, stream
         partitions = {log.partition_of(s) for s in await log.streams("run.")}
         assert len(partitions) == 16  # the runs were spread over all of them
     finally:
@@ -277,7 +278,7 @@ async def test_an_input_nobody_holds_is_decided_by_its_sender(
         assert (
             await Inputs(log, timeout=5).send(run_stream("n1"), created, None) is False
         )
-        sender = Host(log, membership=None, inputs=Inputs(log))
+        sender = Host(log, membership=None, inputs=Inputs(log), kinds=KINDS)
         sender.mailboxes.forward = Inputs(log, timeout=5).send
         sender.states.follows = lambda stream: False
         commit = await sender.submit(run_stream("n1"), created)
@@ -318,7 +319,7 @@ async def test_a_takeover_reads_from_what_the_last_holder_saved(
             records = await log.read(run_stream(f"r{n}"))
             wakes = [r for r in records if isinstance(r.event, events.WakeDue)]
             assert len(wakes) == 1, n
-            assert replay.verify(records) is None
+            assert replay.verify(records, kinds=KINDS) is None
     finally:
         await log.close()
 

@@ -114,6 +114,7 @@ async def _play(db: Path, defn: WorkflowDef, plays: list[Any]) -> None:
         provider=ScriptedProvider(_player(plays)),
         tools=ToolRegistry.with_builtins(),
         workspace=db.parent,
+        kinds=KINDS,
     )
     await host.start()
     stream = workflow_stream("wf")
@@ -139,7 +140,7 @@ async def _play(db: Path, defn: WorkflowDef, plays: list[Any]) -> None:
             assert [r.version for r in records] == list(range(1, len(records) + 1))
             live_state = (await host.state(name))[0]
             assert kind_of(name).fold(r.event for r in records) == live_state, name
-            assert replay.verify(records) is None, name
+            assert replay.verify(records, kinds=KINDS) is None, name
     finally:
         await host.stop()
         await log.close()
@@ -245,7 +246,7 @@ async def _projected(
 ) -> dict[str, list[tuple[object, ...]]]:
     """The workflow tables a projection file at ``path`` holds once
     ``records`` are applied to it."""
-    projector = await Projector.open(path)
+    projector = await Projector.open(path, kinds=KINDS)
     try:
         await projector.apply(records)
         await projector.flush()
@@ -402,7 +403,7 @@ def test_a_phase_in_flight_when_its_workflow_is_cancelled_shows_cancelled(
         async with await SqliteEventLog.open(
             tmp_path / "log.db", union=KINDS.union
         ) as log:
-            host = Host(log)  # records, starts nothing (no host routes it)
+            host = Host(log, kinds=KINDS)  # records, starts nothing (no host routes it)
             for input in inputs:
                 assert await host.submit(workflow_stream("w"), input) is not None
 
@@ -555,7 +556,7 @@ def test_a_workflow_run_forks_under_its_own_ids(
     )
     assert isinstance(last, workflow_events.PhaseStarted)
     assert (last.node, last.run_id) == ("implement", f"{new_id}:implement:4")
-    assert replay.verify(copy) is None
+    assert replay.verify(copy, kinds=KINDS) is None
     # only the phase in flight starts, by a running host or a later one; the
     # copied phases that ended are not run again
     spawn = f"spawn:{new_id}:implement:4"

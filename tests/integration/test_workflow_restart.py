@@ -24,6 +24,7 @@ from steward.clock import FakeClock
 from steward.config import Settings
 from steward.effects.llm import Reply, ScriptedProvider
 from steward.host import Host
+from steward.kinds import KINDS
 
 TIMEOUT = 10.0
 
@@ -65,7 +66,7 @@ async def test_a_cancel_its_host_died_before_delivering_reaches_the_phase(
     # the cancel is recorded by a host that routes nothing (as one that died
     # right after its commit)
     cancel = workflow_events.WorkflowCancelRequested(reason="not needed")
-    await Host(log, clock=clock).submit(stream, cancel)
+    await Host(log, clock=clock, kinds=KINDS).submit(stream, cancel)
     cancelled = (await log.read(stream))[-1].event
     assert cancelled == workflow_events.WorkflowCancelled(
         reason="not needed", phase_run_id="w:design:1"

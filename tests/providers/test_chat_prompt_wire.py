@@ -31,6 +31,7 @@ from steward.actors.session.state import session_stream
 from steward.clock import FakeClock
 from steward.effects.tools import ToolRegistry
 from steward.host import Host
+from steward.kinds import KINDS
 
 SESSION = "cli:wire"
 STREAM = session_stream(SESSION)
@@ -166,7 +167,7 @@ async def test_each_turn_asks_the_model_about_its_own_message(chat: Chat) -> Non
         ("user", "third message"),
     ]
     assert last_user(fourth) == "fourth"
-    assert replay.verify(await chat.log.read(STREAM)) is None
+    assert replay.verify(await chat.log.read(STREAM), kinds=KINDS) is None
 
 
 async def test_messages_merged_by_the_debounce_are_what_the_turn_answers(
@@ -208,7 +209,7 @@ async def test_after_a_compaction_the_window_starts_with_a_question(
         assert said(request)[0][0] == "user", said(request)
     summary = chat.model.asked[-1]
     assert "They talked." in system_of(summary) + json.dumps(summary.body)
-    assert replay.verify(await chat.log.read(STREAM)) is None
+    assert replay.verify(await chat.log.read(STREAM), kinds=KINDS) is None
 
 
 async def test_a_subagent_is_asked_its_task(chat: Chat) -> None:

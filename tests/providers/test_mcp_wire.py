@@ -27,6 +27,7 @@ from steward.config.settings import AgentProfile, Settings
 from steward.effects.tools import ToolRegistry
 from steward.effects.tools.mcp import McpServer
 from steward.host import Host
+from steward.kinds import KINDS
 
 
 @dataclass
@@ -52,7 +53,7 @@ class Wired:
 
     async def ended(self, stream: str) -> Any:
         for _ in range(1_000):
-            state = replay.rebuild(await self.log.read(stream))
+            state = replay.rebuild(await self.log.read(stream), kinds=KINDS)
             if state.status in ("completed", "failed"):
                 assert await self.host.settle(30)
                 return state
@@ -109,7 +110,7 @@ async def test_a_run_offers_the_servers_tools_and_sends_back_its_answer(
     assert tool_calls(two) == [("c1", "notes_add", args)]
     assert tool_results(two) == [("c1", "added note 1")]
     assert calls(tmp_path) == ["add buy milk"]
-    assert replay.verify(await wired.log.read("run.r1")) is None
+    assert replay.verify(await wired.log.read("run.r1"), kinds=KINDS) is None
 
 
 async def test_a_task_template_naming_a_servers_tool_offers_it(
@@ -137,4 +138,4 @@ async def test_a_task_template_naming_a_servers_tool_offers_it(
     assert tools_of(one) == {"notes_add": SCHEMA}
     assert tool_results(two) == [("c1", "added note 1")]
     assert calls(tmp_path) == ["add owls"]
-    assert replay.verify(await wired.log.read("task.t1")) is None
+    assert replay.verify(await wired.log.read("task.t1"), kinds=KINDS) is None

@@ -44,6 +44,7 @@ from steward.config import Settings
 from steward.effects.llm.base import RequestInfo, collect
 from steward.effects.tools import ToolRegistry
 from steward.host import Host
+from steward.kinds import KINDS
 
 RUN = "echo"
 STREAM = f"run.{RUN}"
@@ -160,10 +161,10 @@ class Looped:
         )
         assert await self.host.submit(STREAM, created) is not None
         for _ in range(1_000):
-            state = replay.rebuild(await self.log.read(STREAM))
+            state = replay.rebuild(await self.log.read(STREAM), kinds=KINDS)
             if state.status in ("completed", "failed"):
                 assert await self.host.settle(30)
-                assert replay.verify(await self.log.read(STREAM)) is None
+                assert replay.verify(await self.log.read(STREAM), kinds=KINDS) is None
                 return state
             await asyncio.sleep(0.01)
         raise AssertionError(f"{STREAM} did not end")
@@ -324,7 +325,7 @@ async def test_a_task_s_call_gives_deepseek_its_reasoning_back(
     )
     assert await deepseek.host.submit("task.t1", task) is not None
     for _ in range(1_000):
-        state = replay.rebuild(await deepseek.log.read("task.t1"))
+        state = replay.rebuild(await deepseek.log.read("task.t1"), kinds=KINDS)
         if state.status in ("completed", "failed"):
             break
         await asyncio.sleep(0.01)
@@ -334,4 +335,4 @@ async def test_a_task_s_call_gives_deepseek_its_reasoning_back(
     assert model.refused == 0
     (called,) = assistants(deepseek.asked[1])
     assert called["reasoning_content"] == THOUGHT
-    assert replay.verify(await deepseek.log.read("task.t1")) is None
+    assert replay.verify(await deepseek.log.read("task.t1"), kinds=KINDS) is None

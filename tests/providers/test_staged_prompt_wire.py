@@ -33,6 +33,7 @@ from steward.clock import FakeClock
 from steward.config import Settings
 from steward.effects.tools import ToolRegistry
 from steward.host import Host
+from steward.kinds import KINDS
 
 RUN = "stg-wire"
 STREAM = f"run.{RUN}"
@@ -187,7 +188,7 @@ async def test_each_stage_asks_with_its_own_tools_and_prompts(
     assert await staged.host.submit(STREAM, created) is not None
     state = None
     for _ in range(1_000):
-        state = replay.rebuild(await staged.log.read(STREAM))
+        state = replay.rebuild(await staged.log.read(STREAM), kinds=KINDS)
         if state.status in ("completed", "failed"):
             break
         await asyncio.sleep(0.01)
@@ -240,4 +241,4 @@ async def test_each_stage_asks_with_its_own_tools_and_prompts(
     )
     assert tool_results(micro) == [("c-read", "hello\n")]
     assert tool_results(qa_again)[-1][0] == "c-list"
-    assert replay.verify(await staged.log.read(STREAM)) is None
+    assert replay.verify(await staged.log.read(STREAM), kinds=KINDS) is None

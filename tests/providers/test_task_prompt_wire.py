@@ -31,6 +31,7 @@ from steward.actors.task.state import SUBTASK_TOOL
 from steward.clock import FakeClock
 from steward.effects.tools import ToolRegistry
 from steward.host import Host
+from steward.kinds import KINDS
 
 STREAM = "task.t1"
 
@@ -77,7 +78,7 @@ class Tasks:
         """Submit ``task`` and wait for it to end; its final state."""
         assert await self.host.submit(STREAM, task) is not None
         for _ in range(1_000):
-            state = replay.rebuild(await self.log.read(STREAM))
+            state = replay.rebuild(await self.log.read(STREAM), kinds=KINDS)
             if state.status in ("completed", "failed"):
                 assert await self.host.settle(30)
                 return state
@@ -146,7 +147,7 @@ async def test_a_program_of_two_calls_on_the_wire(
     assert system_of(two).startswith("You write clearly.")
     assert "subtask" not in system_of(two)
     assert tools_of(two) == {}
-    assert replay.verify(await tasks.log.read(STREAM)) is None
+    assert replay.verify(await tasks.log.read(STREAM), kinds=KINDS) is None
 
     # `task show --prompts` rebuilds from the log what each call sent
     db = str(tmp_path / "log.db")
@@ -197,7 +198,7 @@ async def test_a_tool_result_answers_the_tool_call_on_the_wire(
     assert user_texts(one) == ["Write the file out.txt."]
     assert tool_calls(two) == [("w1", "files_write", args)]
     assert tool_results(two) == [("w1", "wrote 2 bytes to out.txt")]
-    assert replay.verify(await tasks.log.read(STREAM)) is None
+    assert replay.verify(await tasks.log.read(STREAM), kinds=KINDS) is None
 
 
 PLAN = Template(name="plan", params=("goal",), instructions="Plan {{goal}}.")
@@ -242,4 +243,4 @@ async def test_a_subtask_s_result_answers_the_subtask_call_on_the_wire(
     assert tool_calls(two) == [("s1", "subtask", ask)]
     assert tool_results(two) == [("s1", "short notes")]
     for stream in (STREAM, "task.t1/sub/1"):
-        assert replay.verify(await tasks.log.read(stream)) is None, stream
+        assert replay.verify(await tasks.log.read(stream), kinds=KINDS) is None, stream

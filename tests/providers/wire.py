@@ -103,6 +103,7 @@ async def hosted(
         tools=tools or ToolRegistry.with_builtins(),
         workspace=workspace,
         clock=clock,
+        kinds=KINDS,
     )
     await host.start()
     try:

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from steward.cli.parser import build_parser
+from steward.kinds import KINDS
 
 DEPLOY = Path(__file__).parents[2] / "deploy"
 METRICS = ["--metrics-port", "9464"]
@@ -20,7 +21,7 @@ METRICS = ["--metrics-port", "9464"]
 
 def _command(argv: list[str]) -> str:
     """The function a command line runs (`cmd_serve`, ...)."""
-    return str(build_parser().parse_args(argv).fn.__name__)
+    return str(build_parser(KINDS).parse_args(argv).fn.__name__)
 
 
 def _compose() -> dict[str, Any]:

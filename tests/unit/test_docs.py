@@ -27,6 +27,7 @@ from doc_pages import (
 )
 
 from steward.cli import build_parser
+from steward.kinds import KINDS
 
 
 def _generator() -> ModuleType:
@@ -76,7 +77,7 @@ def test_references_cover_every_command_setting_and_event() -> None:
     from steward.kinds import KINDS
 
     cli = (DOCS / "reference" / "cli.md").read_text()
-    for words, _, _ in GEN._commands(build_parser()):
+    for words, _, _ in GEN._commands(build_parser(KINDS)):
         assert f"\n## steward {' '.join(words)}\n" in cli, words
     settings = (DOCS / "reference" / "settings.md").read_text()
     assert "`STEWARD_RUN_MAX_ITERATIONS`" in settings
@@ -158,7 +159,7 @@ def test_every_command_line_in_a_code_block_parses(page: str, line: str) -> None
     """Each `steward ...` line of a page's code blocks (each [option] with
     and without, each a|b choice) is one the command line's parser takes,
     its placeholders (ID, VERSION, ...) put in."""
-    parser = build_parser()
+    parser = build_parser(KINDS)
     for words in expansions(line):
         args = [PUT_IN.get(w, w) for w in words[1:]]
         if "--help" in args or "-h" in args:
@@ -176,14 +177,14 @@ def test_every_command_in_prose_names_a_command_and_its_options(
     """A `steward ...` in a page's prose names a command the parser has and
     only options it takes (its arguments may be left out: `steward run
     --stream`)."""
-    parser = build_parser()
+    parser = build_parser(KINDS)
     for words in expansions(line):
         why = names_command(parser, words)
         assert why is None, f"{page} shows `{line}`: {why}"
 
 
 def test_a_command_that_is_not_there_is_found() -> None:
-    parser = build_parser()
+    parser = build_parser(KINDS)
     assert names_command(parser, ["steward", "runs", "show", "--prompts"]) is None
     assert names_command(parser, ["steward", "--log", "x", "runs", "list"]) is None
     assert "no command rerun" in str(names_command(parser, ["steward", "rerun"]))

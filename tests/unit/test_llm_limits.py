@@ -14,6 +14,7 @@ from steward.clock import FakeClock
 from steward.effects.llm import RequestInfo, ScriptedProvider
 from steward.effects.llm.limits import PriorityLimiter, RateLimiter
 from steward.host import Host
+from steward.kinds import KINDS
 
 
 async def test_interactive_requests_get_priority_over_subagents() -> None:
@@ -143,6 +144,7 @@ async def test_host_serves_interactive_model_calls_before_queued_subagent_calls(
         provider=Gated(lambda p, i: '{"type": "finish"}'),
         workspace=tmp_path,
         llm_concurrency=1,
+        kinds=KINDS,
     )
     prompt = Prompt(model="m", system="", messages=())
 

@@ -9,6 +9,7 @@ from support import act
 from steward import replay
 from steward.actors.run.events import ApprovalDecided, BudgetExceeded, RunFailed
 from steward.events import LlmResponded, Usage
+from steward.kinds import KINDS
 
 
 def reply(story, tokens: int = 0, cost: float = 0.0) -> list:
@@ -38,7 +39,7 @@ def test_a_spent_token_budget_fails_the_run_before_the_next_call() -> None:
         RunFailed(reason="tokens budget spent: 1000 of 1000"),
     ]
     assert story.state.status == "failed"
-    assert replay.verify(story.records()) is None
+    assert replay.verify(story.records(), kinds=KINDS) is None
 
 
 def test_a_spent_cost_budget_fails_the_run() -> None:
@@ -71,7 +72,7 @@ def test_pause_waits_for_a_person_then_goes_on_or_fails(approved: bool) -> None:
     else:
         assert decisions == [RunFailed(reason="budget spent; denied: too dear")]
         assert story.state.status == "failed"
-    assert replay.verify(story.records()) is None
+    assert replay.verify(story.records(), kinds=KINDS) is None
 
 
 def test_no_budget_means_no_limit() -> None:

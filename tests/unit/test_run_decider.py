@@ -69,6 +69,7 @@ from steward.events import (
     ToolSpec,
     WakeDue,
 )
+from steward.kinds import KINDS
 
 NOW = 1_700_000_000.0  # 2023-11-14T22:13:20Z
 
@@ -1597,14 +1598,14 @@ def test_first_kind_hashes_still_verify():
             legacy = first_kind_hash(run_actor.build_prompt(state))
             r = replace(r, event=replace(r.event, prompt_hash=legacy))
         old.append(r)
-    assert replay.verify(old) is None
+    assert replay.verify(old, kinds=KINDS) is None
     wrong = [
         replace(r, event=replace(r.event, prompt_hash="0" * 32))
         if r.version == requests[1].version
         else r
         for r in old
     ]
-    mismatch = replay.verify(wrong)
+    mismatch = replay.verify(wrong, kinds=KINDS)
     assert mismatch is not None and mismatch.version < requests[1].version
 
 
@@ -1673,8 +1674,8 @@ def test_replay_verifies_a_recorded_run(scenario: str):
     story = SCENARIOS[scenario]()
     assert story.state.status in {"completed", "failed", "cancelled"}
     records = story.records()
-    assert replay.verify(records) is None
-    assert replay.rebuild(records) == story.state
+    assert replay.verify(records, kinds=KINDS) is None
+    assert replay.rebuild(records, kinds=KINDS) == story.state
 
 
 def test_replay_reports_the_first_changed_decision():
@@ -1691,7 +1692,7 @@ def test_replay_reports_the_first_changed_decision():
             ]
         return decisions
 
-    mismatch = replay.verify(records, decide=changed)
+    mismatch = replay.verify(records, decide=changed, kinds=KINDS)
     assert mismatch is not None
     failure = next(
         r for r in records if isinstance(r.event, ToolResulted) and not r.event.ok
@@ -1717,7 +1718,7 @@ def test_replay_reports_an_input_the_decider_now_refuses():
     def refuses_wakes(input: Event, state: run_state.Run) -> list[Event] | None:
         return None if isinstance(input, WakeDue) else run_actor.decide(input, state)
 
-    mismatch = replay.verify(records, decide=refuses_wakes)
+    mismatch = replay.verify(records, decide=refuses_wakes, kinds=KINDS)
     assert mismatch is not None
     wake = next(r for r in records if isinstance(r.event, WakeDue))
     assert (mismatch.version, mismatch.decided) == (wake.version, None)
@@ -1738,7 +1739,7 @@ def test_replay_reports_a_changed_prompt_hash():
             for d in decisions or []
         ]
 
-    mismatch = replay.verify(records, decide=changed)
+    mismatch = replay.verify(records, decide=changed, kinds=KINDS)
     assert mismatch is not None
     assert mismatch.version == 4  # the first reply: "not json"
 
@@ -1818,8 +1819,8 @@ def test_any_run_replays_and_never_reuses_an_id(data: st.DataObject):
             inputs = [CancelRequested()]
         story.when(data.draw(st.sampled_from(inputs)))
     records = story.records()
-    assert replay.verify(records) is None
-    assert replay.rebuild(records) == story.state
+    assert replay.verify(records, kinds=KINDS) is None
+    assert replay.rebuild(records, kinds=KINDS) == story.state
     requests = [e for e in story.log if isinstance(e, LlmRequested)]
     assert len({r.request_id for r in requests}) == len(requests)
     asked = [e.request_id for e in story.log if isinstance(e, ApprovalRequested)]

@@ -27,6 +27,7 @@ from steward.actors.run.events import (
 )
 from steward.actors.run.prompt import FINISH_TOOL
 from steward.events import ChatMessage, Event, ToolCall, ToolRequested
+from steward.kinds import KINDS
 
 A = ToolCall(id="call_a", name="files.read", args={"path": "a.txt"})
 B = ToolCall(id="call_b", name="files.write", args={"path": "b.txt"})
@@ -415,8 +416,8 @@ def test_replay_verifies_a_native_run():
     story = native_story()
     assert story.state.status == "completed"
     records = story.records()
-    assert replay.verify(records) is None
-    assert replay.rebuild(records) == story.state
+    assert replay.verify(records, kinds=KINDS) is None
+    assert replay.rebuild(records, kinds=KINDS) == story.state
 
 
 def test_replay_catches_a_changed_call_id():
@@ -430,7 +431,7 @@ def test_replay_catches_a_changed_call_id():
             for d in decisions or []
         ]
 
-    mismatch = replay.verify(records, decide=changed)
+    mismatch = replay.verify(records, decide=changed, kinds=KINDS)
     assert mismatch is not None
     assert mismatch.version == 4  # RunCreated, RunStarted, LlmRequested, the reply
     assert mismatch.recorded[0] == requested(1, A)
@@ -441,7 +442,7 @@ def test_replay_catches_a_changed_call_id():
 def test_replay_flags_a_decision_without_an_input():
     """A log whose first record is a decision is reported, not folded."""
     records = native_story().records()[1:]
-    mismatch = replay.verify(records)
+    mismatch = replay.verify(records, kinds=KINDS)
     assert mismatch is not None
     assert mismatch.version == 2
     assert mismatch.input is None

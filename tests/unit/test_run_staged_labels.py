@@ -31,7 +31,7 @@ def test_each_request_is_labelled_with_its_stage_mode_tools_and_reasoning() -> N
         for rec in records:
             if not isinstance(rec.event, LlmRequested):
                 continue
-            state = replay.rebuild(records, rec.version)
+            state = replay.rebuild(records, rec.version, kinds=KINDS)
             call = run_effects.model_call(state, rec.event)
             entered = records[rec.version - 2].event  # recorded just before
             assert isinstance(entered, StageEntered), stream
@@ -93,7 +93,7 @@ def test_entries_that_left_the_window_are_shown_as_their_summary() -> None:
         if isinstance(r.event, LlmRequested) and r.version > summaries[0].version
     ]
     for rec in asked:
-        state = replay.rebuild(records, rec.version)
+        state = replay.rebuild(records, rec.version, kinds=KINDS)
         prompt = build_prompt(state)
         shown = [m.content for m in prompt.messages]
         assert shown[1] == f"[summary of the work so far]\n{state.summary}"

@@ -193,3 +193,46 @@ def test_the_generic_modules_name_no_kind() -> None:
         "a module that serves every kind names one (ask the kind table "
         "instead):\n  " + "\n  ".join(found)
     )
+
+
+ENTRY = "steward.cli"
+"""The command's entry (`steward.cli.main`): the one module outside the kind
+packages that hands steward's own table (`steward.kinds.KINDS`) to the
+parts it runs, unless it is given another."""
+
+
+def _in_a_kind(module: str) -> bool:
+    parts = module.split(".")
+    return (
+        parts[:2] == ["steward", "actors"]
+        and len(parts) > 2
+        and ((ROOT / "actors" / parts[2]).is_dir())
+    )
+
+
+def test_the_core_takes_the_kinds_it_is_given() -> None:
+    """The host, the projector, replay, the logs, the egress, the console and
+    the command line's core serve the kinds they are handed (as temporalio's
+    ``Worker(workflows=...)``): none defaults to steward's table."""
+    defaulting = [
+        module
+        for module, targets in GRAPH.items()
+        if "steward.kinds" in targets
+        and module not in (ENTRY, "steward.kinds")
+        and not _in_a_kind(module)
+    ]
+    assert not defaulting, (
+        "modules outside the kind packages that import steward's kind table "
+        "(take the kinds as an argument instead):\n  " + "\n  ".join(defaulting)
+    )
+
+
+def test_the_check_sees_a_core_module_defaulting_to_stewards_kinds(
+    monkeypatch: object,
+) -> None:
+    import pytest
+
+    assert isinstance(monkeypatch, pytest.MonkeyPatch)
+    monkeypatch.setitem(GRAPH, "steward.host.core", ["steward.kinds"])
+    with pytest.raises(AssertionError, match="steward.host.core"):
+        test_the_core_takes_the_kinds_it_is_given()

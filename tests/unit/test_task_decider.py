@@ -141,7 +141,7 @@ def test_any_program_and_answers_end_fold_and_verify(
             assert last.error.limit in ("turns", "tokens", "iterations", "calls")
     else:
         event("completed")
-    assert replay.verify(records) is None
+    assert replay.verify(records, kinds=KINDS) is None
 
 
 @settings(max_examples=40, deadline=None)
@@ -163,7 +163,7 @@ def test_the_checkpoint_in_the_state_only_saves_work(
         if isinstance(r.event, CallFinished):
             assert task_state.evolve(without, r.event) == after
         state = after
-    assert replay.verify(records) is None
+    assert replay.verify(records, kinds=KINDS) is None
 
 
 def test_a_code_change_that_evaluates_differently_is_a_mismatch_at_its_version() -> (
@@ -179,7 +179,7 @@ def test_a_code_change_that_evaluates_differently_is_a_mismatch_at_its_version()
         for r in (recorded_from_json(line, KINDS.union) for line in lines)
         if r.stream == "task.t-de"
     ]
-    assert replay.verify(records) is None
+    assert replay.verify(records, kinds=KINDS) is None
 
     def shouting(input: Event, state: task_state.Task) -> list[Event] | None:
         decided = task.decide(input, state)
@@ -194,7 +194,7 @@ def test_a_code_change_that_evaluates_differently_is_a_mismatch_at_its_version()
             for e in decided
         ]
 
-    mismatch = replay.verify(records, decide=shouting)
+    mismatch = replay.verify(records, decide=shouting, kinds=KINDS)
     assert mismatch is not None
     first = next(r.version for r in records if isinstance(r.event, CallStarted))
     assert mismatch.version == first - 1  # the step's input: the task's creation

@@ -70,6 +70,7 @@ from steward.actors.workflow.reactor import (
 )
 from steward.config import Settings
 from steward.events import Event, Recorded
+from steward.kinds import KINDS
 
 STREAM = "workflow.wf"
 
@@ -452,7 +453,7 @@ def test_a_loop_fails_the_run_at_max_steps_keeping_its_reports() -> None:
         "a": (2, "wf:a:3", "a twice"),
         "b": (1, "wf:b:2", "b once"),
     }
-    assert replay.verify(story.records()) is None
+    assert replay.verify(story.records(), kinds=KINDS) is None
 
 
 def test_retries_count_toward_max_steps() -> None:
@@ -984,8 +985,8 @@ def test_random_graphs_and_reports_fold_to_the_live_state_and_verify(
         if revision >= 3 and defn.max_steps is not None:
             assert story.state.runs <= defn.max_steps
     records = story.records()
-    assert replay.rebuild(records) == story.state
-    assert replay.verify(records) is None
+    assert replay.rebuild(records, kinds=KINDS) == story.state
+    assert replay.verify(records, kinds=KINDS) is None
     previous: dict[str, str] = {}
     state = w.initial
     for event in story.log:  # each phase status change is on the table

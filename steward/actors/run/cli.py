@@ -14,7 +14,7 @@ from msgspec.structs import replace
 
 from steward import events
 from steward.actors import effects as actor_effects
-from steward.actors.kind import Kind
+from steward.actors.kind import Kind, Kinds
 from steward.actors.run import events as run_events
 from steward.actors.run import reactor as run_effects
 from steward.actors.run import state as run_state
@@ -25,10 +25,8 @@ from steward.actors.workflow.cli import workflow_lines, workflow_view
 from steward.bus import EventLog
 from steward.cli.env import (
     Env,
-    is_run,
     opened,
     resolved,
-    run_named,
     stream_records,
 )
 from steward.cli.hosting import checked_provider, see_run
@@ -130,6 +128,30 @@ async def _taken(log: EventLog, stream: str, seconds: float) -> bool:
         if time.monotonic() >= deadline:
             return False
         await asyncio.sleep(0.05)
+
+
+def run_named(name: str, refusal: str, kinds: Kinds) -> str:
+    """The id of the run ``name`` names: its id, or its stream (``run.ID``).
+    A stream of another kind of ``kinds`` is refused, ``refusal`` saying
+    why; one of no kind is refused naming the kinds there are."""
+    if "." not in name:
+        return name
+    kind = kinds.of(name)
+    if not is_run(name):
+        raise StewardError(
+            f"{refusal}: {name} is a {kind.name} stream; `steward "
+            f"replay {name}` shows its state"
+        )
+    return run_id_of(name)
+
+
+def is_run(stream: str) -> bool:
+    """Whether ``stream`` is a run's (named as the host names them)."""
+    return run_stream(run_id_of(stream)) == stream
+
+
+def _no_run(run_id: str) -> str:
+    return f"no run {run_id!r} in the log; `steward runs list` shows them"
 
 
 RUNS_ONLY = "`steward runs` acts on runs only"
@@ -278,7 +300,7 @@ async def _operator_input(
     run_id = run_named(name, RUNS_ONLY, env.kinds)
     stream = run_stream(run_id)
     async with opened(env) as (log, projector):
-        await stream_records(log, stream)
+        await stream_records(log, stream, _no_run(run_id))
         host = Host(log, projector=projector, kinds=env.kinds)
         state, _ = await host.state(stream)
         commit = await host.submit(stream, make(state, host.clock.now()))
