@@ -166,7 +166,9 @@ async def test_a_claim_is_renewed_while_its_call_runs(
             if isinstance(records[-1].event, run_events.RunCompleted):
                 break
             await asyncio.sleep(0.05)
-        await asyncio.sleep(0.5)  # a renewal after the call would land by now
+        for host, _, _ in hosts:  # nothing in flight, and no claim renewed:
+            assert await host.settle()  # no renewal can land after this read
+            assert not host.claims.renewing
         records = await logs[1].read(stream)
     finally:
         for host, projector, _ in hosts:
