@@ -32,6 +32,7 @@ from steward.actors.prompt import (
     PromptCache,
 )
 from steward.actors.sections import Section
+from steward.effects.tools.base import Tool
 from steward.errors import NotFoundError
 from steward.events import Event, EventUnion, Recorded
 from steward.events.protocol import LlmRequested, ToolRequested
@@ -283,6 +284,10 @@ class Surface(Generic[S]):
     and history, given its state and its stream's records (pure): tables,
     trees and graphs of plain text (`steward.actors.sections`), which the
     console renders the same for every kind; ``None``: nothing more."""
+    tools: tuple[Tool[Any], ...] = ()
+    """Tools the kind gives its actors, which a host's registry holds
+    (`Kinds.tools`; a session's turns' memory, subagent and schedule
+    tools): effects, carried out by the host like any tool."""
     commands: str | None = None
     """The module of the kind's command group on the command line (its
     package's ``grammar``), whose ``add_commands(sub)`` adds it to the
@@ -438,6 +443,12 @@ class Kinds:
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(self._by_name)
+
+    @property
+    def tools(self) -> tuple[Tool[Any], ...]:
+        """The tools the kinds give their actors (`Surface.tools`), which a
+        host's registry is to hold (`ToolRegistry.with_builtins(extra=...)`)."""
+        return tuple(t for kind in self for t in kind.surface.tools)
 
     def get(self, name: str) -> Kind[Any] | None:
         return self._by_name.get(name)

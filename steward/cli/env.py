@@ -95,7 +95,7 @@ class Env:
             tools = ToolRegistry.with_builtins(
                 output_limit=config.output_limit,
                 timeout=config.timeout,
-                session=True,  # offered to session turns only (as they list them)
+                extra=self.kinds.tools,  # a session's turns offer them
             )
             logs = self.db.parent / "mcp"  # a stdio server's standard error
             servers = mcp.servers(self.settings.mcp, timeout=config.timeout, logs=logs)

@@ -719,7 +719,7 @@ async def session_subagents(rig: Rig) -> None:
     answer goes to the chat) and creates an hourly schedule; the schedule
     fires on the hour and its subagent answers silently; a second turn
     deletes the schedule, whose armed timer then fires to no effect."""
-    rig.tools = ToolRegistry.with_builtins(session=True)
+    rig.tools = ToolRegistry.with_builtins(extra=KINDS.tools)
     opened = Settings().session_settings(rig.tools.specs())
     opened = msgspec.structs.replace(
         opened, run=msgspec.structs.replace(opened.run, planning_gate=False)
@@ -847,7 +847,7 @@ async def session_revision_3(rig: Rig) -> None:
     compaction after the third turn drops up to its question, so the window
     starts with it (at revision 2 it would start with the subagent's
     answer)."""
-    rig.tools = ToolRegistry.with_builtins(session=True)
+    rig.tools = ToolRegistry.with_builtins(extra=KINDS.tools)
     opened = compacting(rig)
     host = await rig.host(
         per_run(

@@ -86,7 +86,7 @@ async def _chat(
     clock = FakeClock()
     model = Model()
     log = await SqliteEventLog.open(db, union=KINDS.union)
-    tools = ToolRegistry.with_builtins(session=True)
+    tools = ToolRegistry.with_builtins(extra=KINDS.tools)
     host = Host(
         log,
         provider=ScriptedProvider(model),

@@ -308,7 +308,7 @@ async def told_by_subagent(
     provider = ScriptedProvider(
         turn, subagent_replies=[act(type="finish", output=answer)], per_run=True
     )
-    tools = ToolRegistry.with_builtins(session=True)
+    tools = ToolRegistry.with_builtins(extra=KINDS.tools)
     async with serving(server, log, make_host, clock, provider, tools) as setup:
         outbound = await setup.client.subscribe("steward.outbound.web")
         await setup.client.flush()

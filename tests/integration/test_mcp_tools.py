@@ -316,7 +316,7 @@ async def test_a_session_and_a_workflow_use_the_servers_of_their_profiles(
         agents={"default": AgentProfile(), "noting": AgentProfile(mcp=["notes"])},
         mcp={"notes": stdio(tmp_path, tools=["add"])},
     )
-    tools = ToolRegistry.with_builtins(session=True)
+    tools = ToolRegistry.with_builtins(extra=KINDS.tools)
     tools.add_toolset(McpServer("notes", settings.mcp["notes"], timeout=10))
     closing(tools)
     host = await make_host([], tools)

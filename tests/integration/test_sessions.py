@@ -240,7 +240,7 @@ def test_the_memory_tools_outside_a_session_say_so(tmp_path: Path) -> None:
             ctx = ToolContext(
                 workspace=tmp_path, stream="run.r1", actors=Host(log, kinds=KINDS)
             )
-            registry = ToolRegistry.with_builtins(session=True)
+            registry = ToolRegistry.with_builtins(extra=KINDS.tools)
             outcome = await registry.call("memory.core_get", {}, ctx=ctx)
             assert not outcome.ok
             return outcome.error or ""

@@ -95,7 +95,8 @@ class Chat:
 
     async def open(self, **settings: Any) -> None:
         run = run_events.RunSettings(
-            planning_gate=False, tools=ToolRegistry.with_builtins(session=True).specs()
+            planning_gate=False,
+            tools=ToolRegistry.with_builtins(extra=KINDS.tools).specs(),
         )
         opened = session_events.SessionOpened(
             session_id=SESSION,
@@ -147,7 +148,7 @@ async def chat(
         tmp_path,
         dialect.build(api),
         clock,
-        tools=ToolRegistry.with_builtins(session=True),
+        tools=ToolRegistry.with_builtins(extra=KINDS.tools),
         workspace=tmp_path,
     ) as (host, log):
         yield Chat(host=host, log=log, clock=clock, model=model)

@@ -40,6 +40,7 @@ from steward.actors.session import events as session_events
 from steward.clock import FakeClock
 from steward.config import Settings
 from steward.effects.tools import ToolRegistry
+from steward.kinds import KINDS
 
 THOUGHT = "Provider thought: the notes file holds the answer."
 SWITCH = "Switching to chat mode now: /mode chat"
@@ -107,7 +108,7 @@ async def chat(
         tmp_path,
         dialect.build(api, echo_reasoning=True),
         clock,
-        tools=ToolRegistry.with_builtins(session=True),
+        tools=ToolRegistry.with_builtins(extra=KINDS.tools),
         workspace=tmp_path,
     ) as (host, log):
         yield Chat(host=host, log=log, clock=clock, model=model)  # type: ignore[arg-type]
@@ -117,7 +118,7 @@ async def open_staged(chat: Chat) -> None:
     """Open the chat at revision 4, its turns staged runs (agent mode,
     reasoning off, no QA, as the profile says)."""
     opened = Settings().session_settings(
-        ToolRegistry.with_builtins(session=True).specs()
+        ToolRegistry.with_builtins(extra=KINDS.tools).specs()
     )
     run = msgspec.structs.replace(
         opened.run, protocol="native", policy="staged", qa=False, prompts=PROMPTS

@@ -121,15 +121,16 @@ def _is_module(name: str) -> bool:
 def decider_modules(kinds: Iterable[Kind[Any]]) -> dict[str, Path]:
     """Every module a kind's pure parts run in, by name: those defining its
     decider, reactor and events (whatever `Kind` holds but its read models
-    and their listing, which the projector's SQLite serves), and the steward
-    modules they import, transitively. A forbidden import is reported by the
-    module that makes it, not followed."""
+    and their listing, which the projector's SQLite serves, and its tools,
+    effects the host carries out), and the steward modules they import,
+    transitively. A forbidden import is reported by the module that makes
+    it, not followed."""
     todo = [
         name
         for k in kinds
         for part in (k.decider, k.reactor, k.surface)
         for field in dataclasses.fields(part)
-        if field.name not in ("projection", "listing")
+        if field.name not in ("projection", "listing", "tools")
         for name in _modules_of(getattr(part, field.name))
     ]
     found: dict[str, Path] = {}

@@ -14,6 +14,7 @@ from steward.actors.effects import ArmTimer, Create
 from steward.actors.run.events import RunCreated
 from steward.actors.run.state import run_stream
 from steward.actors.session import state as session_state
+from steward.actors.session import tools as session_tools
 from steward.actors.session.events import (
     ScheduleAsked,
     ScheduleCreated,
@@ -24,7 +25,6 @@ from steward.actors.session.events import (
     SubagentStarted,
 )
 from steward.actors.session.reactor import SESSION_TOOLS, effects, pending, subagent_run
-from steward.effects.tools import session as session_tools
 from steward.events import (
     ChatMessage,
     ChildFinished,
@@ -94,7 +94,7 @@ def test_subagent_gets_an_isolated_context_with_the_subagent_window() -> None:
 
 def test_the_tools_a_subagent_goes_without_are_the_session_tools() -> None:
     """`SESSION_TOOLS` (kept beside the pure effects) names exactly the
-    tools of `steward.effects.tools.session`."""
+    tools of `steward.actors.session.tools`."""
     assert {t.name for t in session_tools.TOOLS} == SESSION_TOOLS
 
 

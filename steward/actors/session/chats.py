@@ -59,7 +59,7 @@ async def open_session(
         )
     stream = session_stream(session_id)
     if (await host.state(stream))[1] == 0:
-        registry = host.tools or ToolRegistry.with_builtins(session=True)
+        registry = host.tools or ToolRegistry.with_builtins(extra=host.kinds.tools)
         agent = settings.profile(profile or settings.session.profile)
         await registry.load(settings.servers(agent.mcp, "agents.mcp"))
         opened = settings.session_settings(registry.specs(), profile, session_id)

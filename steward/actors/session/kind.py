@@ -13,7 +13,14 @@ from steward.actors.kind import (
     Surface,
 )
 from steward.actors.run.projection import TOKENS, spent
-from steward.actors.session import decider, events, reactor, sections
+from steward.actors.session import (
+    decider,
+    events,
+    memory_tools,
+    reactor,
+    sections,
+    tools,
+)
 from steward.actors.session import state as session_state
 from steward.actors.session.projection import SESSIONS
 
@@ -42,6 +49,7 @@ KIND: Kind[session_state.Session] = Kind(
     ),
     surface=Surface(
         commands="steward.actors.session.grammar",
+        tools=(*memory_tools.TOOLS, *tools.TOOLS),
         detach=reactor.detach,
         tells=reactor.tells,
         told=reactor.TOLD,

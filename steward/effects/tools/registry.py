@@ -17,9 +17,7 @@ import msgspec
 
 from steward.effects.tools import files
 from steward.effects.tools import git as git_tools
-from steward.effects.tools import memory as memory_tools
 from steward.effects.tools import script as script_tools
-from steward.effects.tools import session as session_tools
 from steward.effects.tools.base import (
     OUTCOME_UNKNOWN,
     AnyArgs,
@@ -134,15 +132,15 @@ class ToolRegistry:
         *,
         output_limit: int = DEFAULT_OUTPUT_LIMIT,
         timeout: float = DEFAULT_TIMEOUT,
-        session: bool = False,
+        extra: Iterable[Tool[Any]] = (),
     ) -> ToolRegistry:
         """A registry holding the built-in tools (``files.read/write/list``;
         the ``git.*`` a workflow's worktree is kept with and the
         ``script.run`` of a task program's ``system:run_script``, both
-        offered to no model), and with ``session`` the session turns' tools
-        (``memory.*``, ``subagent_spawn``, ``schedule.*``)."""
-        turns = (*memory_tools.TOOLS, *session_tools.TOOLS) if session else ()
-        tools = (*files.TOOLS, *git_tools.TOOLS, *script_tools.TOOLS, *turns)
+        offered to no model), and ``extra``: the tools kinds give their
+        actors (`Kinds.tools`: a session's turns' ``memory.*``,
+        ``subagent_spawn`` and ``schedule.*``)."""
+        tools = (*files.TOOLS, *git_tools.TOOLS, *script_tools.TOOLS, *extra)
         return cls(tools, output_limit=output_limit, timeout=timeout)
 
     def register(self, tool: Tool[Any]) -> None:

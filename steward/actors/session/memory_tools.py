@@ -22,9 +22,9 @@ from steward.actors.session.state import (
     core_set_problem,
     session_stream,
 )
+from steward.actors.session.tools import Args as _Args
+from steward.actors.session.tools import session_of
 from steward.effects.tools.base import Tool, ToolContext, tool
-from steward.effects.tools.session import Args as _Args
-from steward.effects.tools.session import session_of
 from steward.errors import ToolError
 
 __all__ = ["TOOLS", "core_get", "core_set", "search"]
