@@ -122,6 +122,7 @@ class HostMetrics:
         self.steps: dict[str, Histogram] = {}
         self.committed: dict[str, int] = {}
         self.model_calls: dict[tuple[str, str, str], int] = {}
+        self._models: dict[tuple[str, str], ModelCalls] = {}
         self.model_wait: dict[str, Histogram] = {}
         self.model_first_token: dict[tuple[str, str], Histogram] = {}
         self.model_cost: dict[tuple[str, str], float] = {}
@@ -200,6 +201,14 @@ class HostMetrics:
             self.model_cost.get((provider, model), 0.0) + cost
         )
 
+    def model(self, provider: str, model: str) -> ModelCalls:
+        """What is kept of the calls of ``model`` through ``provider``, its
+        keys and histograms found once for all its calls."""
+        found = self._models.get((provider, model))
+        if found is None:
+            found = self._models[(provider, model)] = ModelCalls(self, provider, model)
+        return found
+
     def first_token(self, provider: str, model: str, seconds: float) -> None:
         """A streamed model call's first piece of answer came after ``seconds``."""
         key = (provider, model)
@@ -214,6 +223,45 @@ class HostMetrics:
         key = (tool, "ok" if ok else "error")
         self.tool_outcomes[key] = self.tool_outcomes.get(key, 0) + 1
         _histogram(self.tool_seconds, tool, CALL_BUCKETS).observe(seconds)
+
+
+class ModelCalls:
+    """`HostMetrics.model_call` for the answered calls of one model through
+    one provider (`HostMetrics.model`), with the keys and histograms it
+    updates found at its first answer, not at each (a step makes a call)."""
+
+    __slots__ = ("_metrics", "_named", "_ok", "_kept")
+
+    def __init__(self, metrics: HostMetrics, provider: str, model: str) -> None:
+        self._metrics = metrics
+        self._named = (provider, model)
+        self._ok = (provider, model, "ok")
+        self._kept: tuple[Histogram, Histogram, Histogram] | None = None
+
+    def answered(self, seconds: float, usage: Usage, cost: float) -> None:
+        """A call answered after ``seconds``, as ``model_call(..., "ok", ...)``."""
+        metrics = self._metrics
+        calls = metrics.model_calls
+        calls[self._ok] = calls.get(self._ok, 0) + 1
+        kept = self._kept
+        if kept is None:
+            provider, model = self._named
+            tokens = metrics.genai_tokens
+            kept = self._kept = (
+                _histogram(
+                    metrics.genai_duration,
+                    (provider, model, ""),
+                    GENAI_DURATION_BUCKETS,
+                ),
+                _histogram(tokens, (provider, model, "input"), GENAI_TOKEN_BUCKETS),
+                _histogram(tokens, (provider, model, "output"), GENAI_TOKEN_BUCKETS),
+            )
+        duration, tokens_in, tokens_out = kept
+        duration.observe(seconds)
+        tokens_in.observe(usage.input_tokens)
+        tokens_out.observe(usage.output_tokens)
+        costs = metrics.model_cost
+        costs[self._named] = costs.get(self._named, 0.0) + cost
 
 
 def _histogram(

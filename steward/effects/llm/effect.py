@@ -211,7 +211,7 @@ class ModelCalls:
                 await keep_stream(attempt, complete=True)
             price = getattr(provider, "cost", None)
             cost = price(info, result.usage) if price is not None else 0.0
-            METRICS.model_call(*named, "ok", now - started, result.usage, cost)
+            METRICS.model(*named).answered(now - started, result.usage, cost)
             return events.LlmResponded(
                 request_id=info.request_id,
                 text=result.text,
