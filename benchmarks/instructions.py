@@ -2,8 +2,9 @@
 
 This VM's timings drift by up to 2x within an hour, far more than the 5-20%
 a single change to the step path makes. Valgrind's callgrind counts the
-instructions the process executes instead, which repeat within about 1% from
-one run to the next, so two commits can be compared any time.
+instructions the process executes instead, which repeat exactly from one
+run to the next (each process is given one hash seed; a random one moves a
+count by up to 1.5%), so two commits can be compared any time.
 
 It runs the runtime benchmark's workload (``--runs`` runs of N steps through
 one host, the scripted model answering instantly) at two sizes and prints the
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import re
 import shutil
 import subprocess
@@ -79,6 +81,7 @@ def _instructions(program: str, *argv: str) -> int:
         text=True,
         check=True,
         cwd=Path(__file__).resolve().parent.parent,
+        env={**os.environ, "PYTHONHASHSEED": "0"},  # a count repeats exactly
     )
     found = re.search(r"Collected : (\d+)", done.stderr)
     if found is None:
