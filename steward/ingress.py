@@ -17,7 +17,7 @@ rejected message is never dropped: its original payload goes to
 whether or not anyone listens.
 
 A message with a ``message_id`` is taken at most once: the session refuses
-an id among its newest (`steward.actors.session.decider.SEEN_MESSAGES`), and the
+an id among its newest (`steward.actors.session.state.SEEN_MESSAGES`), and the
 reply says ``"duplicate": true``.
 
 The schema of `InboundMessage` is exported to

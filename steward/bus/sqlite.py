@@ -336,8 +336,9 @@ class SqliteEventLog:
                 idle, for commits made by other processes.
             busy_timeout: seconds a write waits for another process holding
                 the file's write lock before it fails.
-            union: the event types the log holds (default: those of
-                steward's kinds; `steward.actors.kind.Kinds.union`).
+            union: the event types the log holds (a kind table's
+                `steward.actors.kind.Kinds.union`; default: the shared
+                vocabulary alone).
 
         Raises:
             NotALogError: the file is another program's SQLite database (it

@@ -17,7 +17,7 @@ EXIT_NO_ANSWER = 5
 said at once), or `sessions send` waited its ``--timeout``."""
 EXIT_UNFINISHED = 6
 """`run`, `fork`: the run stopped without finishing (it stalled, or ran out
-of model calls: `steward.events.UNFINISHED`) and answered what it had."""
+of model calls: `steward.actors.run.events.UNFINISHED`) and answered what it had."""
 EXIT_INTERRUPTED = 130
 EXIT_PIPE = 141
 """The reader of standard output went away: 128 + SIGPIPE, as the shell

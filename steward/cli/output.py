@@ -18,17 +18,6 @@ from steward.cli.env import Env, shown
 from steward.events import LlmRequested, Recorded
 from steward.projections.store import Projector
 
-
-def spent_columns(kind: Kind[Any]) -> str:
-    """The SQL columns of what ``kind``'s actors spent, tokens and cost (as
-    the console lists them: `Listing.tokens`, `Listing.cost`), over a row
-    of its listing's table."""
-    listing = kind.surface.listing
-    if listing is None:
-        raise ValueError(f"the {kind.name} kind lists no actors")
-    return f"{listing.tokens}, {listing.cost}"
-
-
 CUT = "…"
 """Ends a value cut short (the full value is in ``--output json``)."""
 

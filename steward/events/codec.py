@@ -11,8 +11,8 @@ from steward.events.base import UPCASTERS, Event, Recorded
 from steward.events.union import UNION, EventUnion
 
 AnyEvent = Event
-"""A decoded event, for type checking: one of `UNION`'s types, the events of
-every kind (the codec names none)."""
+"""A decoded event, for type checking: one of the types of the union it was
+decoded with (the codec names no kind)."""
 
 _mp_encoder = msgspec.msgpack.Encoder()
 _json_encoder = msgspec.json.Encoder()
@@ -104,7 +104,7 @@ class RecordedJson(msgspec.Struct, kw_only=True):
 
 
 class _LineJson(msgspec.Struct, kw_only=True):
-    """`RecordedJson` with its event left undecoded, for `UNION` to decode."""
+    """`RecordedJson` with its event left undecoded, for the union given to decode."""
 
     stream: str
     version: int

@@ -6,9 +6,10 @@ decision, note, spawn_subagent(s), sleep); in the ``native`` protocol the model
 returns tool calls and the run ends on a reply without any. Everything here is
 pure: ids are derived from the run id and counters, times arrive on inputs.
 
-Read top to bottom: the state, ``initial``, ``evolve``, ``decide``, then the
-helpers that turn a reply into decisions. A reply's JSON command is parsed in
-`steward.actors.run.commands`, the prompt is built in `steward.actors.run.prompt`.
+The state, ``initial`` and its fold are in `steward.actors.run.state`; here,
+``decide`` and the helpers that turn a reply into decisions. A reply's JSON
+command is parsed in `steward.actors.run.commands`, the prompt is built in
+`steward.actors.run.prompt`.
 """
 
 from __future__ import annotations

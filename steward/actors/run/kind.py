@@ -95,11 +95,7 @@ KIND: Kind[run_state.Run] = Kind(
                     Column("status", status_said),
                     Column("kind", "kind"),
                     Column("iter", "iterations", right=True),
-                    Column(
-                        "tokens",
-                        lambda r: r["input_tokens"] + r["output_tokens"],
-                        right=True,
-                    ),
+                    Column("tokens", tokens_of, right=True),
                     Column("input", "input", width=60),
                 ),
                 order="created_at",

@@ -21,7 +21,12 @@ from msgspec.structs import replace
 
 from steward import events
 from steward.actors.workflow import events as workflow_events
-from steward.actors.workflow.decider import Workflow, workflow_stream
+from steward.actors.workflow.decider import (
+    Workflow,
+    evolve,
+    initial,
+    workflow_stream,
+)
 from steward.actors.workflow.definition import (
     created,
     load_definition,
@@ -41,7 +46,6 @@ from steward.cli.hosting import checked_provider, follow, foreground, pair
 from steward.cli.output import columns, cut
 from steward.errors import NotAllowedError, StewardError
 from steward.host import Host
-from steward.kinds import kind_of
 
 TERMINAL = ("completed", "failed", "cancelled")
 
@@ -209,11 +213,11 @@ def workflow_view(records: list[events.Recorded]) -> dict[str, Any]:
     each phase with its routing decision (or why it failed), and each
     transition taken. The attempt in flight when the run was cancelled is
     ``cancelled``."""
-    state: Workflow = kind_of(records[0].stream).decider.initial
+    state: Workflow = initial
     phases: list[dict[str, Any]] = []
     taken: list[dict[str, Any]] = []
     for rec in records:
-        state = kind_of(rec.stream).decider.evolve(state, rec.event)
+        state = evolve(state, rec.event)
         match rec.event:
             case (
                 workflow_events.PhaseStarted(

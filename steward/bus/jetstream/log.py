@@ -259,8 +259,9 @@ class JetStreamEventLog:
             heartbeat: seconds between a subscription's heartbeats; after two
                 missed ones its consumer is recreated.
             clock: gives ``at`` for appends that do not pass one.
-            union: the event types the log holds (default: those of
-                steward's kinds; `steward.actors.kind.Kinds.union`).
+            union: the event types the log holds (a kind table's
+                `steward.actors.kind.Kinds.union`; default: the shared
+                vocabulary alone).
 
         Raises:
             LogWriteError: NATS cannot be reached, JetStream is not enabled, or
