@@ -170,36 +170,17 @@ class HostMetrics:
         if ended(before, after):
             self.ended[(kind, after)] = self.ended.get((kind, after), 0) + 1
 
-    def model_call(
-        self,
-        provider: str,
-        model: str,
-        outcome: str,
-        seconds: float,
-        usage: Usage | None = None,
-        cost: float = 0.0,
+    def model_failed(
+        self, provider: str, model: str, kind: str, seconds: float
     ) -> None:
         """A model call of ``model`` (a ``[models]`` table's model, through
-        ``provider``) ended: ``ok``, or the kind of its failure. (Its time and
-        tokens are kept once, in the GenAI histograms; the families by
-        provider and model are summed from them when Prometheus scrapes.)"""
-        called = (provider, model, outcome)
+        ``provider``) failed after ``seconds``, ``kind`` saying how (an
+        answered one: `ModelCalls.answered`). Its time is kept once, in the
+        GenAI histogram; the families by provider and model are summed from
+        it when Prometheus scrapes."""
+        called = (provider, model, kind)
         self.model_calls[called] = self.model_calls.get(called, 0) + 1
-        error = "" if outcome == "ok" else outcome
-        key = (provider, model, error)
-        _histogram(self.genai_duration, key, GENAI_DURATION_BUCKETS).observe(seconds)
-        if usage is None:
-            return
-        tokens = self.genai_tokens
-        _histogram(tokens, (provider, model, "input"), GENAI_TOKEN_BUCKETS).observe(
-            usage.input_tokens
-        )
-        _histogram(tokens, (provider, model, "output"), GENAI_TOKEN_BUCKETS).observe(
-            usage.output_tokens
-        )
-        self.model_cost[(provider, model)] = (
-            self.model_cost.get((provider, model), 0.0) + cost
-        )
+        _histogram(self.genai_duration, called, GENAI_DURATION_BUCKETS).observe(seconds)
 
     def model(self, provider: str, model: str) -> ModelCalls:
         """What is kept of the calls of ``model`` through ``provider``, its
@@ -226,9 +207,9 @@ class HostMetrics:
 
 
 class ModelCalls:
-    """`HostMetrics.model_call` for the answered calls of one model through
-    one provider (`HostMetrics.model`), with the keys and histograms it
-    updates found at its first answer, not at each (a step makes a call)."""
+    """The answered calls of one model through one provider
+    (`HostMetrics.model`), with the keys and histograms they update found at
+    the first answer, not at each (a step makes a call)."""
 
     __slots__ = ("_metrics", "_named", "_ok", "_kept")
 
@@ -239,7 +220,8 @@ class ModelCalls:
         self._kept: tuple[Histogram, Histogram, Histogram] | None = None
 
     def answered(self, seconds: float, usage: Usage, cost: float) -> None:
-        """A call answered after ``seconds``, as ``model_call(..., "ok", ...)``."""
+        """A call answered after ``seconds``: counted ``ok``, its time and
+        tokens kept once, in the GenAI histograms, and its cost summed."""
         metrics = self._metrics
         calls = metrics.model_calls
         calls[self._ok] = calls.get(self._ok, 0) + 1

@@ -169,7 +169,7 @@ class ModelCalls:
                 finally:
                     self.slots.release()
             except ProviderError as e:
-                METRICS.model_call(*named, e.kind, port.clock.now() - started)
+                METRICS.model_failed(*named, e.kind, port.clock.now() - started)
                 if record:
                     await keep_stream(attempt, complete=False)
                 message = str(e).removeprefix(f"{e.kind}: ")
@@ -196,7 +196,7 @@ class ModelCalls:
                     at=port.clock.now(),
                 )
             except Exception as e:  # a provider bug must not kill the host
-                METRICS.model_call(*named, "internal", port.clock.now() - started)
+                METRICS.model_failed(*named, "internal", port.clock.now() - started)
                 if record:
                     await keep_stream(attempt, complete=False)
                 return events.LlmFailed(
